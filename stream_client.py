@@ -1,0 +1,1058 @@
+"""Strict client for one streamed OpenAI-compatible chat completion.
+
+It sends one request with ``stream: true``, shows the answer as it arrives and
+writes an evidence record that says whether the answer really finished: the
+HTTP message ended as its framing promised, the event stream ended on an event
+boundary, and the completion ended with visible text, finish_reason "stop"
+and ``data: [DONE]``. Everything else is a failure naming the layer where it
+happened. Standard library only; no retries.
+
+The module reads top to bottom as the layers of a response: limits and
+errors, the SSE parser and the chat-chunk validator (both sans-IO), the HTTP
+body framing readers (sans-IO), the transport, the record, the command line.
+"""
+from __future__ import annotations
+
+import codecs
+import json
+import math
+import os
+import sys
+import time
+
+__version__ = '0.1.0'
+
+MAX_LINE_CHARS = 65_536       # one SSE line, decoded characters
+MAX_EVENT_CHARS = 1_048_576   # the data of one SSE event
+MAX_TEXT_CHARS = 1_048_576    # the assembled answer (and reasoning) text
+MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
+MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
+READ_SIZE = 65_536            # read1() asks for this much; it returns what is there
+
+# Where a run failed, in the order a response is received.
+LAYERS = ('connect', 'tls', 'http', 'transport', 'sse', 'protocol',
+          'application', 'timeout', 'interrupted', 'client')
+
+
+class StreamError(Exception):
+    """A failure inside the stream, with the layer it belongs to."""
+
+    def __init__(self, layer: str, message: str) -> None:
+        super().__init__(f'{layer}: {message}')
+        self.layer = layer
+        self.message = message
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl+C or SIGTERM during a run; carries the record of the run so far."""
+
+    def __init__(self, signal_name: str = 'SIGINT', record: dict | None = None) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+        self.record = record
+
+
+def _preview(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + '...')
+
+
+# ---------------------------------------------------------------------------
+# SSE: bytes to event data (sans-IO)
+# ---------------------------------------------------------------------------
+
+class Events:
+    """Incremental parser for a text/event-stream body (WHATWG HTML, 9.2.6).
+
+    ``feed(bytes)`` returns the data of every event completed by those bytes.
+    UTF-8 is decoded incrementally and one leading BOM is dropped. Lines end
+    in CR, LF or CRLF (a CRLF split across reads counts once); a blank line
+    dispatches the event; only ``data`` fields contribute, several joined by
+    LF; comments and other fields are ignored. An event without its blank
+    line is never dispatched: ``finish()`` reports it.
+
+    Fast path: the bytes are decoded and split with str methods running in C.
+    When every complete line of a read is ``data: ...`` followed by a blank
+    line (vLLM's shape), one ``split`` yields all the events at once; any
+    other shape goes line by line. Bounds are checked on line lengths, never
+    by walking characters.
+    """
+
+    def __init__(self) -> None:
+        self._undecoded = b''       # an incomplete UTF-8 character from the last read
+        self._started = False       # a character has been decoded (so a BOM is no longer leading)
+        self._after_cr = False      # the last read ended in CR: a leading LF completes that CRLF
+        self._line = ''             # the unterminated last line
+        self._data: list[str] = []  # data lines of the event in progress
+        self._size = 0              # characters in self._data
+
+    def feed(self, raw: bytes) -> list[str]:
+        """Consume the next bytes of the body; return the data of completed events."""
+        text = self._decode(raw)
+        if not text:
+            return []
+        if self._after_cr:
+            self._after_cr = False
+            if text[0] == '\n':
+                text = text[1:]
+        if '\r' in text:
+            self._after_cr = text[-1] == '\r'
+            text = text.replace('\r\n', '\n').replace('\r', '\n')
+        last = text.rfind('\n')
+        if last < 0:
+            self._line += text
+            self._check_open_line()
+            return []
+        block = self._line + text[:last] if self._line else text[:last]
+        self._line = text[last + 1:]
+        self._check_open_line()
+        if not self._data and block.endswith('\n') and block.startswith('data: '):
+            events = self._single_line_events(block[:-1])
+            if events is not None:
+                return events
+        return self._events_by_line(block)
+
+    def pending(self) -> str | None:
+        """What the stream would end inside if it ended now, or None at an event boundary."""
+        if self._undecoded:
+            return f'stream ended inside a UTF-8 character ({len(self._undecoded)} bytes pending)'
+        if self._line:
+            return f'stream ended inside a line: {_preview(self._line)}'
+        if self._data:
+            return 'stream ended inside an event: its blank line never arrived'
+        return None
+
+    def finish(self) -> None:
+        """Declare the body ended; raise StreamError('sse') unless it ended on an event boundary."""
+        problem = self.pending()
+        if problem:
+            raise StreamError('sse', problem)
+
+    def _decode(self, raw: bytes) -> str:
+        data = self._undecoded + raw if self._undecoded else raw
+        try:
+            text, used = codecs.utf_8_decode(data, 'strict', False)
+        except UnicodeDecodeError as exc:
+            raise StreamError('sse', f'invalid UTF-8 byte {data[exc.start]:#04x} in the event stream') from None
+        self._undecoded = data[used:]
+        if not self._started and text:
+            self._started = True
+            if text[0] == '\ufeff':
+                text = text[1:]
+        return text
+
+    def _check_open_line(self) -> None:
+        if len(self._line) > MAX_LINE_CHARS:
+            raise StreamError('sse', f'line longer than {MAX_LINE_CHARS} characters without a line end')
+
+    @staticmethod
+    def _single_line_events(core: str) -> list[str] | None:
+        """Split ``data: A\\n\\ndata: B`` into ['A', 'B'], or None if the block has another shape."""
+        events = core.split('\n\ndata: ')
+        if core.count('\n') != 2 * (len(events) - 1):
+            return None  # some event has several lines, or extra blank lines
+        events[0] = events[0][6:]
+        if max(map(len, events)) > MAX_LINE_CHARS - 6:
+            raise StreamError('sse', f'line longer than {MAX_LINE_CHARS} characters')
+        return events
+
+    def _events_by_line(self, block: str) -> list[str]:
+        events = []
+        for line in block.split('\n'):
+            if not line:
+                if self._data:
+                    events.append('\n'.join(self._data))
+                    self._data, self._size = [], 0
+                continue
+            if len(line) > MAX_LINE_CHARS:
+                raise StreamError('sse', f'line longer than {MAX_LINE_CHARS} characters')
+            name, _, value = line.partition(':')
+            if name != 'data':
+                continue  # a comment (empty name) or a field this client does not use
+            if value[:1] == ' ':
+                value = value[1:]
+            self._size += len(value) + 1
+            if self._size > MAX_EVENT_CHARS:
+                raise StreamError('sse', f'event data longer than {MAX_EVENT_CHARS} characters')
+            self._data.append(value)
+        return events
+
+
+# ---------------------------------------------------------------------------
+# Chat chunks: event data to the completion (sans-IO)
+# ---------------------------------------------------------------------------
+
+class ChatChunks:
+    """Validates the events of one streamed chat completion (n=1, text only).
+
+    ``accept(data)`` applies one event and returns ``(text, reasoning)``,
+    the visible answer text and reasoning text it carried ('' when none).
+    A violation raises StreamError: ``protocol`` for a chunk this client
+    cannot accept, ``application`` for a server error event or an answer
+    over the size bound. The outcome is read from the attributes.
+    """
+
+    def __init__(self) -> None:
+        self.text_parts: list[str] = []
+        self.text_chars = 0
+        self.reasoning_parts: list[str] = []
+        self.reasoning_chars = 0
+        self.data_events = 0
+        self.content_events = 0
+        self.finish_reason: str | None = None
+        self.done = False
+        self.completion_tokens: int | None = None
+        self.usage: dict | None = None
+        self.response_id: str | None = None
+        self.server_error: dict | None = None
+
+    def accept(self, data: str) -> tuple[str, str]:
+        """Apply one event's data; return the answer and reasoning text it carried."""
+        if self.done:
+            raise StreamError('protocol', f'event after [DONE]: {_preview(data)}')
+        self.data_events += 1
+        if data == '[DONE]':
+            self.done = True
+            return '', ''
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise StreamError('protocol', f'malformed JSON in event {self.data_events} '
+                                          f'({type(exc).__name__}): {_preview(data)}') from None
+        if not isinstance(chunk, dict):
+            raise StreamError('protocol', f'expected a JSON object in event {self.data_events}, '
+                                          f'got {type(chunk).__name__}')
+        if 'error' in chunk:
+            self.server_error = server_error_fields(chunk)
+            raise StreamError('application', 'server sent an error event: '
+                                             + describe_server_error(self.server_error))
+        if self.response_id is None and isinstance(chunk.get('id'), str):
+            self.response_id = chunk['id']
+        usage = chunk.get('usage')
+        if usage is not None:
+            self._take_usage(usage)
+        choices = chunk.get('choices')
+        if choices is None or choices == []:
+            return '', ''
+        if not isinstance(choices, list) or len(choices) != 1:
+            count = len(choices) if isinstance(choices, list) else type(choices).__name__
+            raise StreamError('protocol', f'expected one choice per chunk (n=1), got {count}')
+        return self._take_choice(choices[0])
+
+    def _take_choice(self, choice: object) -> tuple[str, str]:
+        if not isinstance(choice, dict) or choice.get('index') != 0:
+            seen = choice.get('index') if isinstance(choice, dict) else choice
+            raise StreamError('protocol', f'expected choice index 0, got {_preview(repr(seen))}')
+        delta = choice.get('delta')
+        if delta is None:
+            delta = {}
+        elif not isinstance(delta, dict):
+            raise StreamError('protocol', f'expected delta to be an object, got {type(delta).__name__}')
+        if delta.get('tool_calls') or delta.get('function_call'):
+            raise StreamError('protocol', 'tool call deltas arrived; this client accepts text answers only')
+        text = self._take_text(delta, 'content')
+        reasoning = self._take_text(delta, 'reasoning')
+        if reasoning is None:
+            reasoning = self._take_text(delta, 'reasoning_content')
+        if text:
+            self.content_events += 1
+            self.text_chars += len(text)
+            if self.text_chars > MAX_TEXT_CHARS:
+                raise StreamError('application', f'answer longer than {MAX_TEXT_CHARS} characters')
+            self.text_parts.append(text)
+        if reasoning:
+            self.reasoning_chars += len(reasoning)
+            if self.reasoning_chars > MAX_TEXT_CHARS:
+                raise StreamError('application', f'reasoning longer than {MAX_TEXT_CHARS} characters')
+            self.reasoning_parts.append(reasoning)
+        reason = choice.get('finish_reason')
+        if reason is not None:
+            if self.finish_reason is not None:
+                raise StreamError('protocol', f'a second finish_reason ({_preview(str(reason))}) '
+                                              f'after finish_reason={self.finish_reason}')
+            if not isinstance(reason, str):
+                raise StreamError('protocol', f'expected finish_reason to be a string, got {type(reason).__name__}')
+            self.finish_reason = reason
+        return text or '', reasoning or ''
+
+    def _take_text(self, delta: dict, key: str) -> str | None:
+        value = delta.get(key)
+        if value is None or isinstance(value, str):
+            if value and self.finish_reason is not None:
+                raise StreamError('protocol', f'{key} arrived after finish_reason={self.finish_reason}')
+            return value
+        raise StreamError('protocol', f'expected delta.{key} to be a string, got {type(value).__name__}')
+
+    def _take_usage(self, usage: object) -> None:
+        count = usage.get('completion_tokens') if isinstance(usage, dict) else None
+        if type(count) is not int or count < 0:
+            raise StreamError('protocol', f'expected usage.completion_tokens to be a non-negative integer, '
+                                          f'got {_preview(repr(count))}')
+        self.usage = usage
+        self.completion_tokens = count
+
+    @property
+    def text(self) -> str:
+        return ''.join(self.text_parts)
+
+    @property
+    def reasoning(self) -> str:
+        return ''.join(self.reasoning_parts)
+
+    def outcome_problem(self) -> str | None:
+        """Why the completion is not a finished answer, or None when it is."""
+        if not self.done:
+            return f'EOF before [DONE] after {self.content_events} content events'
+        if self.finish_reason is None:
+            return f'[DONE] without a finish_reason after {self.content_events} content events'
+        if self.finish_reason == 'length':
+            return 'output budget exhausted (finish_reason=length)'
+        if self.finish_reason == 'tool_calls':
+            return 'the model asked for a tool call (finish_reason=tool_calls); this client accepts text answers only'
+        if self.finish_reason != 'stop':
+            return f'expected finish_reason=stop, got finish_reason={self.finish_reason}'
+        if not any(part.strip() for part in self.text_parts):
+            return 'finish_reason=stop and [DONE] arrived, but no visible text'
+        return None
+
+
+def server_error_fields(body: object) -> dict:
+    """message/type/code from an error object: vLLM's nested or flat forms, or a bare string."""
+    error = body.get('error', body) if isinstance(body, dict) else body
+    if isinstance(error, str):
+        error = {'message': error}
+    if not isinstance(error, dict):
+        error = {'message': repr(error)}
+    message = error.get('message')
+    message = '' if message is None else str(message)
+    return {'message': message[:MAX_SERVER_MESSAGE],
+            'type': error.get('type') if isinstance(error.get('type'), str) else None,
+            'code': error.get('code') if isinstance(error.get('code'), (int, str)) else None}
+
+
+def describe_server_error(error: dict) -> str:
+    kind = ' '.join(str(part) for part in (error['type'], error['code']) if part is not None)
+    message = error['message'] or '(empty message)'
+    return f'{message!r}' + (f' ({kind})' if kind else '')
+
+
+# ---------------------------------------------------------------------------
+# HTTP body framing (sans-IO)
+# ---------------------------------------------------------------------------
+# http.client's read1() returns b'' without complaint when a Content-Length body
+# is cut short, and discards bytes past the end, so the body is read from the
+# response's buffered socket file and framed here. Each reader knows only how
+# its framing ends. feed() returns payload bytes; overrun counts bytes seen past
+# the end of the message; eof_problem() says why a close was premature.
+
+class ContentLengthBody:
+    """A body of exactly `declared` bytes."""
+
+    framing = 'content-length'
+
+    def __init__(self, declared: int) -> None:
+        self.declared = declared
+        self.received = 0
+        self.overrun = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.received == self.declared
+
+    def feed(self, raw: bytes) -> bytes:
+        room = self.declared - self.received
+        if len(raw) > room:
+            self.overrun += len(raw) - room
+            raw = raw[:room]
+        self.received += len(raw)
+        return raw
+
+    def eof_problem(self) -> str | None:
+        return None if self.complete else f'connection closed after {self.progress()}'
+
+    def progress(self) -> str:
+        return f'{self.received} of {self.declared} body bytes'
+
+    def overrun_problem(self) -> str:
+        return f'{self.overrun} bytes beyond the declared Content-Length of {self.declared}'
+
+
+class ChunkedBody:
+    """A body in chunked transfer coding (RFC 9112, 7.1), ending with its zero chunk and trailer."""
+
+    framing = 'chunked'
+    _HEX = b'0123456789abcdefABCDEF'
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.overrun = 0
+        self.complete = False
+        self._pending = b''     # an incomplete size line, trailer line or chunk-ending CRLF
+        self._chunk_left = 0    # payload bytes still owed by the current chunk
+        self._state = 'size'    # size -> data -> data-end -> size ... size(0) -> trailer -> complete
+
+    def feed(self, raw: bytes) -> bytes:
+        buf = self._pending + raw if self._pending else raw
+        self._pending = b''
+        out = []
+        pos, end = 0, len(buf)
+        while pos < end:
+            if self.complete:
+                self.overrun += end - pos
+                break
+            state = self._state
+            if state == 'data':
+                take = min(self._chunk_left, end - pos)
+                out.append(buf[pos:pos + take])
+                pos += take
+                self._chunk_left -= take
+                if not self._chunk_left:
+                    self._state = 'data-end'
+            elif state == 'data-end':
+                if end - pos < 2:
+                    self._pending = buf[pos:]
+                    break
+                if buf[pos:pos + 2] != b'\r\n':
+                    raise StreamError('transport', f'chunk data not followed by CRLF: {bytes(buf[pos:pos + 8])!r}')
+                pos += 2
+                self._state = 'size'
+            else:
+                eol = buf.find(b'\n', pos)
+                if eol < 0:
+                    if end - pos > 4096:
+                        raise StreamError('transport', 'chunk size or trailer line longer than 4096 bytes')
+                    self._pending = buf[pos:]
+                    break
+                line = buf[pos:eol].rstrip(b'\r')
+                pos = eol + 1
+                if state == 'size':
+                    self._start_chunk(line)
+                elif not line:
+                    self.complete = True  # the blank line closing the trailer section
+        payload = b''.join(out) if len(out) != 1 else out[0]
+        self.received += len(payload)
+        return payload
+
+    def _start_chunk(self, line: bytes) -> None:
+        size = line.split(b';', 1)[0].strip(b' \t')
+        if not size or size.strip(self._HEX) or len(size) > 16:
+            raise StreamError('transport', f'invalid chunk size line {bytes(line[:40])!r}')
+        self._chunk_left = int(size, 16)
+        self._state = 'data' if self._chunk_left else 'trailer'
+
+    def eof_problem(self) -> str | None:
+        if self.complete:
+            return None
+        if self._state in ('data', 'data-end'):
+            return (f'connection closed inside a chunk after {self.received} body bytes '
+                    f'({self._chunk_left} bytes of that chunk missing)')
+        if self._state == 'trailer':
+            return f'chunked body ended inside its trailer after {self.received} body bytes'
+        return f'chunked body ended without its terminating chunk after {self.received} body bytes'
+
+    def progress(self) -> str:
+        return f'{self.received} body bytes and no terminating chunk'
+
+    def overrun_problem(self) -> str:
+        return f'{self.overrun} bytes after the terminating chunk'
+
+
+class CloseDelimitedBody:
+    """A body with neither length nor chunking: it ends when the server closes."""
+
+    framing = 'close'
+    complete = False
+    overrun = 0
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    def feed(self, raw: bytes) -> bytes:
+        self.received += len(raw)
+        return raw
+
+    def eof_problem(self) -> None:
+        return None
+
+    def progress(self) -> str:
+        return f'{self.received} body bytes and the connection still open'
+
+
+# ---------------------------------------------------------------------------
+# Request preparation (validates everything before any connection)
+# ---------------------------------------------------------------------------
+
+DEFAULT_URL = 'http://127.0.0.1:8000/v1/chat/completions'
+DEFAULT_PROMPT = 'Reply with exactly the word READY.'
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower().rstrip('.') == 'localhost'
+
+
+def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
+            deadline: float = 60.0, ca_file: str | None = None, token: str | None = None) -> dict:
+    """Check the arguments and build the request; raise ValueError before any connection."""
+    from urllib.parse import urlsplit
+    parts = urlsplit(url)
+    if parts.scheme not in ('http', 'https'):
+        raise ValueError(f'expected an http:// or https:// URL, got scheme {parts.scheme or "(none)"!r}')
+    if parts.username is not None or parts.password is not None:
+        raise ValueError('the URL must not contain credentials; put the API key in MODEL_API_KEY')
+    if not parts.hostname:
+        raise ValueError(f'the URL has no host: {url!r}')
+    if parts.query or parts.fragment:
+        raise ValueError('the URL must not contain a query or fragment')
+    try:
+        port = parts.port or (443 if parts.scheme == 'https' else 80)
+    except ValueError:
+        raise ValueError(f'the URL has an invalid port: {parts.netloc!r}') from None
+    if parts.scheme == 'http' and not _is_loopback(parts.hostname):
+        raise ValueError(f'plain http is allowed only to loopback addresses, not {parts.hostname!r}; '
+                         'use https or an SSH tunnel to 127.0.0.1')
+    for name, value in (('idle', idle), ('deadline', deadline)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f'{name} must be a positive finite number of seconds, got {value!r}')
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 32768:
+        raise ValueError(f'max_tokens must be an integer from 1 to 32768, got {max_tokens!r}')
+    if not isinstance(model, str) or not model:
+        raise ValueError('model must be a non-empty string')
+    if not isinstance(prompt, str):
+        raise ValueError('prompt must be a string')
+    headers = {'Content-Type': 'application/json', 'Accept': 'text/event-stream',
+               'User-Agent': f'stream-client/{__version__}'}
+    if token:
+        if not token.isprintable() or not token.isascii() or ' ' in token:
+            raise ValueError('MODEL_API_KEY holds characters that cannot go into an HTTP header')
+        headers['Authorization'] = 'Bearer ' + token
+    context = None
+    if parts.scheme == 'https' or ca_file:
+        import ssl
+        try:
+            context = ssl.create_default_context(cafile=ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f'cannot load --ca-file {ca_file!r}: {exc.strerror or exc}') from None
+    body = {'model': model, 'messages': [{'role': 'user', 'content': prompt}],
+            'stream': True, 'stream_options': {'include_usage': True},
+            'max_tokens': max_tokens, 'temperature': 0, 'n': 1}
+    return {'scheme': parts.scheme, 'host': parts.hostname, 'port': port, 'path': parts.path or '/',
+            'url': url, 'headers': headers, 'body': json.dumps(body).encode(), 'model': model,
+            'idle': float(idle), 'deadline': float(deadline), 'context': context, 'token': token or ''}
+
+
+# ---------------------------------------------------------------------------
+# Transport: one request, read under the idle timeout and the overall deadline
+# ---------------------------------------------------------------------------
+
+class Observation:
+    """What the client has seen of one run so far. The record is built from it."""
+
+    def __init__(self, request: dict) -> None:
+        self.request = request
+        self.started = time.perf_counter()
+        self.ended: float | None = None
+        self.phase = 'connect'
+        self.http: dict | None = None
+        self.response = None  # http.client.HTTPResponse, closed with the connection
+        self.body: ContentLengthBody | ChunkedBody | CloseDelimitedBody | None = None
+        self.events = Events()
+        self.chunks = ChatChunks()
+        self.failure: StreamError | None = None
+        self.transport_complete: bool | None = None
+        self.event_complete: bool | None = None
+        self.headers_at: float | None = None
+        self.first_event_at: float | None = None
+        self.first_text_at: float | None = None
+        self.first_reasoning_at: float | None = None
+        self.last_text_at: float | None = None
+        self.event_gaps: list[float] = []
+        self.reads = 0
+        self.text_reads = 0
+
+    def fail(self, error: StreamError) -> None:
+        if self.failure is None:
+            self.failure = error
+
+
+def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
+           deadline: float = 60.0, ca_file: str | None = None, token: str | None = None,
+           on_text=None) -> dict:
+    """Stream one chat completion and return its evidence record.
+
+    Invalid arguments raise ValueError before any connection. Everything that
+    goes wrong afterwards is reported in the record, never raised; Ctrl+C
+    raises Interrupted, which carries the record so far.
+    ``on_text(text)`` is called with each piece of visible answer text.
+    """
+    request = prepare(url, model, prompt, max_tokens=max_tokens, idle=idle,
+                      deadline=deadline, ca_file=ca_file, token=token)
+    return run(request, on_text)
+
+
+def run(request: dict, on_text=None) -> dict:
+    """Perform a prepared request; return the record (see stream())."""
+    obs = Observation(request)
+    interrupted = None
+    conn = None
+    try:
+        conn = _open(request)
+        _exchange(conn, obs, on_text)
+    except StreamError as exc:
+        obs.fail(exc)
+    except KeyboardInterrupt as exc:
+        interrupted = getattr(exc, 'signal_name', 'SIGINT')
+        obs.fail(StreamError('interrupted', f'interrupted by {interrupted} during the {obs.phase} phase '
+                                            f'after {obs.chunks.content_events} content events'))
+    except Exception as exc:  # a server must never crash the run: keep the evidence
+        obs.fail(_classify(exc, obs))
+    finally:
+        if obs.response is not None:
+            obs.response.close()
+        if conn is not None:
+            conn.close()
+        obs.ended = time.perf_counter()
+    record = build_record(obs)
+    if interrupted:
+        raise Interrupted(interrupted, record)
+    return record
+
+
+def _open(request: dict):
+    import http.client
+    timeout = min(request['idle'], request['deadline'])
+    if request['scheme'] == 'https':
+        return http.client.HTTPSConnection(request['host'], request['port'], timeout=timeout,
+                                           context=request['context'])
+    return http.client.HTTPConnection(request['host'], request['port'], timeout=timeout)
+
+
+def _exchange(conn, obs: Observation, on_text) -> None:
+    request = obs.request
+    conn.connect()
+    obs.phase = 'request'
+    sock = conn.sock
+    conn.request('POST', request['path'], body=request['body'], headers=request['headers'])
+    obs.phase = 'headers'
+    sock.settimeout(_wait(obs))
+    response = obs.response = conn.getresponse()
+    obs.headers_at = time.perf_counter()
+    obs.http = describe_response(response)
+    if response.status != 200:
+        raise StreamError('http', _status_problem(response, sock, obs))
+    _check_content_type(obs.http['content_type'])
+    obs.body = body_reader(response)
+    obs.phase = 'body'
+    _read_body(response.fp, sock, obs, on_text)
+
+
+def _read_body(fp, sock, obs: Observation, on_text) -> None:
+    """Read until the HTTP message ends, feeding each layer; then judge the ends."""
+    body, events, chunks = obs.body, obs.events, obs.chunks
+    deadline_at = obs.started + obs.request['deadline']
+    while not body.complete:
+        sock.settimeout(_wait(obs))
+        raw = fp.read1(READ_SIZE)
+        if not raw:
+            break
+        obs.reads += 1
+        payload = body.feed(raw)
+        text_before = chunks.content_events
+        for data in events.feed(payload):
+            now = time.perf_counter()
+            if now > deadline_at:
+                raise StreamError('timeout', _deadline_problem(obs))
+            if obs.first_event_at is None:
+                obs.first_event_at = now
+            text, reasoning = chunks.accept(data)
+            if text:
+                if obs.first_text_at is None:
+                    obs.first_text_at = now
+                else:
+                    obs.event_gaps.append(now - obs.last_text_at)
+                obs.last_text_at = now
+                if on_text:
+                    on_text(text)
+            if reasoning and obs.first_reasoning_at is None:
+                obs.first_reasoning_at = now
+        if chunks.content_events != text_before:
+            obs.text_reads += 1
+        if body.overrun:
+            obs.transport_complete = False
+            obs.event_complete = events.pending() is None
+            raise StreamError('transport', body.overrun_problem())
+    _judge_ends(obs)
+
+
+def _judge_ends(obs: Observation) -> None:
+    """At the end of the body: did the HTTP message and the event stream end properly?"""
+    problem = obs.body.eof_problem()
+    obs.transport_complete = problem is None
+    obs.event_complete = obs.events.pending() is None
+    if problem:
+        raise StreamError('transport', problem)
+    obs.events.finish()
+
+
+def _wait(obs: Observation) -> float:
+    """The socket timeout for the next operation: the idle timeout, cut to the deadline."""
+    remaining = obs.request['deadline'] - (time.perf_counter() - obs.started)
+    if remaining <= 0:
+        raise StreamError('timeout', _deadline_problem(obs))
+    return min(obs.request['idle'], remaining)
+
+
+def _deadline_problem(obs: Observation) -> str:
+    return (f'overall deadline of {obs.request["deadline"]:g} s reached during the {obs.phase} phase '
+            f'after {obs.chunks.content_events} content events')
+
+
+def _classify(exc: BaseException, obs: Observation) -> StreamError:
+    """Turn an exception from the socket, TLS or http.client into a layered failure."""
+    import http.client
+    import socket
+    import ssl
+    request = obs.request
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return _timeout_failure(obs)
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return StreamError('tls', f'certificate verification failed for {request["host"]}: '
+                                  f'{exc.verify_message or exc.reason}')
+    if isinstance(exc, ssl.SSLError):
+        return StreamError('tls', f'TLS failed with {request["host"]}: {exc.reason or exc}')
+    if obs.phase == 'connect' and isinstance(exc, OSError):
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return StreamError('connect', f'cannot connect to {request["host"]}:{request["port"]}: {reason}')
+    if obs.phase in ('request', 'headers') and isinstance(exc, (OSError, http.client.HTTPException)):
+        return StreamError('http', f'no valid response headers: {type(exc).__name__}: {exc}')
+    if obs.phase == 'body' and isinstance(exc, OSError):
+        received = obs.body.received if obs.body else 0
+        return StreamError('transport', f'connection failed after {received} body bytes: '
+                                        f'{type(exc).__name__}: {exc}')
+    return StreamError('client', f'unexpected {type(exc).__name__} during the {obs.phase} phase: {exc}')
+
+
+def _timeout_failure(obs: Observation) -> StreamError:
+    request = obs.request
+    if time.perf_counter() - obs.started >= request['deadline'] - 0.001:
+        return StreamError('timeout', _deadline_problem(obs))
+    idle = f'{request["idle"]:g} s'
+    if obs.phase == 'connect':
+        return StreamError('timeout', f'no connection to {request["host"]}:{request["port"]} within {idle}')
+    if obs.phase != 'body':
+        return StreamError('timeout', f'no response headers within the idle timeout of {idle}')
+    if obs.chunks.done:
+        obs.transport_complete = False
+        obs.event_complete = obs.events.pending() is None
+        return StreamError('transport', f'message did not end within the idle timeout of {idle} after [DONE]; '
+                                        f'received {obs.body.progress()}')
+    return StreamError('timeout', f'no bytes for {idle} (idle timeout) after '
+                                  f'{obs.chunks.content_events} content events')
+
+
+_PRIVATE_HEADERS = frozenset({'set-cookie', 'set-cookie2', 'cookie', 'authorization',
+                              'proxy-authorization', 'www-authenticate', 'proxy-authenticate'})
+
+
+def describe_response(response) -> dict:
+    """Status line and headers worth keeping (no cookies, nothing auth-related)."""
+    headers = response.msg
+    lengths = headers.get_all('Content-Length') or []
+    return {'status': response.status, 'reason': response.reason,
+            'version': {10: '1.0', 11: '1.1'}.get(response.version, str(response.version)),
+            'content_type': headers.get('Content-Type'),
+            'transfer_encoding': headers.get('Transfer-Encoding'),
+            'content_length': ', '.join(lengths) if lengths else None,
+            'body_bytes': 0,
+            'headers': [[name, value] for name, value in headers.items()
+                        if name.lower() not in _PRIVATE_HEADERS]}
+
+
+def _check_content_type(value: str | None) -> None:
+    media_type = (value or '').split(';')[0].strip().lower()
+    if media_type != 'text/event-stream':
+        raise StreamError('http', f'expected content-type text/event-stream, got {value or "none"!r}')
+
+
+def body_reader(response) -> ContentLengthBody | ChunkedBody | CloseDelimitedBody:
+    """Choose the body framing from the response headers (RFC 9112, 6.3)."""
+    headers = response.msg
+    encoding = headers.get('Transfer-Encoding')
+    if encoding is not None:
+        codings = [part.strip().lower() for part in encoding.split(',') if part.strip()]
+        if codings != ['chunked']:
+            raise StreamError('http', f'unsupported transfer-encoding {encoding!r}; expected chunked')
+        return ChunkedBody()
+    if (headers.get('Content-Encoding') or 'identity').strip().lower() != 'identity':
+        raise StreamError('http', f'unsupported content-encoding {headers.get("Content-Encoding")!r}')
+    lengths = {part.strip() for value in headers.get_all('Content-Length') or [] for part in value.split(',')}
+    if not lengths:
+        return CloseDelimitedBody()
+    if len(lengths) != 1 or not next(iter(lengths)).isdigit() or not next(iter(lengths)).isascii():
+        raise StreamError('http', f'invalid Content-Length {", ".join(sorted(lengths))!r}')
+    return ContentLengthBody(int(next(iter(lengths))))
+
+
+def _status_problem(response, sock, obs: Observation) -> str:
+    """The unexpected status, with the server's own error message when its body has one."""
+    problem = f'expected status 200, got {response.status} {response.reason}'.rstrip()
+    body = _read_error_body(response, sock, obs)
+    try:
+        error = server_error_fields(json.loads(body))
+    except (ValueError, RecursionError):
+        text = body.decode('utf-8', 'replace')
+        if 'html' in (obs.http['content_type'] or '').lower():
+            import re
+            text = re.sub(r'<[^>]*>', ' ', text)
+        text = ' '.join(text.split())
+        return f'{problem}: {_preview(text, 200)}' if text else problem
+    obs.chunks.server_error = error
+    return f'{problem}: {describe_server_error(error)}'
+
+
+def _read_error_body(response, sock, obs: Observation) -> bytes:
+    """Up to MAX_ERROR_BODY bytes of an error response, under the same time bounds."""
+    import http.client
+    parts, size = [], 0
+    try:
+        while size < MAX_ERROR_BODY:
+            sock.settimeout(_wait(obs))
+            piece = response.read1(MAX_ERROR_BODY - size)
+            if not piece:
+                break
+            parts.append(piece)
+            size += len(piece)
+    except (OSError, http.client.HTTPException, StreamError):
+        pass  # the status line already says what failed; keep what arrived
+    return b''.join(parts)
+
+
+# ---------------------------------------------------------------------------
+# The evidence record
+# ---------------------------------------------------------------------------
+
+def _ms(start: float, at: float | None) -> float | None:
+    return None if at is None else round((at - start) * 1000, 3)
+
+
+def judge(obs: Observation) -> tuple[str, str] | None:
+    """Why this run is not ok, as (layer, message); None when it is ok.
+
+    The first failure seen while reading wins (it stopped the run). A run that
+    read to the end of its body is judged layer by layer: transport, SSE, then
+    the completion itself.
+    """
+    if obs.failure is not None:
+        return obs.failure.layer, obs.failure.message
+    problem = obs.chunks.outcome_problem()
+    if problem:
+        return 'application', problem
+    return None
+
+
+def build_record(obs: Observation) -> dict:
+    """The JSON evidence record of a run (never contains the API key)."""
+    chunks, start = obs.chunks, obs.started
+    verdict = judge(obs)
+    http = obs.http
+    if http is not None and obs.body is not None:
+        http['body_bytes'] = obs.body.received
+        http['framing'] = obs.body.framing
+    ended = obs.ended if obs.ended is not None else time.perf_counter()
+    record = {
+        'ok': verdict is None,
+        'error_layer': verdict[0] if verdict else None,
+        'error': f'{verdict[0]}: {verdict[1]}' if verdict else None,
+        'transport_complete': obs.transport_complete,
+        'event_complete': obs.event_complete,
+        'application_complete': chunks.server_error is None and chunks.outcome_problem() is None,
+        'model': obs.request['model'],
+        'text': chunks.text,
+        'reasoning_text': chunks.reasoning,
+        'finish_reason': chunks.finish_reason,
+        'done': chunks.done,
+        'completion_tokens': chunks.completion_tokens,
+        'content_events': chunks.content_events,
+        'data_events': chunks.data_events,
+        'headers_ms': _ms(start, obs.headers_at),
+        'first_event_ms': _ms(start, obs.first_event_at),
+        'first_reasoning_ms': _ms(start, obs.first_reasoning_at),
+        'first_text_ms': _ms(start, obs.first_text_at),
+        'duration_ms': _ms(start, ended),
+        'event_gaps_ms': [round(gap * 1000, 3) for gap in obs.event_gaps],
+        'reads': obs.reads,
+        'buffered_delivery': chunks.content_events >= 2 and obs.text_reads == 1,
+        'response_id': chunks.response_id,
+        'request_id': _header(http, 'x-request-id'),
+        'server_error': chunks.server_error,
+        'http': http,
+    }
+    return redact(record, obs.request['token'])
+
+
+def _header(http: dict | None, name: str) -> str | None:
+    for key, value in (http or {}).get('headers', []):
+        if key.lower() == name:
+            return value
+    return None
+
+
+def redact(value, secret: str):
+    """A copy of value with every occurrence of secret in its strings replaced."""
+    if not secret:
+        return value
+    if isinstance(value, str):
+        return value.replace(secret, '[redacted]')
+    if isinstance(value, dict):
+        return {key: redact(item, secret) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact(item, secret) for item in value]
+    return value
+
+
+def interrupted_record(request: dict, signal_name: str) -> dict:
+    """The record of a run that was interrupted before it could start."""
+    obs = Observation(request)
+    obs.fail(StreamError('interrupted', f'interrupted by {signal_name} before the request was sent'))
+    obs.ended = obs.started
+    return build_record(obs)
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+
+SIGNAL_EXIT = {'SIGINT': 130, 'SIGTERM': 143}
+
+
+class UsageError(Exception):
+    """Invalid input from the command line: exit status 2, one line on stderr."""
+
+
+def _parser():
+    import argparse
+
+    class OneLineParser(argparse.ArgumentParser):
+        def error(self, message: str):
+            self.exit(2, f'{self.prog}: error: {message}\n')
+
+    parser = OneLineParser(
+        prog='stream_client.py',
+        description='Stream one chat completion and save evidence of whether it really finished. '
+                    'Exit status: 0 ok, 1 not ok, 2 bad arguments or output path, 130/143 interrupted.',
+        epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
+    parser.add_argument('--url', help=f'chat completions endpoint (default {DEFAULT_URL})')
+    parser.add_argument('--model', help='model name to request (default with --fixture: synthetic-fixture)')
+    parser.add_argument('--prompt', default=DEFAULT_PROMPT, help='user message (default: %(default)r)')
+    parser.add_argument('--max-tokens', type=int, default=128, metavar='N', help='output budget (default 128)')
+    parser.add_argument('--idle', type=float, default=10.0, metavar='S',
+                        help='seconds to wait for the next bytes (default 10)')
+    parser.add_argument('--deadline', type=float, default=60.0, metavar='S',
+                        help='seconds the whole run may take (default 60)')
+    parser.add_argument('--ca-file', metavar='PEM', help='extra trusted CA certificates for https')
+    parser.add_argument('--output', required=True, metavar='FILE',
+                        help='new file for the JSON evidence record; an existing file is never overwritten')
+    parser.add_argument('--fixture', metavar='MODE',
+                        help='stream from the synthetic fixture, run in this process on a free loopback port')
+    parser.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
+    return parser
+
+
+def _request_from_args(args) -> dict:
+    if args.fixture is not None:
+        if args.url is not None:
+            raise UsageError('--fixture and --url exclude each other')
+        import fixture_server
+        if args.fixture not in fixture_server.MODES:
+            raise UsageError(f'unknown fixture mode {args.fixture!r}; choose from {", ".join(fixture_server.MODES)}')
+        url, model = 'http://127.0.0.1:1/v1/chat/completions', args.model or 'synthetic-fixture'
+    elif args.model is None:
+        raise UsageError('--model is required (unless --fixture is used)')
+    else:
+        url, model = args.url or DEFAULT_URL, args.model
+    return prepare(url, model, args.prompt, max_tokens=args.max_tokens, idle=args.idle,
+                   deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get('MODEL_API_KEY'))
+
+
+def reserve_output(path: str) -> int:
+    """Create the evidence file exclusively (mode 0600) before anything is sent."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise UsageError(f'{path} already exists; evidence is never overwritten, choose a new file name') from None
+    except FileNotFoundError:
+        raise UsageError(f'cannot create {path}: its directory does not exist') from None
+    except OSError as exc:
+        raise UsageError(f'cannot create {path}: {exc.strerror or exc}') from None
+
+
+def write_record(fd: int, record: dict) -> None:
+    with os.fdopen(fd, 'w', encoding='utf-8') as output:
+        json.dump(record, output, indent=2, ensure_ascii=False)
+        output.write('\n')
+
+
+def _terminate(signum, frame):
+    raise Interrupted('SIGTERM')
+
+
+def _start_fixture(mode: str, request: dict):
+    import threading
+    import fixture_server
+    instance = fixture_server.server(0, mode)
+    threading.Thread(target=instance.serve_forever, daemon=True).start()
+    request['port'] = instance.server_port
+    request['url'] = f'http://127.0.0.1:{instance.server_port}/v1/chat/completions'
+    return instance
+
+
+def _show_text(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    import signal
+    args = _parser().parse_args(argv)
+    try:
+        request = _request_from_args(args)
+        fd = reserve_output(args.output)
+    except (UsageError, ValueError) as exc:
+        print(f'stream_client.py: error: {exc}', file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
+    record, status, fixture = None, 1, None
+    try:
+        if args.fixture is not None:
+            fixture = _start_fixture(args.fixture, request)
+        record = run(request, _show_text if sys.stderr.isatty() else None)
+        status = 0 if record['ok'] else 1
+    except Interrupted as exc:
+        record = exc.record or interrupted_record(request, exc.signal_name)
+        status = SIGNAL_EXIT[exc.signal_name]
+    except KeyboardInterrupt:
+        record, status = interrupted_record(request, 'SIGINT'), 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if record is None:  # a bug in this client: still leave a valid record, then show the traceback
+            obs = Observation(request)
+            obs.fail(StreamError('client', 'the client failed before finishing its record'))
+            record = build_record(obs)
+        write_record(fd, record)
+        if fixture is not None:
+            fixture.shutdown()
+            fixture.server_close()
+    if sys.stderr.isatty() and record['text']:
+        sys.stderr.write('\n')
+    summary = {key: record[key] for key in ('ok', 'error_layer', 'first_text_ms', 'duration_ms',
+                                            'finish_reason', 'error')}
+    print(json.dumps(summary, ensure_ascii=False))
+    return status
+
+
+if __name__ == '__main__':
+    sys.exit(main())

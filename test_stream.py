@@ -1,0 +1,587 @@
+"""Protocol tests: no model, no third-party package, loopback only."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from pathlib import Path
+
+import fixture_server
+from stream_client import (MAX_EVENT_CHARS, MAX_LINE_CHARS, ChatChunks, ChunkedBody, ContentLengthBody,
+                           Events, StreamError, stream)
+
+HERE = Path(__file__).resolve().parent
+TRACES = HERE / 'testdata' / 'vllm-0.32.0-cpu'
+CLIENT = str(HERE / 'stream_client.py')
+
+
+def pieces(data: bytes, size: int) -> list[bytes]:
+    return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+def parse_all(chunks: list[bytes]) -> list[str]:
+    parser = Events()
+    events = []
+    for chunk in chunks:
+        events.extend(parser.feed(chunk))
+    parser.finish()
+    return events
+
+
+def reference_events(text: str) -> tuple[list[str], bool]:
+    """A naive character-by-character SSE parser, written from the spec; returns (events, ended on boundary)."""
+    if text.startswith('\ufeff'):
+        text = text[1:]
+    events, data, line, i = [], [], '', 0
+    while i < len(text):
+        char = text[i]
+        i += 1
+        if char in '\r\n':
+            if char == '\r' and i < len(text) and text[i] == '\n':
+                i += 1
+            if not line:
+                if data:
+                    events.append('\n'.join(data))
+                data = []
+            else:
+                name, _, value = line.partition(':')
+                if name == 'data':
+                    data.append(value[1:] if value.startswith(' ') else value)
+            line = ''
+        else:
+            line += char
+    return events, not line and not data
+
+
+def split_capture(path: Path) -> tuple[bytes, bytes]:
+    head, _, body = path.read_bytes().partition(b'\r\n\r\n')
+    return head + b'\r\n\r\n', body
+
+
+def dechunk(body: bytes) -> bytes:
+    reader = ChunkedBody()
+    payload = reader.feed(body)
+    assert reader.complete and not reader.overrun
+    return payload
+
+
+class ParserTests(unittest.TestCase):
+    MIXED = ('\ufeff: comment\rdata: one \u2713\rdata: two\r\rdata: three\n\n'
+             'data: four\r\n\r\nevent: x\nid: 7\ndata:five\n\n').encode()
+
+    def test_every_chunk_size_gives_the_same_events(self):
+        for size in range(1, len(self.MIXED) + 1):
+            with self.subTest(size=size):
+                self.assertEqual(parse_all(pieces(self.MIXED, size)),
+                                 ['one \u2713\ntwo', 'three', 'four', 'five'])
+
+    def test_vllm_capture_parses_identically_at_every_chunk_size(self):
+        payload = dechunk(split_capture(TRACES / 'u2_chat_stream_emoji_split_tokens.http')[1])
+        expected = parse_all([payload])
+        self.assertEqual(expected[-1], '[DONE]')
+        self.assertEqual(len(expected), 8)
+        for size in range(1, len(payload) + 1):
+            self.assertEqual(parse_all(pieces(payload, size)), expected, size)
+
+    def test_crlf_split_across_reads_counts_as_one_line_end(self):
+        self.assertEqual(parse_all([b'data: a\r', b'\ndata: b\r\n\r\n']), ['a\nb'])
+
+    def test_bare_data_line_is_empty_data_and_one_space_is_stripped(self):
+        self.assertEqual(parse_all([b'data\ndata: x\n\n']), ['\nx'])
+        self.assertEqual(parse_all([b'data:  two spaces\n\n']), [' two spaces'])
+        self.assertEqual(parse_all([b'data:\n\n']), [''])
+
+    def test_only_data_fields_count_and_blank_lines_without_data_dispatch_nothing(self):
+        self.assertEqual(parse_all([b'database: no\nevent: e\nretry: 1\n\n\n\n: c\n\ndata: y\n\n']), ['y'])
+
+    def test_unicode_line_separators_are_not_line_ends(self):
+        self.assertEqual(parse_all(['data: a\u2028b\u0085c\n\n'.encode()]), ['a\u2028b\u0085c'])
+
+    def test_bom_split_across_reads_is_dropped_once(self):
+        raw = '\ufeffdata: x\n\n'.encode()
+        self.assertEqual(parse_all([raw[:1], raw[1:2], raw[2:]]), ['x'])
+        self.assertEqual(parse_all(['\ufeff\ufeffdata: x\n\ndata: y\n\n'.encode()]), ['y'])
+
+    def test_unterminated_event_is_not_dispatched_and_finish_says_so(self):
+        for raw, words in ((b'data: unfinished', 'inside a line'), (b'data: x\n', 'inside an event'),
+                           ('data: \u2713'.encode()[:-1], 'UTF-8 character')):
+            parser = Events()
+            self.assertEqual(parser.feed(raw), [])
+            with self.assertRaises(StreamError) as caught:
+                parser.finish()
+            self.assertEqual(caught.exception.layer, 'sse')
+            self.assertIn(words, caught.exception.message)
+
+    def test_invalid_utf8_is_an_sse_error(self):
+        with self.assertRaises(StreamError) as caught:
+            Events().feed(b'data: \xff\n\n')
+        self.assertIn('0xff', caught.exception.message)
+
+    def test_line_bound_holds_on_both_paths_and_without_line_ends(self):
+        fits = 'data: ' + 'x' * (MAX_LINE_CHARS - 6)
+        self.assertEqual(len(parse_all([(fits + '\n\n').encode()])[0]), MAX_LINE_CHARS - 6)
+        for prefix in ('', ': slow path\n'):
+            with self.subTest(prefix=prefix), self.assertRaises(StreamError):
+                Events().feed((prefix + fits + 'x\n\n').encode())
+        parser = Events()
+        with self.assertRaises(StreamError):
+            for _ in range(MAX_LINE_CHARS // 4096 + 2):
+                parser.feed(b'y' * 4096)
+        self.assertLessEqual(len(parser._line), MAX_LINE_CHARS + 4096)
+
+    def test_event_bound_counts_all_data_lines(self):
+        line = ('data: ' + 'z' * 60_000 + '\n').encode()
+        parser = Events()
+        with self.assertRaises(StreamError) as caught:
+            for _ in range(MAX_EVENT_CHARS // 60_000 + 1):
+                parser.feed(line)
+        self.assertIn('event data longer', caught.exception.message)
+
+    def test_fast_path_agrees_with_a_naive_parser_on_random_streams(self):
+        rng = random.Random(2026)
+        parts = ['data: {"a":1}', 'data: x', 'data:y', 'data', ': c', 'event: e', '', 'data: \u2713\u00e9',
+                 'data: a\rb']
+        for _ in range(300):
+            text = ''.join(rng.choice(parts) + rng.choice(['\n', '\r', '\r\n', '\n\n', '\r\n\r\n'])
+                           for _ in range(rng.randint(1, 12)))
+            raw = text.encode()
+            cuts = sorted(rng.sample(range(1, len(raw)), min(len(raw) - 1, rng.randint(0, 6))))
+            chunks = [raw[a:b] for a, b in zip([0] + cuts, cuts + [len(raw)])]
+            expected, at_boundary = reference_events(text)
+            parser = Events()
+            got = [event for chunk in chunks for event in parser.feed(chunk)]
+            if text.endswith('\r'):
+                at_boundary = at_boundary and True
+            self.assertEqual(got, expected, repr(text))
+            self.assertEqual(parser.pending() is None, at_boundary, repr(text))
+
+
+def chunk_json(**choice) -> str:
+    return json.dumps({'choices': [dict({'index': 0, 'delta': {}}, **choice)]})
+
+
+class ChatChunkTests(unittest.TestCase):
+    def rejected(self, *events: str) -> StreamError:
+        chunks = ChatChunks()
+        with self.assertRaises(StreamError) as caught:
+            for data in events:
+                chunks.accept(data)
+        return caught.exception
+
+    def test_each_violation_names_its_layer(self):
+        cases = [
+            (['{"choices": [{"index": 0, "delta": {}}, {"index": 1, "delta": {}}]}'], 'protocol', 'one choice'),
+            ([chunk_json(index=1)], 'protocol', 'index 0'),
+            ([chunk_json(delta={'tool_calls': [{'index': 0}]})], 'protocol', 'tool call'),
+            ([chunk_json(delta={'function_call': {'name': 'f'}})], 'protocol', 'tool call'),
+            ([chunk_json(delta={'content': 7})], 'protocol', 'delta.content to be a string'),
+            ([chunk_json(finish_reason='stop'), chunk_json(delta={'content': 'late'})], 'protocol',
+             'after finish_reason=stop'),
+            ([chunk_json(finish_reason='stop'), chunk_json(finish_reason='stop')], 'protocol', 'second finish'),
+            (['[DONE]', chunk_json()], 'protocol', 'after [DONE]'),
+            (['{"choices": [], "usage": {"completion_tokens": -1}}'], 'protocol', 'completion_tokens'),
+            (['{"choices": [], "usage": {"completion_tokens": true}}'], 'protocol', 'completion_tokens'),
+            (['{"choices": [], "usage": {"prompt_tokens": 3}}'], 'protocol', 'completion_tokens'),
+            (['[1, 2]'], 'protocol', 'JSON object'),
+            (['{invalid}'], 'protocol', 'malformed JSON'),
+            (['[' * 20_000], 'protocol', 'malformed JSON'),
+            (['{"error": {"message": "boom", "type": "InternalServerError", "code": 500}}'], 'application',
+             "'boom' (InternalServerError 500)"),
+        ]
+        for events, layer, words in cases:
+            with self.subTest(events=events[-1][:40]):
+                error = self.rejected(*events)
+                self.assertEqual(error.layer, layer)
+                self.assertIn(words, error.message)
+
+    def test_error_event_keeps_the_servers_fields(self):
+        chunks = ChatChunks()
+        with self.assertRaises(StreamError):
+            chunks.accept('{"error": "Unauthorized"}')
+        self.assertEqual(chunks.server_error, {'message': 'Unauthorized', 'type': None, 'code': None})
+
+    def test_outcome_needs_done_stop_and_visible_text(self):
+        def outcome(*events):
+            chunks = ChatChunks()
+            for data in events:
+                chunks.accept(data)
+            return chunks.outcome_problem()
+        text = chunk_json(delta={'content': 'hi'})
+        self.assertIsNone(outcome(text, chunk_json(finish_reason='stop'), '[DONE]'))
+        self.assertIn('EOF before [DONE] after 1 content events', outcome(text, chunk_json(finish_reason='stop')))
+        self.assertIn('without a finish_reason', outcome(text, '[DONE]'))
+        self.assertIn('finish_reason=length', outcome(text, chunk_json(finish_reason='length'), '[DONE]'))
+        self.assertIn('tool call', outcome(text, chunk_json(finish_reason='tool_calls'), '[DONE]'))
+        self.assertIn('got finish_reason=abort', outcome(text, chunk_json(finish_reason='abort'), '[DONE]'))
+        blank = chunk_json(delta={'content': ' \n'})
+        self.assertIn('no visible text', outcome(blank, chunk_json(finish_reason='stop'), '[DONE]'))
+
+    def test_reasoning_is_kept_apart_from_the_answer(self):
+        chunks = ChatChunks()
+        self.assertEqual(chunks.accept(chunk_json(delta={'reasoning': 'think'})), ('', 'think'))
+        self.assertEqual(chunks.accept(chunk_json(delta={'reasoning_content': 'more'})), ('', 'more'))
+        self.assertEqual(chunks.accept(chunk_json(delta={'reasoning': 'a', 'reasoning_content': 'a'})), ('', 'a'))
+        self.assertEqual((chunks.text, chunks.reasoning, chunks.content_events), ('', 'thinkmorea', 0))
+
+    def test_text_content_finish_in_one_chunk_and_null_fields_are_accepted(self):
+        chunks = ChatChunks()
+        chunks.accept('{"choices": [{"index": 0, "delta": {"role": "assistant", "content": null}, '
+                      '"logprobs": null, "finish_reason": null}], "usage": null}')
+        chunks.accept(chunk_json(delta={'content': 'Ex'}, finish_reason='length'))
+        self.assertEqual((chunks.text, chunks.finish_reason), ('Ex', 'length'))
+
+
+class FramingTests(unittest.TestCase):
+    def test_content_length_counts_bytes_and_reports_shortfall_and_overrun(self):
+        body = ContentLengthBody(10)
+        self.assertEqual(body.feed(b'12345'), b'12345')
+        self.assertEqual(body.eof_problem(), 'connection closed after 5 of 10 body bytes')
+        self.assertEqual(body.feed(b'6789012'), b'67890')
+        self.assertTrue(body.complete)
+        self.assertEqual(body.overrun_problem(), '2 bytes beyond the declared Content-Length of 10')
+
+    def test_chunked_capture_decodes_at_every_chunk_size(self):
+        raw = split_capture(TRACES / 'a2_chat_stream_usage_eos_stop.http')[1]
+        expected = dechunk(raw)
+        self.assertTrue(expected.endswith(b'data: [DONE]\n\n'))
+        for size in range(1, len(raw) + 1):
+            reader = ChunkedBody()
+            payload = b''.join(reader.feed(piece) for piece in pieces(raw, size))
+            self.assertEqual((payload, reader.complete, reader.overrun), (expected, True, 0), size)
+
+    def test_chunked_premature_ends_are_named(self):
+        raw = split_capture(TRACES / 'a2_chat_stream_usage_eos_stop.http')[1]
+        for cut, words in ((len(raw) - 5, 'without its terminating chunk'), (20, 'inside a chunk'),
+                           (len(raw) - 2, 'inside its trailer')):
+            reader = ChunkedBody()
+            reader.feed(raw[:cut])
+            self.assertIn(words, reader.eof_problem())
+
+    def test_chunked_rejects_bad_size_lines_and_missing_crlf(self):
+        for bad in (b'zz\r\n', b'-1\r\n', b'0x10\r\n', b'1_0\r\n', b'\r\n', b'+5\r\n', b'5\r\nhelloXY'):
+            with self.subTest(bad=bad), self.assertRaises(StreamError) as caught:
+                ChunkedBody().feed(bad)
+            self.assertEqual(caught.exception.layer, 'transport')
+
+    def test_chunked_accepts_extensions_and_trailers_and_counts_overrun(self):
+        reader = ChunkedBody()
+        self.assertEqual(reader.feed(b'5;ext=1\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\nextra'), b'hello')
+        self.assertTrue(reader.complete)
+        self.assertEqual(reader.overrun, 5)
+
+
+class RawServer:
+    """Loopback server answering every request with fixed bytes, written piece by piece."""
+
+    def __init__(self, *writes: bytes, hold: float = 0.0, delay: float = 0.0) -> None:
+        self.writes, self.hold, self.delay = writes, hold, delay
+        self.listener = socket.create_server(('127.0.0.1', 0))
+        self.url = f'http://127.0.0.1:{self.listener.getsockname()[1]}/v1/chat/completions'
+        self.requests: list[bytes] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(10)
+            request = b''
+            while b'\r\n\r\n' not in request:
+                request += conn.recv(65536)
+            head, _, body = request.partition(b'\r\n\r\n')
+            length = int(head.lower().split(b'content-length:')[1].split(b'\r\n')[0])
+            while len(body) < length:
+                body += conn.recv(65536)
+            self.requests.append(head + b'\r\n\r\n' + body)
+            try:
+                for piece in self.writes:
+                    time.sleep(self.delay)
+                    conn.sendall(piece)
+                if self.hold:
+                    conn.settimeout(self.hold)
+                    conn.recv(1)
+            except OSError:
+                pass
+
+    def __enter__(self) -> RawServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.listener.close()
+
+
+def sse_response(body: bytes, *, headers: str = '', status: str = '200 OK') -> bytes:
+    return (f'HTTP/1.1 {status}\r\nContent-Type: text/event-stream\r\n{headers}\r\n').encode() + body
+
+
+def replay(capture: str, **kwargs) -> dict:
+    with RawServer((TRACES / capture).read_bytes()) as server:
+        return stream(server.url, 'tiny', 'hi', **kwargs)
+
+
+def run_fixture(mode: str, **kwargs) -> dict:
+    with fixture_server.server(0, mode, 0.002) as instance:
+        thread = threading.Thread(target=instance.serve_forever, daemon=True)
+        thread.start()
+        try:
+            return stream(f'http://127.0.0.1:{instance.server_port}/v1/chat/completions',
+                          'synthetic-fixture', 'READY', **kwargs)
+        finally:
+            instance.shutdown()
+            thread.join()
+
+
+class FixtureVerdictTests(unittest.TestCase):
+    # mode: (transport_complete, event_complete, application_complete, error_layer, words in error)
+    EXPECTED = {
+        'ok': (True, True, True, None, None),
+        'broken': (True, True, False, 'application', 'EOF before [DONE] after 2 content events'),
+        'length': (True, True, False, 'application', 'output budget exhausted (finish_reason=length)'),
+        'malformed': (None, None, False, 'protocol', 'malformed JSON'),
+        'http-error': (None, None, False, 'http', 'expected status 200, got 503'),
+        'truncated': (False, True, True, 'transport', 'connection closed after 445 of 509 body bytes'),
+        'no-done': (True, True, False, 'application', 'EOF before [DONE]'),
+        'unterminated': (True, False, False, 'sse', 'inside an event'),
+        'held-open': (False, True, True, 'transport', 'did not end within the idle timeout of 0.3 s after [DONE]'),
+        'after-done': (None, None, True, 'protocol', 'event after [DONE]'),
+    }
+
+    def test_every_mode_gets_its_triple_and_layer(self):
+        self.assertEqual(set(self.EXPECTED), set(fixture_server.MODES))
+        for mode, (transport, event, application, layer, words) in self.EXPECTED.items():
+            with self.subTest(mode=mode):
+                record = run_fixture(mode, idle=0.3)
+                json.dumps(record)
+                self.assertEqual((record['transport_complete'], record['event_complete'],
+                                  record['application_complete'], record['error_layer']),
+                                 (transport, event, application, layer))
+                self.assertEqual(record['ok'], layer is None)
+                if words:
+                    self.assertIn(words, record['error'])
+                    self.assertTrue(record['error'].startswith(layer + ': '))
+                if mode != 'http-error':
+                    self.assertEqual(record['text'], 'READY \u2713')
+
+    def test_seed_control_cases_get_three_different_classifications(self):
+        verdicts = {mode: (run_fixture(mode)['error_layer']) for mode in ('ok', 'truncated', 'no-done')}
+        self.assertEqual(verdicts, {'ok': None, 'truncated': 'transport', 'no-done': 'application'})
+
+    def test_ok_record_keeps_text_usage_and_clock_order(self):
+        record = run_fixture('ok')
+        self.assertTrue(record['ok'])
+        self.assertEqual((record['text'], record['finish_reason'], record['done']), ('READY \u2713', 'stop', True))
+        self.assertEqual((record['content_events'], record['completion_tokens']), (2, 3))
+        self.assertEqual(len(record['event_gaps_ms']), 1)
+        self.assertLess(0, record['headers_ms'])
+        self.assertLessEqual(record['headers_ms'], record['first_event_ms'])
+        self.assertLess(record['first_event_ms'], record['first_text_ms'])
+        self.assertLess(record['first_text_ms'], record['duration_ms'])
+        http = record['http']
+        self.assertEqual((http['status'], http['version'], http['framing'], http['content_length'],
+                          http['body_bytes']), (200, '1.1', 'content-length', '445', 445))
+
+    def test_deadline_bounds_the_run(self):
+        record = run_fixture('ok', deadline=0.001)
+        self.assertFalse(record['ok'])
+        self.assertEqual(record['error_layer'], 'timeout')
+        self.assertIn('overall deadline of 0.001 s', record['error'])
+
+
+class CaptureReplayTests(unittest.TestCase):
+    def test_real_vllm_captures_get_their_verdicts(self):
+        expected = {
+            'a2_chat_stream_usage_eos_stop.http': (True, None),
+            'a3_chat_stream_usage_stopstring.http': (True, None),
+            'v1_chat_stream_max64.http': (False, 'finish_reason=length'),
+            'a1_chat_stream_usage_max16_length.http': (False, 'finish_reason=length'),
+            'b1_chat_stream_usage_max1_length.http': (False, 'finish_reason=length'),
+            'd1_err_stream_max_tokens_too_big.http':
+                (False, 'http: expected status 200, got 400 Bad Request: '
+                        "'max_tokens=100000 cannot be greater than max_model_len=512"),
+            'd2_err_stream_unknown_model.http': (False, 'got 404 Not Found'),
+            'z1_engine_crash_midstream_error_http200.http':
+                (False, "application: server sent an error event: 'EngineCore encountered an issue."),
+        }
+        for capture, (ok, words) in expected.items():
+            with self.subTest(capture=capture):
+                record = replay(capture)
+                self.assertEqual(record['ok'], ok, record['error'])
+                if words:
+                    self.assertIn(words, record['error'])
+                else:
+                    self.assertEqual((record['transport_complete'], record['http']['framing']), (True, 'chunked'))
+
+    def test_split_emoji_capture_gives_exact_text(self):
+        record = replay('u2_chat_stream_emoji_split_tokens.http')
+        self.assertEqual(record['text'], '\ufffd\ufffd\U0001f600\U0001f600')
+        self.assertEqual(record['response_id'], 'chatcmpl-' + record['response_id'][9:])
+
+    def test_cut_chunked_body_is_a_transport_failure_even_with_done_inside(self):
+        head, body = split_capture(TRACES / 'a2_chat_stream_usage_eos_stop.http')
+        record = RawReplay(head + body[:-5]).record()
+        self.assertEqual((record['error_layer'], record['transport_complete'], record['application_complete']),
+                         ('transport', False, True))
+        self.assertIn('without its terminating chunk', record['error'])
+        record = RawReplay(head + body[:400]).record()
+        self.assertEqual(record['error_layer'], 'transport')
+        self.assertIn('inside a chunk', record['error'])
+
+    def test_overlong_and_invalid_framing_fail_at_the_transport(self):
+        events = b'data: [DONE]\n\n'
+        record = RawReplay(sse_response(events + b'extra', headers='Content-Length: 14\r\n')).record()
+        self.assertEqual(record['error'], 'transport: 5 bytes beyond the declared Content-Length of 14')
+        record = RawReplay(sse_response(b'zz\r\n', headers='Transfer-Encoding: chunked\r\n')).record()
+        self.assertIn("transport: invalid chunk size line b'zz'", record['error'])
+
+    def test_close_delimited_body_ends_at_close(self):
+        good = (chunk_json(delta={'content': 'hi'}), chunk_json(finish_reason='stop'), '[DONE]')
+        body = ''.join(f'data: {data}\n\n' for data in good).encode()
+        record = RawReplay(sse_response(body)).record()
+        self.assertTrue(record['ok'], record['error'])
+        self.assertEqual(record['http']['framing'], 'close')
+
+    def test_wrong_content_type_and_transfer_coding_are_http_failures(self):
+        record = RawReplay(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{}').record()
+        self.assertEqual(record['error'], "http: expected content-type text/event-stream, got 'application/json'")
+        record = RawReplay(sse_response(b'', headers='Transfer-Encoding: gzip, chunked\r\n')).record()
+        self.assertIn('unsupported transfer-encoding', record['error'])
+
+    def test_deeply_nested_json_becomes_an_error_record(self):
+        body = b'data: ' + b'[' * 20_000 + b'\n\n'
+        record = RawReplay(sse_response(body, headers=f'Content-Length: {len(body)}\r\n')).record()
+        self.assertEqual(record['error_layer'], 'protocol')
+        json.dumps(record)
+
+    def test_idle_timeout_after_headers_and_refused_connection(self):
+        started = time.monotonic()
+        with RawServer(sse_response(b'', headers='Transfer-Encoding: chunked\r\n'), hold=5) as server:
+            record = stream(server.url, 'm', 'p', idle=0.3)
+        self.assertLess(time.monotonic() - started, 2)
+        self.assertEqual(record['error'], 'timeout: no bytes for 0.3 s (idle timeout) after 0 content events')
+        with socket.create_server(('127.0.0.1', 0)) as probe:
+            port = probe.getsockname()[1]
+        record = stream(f'http://127.0.0.1:{port}/v1/chat/completions', 'm', 'p')
+        self.assertEqual(record['error_layer'], 'connect')
+
+    def test_request_has_the_guides_fields_and_the_key_never_appears(self):
+        secret = 'sk-test-7f3a9c'
+        with RawServer((TRACES / 'a2_chat_stream_usage_eos_stop.http').read_bytes()) as server:
+            record = stream(server.url, 'tiny', 'hello', max_tokens=7, token=secret)
+        head, _, body = server.requests[0].partition(b'\r\n\r\n')
+        self.assertIn(f'Authorization: Bearer {secret}'.encode(), head)
+        self.assertIn(b'Accept: text/event-stream', head)
+        self.assertEqual(json.loads(body), {'model': 'tiny', 'messages': [{'role': 'user', 'content': 'hello'}],
+                                            'stream': True, 'stream_options': {'include_usage': True},
+                                            'max_tokens': 7, 'temperature': 0, 'n': 1})
+        self.assertNotIn(secret, json.dumps(record))
+
+    def test_invalid_arguments_raise_before_connecting(self):
+        bad = [('ftp://127.0.0.1/v1/chat/completions', {}), ('https://user:secret@example.com/v1/chat/completions', {}),
+               ('http://192.0.2.1:8000/v1/chat/completions', {}), ('http://127.0.0.1:8000/x?q=1', {}),
+               ('http://127.0.0.1:8000/x#f', {}), ('http:///v1', {}), ('http://127.0.0.1:99999/x', {}),
+               ('http://127.0.0.1/x', {'idle': float('nan')}), ('http://127.0.0.1/x', {'deadline': float('inf')}),
+               ('http://127.0.0.1/x', {'idle': -1}), ('http://127.0.0.1/x', {'max_tokens': 0}),
+               ('http://127.0.0.1/x', {'max_tokens': 32769}), ('http://127.0.0.1/x', {'token': 'a\nb'}),
+               ('https://localhost/x', {'ca_file': '/nonexistent/ca.pem'})]
+        for url, kwargs in bad:
+            with self.subTest(url=url, **kwargs), self.assertRaises(ValueError) as caught:
+                stream(url, 'demo', 'hi', **kwargs)
+            self.assertNotIn('secret', str(caught.exception))
+
+
+class RawReplay:
+    def __init__(self, response: bytes) -> None:
+        self.response = response
+
+    def record(self, **kwargs) -> dict:
+        with RawServer(self.response) as server:
+            return stream(server.url, 'm', 'p', idle=2, **kwargs)
+
+
+def run_cli(*args: str, cwd: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, CLIENT, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=30, **kwargs)
+
+
+class CommandLineTests(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = Path(self.tmp.name)
+
+    def test_fixture_demo_writes_an_ok_record_and_one_summary_line(self):
+        done = run_cli('--fixture', 'ok', '--output', 'run.json', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        record = json.loads((self.dir / 'run.json').read_text())
+        self.assertEqual((record['ok'], record['text'], record['model']), (True, 'READY \u2713', 'synthetic-fixture'))
+        summary = json.loads(done.stdout)
+        self.assertEqual(done.stdout.count('\n'), 1)
+        self.assertTrue(summary['ok'])
+        self.assertEqual(os.stat(self.dir / 'run.json').st_mode & 0o777, 0o600)
+
+    def test_not_ok_run_exits_1_with_its_record(self):
+        done = run_cli('--fixture', 'broken', '--output', 'run.json', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 1)
+        record = json.loads((self.dir / 'run.json').read_text())
+        self.assertEqual((record['ok'], record['text'], record['done']), (False, 'READY \u2713', False))
+
+    def test_existing_output_is_refused_and_untouched(self):
+        (self.dir / 'run.json').write_text('precious')
+        done = run_cli('--fixture', 'ok', '--output', 'run.json', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 2)
+        self.assertEqual((self.dir / 'run.json').read_text(), 'precious')
+        self.assertEqual(done.stderr.count('\n'), 1)
+        self.assertIn('already exists', done.stderr)
+
+    def test_bad_input_exits_2_with_one_line_and_no_file(self):
+        cases = [('--output', 'missing/run.json', '--fixture', 'ok'),
+                 ('--output', 'run.json', '--max-tokens', '0', '--fixture', 'ok'),
+                 ('--output', 'run.json', '--idle', 'nan', '--fixture', 'ok'),
+                 ('--output', 'run.json', '--max-tokens', 'many', '--fixture', 'ok'),
+                 ('--output', 'run.json', '--url', 'http://127.0.0.1:9/v1/chat/completions'),
+                 ('--output', 'run.json', '--fixture', 'no-such-mode'),
+                 ('--output', 'run.json', '--model', 'm', '--url', 'http://203.0.113.9/v1/chat/completions'),
+                 ('--output', 'run.json', '--model', 'm', '--ca-file', 'absent.pem',
+                  '--url', 'https://localhost:9/v1/chat/completions')]
+        for args in cases:
+            with self.subTest(args=args):
+                done = run_cli(*args, cwd=self.tmp.name)
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
+                self.assertNotIn('Traceback', done.stderr)
+                self.assertEqual(list(self.dir.iterdir()), [])
+
+    def test_signals_leave_a_valid_record(self):
+        for signum, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            with self.subTest(signal=signum.name):
+                output = self.dir / f'{signum.name}.json'
+                process = subprocess.Popen([sys.executable, CLIENT, '--fixture', 'held-open', '--idle', '20',
+                                            '--output', str(output)], stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True)
+                time.sleep(1.2)
+                process.send_signal(signum)
+                stdout, stderr = process.communicate(timeout=10)
+                self.assertEqual(process.returncode, status, stderr)
+                record = json.loads(output.read_text())
+                self.assertEqual((record['ok'], record['error_layer'], record['text']),
+                                 (False, 'interrupted', 'READY \u2713'))
+                self.assertIn(signum.name, record['error'])
+                self.assertFalse(json.loads(stdout)['ok'])
+
+
+if __name__ == '__main__':
+    unittest.main()
