@@ -594,6 +594,7 @@ def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: fl
 
 def run(request: dict, on_text=None) -> dict:
     """Perform a prepared request; return the record (see stream())."""
+    import http.client  # noqa: F401 -- imported before the clock starts, so its cost is not timed
     obs = Observation(request)
     interrupted = None
     conn = None

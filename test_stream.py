@@ -394,6 +394,27 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertEqual((http['status'], http['version'], http['framing'], http['content_length'],
                           http['body_bytes']), (200, '1.1', 'content-length', '445', 445))
 
+    def test_on_text_sees_each_piece_of_visible_text_as_it_arrives(self):
+        seen = []
+        record = run_fixture('ok', on_text=seen.append)
+        self.assertEqual(seen, ['READY ', '\u2713'])
+        self.assertEqual(''.join(seen), record['text'])
+
+    def test_fixture_rejects_requests_it_cannot_answer(self):
+        import http.client
+        with fixture_server.server(0, 'ok', 0) as instance:
+            threading.Thread(target=instance.serve_forever, daemon=True).start()
+            cases = [('/v1/models', b'{"stream": true}', 404), ('/v1/chat/completions', b'', 413),
+                     ('/v1/chat/completions', b'x' * 65_537, 413), ('/v1/chat/completions', b'{not json', 400),
+                     ('/v1/chat/completions', b'{"stream": false}', 400), ('/v1/chat/completions', b'[1]', 400)]
+            for path, body, status in cases:
+                with self.subTest(path=path, body=body[:20]):
+                    conn = http.client.HTTPConnection('127.0.0.1', instance.server_port, timeout=5)
+                    conn.request('POST', path, body=body)
+                    self.assertEqual(conn.getresponse().status, status)
+                    conn.close()
+            instance.shutdown()
+
     def test_deadline_bounds_the_run(self):
         record = run_fixture('ok', deadline=0.001)
         self.assertFalse(record['ok'])
