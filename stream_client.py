@@ -10,11 +10,10 @@ happened. Standard library only; no retries.
 The module reads top to bottom as the layers of a response: limits and
 errors, the SSE parser and the chat-chunk validator (both sans-IO), the HTTP
 body framing readers (sans-IO), the transport, the record, the command line.
+Modules that only a run needs (json, http.client, ssl, signal) are imported
+where they are used, so that `--help` starts about as fast as Python itself.
 """
-from __future__ import annotations
-
 import codecs
-import json
 import math
 import os
 import sys
@@ -192,6 +191,8 @@ class ChatChunks:
     """
 
     def __init__(self) -> None:
+        import json
+        self._loads = json.loads
         self.text_parts: list[str] = []
         self.text_chars = 0
         self.reasoning_parts: list[str] = []
@@ -214,7 +215,7 @@ class ChatChunks:
             self.done = True
             return '', ''
         try:
-            chunk = json.loads(data)
+            chunk = self._loads(data)
         except (ValueError, RecursionError) as exc:
             raise StreamError('protocol', f'malformed JSON in event {self.data_events} '
                                           f'({type(exc).__name__}): {_preview(data)}') from None
@@ -535,6 +536,7 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
             context = ssl.create_default_context(cafile=ca_file)
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f'cannot load --ca-file {ca_file!r}: {exc.strerror or exc}') from None
+    import json
     body = {'model': model, 'messages': [{'role': 'user', 'content': prompt}],
             'stream': True, 'stream_options': {'include_usage': True},
             'max_tokens': max_tokens, 'temperature': 0, 'n': 1}
@@ -798,6 +800,7 @@ def body_reader(response) -> ContentLengthBody | ChunkedBody | CloseDelimitedBod
 
 def _status_problem(response, sock, obs: Observation) -> str:
     """The unexpected status, with the server's own error message when its body has one."""
+    import json
     problem = f'expected status 200, got {response.status} {response.reason}'.rstrip()
     body = _read_error_body(response, sock, obs)
     try:
@@ -990,6 +993,7 @@ def reserve_output(path: str) -> int:
 
 
 def write_record(fd: int, record: dict) -> None:
+    import json
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
         json.dump(record, output, indent=2, ensure_ascii=False)
         output.write('\n')
@@ -1016,8 +1020,9 @@ def _show_text(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
-    import signal
     args = _parser().parse_args(argv)
+    import json
+    import signal
     try:
         request = _request_from_args(args)
         fd = reserve_output(args.output)

@@ -1,0 +1,269 @@
+"""Speed and memory of stream_client, as ratios measured in one run.
+
+    python3 benchmarks/bench_stream.py
+
+Each figure is compared with a baseline measured in the same run, so a noisy
+machine moves both. Prints every figure and ratio; exits 1 if a target is
+missed. Loopback only; standard library only; about half a minute.
+"""
+from __future__ import annotations
+
+import codecs
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import stream_client  # noqa: E402
+
+E2E_EVENTS = 50_000
+MEMORY_TEXT_CHARS = 1_048_576   # the answer carried by the memory run: 1 MiB, the answer bound
+READ = 4096                     # parser benchmark read size
+
+
+def vllm_event(text: str, reason: str | None = None) -> bytes:
+    chunk = {'id': 'chatcmpl-911f8aa92f7e377a', 'object': 'chat.completion.chunk', 'created': 1796034415,
+             'model': 'tiny', 'choices': [{'index': 0, 'delta': {'content': text}, 'logprobs': None,
+                                           'finish_reason': reason, 'token_ids': None}]}
+    return b'data: ' + json.dumps(chunk, separators=(',', ':')).encode() + b'\n\n'
+
+
+def vllm_body(texts: list[str]) -> bytes:
+    """A complete stream in vLLM's chunked framing: one event per chunk, then [DONE] and the zero chunk."""
+    events = [vllm_event(text) for text in texts] + [vllm_event('', 'stop'), b'data: [DONE]\n\n']
+    return b''.join(b'%x\r\n%s\r\n' % (len(event), event) for event in events) + b'0\r\n\r\n'
+
+
+class NaiveEvents:
+    """The character-by-character parser the fast one replaces (the guide's approach), for comparison."""
+
+    def __init__(self) -> None:
+        self.decoder = codecs.getincrementaldecoder('utf-8-sig')()
+        self.line, self.data, self.after_cr = '', [], False
+
+    def feed(self, raw: bytes) -> list[str]:
+        events = []
+        for char in self.decoder.decode(raw):
+            if self.after_cr:
+                self.after_cr = False
+                if char == '\n':
+                    continue
+            if char in '\r\n':
+                line, self.line = self.line, ''
+                self.after_cr = char == '\r'
+                if not line:
+                    if self.data:
+                        events.append('\n'.join(self.data))
+                    self.data = []
+                elif line.startswith('data:'):
+                    value = line[5:]
+                    self.data.append(value[1:] if value.startswith(' ') else value)
+            else:
+                self.line += char
+        return events
+
+
+def best_of(runs: int, work) -> float:
+    best = float('inf')
+    for _ in range(runs):
+        start = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def bench_parser() -> list[tuple[str, float, float, str]]:
+    corpus = b''.join(vllm_event(f' token{i}') for i in range(20_000))
+    reads = [corpus[i:i + READ] for i in range(0, len(corpus), READ)]
+    megabytes = len(corpus) / 1e6
+
+    def parse(parser_class):
+        def work():
+            parser = parser_class()
+            count = sum(len(parser.feed(raw)) for raw in reads)
+            assert count == 20_000, count
+        return work
+
+    fast = best_of(15, parse(stream_client.Events))
+    naive = best_of(3, parse(NaiveEvents))
+    split = best_of(15, lambda: corpus.split(b"\n\n"))
+    print(f'parser: {megabytes:.1f} MB of vLLM-shaped events in {READ}-byte reads')
+    print(f'  stream_client.Events  {megabytes / fast:8.0f} MB/s  ({fast / 20_000 * 1e6:.2f} us/event)')
+    print(f'  naive per-character   {megabytes / naive:8.0f} MB/s')
+    print(f'  bytes.split(b"\\n\\n")  {megabytes / split:8.0f} MB/s (whole corpus, one call)')
+    return [('parser vs naive parser', naive / fast, 25, 'at least'),
+            ('parser vs bytes.split', split / fast, 0.5, 'at least')]
+
+
+def start_server(kind: str) -> tuple[subprocess.Popen, int]:
+    server = subprocess.Popen([sys.executable, __file__, '--serve', kind], stdout=subprocess.PIPE, text=True)
+    return server, int(server.stdout.readline())
+
+
+def serve(kind: str) -> None:
+    """Answer every connection with one prebuilt chunked stream, written at once."""
+    import socket
+    if kind == 'e2e':
+        texts = ['x'] * E2E_EVENTS
+    else:
+        texts = ['y' * 1024] * (MEMORY_TEXT_CHARS // 1024)
+    body = vllm_body(texts)
+    response = (b'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n'
+                b'transfer-encoding: chunked\r\n\r\n' + body)
+    with socket.create_server(('127.0.0.1', 0)) as listener:
+        print(listener.getsockname()[1], flush=True)
+        while True:
+            conn, _ = listener.accept()
+            with conn:
+                request = b''
+                while b'\r\n\r\n' not in request:
+                    request += conn.recv(65536)
+                head, _, rest = request.partition(b'\r\n\r\n')
+                length = int(head.lower().split(b'content-length:')[1].split(b'\r\n')[0])
+                while len(rest) < length:
+                    rest += conn.recv(65536)
+                conn.sendall(response)
+
+
+def ceiling_loop(port: int) -> int:
+    """The least a client can do: read1() and json.loads() each event."""
+    conn = http.client.HTTPConnection('127.0.0.1', port, timeout=60)
+    conn.request('POST', '/v1/chat/completions', body=b'{"stream": true}',
+                 headers={'Content-Type': 'application/json'})
+    response = conn.getresponse()
+    buffer, count = b'', 0
+    while piece := response.read1(65536):
+        buffer += piece
+        *events, buffer = buffer.split(b'\n\n')
+        for event in events:
+            if event != b'data: [DONE]':
+                json.loads(event[6:])
+                count += 1
+    conn.close()
+    return count
+
+
+def bench_end_to_end() -> list[tuple[str, float, float, str]]:
+    server, port = start_server('e2e')
+    url = f'http://127.0.0.1:{port}/v1/chat/completions'
+    try:
+        client_times, ceiling_times = [], []
+        for _ in range(3):
+            start = time.perf_counter()
+            record = stream_client.stream(url, 'tiny', 'hi', idle=60, deadline=600)
+            client_times.append(time.perf_counter() - start)
+            assert record['ok'] and record['content_events'] == E2E_EVENTS, record['error']
+            start = time.perf_counter()
+            assert ceiling_loop(port) == E2E_EVENTS + 1
+            ceiling_times.append(time.perf_counter() - start)
+    finally:
+        server.kill()
+        server.wait()
+    client, ceiling = min(client_times), min(ceiling_times)
+    print(f'end to end: {E2E_EVENTS} content events over loopback, vLLM chunked framing, one write')
+    print(f'  stream_client.stream  {client * 1000:8.1f} ms  ({client / E2E_EVENTS * 1e6:.2f} us/event)')
+    print(f'  read1 + json.loads    {ceiling * 1000:8.1f} ms  ({ceiling / E2E_EVENTS * 1e6:.2f} us/event)')
+    return [('end to end vs read1+json.loads', client / ceiling, 2.0, 'at most')]
+
+
+def run_time(command: list[str], env: dict | None = None) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, stdout=subprocess.DEVNULL, check=True, cwd=ROOT, env=env)
+    return time.perf_counter() - start
+
+
+def median_times(commands: list[list[str]], runs: int = 21, env: dict | None = None) -> list[float]:
+    """Median wall time of each command, run in turn so that machine drift hits them alike."""
+    times = [[] for _ in commands]
+    for _ in range(runs):
+        for command, samples in zip(commands, times):
+            samples.append(run_time(command, env))
+    return [statistics.median(samples) for samples in times]
+
+
+def bench_startup() -> list[tuple[str, float, float, str]]:
+    help_run = [sys.executable, str(ROOT / 'stream_client.py'), '--help']
+    module_run = [sys.executable, '-m', 'stream_client', '--help']
+    bare_run = [sys.executable, '-c', 'pass']
+    client, bare = median_times([help_run, bare_run])
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, PYTHONPYCACHEPREFIX=cache)
+        env.pop('PYTHONDONTWRITEBYTECODE', None)
+        run_time(module_run, env)  # writes the bytecode cache
+        cached, cached_bare = median_times([module_run, bare_run], env=env)
+    print('startup: median of 21 runs, interleaved')
+    print(f'  stream_client.py --help  {client * 1000:6.1f} ms  (a script is compiled on every run)')
+    print(f'  python3 -c pass          {bare * 1000:6.1f} ms')
+    print(f'  -m stream_client --help  {cached * 1000:6.1f} ms  from cached bytecode, as an installed '
+          f'stream-client starts: {cached / cached_bare:.2f}x (for information)')
+    return [('startup vs bare interpreter', client / bare, 1.3, 'at most')]
+
+
+# Runs a script (or nothing) and then prints this process's peak RSS in KiB to stderr.
+# VmHWM belongs to the process image, so unlike a child's ru_maxrss it does not
+# include the parent's memory copied by fork before exec.
+PEAK_WRAPPER = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+if sys.argv:
+    try:
+        runpy.run_path(sys.argv[0], run_name='__main__')
+    except SystemExit:
+        pass
+for line in open('/proc/self/status'):
+    if line.startswith('VmHWM:'):
+        print(line.split()[1], file=sys.stderr)
+"""
+
+
+def peak_rss_mib(*script_and_args: str) -> float:
+    done = subprocess.run([sys.executable, '-c', PEAK_WRAPPER, *script_and_args],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
+    return int(done.stderr.split()[-1]) / 1024
+
+
+def bench_memory() -> list[tuple[str, float, float, str]]:
+    server, port = start_server('memory')
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            output = os.path.join(tmp, 'run.json')
+            client = peak_rss_mib(str(ROOT / 'stream_client.py'), '--model', 'tiny',
+                                  '--url', f'http://127.0.0.1:{port}/v1/chat/completions', '--output', output)
+            record = json.loads(Path(output).read_text())
+            assert record['ok'] and len(record['text']) == MEMORY_TEXT_CHARS, record['error']
+        bare = peak_rss_mib()
+    finally:
+        server.kill()
+        server.wait()
+    print(f'memory: peak RSS of the command line for a {MEMORY_TEXT_CHARS:,}-character answer')
+    print(f'  stream_client.py   {client:6.1f} MiB')
+    print(f'  bare interpreter   {bare:6.1f} MiB')
+    return [('memory above bare interpreter (MiB)', client - bare, 30, 'at most')]
+
+
+def main() -> int:
+    if sys.argv[1:2] == ['--serve']:
+        serve(sys.argv[2])
+        return 0
+    print(f'Python {sys.version.split()[0]} on {sys.platform}, {os.cpu_count()} CPUs\n')
+    results = []
+    for bench in (bench_parser, bench_end_to_end, bench_startup, bench_memory):
+        results += bench()
+        print()
+    missed = 0
+    for name, value, target, direction in results:
+        met = value >= target if direction == 'at least' else value <= target
+        missed += not met
+        print(f'{"ok  " if met else "MISS"} {name}: {value:.2f} (target {direction} {target:g})')
+    return 1 if missed else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
