@@ -2,56 +2,166 @@
 
 It contains no model and no GPU code: every mode replays fixed bytes, paced by
 --delay, so each way a stream can end (complete, cut short, malformed, held
-open...) can be reproduced on demand. Only 127.0.0.1 is ever bound.
+open, stalled...) can be reproduced on demand. --profile vllm gives the bytes
+vLLM 0.32 sends; --replay answers with a captured response. Only 127.0.0.1 is
+ever bound.
 """
-from __future__ import annotations
-
 import argparse
+import email.utils
 import json
 import select
+import socket
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_REQUEST_BYTES = 65_536
-HOLD_LIMIT = 60.0          # seconds a held-open response waits for the client to leave
-MISSING_BYTES = 64         # how far a truncated Content-Length body falls short
+HOLD_LIMIT = 60.0          # seconds a held, stalled or dripping response lasts at most
+DRIP_INTERVAL = 0.1        # seconds between keepalive comments in drip mode
+MISSING_BYTES = 64         # how far a truncated or held-open body falls short of its Content-Length
+ANSWER = ('READY ', '\u2713')
+REASONING = ('The user wants ', 'one word.')
 
 
 class GuideProfile:
-    """The bytes of the guide's fixture: CRLF events, Content-Length framing."""
+    """The bytes of the guide's fixture: CRLF events, Content-Length framing, HTML errors."""
 
     framing = 'content-length'
 
-    def event(self, delta: dict | None = None, reason: str | None = None) -> bytes:
-        chunk = {'choices': [{'index': 0, 'delta': delta or {}, 'finish_reason': reason}]}
+    def __init__(self, model: str = 'synthetic-fixture', tokens: int | None = None,
+                 reasoning_field: str = 'reasoning') -> None:
+        self.model, self.tokens, self.reasoning_field = model, tokens, reasoning_field
+
+    def event(self, delta: dict | None = None, reason: str | None = None, index: int = 0) -> bytes:
+        chunk = {'choices': [{'index': index, 'delta': delta or {}, 'finish_reason': reason}]}
         return ('data: ' + json.dumps(chunk, ensure_ascii=False) + '\r\n\r\n').encode()
 
+    def preamble(self) -> list[bytes]:
+        """What comes before any text: a keepalive comment and the role event."""
+        return [b': synthetic keepalive\r\n\r\n', self.role()]
+
+    def role(self, index: int = 0) -> bytes:
+        return self.event({'role': 'assistant'}, index=index)
+
+    def content(self, text: str, index: int = 0) -> bytes:
+        return self.event({'content': text}, index=index)
+
+    def finish(self, reason: str, index: int = 0) -> bytes:
+        return self.event(reason=reason, index=index)
+
+    def usage(self, completion_tokens: int) -> bytes:
+        return b'data: {"choices": [], "usage": {"completion_tokens": %d}}\n\n' % completion_tokens
+
+    def done(self) -> bytes:
+        return b'data: [DONE]\n\n'
+
+    def error_event(self, message: str, kind: str, code: int) -> bytes:
+        error = {'error': {'message': message, 'type': kind, 'param': None, 'code': code}}
+        return b'data: ' + json.dumps(error).encode() + b'\n\n'
+
+    def headers(self) -> list[tuple[str, str]]:
+        return [('Content-Type', 'text/event-stream; charset=utf-8'), ('Cache-Control', 'no-store')]
+
+    def answer(self) -> list[bytes]:
+        """The content events: READY and a check mark, or --tokens N numbered tokens."""
+        if self.tokens is None:
+            return [self.content(text) for text in ANSWER]
+        return [self.content(f'token{i} ') for i in range(self.tokens)]
+
     def opening(self) -> list[bytes]:
-        """Everything before the finish event: a comment, the role, two content events."""
-        return [b': synthetic keepalive\r\n\r\n', self.event({'role': 'assistant'}),
-                self.event({'content': 'READY '}), self.event({'content': '\u2713'})]
+        return self.preamble() + self.answer()
 
     def closing(self, reason: str) -> list[bytes]:
         """The finish event, the usage event and [DONE]."""
-        return [self.event(reason=reason),
-                b'data: {"choices": [], "usage": {"completion_tokens": 3}}\n\n',
-                b'data: [DONE]\n\n']
+        count = 3 if self.tokens is None else self.tokens
+        return [self.finish(reason), self.usage(count), self.done()]
+
+
+class VllmProfile(GuideProfile):
+    """The bytes of vLLM 0.32: one compact JSON event per HTTP chunk, LF line ends, JSON errors."""
+
+    framing = 'chunked'
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.id = f'chatcmpl-{time.time_ns() & 0xFFFF_FFFF_FFFF_FFFF:016x}'
+        self.created = int(time.time())
+
+    def chunk(self, choices: list, **extra) -> bytes:
+        body = {'id': self.id, 'object': 'chat.completion.chunk', 'created': self.created,
+                'model': self.model, 'choices': choices, **extra}
+        return b'data: ' + json.dumps(body, ensure_ascii=False, separators=(',', ':')).encode() + b'\n\n'
+
+    def event(self, delta: dict | None = None, reason: str | None = None, index: int = 0) -> bytes:
+        choice = {'index': index, 'delta': delta or {}, 'logprobs': None, 'finish_reason': reason}
+        if reason is not None:
+            choice['stop_reason'] = None
+        choice['token_ids'] = None
+        return self.chunk([choice])
+
+    def preamble(self) -> list[bytes]:
+        return [self.role()]
+
+    def role(self, index: int = 0) -> bytes:
+        choice = {'index': index, 'delta': {'role': 'assistant', 'content': ''}, 'logprobs': None,
+                  'finish_reason': None}
+        return self.chunk([choice], prompt_token_ids=None, prompt_text=None)
+
+    def finish(self, reason: str, index: int = 0) -> bytes:
+        return self.event({'content': ''}, reason, index)
+
+    def usage(self, completion_tokens: int) -> bytes:
+        usage = {'prompt_tokens': 9, 'total_tokens': 9 + completion_tokens, 'completion_tokens': completion_tokens}
+        return self.chunk([], usage=usage, system_fingerprint='vllm-0.32.0-synthetic')
+
+    def headers(self) -> list[tuple[str, str]]:
+        return [('date', email.utils.formatdate(usegmt=True)), ('server', 'uvicorn'),
+                ('content-type', 'text/event-stream; charset=utf-8'), ('vary', 'Origin')]
+
+
+PROFILES = {'guide': GuideProfile, 'vllm': VllmProfile}
 
 
 class Plan:
-    """What one response sends: its status, body pieces (one write each) and how it ends."""
+    """What one response sends: its status, body pieces and how they are paced and ended."""
 
-    def __init__(self, writes: list[bytes] = (), *, status: int = 200, complete: bool = True,
-                 hold: bool = False) -> None:
+    def __init__(self, writes: list[bytes] = (), *, status: int = 200, missing: int = 0,
+                 then: str = 'close', pace: str = 'each') -> None:
         self.writes = list(writes)
         self.status = status
-        self.complete = complete   # False: the framing promises more than is sent
-        self.hold = hold           # True: keep the connection open afterwards instead of closing
+        self.missing = missing     # bytes the framing promises beyond the writes (chunked: no terminator)
+        self.then = then           # 'close', 'hold' (keep the connection silent) or 'drip' (keepalives)
+        self.pace = pace           # 'each' (delay before each write), 'burst' (one late write), 'bytes'
 
 
-def _unterminated(profile) -> Plan:
-    *events, done = profile.closing('stop')
-    return Plan(profile.opening() + events + [done.rstrip(b'\r\n') + b'\n'])
+def _unterminated(p: GuideProfile) -> Plan:
+    *events, done = p.closing('stop')
+    return Plan(p.opening() + events + [done.rstrip(b'\r\n') + b'\n'])
+
+
+def _reasoning(p: GuideProfile) -> Plan:
+    thoughts = [p.event({p.reasoning_field: text}) for text in REASONING]
+    return Plan(p.preamble() + thoughts + p.answer() + p.closing('stop'))
+
+
+def _tool_call(p: GuideProfile) -> Plan:
+    call = {'id': 'chatcmpl-tool-1', 'type': 'function', 'index': 0, 'function': {'name': 'get_weather'}}
+    arguments = {'index': 0, 'function': {'arguments': '{"city": "Paris"}'}}
+    return Plan(p.preamble() + [p.event({'tool_calls': [call]}), p.event({'tool_calls': [arguments]})]
+                + p.closing('tool_calls'))
+
+
+def _error_event(p: GuideProfile) -> Plan:
+    crash = p.error_event('EngineCore encountered an issue. See stack trace (above) for the root cause.',
+                          'InternalServerError', 500)
+    return Plan(p.preamble() + p.answer()[:1] + [crash, p.done()])
+
+
+def _multi_choice(p: GuideProfile) -> Plan:
+    """n=2 as vLLM sends it: a role chunk per index, then content interleaved, one choice per chunk."""
+    roles = [p.role(0), p.role(1)]
+    texts = [p.content(text, index) for text in ANSWER for index in (0, 1)]
+    finishes = [p.finish('stop', 0), p.finish('stop', 1)]
+    return Plan(roles + texts + finishes + [p.usage(6), p.done()])
 
 
 # Each mode maps a profile to a plan. Add a mode by adding a line.
@@ -61,18 +171,49 @@ MODES = {
     'length': lambda p: Plan(p.opening() + p.closing('length')),
     'malformed': lambda p: Plan(p.opening() + [b'data: {invalid}\n\n']),
     'http-error': lambda p: Plan(status=503),
-    'truncated': lambda p: Plan(p.opening() + p.closing('stop'), complete=False),
+    'truncated': lambda p: Plan(p.opening() + p.closing('stop'), missing=MISSING_BYTES),
     'no-done': lambda p: Plan(p.opening() + p.closing('stop')[:-1]),
     'unterminated': _unterminated,
-    'held-open': lambda p: Plan(p.opening() + p.closing('stop'), complete=False, hold=True),
-    'after-done': lambda p: Plan(p.opening() + p.closing('stop') + [p.event({'content': ' again'})]),
+    'held-open': lambda p: Plan(p.opening() + p.closing('stop'), missing=MISSING_BYTES, then='hold'),
+    'after-done': lambda p: Plan(p.opening() + p.closing('stop') + [p.content(' again')]),
+    'reasoning': _reasoning,
+    'tool-call': _tool_call,
+    'error-event': _error_event,
+    'stall': lambda p: Plan(missing=MISSING_BYTES, then='hold'),
+    'drip': lambda p: Plan(missing=2**40, then='drip'),
+    'buffered': lambda p: Plan(p.opening() + p.closing('stop'), pace='burst'),
+    'multi-choice': _multi_choice,
+    'split-utf8': lambda p: Plan(p.opening() + p.closing('stop'), pace='bytes'),
 }
 
-PROFILES = {'guide': GuideProfile}
+
+def parse_capture(raw: bytes) -> tuple[bytes, list[bytes]]:
+    """Split a captured response into its head and body writes (one per HTTP chunk when chunked)."""
+    head, separator, body = raw.partition(b'\r\n\r\n')
+    if not separator or not head.startswith(b'HTTP/'):
+        raise ValueError('not a captured HTTP response: expected a status line, headers and a blank line')
+    head += separator
+    if b'\ntransfer-encoding: chunked' not in head.lower():
+        return head, [body] if body else []
+    writes, pos = [], 0
+    while pos < len(body):
+        eol = body.find(b'\r\n', pos)
+        if eol < 0:
+            break
+        try:
+            size = int(body[pos:eol].split(b';')[0], 16)
+        except ValueError:
+            break
+        end = eol + 2 + size + 2 if size else len(body)
+        writes.append(body[pos:end])
+        pos = end
+    if pos < len(body):
+        writes.append(body[pos:])  # bytes that are not well-formed chunks are replayed as they are
+    return head, writes
 
 
 class Handler(BaseHTTPRequestHandler):
-    """Answers POST /v1/chat/completions with the server's mode."""
+    """Answers POST /v1/chat/completions according to the server's settings."""
 
     protocol_version = 'HTTP/1.1'
     server_version = 'synthetic-fixture/0.1'
@@ -81,17 +222,24 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self):
+        settings = self.server
         if self.path != '/v1/chat/completions':
-            self.send_error(404, 'only /v1/chat/completions is served')
+            self._send_error(404, 'only /v1/chat/completions is served', 'NotFoundError')
             return
-        if self._read_request() is None:
+        request = self._read_request()
+        if request is None:
             return
-        plan = MODES[self.server.mode](self.server.profile)
-        if plan.status != 200:
-            self.send_error(plan.status)
+        settings.last_request = (dict(self.headers), request)
+        if settings.api_key and self.headers.get('Authorization') != f'Bearer {settings.api_key}':
+            self._send_json(401, {'error': 'Unauthorized'})
             return
         try:
-            self._send_stream(plan)
+            if settings.replay is not None:
+                self._replay(*settings.replay)
+            else:
+                model = request.get('model') if isinstance(request.get('model'), str) else 'synthetic-fixture'
+                profile = PROFILES[settings.profile](model, settings.tokens, settings.reasoning_field)
+                self._answer(MODES[settings.mode](profile), profile)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client left; nothing to report to it
         self.close_connection = True
@@ -100,37 +248,79 @@ class Handler(BaseHTTPRequestHandler):
         """The JSON request, or None after answering 413 or 400."""
         length = self.headers.get('Content-Length', '')
         if not length.isdigit() or not 0 < int(length) <= MAX_REQUEST_BYTES:
-            self.send_error(413, f'expected a JSON body of 1 to {MAX_REQUEST_BYTES} bytes')
+            self._send_error(413, f'expected a JSON body of 1 to {MAX_REQUEST_BYTES} bytes', 'BadRequestError')
             return None
         try:
             request = json.loads(self.rfile.read(int(length)))
         except (ValueError, RecursionError):
-            self.send_error(400, 'the body is not JSON')
+            self._send_error(400, 'the body is not JSON', 'BadRequestError')
             return None
         if not isinstance(request, dict) or request.get('stream') is not True:
-            self.send_error(400, 'expected a JSON object with "stream": true')
+            self._send_error(400, 'expected a JSON object with "stream": true', 'BadRequestError')
             return None
         return request
 
-    def _send_stream(self, plan: Plan) -> None:
-        profile = self.server.profile
-        chunked = profile.framing == 'chunked'
-        self.send_response(200)
-        self.send_header('Content-Type', 'text/event-stream; charset=utf-8')
-        self.send_header('Cache-Control', 'no-store')
-        if chunked:
-            self.send_header('Transfer-Encoding', 'chunked')
+    def _send_error(self, status: int, message: str, kind: str) -> None:
+        if self.server.profile == 'vllm':
+            self._send_json(status, {'error': {'message': message, 'type': kind, 'param': None, 'code': status}})
         else:
-            declared = sum(map(len, plan.writes)) + (0 if plan.complete else MISSING_BYTES)
-            self.send_header('Content-Length', str(declared))
+            self.send_error(status)
+
+    def _send_json(self, status: int, body: dict) -> None:
+        data = json.dumps(body, separators=(',', ':')).encode()
+        self.send_response_only(status)
+        for name, value in (('date', email.utils.formatdate(usegmt=True)), ('server', 'uvicorn'),
+                            ('content-length', str(len(data))), ('content-type', 'application/json'),
+                            ('vary', 'Origin')):
+            self.send_header(name, value)
         self.end_headers()
-        for piece in plan.writes:
-            time.sleep(self.server.delay)
-            self.wfile.write(b'%x\r\n%s\r\n' % (len(piece), piece) if chunked else piece)
-        if chunked and plan.complete:
-            self.wfile.write(b'0\r\n\r\n')
-        if plan.hold:
+        self.wfile.write(data)
+
+    def _answer(self, plan: Plan, profile: GuideProfile) -> None:
+        if plan.status != 200:
+            self._send_error(plan.status, 'the fixture was started in http-error mode', 'Service Unavailable')
+            return
+        chunked = profile.framing == 'chunked'
+        self.send_response_only(200)
+        if not chunked:
+            self.send_header('Server', self.version_string())
+            self.send_header('Date', self.date_time_string())
+        for name, value in profile.headers():
+            self.send_header(name, value)
+        if chunked:
+            self.send_header('transfer-encoding', 'chunked')
+        else:
+            self.send_header('Content-Length', str(sum(map(len, plan.writes)) + plan.missing))
+        self.end_headers()
+        frame = (lambda piece: b'%x\r\n%s\r\n' % (len(piece), piece)) if chunked else (lambda piece: piece)
+        writes = [frame(piece) for piece in plan.writes]
+        if chunked and not plan.missing:
+            writes.append(b'0\r\n\r\n')
+        self._write_paced(writes, plan.pace)
+        if plan.then == 'hold':
             self._wait_for_client_to_leave(HOLD_LIMIT)
+        elif plan.then == 'drip':
+            self._drip(frame, HOLD_LIMIT)
+
+    def _write_paced(self, writes: list[bytes], pace: str) -> None:
+        delay = self.server.delay
+        if pace == 'burst':  # a buffering proxy: nothing, then everything at once
+            time.sleep(delay * len(writes))
+            self.wfile.write(b''.join(writes))
+            return
+        if pace == 'bytes':
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            writes = [data[i:i + 1] for data in writes for i in range(len(data))]
+            delay = min(delay, 0.001)
+        for data in writes:
+            time.sleep(delay)
+            self.wfile.write(data)
+
+    def _replay(self, head: bytes, writes: list[bytes]) -> None:
+        self.wfile.write(head)
+        for data in writes:
+            time.sleep(self.server.delay)
+            self.wfile.write(data)
 
     def _wait_for_client_to_leave(self, limit: float) -> None:
         end = time.monotonic() + limit
@@ -139,16 +329,35 @@ class Handler(BaseHTTPRequestHandler):
             if readable and not self.connection.recv(4096):
                 return
 
+    def _drip(self, frame, limit: float) -> None:
+        end = time.monotonic() + limit
+        while time.monotonic() < end:
+            time.sleep(DRIP_INTERVAL)
+            self.wfile.write(frame(b': keep-alive\n\n'))
 
-def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05,
-           profile: str = 'guide') -> ThreadingHTTPServer:
-    """A fixture server bound to 127.0.0.1:port (0 picks a free port); call serve_forever()."""
+
+def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, *, profile: str = 'guide',
+           api_key: str | None = None, tokens: int | None = None, reasoning_field: str = 'reasoning',
+           replay: bytes | None = None) -> ThreadingHTTPServer:
+    """A fixture server bound to 127.0.0.1:port (0 picks a free port); call serve_forever().
+
+    replay is a captured response (status line, headers, body) sent instead of the mode.
+    """
     if mode not in MODES:
         raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(MODES)}')
+    if profile not in PROFILES:
+        raise ValueError(f'unknown profile {profile!r}; choose from {", ".join(PROFILES)}')
     if not delay >= 0:
         raise ValueError('delay must be non-negative')
+    if tokens is not None and tokens < 1:
+        raise ValueError('tokens must be at least 1')
+    if reasoning_field not in ('reasoning', 'reasoning_content'):
+        raise ValueError('reasoning_field must be reasoning or reasoning_content')
     instance = ThreadingHTTPServer(('127.0.0.1', port), Handler)
-    instance.mode, instance.delay, instance.profile = mode, delay, PROFILES[profile]()
+    instance.mode, instance.delay, instance.profile, instance.api_key = mode, delay, profile, api_key
+    instance.tokens, instance.reasoning_field = tokens, reasoning_field
+    instance.replay = parse_capture(replay) if replay is not None else None
+    instance.last_request = None  # (headers, JSON body) of the last request answered, for tests
     return instance
 
 
@@ -156,16 +365,37 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog='fixture_server.py', description=__doc__.splitlines()[0])
     parser.add_argument('--port', type=int, default=18080, help='port on 127.0.0.1; 0 picks a free one')
     parser.add_argument('--mode', choices=list(MODES), default='ok', help='how the stream behaves')
+    parser.add_argument('--profile', choices=list(PROFILES), default='guide',
+                        help="bytes to speak: the guide's fixture or vLLM 0.32 (default guide)")
     parser.add_argument('--delay', type=float, default=0.05, help='seconds before each write (default 0.05)')
+    parser.add_argument('--api-key', metavar='KEY', help='answer 401 unless "Authorization: Bearer KEY" is sent')
+    parser.add_argument('--tokens', type=int, metavar='N', help='send N content events (with --rate)')
+    parser.add_argument('--rate', type=float, metavar='R', help='events per second with --tokens')
+    parser.add_argument('--reasoning-field', choices=['reasoning', 'reasoning_content'], default='reasoning',
+                        help='delta field of reasoning mode (reasoning_content: vLLM before 0.11.1)')
+    parser.add_argument('--replay', metavar='FILE', help='answer with a captured response (a .http file)')
     args = parser.parse_args(argv)
-    if not args.delay >= 0:
-        parser.error('--delay must be non-negative')
+    if args.rate is not None:
+        if args.tokens is None or not args.rate > 0:
+            parser.error('--rate needs --tokens and a positive number')
+        args.delay = 1 / args.rate
+    replay = None
+    if args.replay:
+        try:
+            with open(args.replay, 'rb') as capture:
+                replay = capture.read()
+        except OSError as exc:
+            parser.error(f'cannot read --replay {args.replay}: {exc.strerror}')
     try:
-        instance = server(args.port, args.mode, args.delay)
+        instance = server(args.port, args.mode, args.delay, profile=args.profile, api_key=args.api_key,
+                          tokens=args.tokens, reasoning_field=args.reasoning_field, replay=replay)
+    except ValueError as exc:
+        parser.error(str(exc))
     except OSError as exc:
         parser.exit(2, f'fixture_server.py: error: cannot listen on 127.0.0.1:{args.port}: {exc.strerror}\n')
     with instance:
-        print(f'Synthetic fixture ({args.mode}) listening on '
+        what = f'replay of {args.replay}' if args.replay else f'{args.mode}, {args.profile} profile'
+        print(f'Synthetic fixture ({what}) listening on '
               f'http://127.0.0.1:{instance.server_port}/v1/chat/completions', flush=True)
         try:
             instance.serve_forever()

@@ -27,6 +27,7 @@ MAX_TEXT_CHARS = 1_048_576    # the assembled answer (and reasoning) text
 MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
 MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
 READ_SIZE = 65_536            # read1() asks for this much; it returns what is there
+MAX_CAPTURE_BYTES = 16 * 1024 * 1024  # raw response bytes kept for --capture
 
 # Where a run failed, in the order a response is received.
 LAYERS = ('connect', 'tls', 'http', 'transport', 'sse', 'protocol',
@@ -51,8 +52,13 @@ class Interrupted(KeyboardInterrupt):
         self.record = record
 
 
+def _shorten(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + '...'
+
+
 def _preview(text: str, limit: int = 60) -> str:
-    return repr(text if len(text) <= limit else text[:limit] + '...')
+    """A quoted, shortened copy of untrusted text for an error message."""
+    return repr(_shorten(text, limit))
 
 
 # ---------------------------------------------------------------------------
@@ -242,7 +248,7 @@ class ChatChunks:
     def _take_choice(self, choice: object) -> tuple[str, str]:
         if not isinstance(choice, dict) or choice.get('index') != 0:
             seen = choice.get('index') if isinstance(choice, dict) else choice
-            raise StreamError('protocol', f'expected choice index 0, got {_preview(repr(seen))}')
+            raise StreamError('protocol', f'expected choice index 0, got {_shorten(repr(seen))}')
         delta = choice.get('delta')
         if delta is None:
             delta = {}
@@ -287,7 +293,7 @@ class ChatChunks:
         count = usage.get('completion_tokens') if isinstance(usage, dict) else None
         if type(count) is not int or count < 0:
             raise StreamError('protocol', f'expected usage.completion_tokens to be a non-negative integer, '
-                                          f'got {_preview(repr(count))}')
+                                          f'got {_shorten(repr(count))}')
         self.usage = usage
         self.completion_tokens = count
 
@@ -308,7 +314,8 @@ class ChatChunks:
         if self.finish_reason == 'length':
             return 'output budget exhausted (finish_reason=length)'
         if self.finish_reason == 'tool_calls':
-            return 'the model asked for a tool call (finish_reason=tool_calls); this client accepts text answers only'
+            return ('finish_reason=tool_calls: the answer is a tool call, which this client does not accept '
+                    '(vLLM also reports tool_calls for a tool call cut off by max_tokens)')
         if self.finish_reason != 'stop':
             return f'expected finish_reason=stop, got finish_reason={self.finish_reason}'
         if not any(part.strip() for part in self.text_parts):
@@ -494,9 +501,13 @@ def _is_loopback(host: str) -> bool:
         return host.lower().rstrip('.') == 'localhost'
 
 
-def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
-            deadline: float = 60.0, ca_file: str | None = None, token: str | None = None) -> dict:
-    """Check the arguments and build the request; raise ValueError before any connection."""
+# Request keys with a flag of their own, which --extra may not set.
+RESERVED_KEYS = {'model': '--model', 'messages': '--prompt/--system', 'stream': None, 'n': None,
+                 'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop'}
+
+
+def _check_url(url: str):
+    """The parts of a URL this client may connect to, or ValueError."""
     from urllib.parse import urlsplit
     parts = urlsplit(url)
     if parts.scheme not in ('http', 'https'):
@@ -508,21 +519,59 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     if parts.query or parts.fragment:
         raise ValueError('the URL must not contain a query or fragment')
     try:
-        port = parts.port or (443 if parts.scheme == 'https' else 80)
+        parts.port
     except ValueError:
         raise ValueError(f'the URL has an invalid port: {parts.netloc!r}') from None
     if parts.scheme == 'http' and not _is_loopback(parts.hostname):
         raise ValueError(f'plain http is allowed only to loopback addresses, not {parts.hostname!r}; '
                          'use https or an SSH tunnel to 127.0.0.1')
-    for name, value in (('idle', idle), ('deadline', deadline)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise ValueError(f'{name} must be a positive finite number of seconds, got {value!r}')
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 32768:
-        raise ValueError(f'max_tokens must be an integer from 1 to 32768, got {max_tokens!r}')
+    return parts
+
+
+def _check_number(name: str, value, low: float, low_ok: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < low or (value == low and not low_ok):
+        bound = f'at least {low:g}' if low_ok else f'more than {low:g}'
+        raise ValueError(f'{name} must be a finite number {bound}, got {value!r}')
+    return float(value)
+
+
+def _request_body(model: str, prompt: str, system: str | None, max_tokens: int, temperature: float,
+                  stop: list[str] | None, extra: dict | None) -> dict:
     if not isinstance(model, str) or not model:
         raise ValueError('model must be a non-empty string')
-    if not isinstance(prompt, str):
-        raise ValueError('prompt must be a string')
+    if not isinstance(prompt, str) or not (system is None or isinstance(system, str)):
+        raise ValueError('prompt and system must be strings')
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 32768:
+        raise ValueError(f'max_tokens must be an integer from 1 to 32768, got {max_tokens!r}')
+    if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)):
+        raise ValueError('stop must be a list of non-empty strings')
+    if extra is not None and not isinstance(extra, dict):
+        raise ValueError(f'extra must be a JSON object, got {type(extra).__name__}')
+    for key in extra or {}:
+        if key in RESERVED_KEYS:
+            flag = RESERVED_KEYS[key]
+            raise ValueError(f'extra may not set {key!r}' + (f'; use {flag}' if flag else ''))
+    messages = ([{'role': 'system', 'content': system}] if system is not None else []) \
+        + [{'role': 'user', 'content': prompt}]
+    body = {'model': model, 'messages': messages, 'stream': True, 'stream_options': {'include_usage': True},
+            'max_tokens': max_tokens, 'temperature': temperature, 'n': 1}
+    if stop:
+        body['stop'] = stop
+    return {**body, **(extra or {})}
+
+
+def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
+            deadline: float = 60.0, ca_file: str | None = None, token: str | None = None,
+            system: str | None = None, temperature: float = 0.0, stop: list[str] | None = None,
+            extra: dict | None = None, source: str = 'endpoint') -> dict:
+    """Check the arguments and build the request; raise ValueError before any connection."""
+    import json
+    parts = _check_url(url)
+    idle = _check_number('idle', idle, 0, False)
+    deadline = _check_number('deadline', deadline, 0, False)
+    temperature = _check_number('temperature', temperature, 0, True)
+    body = _request_body(model, prompt, system, max_tokens, temperature, stop, extra)
     headers = {'Content-Type': 'application/json', 'Accept': 'text/event-stream',
                'User-Agent': f'stream-client/{__version__}'}
     if token:
@@ -536,13 +585,14 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
             context = ssl.create_default_context(cafile=ca_file)
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f'cannot load --ca-file {ca_file!r}: {exc.strerror or exc}') from None
-    import json
-    body = {'model': model, 'messages': [{'role': 'user', 'content': prompt}],
-            'stream': True, 'stream_options': {'include_usage': True},
-            'max_tokens': max_tokens, 'temperature': 0, 'n': 1}
-    return {'scheme': parts.scheme, 'host': parts.hostname, 'port': port, 'path': parts.path or '/',
-            'url': url, 'headers': headers, 'body': json.dumps(body).encode(), 'model': model,
-            'idle': float(idle), 'deadline': float(deadline), 'context': context, 'token': token or ''}
+    import hashlib
+    return {'scheme': parts.scheme, 'host': parts.hostname, 'path': parts.path or '/', 'url': url,
+            'port': parts.port or (443 if parts.scheme == 'https' else 80),
+            'headers': headers, 'body': json.dumps(body, ensure_ascii=False).encode(), 'model': model,
+            'idle': idle, 'deadline': deadline, 'context': context, 'token': token or '', 'source': source,
+            'parameters': {'max_tokens': max_tokens, 'temperature': temperature, 'stop': stop,
+                           'system': system is not None, 'extra_keys': sorted(extra or {}),
+                           'prompt_sha256': hashlib.sha256(prompt.encode()).hexdigest()}}
 
 
 # ---------------------------------------------------------------------------
@@ -552,9 +602,12 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
 class Observation:
     """What the client has seen of one run so far. The record is built from it."""
 
-    def __init__(self, request: dict) -> None:
+    def __init__(self, request: dict, capture: bytearray | None = None) -> None:
         self.request = request
+        self.started_wall = time.time()
         self.started = time.perf_counter()
+        self.capture = capture  # raw response bytes, when the caller asked for them
+        self.capture_truncated = False
         self.ended: float | None = None
         self.phase = 'connect'
         self.http: dict | None = None
@@ -578,26 +631,38 @@ class Observation:
         if self.failure is None:
             self.failure = error
 
+    def keep(self, raw: bytes) -> None:
+        """Add received bytes to the capture, up to its bound."""
+        if len(self.capture) + len(raw) <= MAX_CAPTURE_BYTES:
+            self.capture += raw
+        else:
+            self.capture_truncated = True
+
 
 def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
            deadline: float = 60.0, ca_file: str | None = None, token: str | None = None,
-           on_text=None) -> dict:
+           on_text=None, **options) -> dict:
     """Stream one chat completion and return its evidence record.
 
     Invalid arguments raise ValueError before any connection. Everything that
     goes wrong afterwards is reported in the record, never raised; Ctrl+C
     raises Interrupted, which carries the record so far.
     ``on_text(text)`` is called with each piece of visible answer text.
+    ``options`` are prepare()'s: system, temperature, stop, extra.
     """
     request = prepare(url, model, prompt, max_tokens=max_tokens, idle=idle,
-                      deadline=deadline, ca_file=ca_file, token=token)
+                      deadline=deadline, ca_file=ca_file, token=token, **options)
     return run(request, on_text)
 
 
-def run(request: dict, on_text=None) -> dict:
-    """Perform a prepared request; return the record (see stream())."""
+def run(request: dict, on_text=None, capture: bytearray | None = None) -> dict:
+    """Perform a prepared request; return the record (see stream()).
+
+    When ``capture`` is given, the raw response (status line, headers, body
+    bytes as received, up to MAX_CAPTURE_BYTES) is appended to it.
+    """
     import http.client  # noqa: F401 -- imported before the clock starts, so its cost is not timed
-    obs = Observation(request)
+    obs = Observation(request, capture)
     interrupted = None
     conn = None
     try:
@@ -643,6 +708,8 @@ def _exchange(conn, obs: Observation, on_text) -> None:
     response = obs.response = conn.getresponse()
     obs.headers_at = time.perf_counter()
     obs.http = describe_response(response)
+    if obs.capture is not None:
+        obs.keep(response_head(response))
     if response.status != 200:
         raise StreamError('http', _status_problem(response, sock, obs))
     _check_content_type(obs.http['content_type'])
@@ -653,7 +720,7 @@ def _exchange(conn, obs: Observation, on_text) -> None:
 
 def _read_body(fp, sock, obs: Observation, on_text) -> None:
     """Read until the HTTP message ends, feeding each layer; then judge the ends."""
-    body, events, chunks = obs.body, obs.events, obs.chunks
+    body, events, chunks, capture = obs.body, obs.events, obs.chunks, obs.capture
     deadline_at = obs.started + obs.request['deadline']
     while not body.complete:
         sock.settimeout(_wait(obs))
@@ -661,6 +728,8 @@ def _read_body(fp, sock, obs: Observation, on_text) -> None:
         if not raw:
             break
         obs.reads += 1
+        if capture is not None:
+            obs.keep(raw)
         payload = body.feed(raw)
         text_before = chunks.content_events
         for data in events.feed(payload):
@@ -818,19 +887,29 @@ def _status_problem(response, sock, obs: Observation) -> str:
 
 def _read_error_body(response, sock, obs: Observation) -> bytes:
     """Up to MAX_ERROR_BODY bytes of an error response, under the same time bounds."""
-    import http.client
     parts, size = [], 0
     try:
-        while size < MAX_ERROR_BODY:
+        body = obs.body = body_reader(response)
+        while not body.complete and size < MAX_ERROR_BODY:
             sock.settimeout(_wait(obs))
-            piece = response.read1(MAX_ERROR_BODY - size)
-            if not piece:
+            raw = response.fp.read1(min(READ_SIZE, MAX_ERROR_BODY - size))
+            if not raw:
                 break
-            parts.append(piece)
-            size += len(piece)
-    except (OSError, http.client.HTTPException, StreamError):
+            if obs.capture is not None:
+                obs.keep(raw)
+            parts.append(body.feed(raw))
+            size += len(parts[-1])
+    except (OSError, StreamError):
         pass  # the status line already says what failed; keep what arrived
     return b''.join(parts)
+
+
+def response_head(response) -> bytes:
+    """The status line and headers as received (minus cookies and auth headers), for a capture."""
+    version = {10: 'HTTP/1.0', 11: 'HTTP/1.1'}.get(response.version, 'HTTP/1.1')
+    lines = [f'{version} {response.status} {response.reason}']
+    lines += [f'{name}: {value}' for name, value in response.msg.items() if name.lower() not in _PRIVATE_HEADERS]
+    return ('\r\n'.join(lines) + '\r\n\r\n').encode('latin-1', 'replace')
 
 
 # ---------------------------------------------------------------------------
@@ -892,8 +971,24 @@ def build_record(obs: Observation) -> dict:
         'request_id': _header(http, 'x-request-id'),
         'server_error': chunks.server_error,
         'http': http,
+        'source': obs.request['source'],
+        'url': obs.request['url'],
+        'request': obs.request['parameters'],
+        'started_at': _utc_iso(obs.started_wall),
+        'client': {'version': __version__, 'python': sys.version.split()[0], 'platform': _platform()},
     }
     return redact(record, obs.request['token'])
+
+
+def _utc_iso(timestamp: float) -> str:
+    return time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(timestamp)) + f'.{int(timestamp % 1 * 1000):03d}Z'
+
+
+def _platform() -> str:
+    if not hasattr(os, 'uname'):
+        return sys.platform
+    uname = os.uname()
+    return f'{uname.sysname} {uname.release} {uname.machine}'
 
 
 def _header(http: dict | None, name: str) -> str | None:
@@ -949,8 +1044,15 @@ def _parser():
         epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
     parser.add_argument('--url', help=f'chat completions endpoint (default {DEFAULT_URL})')
     parser.add_argument('--model', help='model name to request (default with --fixture: synthetic-fixture)')
-    parser.add_argument('--prompt', default=DEFAULT_PROMPT, help='user message (default: %(default)r)')
+    parser.add_argument('--prompt', help=f'user message (default: {DEFAULT_PROMPT!r})')
+    parser.add_argument('--prompt-file', metavar='PATH', help='read the user message from a file, or - for stdin')
+    parser.add_argument('--system', metavar='TEXT', help='a system message before the user message')
     parser.add_argument('--max-tokens', type=int, default=128, metavar='N', help='output budget (default 128)')
+    parser.add_argument('--temperature', type=float, default=0.0, metavar='T', help='sampling temperature (default 0)')
+    parser.add_argument('--stop', action='append', metavar='TEXT', help='a stop string (repeatable)')
+    parser.add_argument('--extra', metavar='JSON',
+                        help='a JSON object merged into the request body, e.g. \'{"min_tokens": 3}\'; '
+                             'it may not set model, messages, stream or n')
     parser.add_argument('--idle', type=float, default=10.0, metavar='S',
                         help='seconds to wait for the next bytes (default 10)')
     parser.add_argument('--deadline', type=float, default=60.0, metavar='S',
@@ -958,6 +1060,9 @@ def _parser():
     parser.add_argument('--ca-file', metavar='PEM', help='extra trusted CA certificates for https')
     parser.add_argument('--output', required=True, metavar='FILE',
                         help='new file for the JSON evidence record; an existing file is never overwritten')
+    parser.add_argument('--capture', metavar='FILE',
+                        help='new file for the raw response (status line, headers, body bytes as received), '
+                             'for --replay in fixture_server.py and bug reports')
     parser.add_argument('--fixture', metavar='MODE',
                         help='stream from the synthetic fixture, run in this process on a free loopback port')
     parser.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
@@ -976,8 +1081,35 @@ def _request_from_args(args) -> dict:
         raise UsageError('--model is required (unless --fixture is used)')
     else:
         url, model = args.url or DEFAULT_URL, args.model
-    return prepare(url, model, args.prompt, max_tokens=args.max_tokens, idle=args.idle,
-                   deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get('MODEL_API_KEY'))
+    return prepare(url, model, _prompt(args), max_tokens=args.max_tokens, idle=args.idle,
+                   deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get('MODEL_API_KEY'),
+                   system=args.system, temperature=args.temperature, stop=args.stop, extra=_extra(args),
+                   source='endpoint' if args.fixture is None else 'fixture')
+
+
+def _prompt(args) -> str:
+    if args.prompt_file is None:
+        return DEFAULT_PROMPT if args.prompt is None else args.prompt
+    if args.prompt is not None:
+        raise UsageError('--prompt and --prompt-file exclude each other')
+    try:
+        if args.prompt_file == '-':
+            return sys.stdin.read()
+        with open(args.prompt_file, encoding='utf-8') as prompt:
+            return prompt.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f'cannot read --prompt-file {args.prompt_file}: {getattr(exc, "strerror", None) or exc}') \
+            from None
+
+
+def _extra(args) -> dict | None:
+    if args.extra is None:
+        return None
+    import json
+    try:
+        return json.loads(args.extra)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f'--extra is not valid JSON: {exc}') from None
 
 
 def reserve_output(path: str) -> int:
@@ -999,6 +1131,15 @@ def write_record(fd: int, record: dict) -> None:
         output.write('\n')
 
 
+def write_capture(fd: int, capture: bytearray, token: str) -> None:
+    """Write the raw response, with the API key masked by asterisks of the same length (framing stays valid)."""
+    data = bytes(capture)
+    if token:
+        data = data.replace(token.encode(), b'*' * len(token.encode()))
+    with os.fdopen(fd, 'wb') as output:
+        output.write(data)
+
+
 def _terminate(signum, frame):
     raise Interrupted('SIGTERM')
 
@@ -1007,7 +1148,7 @@ def _start_fixture(mode: str, request: dict):
     import threading
     import fixture_server
     instance = fixture_server.server(0, mode)
-    threading.Thread(target=instance.serve_forever, daemon=True).start()
+    threading.Thread(target=instance.serve_forever, args=(0.05,), daemon=True).start()
     request['port'] = instance.server_port
     request['url'] = f'http://127.0.0.1:{instance.server_port}/v1/chat/completions'
     return instance
@@ -1023,18 +1164,29 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import json
     import signal
+    capture_fd = None
     try:
         request = _request_from_args(args)
+        if args.capture is not None and os.path.abspath(args.capture) == os.path.abspath(args.output):
+            raise UsageError('--capture and --output must be different files')
         fd = reserve_output(args.output)
+        if args.capture is not None:
+            try:
+                capture_fd = reserve_output(args.capture)
+            except UsageError:
+                os.close(fd)
+                os.unlink(args.output)
+                raise
     except (UsageError, ValueError) as exc:
         print(f'stream_client.py: error: {exc}', file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _terminate)
     record, status, fixture = None, 1, None
+    capture = bytearray() if capture_fd is not None else None
     try:
         if args.fixture is not None:
             fixture = _start_fixture(args.fixture, request)
-        record = run(request, _show_text if sys.stderr.isatty() else None)
+        record = run(request, _show_text if sys.stderr.isatty() else None, capture)
         status = 0 if record['ok'] else 1
     except Interrupted as exc:
         record = exc.record or interrupted_record(request, exc.signal_name)
@@ -1049,6 +1201,8 @@ def main(argv: list[str] | None = None) -> int:
             obs.fail(StreamError('client', 'the client failed before finishing its record'))
             record = build_record(obs)
         write_record(fd, record)
+        if capture_fd is not None:
+            write_capture(capture_fd, capture, request['token'])
         if fixture is not None:
             fixture.shutdown()
             fixture.server_close()
