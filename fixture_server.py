@@ -8,6 +8,7 @@ ever bound.
 """
 import argparse
 import email.utils
+import itertools
 import json
 import select
 import socket
@@ -18,6 +19,8 @@ MAX_REQUEST_BYTES = 65_536
 HOLD_LIMIT = 60.0          # seconds a held, stalled or dripping response lasts at most
 DRIP_INTERVAL = 0.1        # seconds between keepalive comments in drip mode
 MISSING_BYTES = 64         # how far a truncated or held-open body falls short of its Content-Length
+FLOOD_PIECE = b'x' * 65_536
+FLOOD_PIECES = 16_384      # 1 GiB without a line break
 ANSWER = ('READY ', '\u2713')
 REASONING = ('The user wants ', 'one word.')
 
@@ -131,6 +134,7 @@ class Plan:
         self.missing = missing     # bytes the framing promises beyond the writes (chunked: no terminator)
         self.then = then           # 'close', 'hold' (keep the connection silent) or 'drip' (keepalives)
         self.pace = pace           # 'each' (delay before each write), 'burst' (one late write), 'bytes'
+                                   # (one byte per write) or 'flat-out' (no delay at all)
 
 
 def _unterminated(p: GuideProfile) -> Plan:
@@ -184,6 +188,7 @@ MODES = {
     'buffered': lambda p: Plan(p.opening() + p.closing('stop'), pace='burst'),
     'multi-choice': _multi_choice,
     'split-utf8': lambda p: Plan(p.opening() + p.closing('stop'), pace='bytes'),
+    'flood': lambda p: Plan([b'data: '] + [FLOOD_PIECE] * FLOOD_PIECES, pace='flat-out'),
 }
 
 
@@ -293,27 +298,31 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header('Content-Length', str(sum(map(len, plan.writes)) + plan.missing))
         self.end_headers()
         frame = (lambda piece: b'%x\r\n%s\r\n' % (len(piece), piece)) if chunked else (lambda piece: piece)
-        writes = [frame(piece) for piece in plan.writes]
+        writes = map(frame, plan.writes)  # lazily: flood mode sends a gigabyte
         if chunked and not plan.missing:
-            writes.append(b'0\r\n\r\n')
+            writes = itertools.chain(writes, [b'0\r\n\r\n'])
         self._write_paced(writes, plan.pace)
         if plan.then == 'hold':
             self._wait_for_client_to_leave(HOLD_LIMIT)
         elif plan.then == 'drip':
             self._drip(frame, HOLD_LIMIT)
 
-    def _write_paced(self, writes: list[bytes], pace: str) -> None:
+    def _write_paced(self, writes, pace: str) -> None:
         delay = self.server.delay
         if pace == 'burst':  # a buffering proxy: nothing, then everything at once
+            writes = list(writes)
             time.sleep(delay * len(writes))
             self.wfile.write(b''.join(writes))
             return
         if pace == 'bytes':
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             writes = [data[i:i + 1] for data in writes for i in range(len(data))]
-            delay = min(delay, 0.001)
+            delay = min(delay / 20, 0.001)
+        elif pace == 'flat-out':
+            delay = 0
         for data in writes:
-            time.sleep(delay)
+            if delay:
+                time.sleep(delay)
             self.wfile.write(data)
 
     def _replay(self, head: bytes, writes: list[bytes]) -> None:
@@ -336,12 +345,23 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(frame(b': keep-alive\n\n'))
 
 
+class FixtureServer(ThreadingHTTPServer):
+    """The HTTP server; a client that drops the connection or fails the TLS handshake is not an error here."""
+
+    def handle_error(self, request, client_address) -> None:
+        import sys
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
 def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, *, profile: str = 'guide',
            api_key: str | None = None, tokens: int | None = None, reasoning_field: str = 'reasoning',
-           replay: bytes | None = None) -> ThreadingHTTPServer:
+           replay: bytes | None = None, tls_cert: str | None = None,
+           tls_key: str | None = None) -> ThreadingHTTPServer:
     """A fixture server bound to 127.0.0.1:port (0 picks a free port); call serve_forever().
 
     replay is a captured response (status line, headers, body) sent instead of the mode.
+    tls_cert and tls_key (PEM files) make it serve HTTPS.
     """
     if mode not in MODES:
         raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(MODES)}')
@@ -353,7 +373,14 @@ def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, *, profile:
         raise ValueError('tokens must be at least 1')
     if reasoning_field not in ('reasoning', 'reasoning_content'):
         raise ValueError('reasoning_field must be reasoning or reasoning_content')
-    instance = ThreadingHTTPServer(('127.0.0.1', port), Handler)
+    instance = FixtureServer(('127.0.0.1', port), Handler)
+    if tls_cert:
+        import ssl
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tls_cert, tls_key)
+        # The handshake happens in the handler's thread, on its first read, not in the accept loop.
+        instance.socket = context.wrap_socket(instance.socket, server_side=True, do_handshake_on_connect=False)
+    instance.scheme = 'https' if tls_cert else 'http'
     instance.mode, instance.delay, instance.profile, instance.api_key = mode, delay, profile, api_key
     instance.tokens, instance.reasoning_field = tokens, reasoning_field
     instance.replay = parse_capture(replay) if replay is not None else None
@@ -374,7 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--reasoning-field', choices=['reasoning', 'reasoning_content'], default='reasoning',
                         help='delta field of reasoning mode (reasoning_content: vLLM before 0.11.1)')
     parser.add_argument('--replay', metavar='FILE', help='answer with a captured response (a .http file)')
+    parser.add_argument('--tls-cert', metavar='PEM', help='serve HTTPS with this certificate (chain)')
+    parser.add_argument('--tls-key', metavar='PEM', help='the private key of --tls-cert')
     args = parser.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error('--tls-cert and --tls-key go together')
     if args.rate is not None:
         if args.tokens is None or not args.rate > 0:
             parser.error('--rate needs --tokens and a positive number')
@@ -388,15 +419,17 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f'cannot read --replay {args.replay}: {exc.strerror}')
     try:
         instance = server(args.port, args.mode, args.delay, profile=args.profile, api_key=args.api_key,
-                          tokens=args.tokens, reasoning_field=args.reasoning_field, replay=replay)
+                          tokens=args.tokens, reasoning_field=args.reasoning_field, replay=replay,
+                          tls_cert=args.tls_cert, tls_key=args.tls_key)
     except ValueError as exc:
         parser.error(str(exc))
-    except OSError as exc:
-        parser.exit(2, f'fixture_server.py: error: cannot listen on 127.0.0.1:{args.port}: {exc.strerror}\n')
+    except OSError as exc:  # includes ssl.SSLError for an unusable certificate or key
+        parser.exit(2, f'fixture_server.py: error: cannot serve on 127.0.0.1:{args.port}: '
+                       f'{exc.strerror or exc}\n')
     with instance:
         what = f'replay of {args.replay}' if args.replay else f'{args.mode}, {args.profile} profile'
         print(f'Synthetic fixture ({what}) listening on '
-              f'http://127.0.0.1:{instance.server_port}/v1/chat/completions', flush=True)
+              f'{instance.scheme}://127.0.0.1:{instance.server_port}/v1/chat/completions', flush=True)
         try:
             instance.serve_forever()
         except KeyboardInterrupt:

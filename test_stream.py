@@ -355,6 +355,7 @@ class FixtureVerdictTests(unittest.TestCase):
         'buffered': (True, True, True, None, None, ANSWER, {}),
         'multi-choice': (None, None, False, 'protocol', 'expected choice index 0, got 1', '', {}),
         'split-utf8': (True, True, True, None, None, ANSWER, {}),
+        'flood': (None, None, False, 'sse', 'line longer than 65536 characters without a line end', '', {}),
     }
 
     def test_every_mode_gets_its_triple_and_layer_in_both_profiles(self):
@@ -625,9 +626,197 @@ class CaptureReplayTests(unittest.TestCase):
             self.assertNotIn('secret', str(caught.exception))
 
 
+TLS = HERE / 'testdata' / 'tls'
+
+
+class TlsAndSecretTests(unittest.TestCase):
+    def tls_fixture(self, name: str = 'server', **settings) -> Fixture:
+        return Fixture(tls_cert=str(TLS / f'{name}.pem'), tls_key=str(TLS / f'{name}.key'), **settings)
+
+    def test_untrusted_certificate_fails_at_the_tls_layer(self):
+        with self.tls_fixture() as fixture:
+            record = stream(fixture.url.replace('http:', 'https:'), 'm', 'p')
+        self.assertEqual(record['error_layer'], 'tls')
+        self.assertIn('certificate verification failed for 127.0.0.1', record['error'])
+
+    def test_ca_file_trusts_the_test_ca_for_ip_and_hostname(self):
+        with self.tls_fixture(profile='vllm') as fixture:
+            for host in ('127.0.0.1', 'localhost'):
+                with self.subTest(host=host):
+                    url = fixture.url.replace('http://127.0.0.1', f'https://{host}')
+                    record = stream(url, 'm', 'p', ca_file=str(TLS / 'ca.pem'))
+                    self.assertTrue(record['ok'], record['error'])
+
+    def test_certificate_for_another_hostname_fails(self):
+        with self.tls_fixture('other') as fixture:
+            record = stream(fixture.url.replace('http:', 'https:'), 'm', 'p', ca_file=str(TLS / 'ca.pem'))
+        self.assertEqual(record['error_layer'], 'tls')
+        self.assertIn("not valid for '127.0.0.1'", record['error'])
+
+    def test_api_key_appears_in_no_output_even_when_the_server_echoes_it(self):
+        key = 'sk-secret-8c1f7e'
+        echo = json.dumps({'error': {'message': f'invalid key {key}', 'type': 'AuthenticationError', 'code': 401}})
+        response = (f'HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\n'
+                    f'x-echo: {key}\r\ncontent-length: {len(echo)}\r\n\r\n{echo}').encode()
+        with tempfile.TemporaryDirectory() as tmp, Fixture(replay=response) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--output', 'run.json', '--capture', 'run.http',
+                           cwd=tmp, env=dict(os.environ, MODEL_API_KEY=key))
+            self.assertEqual(fixture.last_request[0]['Authorization'], f'Bearer {key}')
+            outputs = {'stdout': done.stdout, 'stderr': done.stderr,
+                       'record': Path(tmp, 'run.json').read_text(), 'capture': Path(tmp, 'run.http').read_text()}
+        self.assertEqual(done.returncode, 1)
+        self.assertIn('[redacted]', outputs['record'])
+        for name, text in outputs.items():
+            with self.subTest(output=name):
+                self.assertNotIn(key, text)
+                self.assertNotIn('8c1f7e', text)
+
+
+def framed_bodies() -> list[tuple[str, bytes, int | None]]:
+    """(name, body, declared length or None for chunked): the captured streams and the fixture's."""
+    bodies = []
+    for path in sorted(TRACES.glob('*.http')):
+        head, body = split_capture(path)
+        chunked = b'transfer-encoding: chunked' in head.lower()
+        bodies.append((path.name, body, None if chunked else len(body)))
+    for mode in ('ok', 'reasoning', 'error-event', 'length'):
+        for name, profile in fixture_server.PROFILES.items():
+            writes = fixture_server.MODES[mode](profile('m')).writes
+            if profile.framing == 'chunked':
+                body = b''.join(b'%x\r\n%s\r\n' % (len(w), w) for w in writes) + b'0\r\n\r\n'
+                bodies.append((f'{name}/{mode}', body, None))
+            else:
+                body = b''.join(writes)
+                bodies.append((f'{name}/{mode}', body, len(body)))
+    return bodies
+
+
+def mutate(data: bytes, rng: random.Random) -> bytes:
+    """One to three flipped, inserted, deleted or duplicated bytes."""
+    data = bytearray(data)
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randrange(len(data))
+        kind = rng.choice(('flip', 'insert', 'delete', 'duplicate'))
+        if kind == 'flip':
+            data[at] ^= 1 << rng.randrange(8)
+        elif kind == 'insert':
+            data.insert(at, rng.choice(b'\r\n:{}[]"\\ \x00\xff\xe2'))
+        elif kind == 'delete':
+            del data[at]
+        else:
+            data[at:at] = data[at:at + rng.randint(1, 8)]
+    return bytes(data)
+
+
+def rechunk(data: bytes, rng: random.Random) -> list[bytes]:
+    cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 8)))) if len(data) > 1 else []
+    return [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
+
+
+def consume(reads: list[bytes], declared: int | None) -> str | None:
+    """Run the sans-IO layers over a body; return the failing layer, or None when the answer is complete.
+
+    Any exception other than StreamError escapes, which is what the fuzz tests look for.
+    """
+    body = ChunkedBody() if declared is None else ContentLengthBody(declared)
+    events, chunks = Events(), ChatChunks()
+    try:
+        for raw in reads:
+            for data in events.feed(body.feed(raw)):
+                chunks.accept(data)
+            if body.overrun:
+                return 'transport'
+        if body.eof_problem():
+            return 'transport'
+        events.finish()
+    except StreamError as exc:
+        return exc.layer
+    return 'application' if chunks.outcome_problem() else None
+
+
+FUZZ_SCALE = int(os.environ.get('FUZZ_SCALE', '1'))  # FUZZ_SCALE=20 python3 -m unittest ... runs 20x the cases
+
+
+class FuzzTests(unittest.TestCase):
+    def test_truncated_bodies_are_never_complete(self):
+        for name, body, declared in framed_bodies():
+            boundaries = {i + 1 for i in range(len(body)) if body[i:i + 1] == b'\n'}
+            offsets = set(range(max(0, len(body) - 100), len(body))) | {b for b in boundaries if b < len(body)}
+            for offset in sorted(offsets):
+                verdict = consume([body[:offset]], declared)
+                self.assertIsNotNone(verdict, f'{name} cut at {offset} of {len(body)} was judged complete')
+
+    def test_mutated_and_rechunked_bodies_only_raise_stream_errors(self):
+        rng = random.Random(6)
+        bodies = framed_bodies()
+        for _ in range(1500 * FUZZ_SCALE):
+            name, body, declared = rng.choice(bodies)
+            mutated = mutate(body, rng)
+            consume(rechunk(mutated, rng), declared)  # must not raise anything but StreamError
+
+    def test_full_client_survives_mutated_responses_over_loopback(self):
+        rng = random.Random(3440)
+        responses = [path.read_bytes() for path in sorted(TRACES.glob('*.http'))]
+        with Fixture(delay=0) as fixture:
+            for case in range(150 * FUZZ_SCALE):
+                original = rng.choice(responses)
+                if case % 3 == 0:
+                    response, truncated = original[:rng.randrange(len(original))], True
+                else:
+                    response, truncated = mutate(original, rng), False
+                fixture.instance.replay = (b'', rechunk(response, rng))
+                started = time.monotonic()
+                record = stream(fixture.url, 'tiny', 'hi', idle=1, deadline=2)
+                self.assertLess(time.monotonic() - started, 2.5)
+                json.dumps(record)
+                if truncated:
+                    self.assertFalse(record['ok'], f'case {case}: a truncated response was ok')
+
+
+class TimeoutUnderAttackTests(unittest.TestCase):
+    def timed(self, url: str, **kwargs) -> tuple[dict, float]:
+        started = time.monotonic()
+        record = stream(url, 'm', 'p', **kwargs)
+        return record, time.monotonic() - started
+
+    def test_stall_ends_at_the_idle_timeout(self):
+        with Fixture('stall') as fixture:
+            record, took = self.timed(fixture.url, idle=1.0)
+        self.assertEqual(record['error_layer'], 'timeout')
+        self.assertTrue(1.0 <= took <= 1.5, took)
+
+    def test_drip_ends_at_the_deadline_despite_steady_bytes(self):
+        with Fixture('drip', profile='vllm') as fixture:
+            record, took = self.timed(fixture.url, idle=0.5, deadline=1.5)
+        self.assertIn('overall deadline of 1.5 s', record['error'])
+        self.assertTrue(1.5 <= took <= 2.0, took)
+        self.assertGreater(record['reads'], 5)
+
+    def test_server_that_never_answers_ends_at_the_idle_timeout(self):
+        with socket.create_server(('127.0.0.1', 0)) as silent:
+            url = f'http://127.0.0.1:{silent.getsockname()[1]}/v1/chat/completions'
+            record, took = self.timed(url, idle=1.0)
+        self.assertEqual(record['error'], 'timeout: no response headers within the idle timeout of 1 s')
+        self.assertTrue(1.0 <= took <= 1.5, took)
+
+    @unittest.skipUnless(Path('/proc/self/status').exists(), 'peak RSS is read from /proc')
+    def test_flood_without_line_breaks_ends_at_the_line_bound_in_bounded_memory(self):
+        peak = ("import os, runpy, sys\nsys.argv = sys.argv[1:]\nsys.path.insert(0, os.path.dirname(sys.argv[0]))\ntry:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+                "except SystemExit:\n    pass\nprint([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0],"
+                " file=sys.stderr)")
+        with tempfile.TemporaryDirectory() as tmp:
+            done = subprocess.run([sys.executable, '-c', peak, CLIENT, '--fixture', 'flood', '--output', 'run.json'],
+                                  cwd=tmp, capture_output=True, text=True, timeout=60)
+            record = json.loads(Path(tmp, 'run.json').read_text())
+        self.assertEqual(record['error'], f'sse: line longer than {MAX_LINE_CHARS} characters without a line end')
+        peak_kib = int(done.stderr.split('VmHWM:')[1].split()[0])
+        self.assertLess(peak_kib, 100 * 1024)
+
+
+
 def run_cli(*args: str, cwd: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, CLIENT, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=30, **kwargs)
+                          timeout=30, **({} if 'input' in kwargs else {'stdin': subprocess.DEVNULL}), **kwargs)
 
 
 class CommandLineTests(unittest.TestCase):
@@ -660,29 +849,45 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual(done.stderr.count('\n'), 1)
         self.assertIn('already exists', done.stderr)
 
-    def test_bad_input_exits_2_with_one_line_and_no_file(self):
-        cases = [('--output', 'missing/run.json', '--fixture', 'ok'),
-                 ('--output', 'run.json', '--max-tokens', '0', '--fixture', 'ok'),
-                 ('--output', 'run.json', '--idle', 'nan', '--fixture', 'ok'),
-                 ('--output', 'run.json', '--max-tokens', 'many', '--fixture', 'ok'),
-                 ('--output', 'run.json', '--url', 'http://127.0.0.1:9/v1/chat/completions'),
-                 ('--output', 'run.json', '--fixture', 'no-such-mode'),
-                 ('--output', 'run.json', '--model', 'm', '--url', 'http://203.0.113.9/v1/chat/completions'),
-                 ('--output', 'run.json', '--model', 'm', '--ca-file', 'absent.pem',
-                  '--url', 'https://localhost:9/v1/chat/completions'),
-                 ('--output', 'run.json', '--fixture', 'ok', '--extra', '{not json'),
-                 ('--output', 'run.json', '--fixture', 'ok', '--extra', '[1]'),
-                 ('--output', 'run.json', '--fixture', 'ok', '--extra', '{"stream": false}'),
-                 ('--output', 'run.json', '--fixture', 'ok', '--prompt-file', 'absent.txt'),
-                 ('--output', 'run.json', '--fixture', 'ok', '--prompt', 'a', '--prompt-file', '-'),
-                 ('--output', 'run.json', '--fixture', 'ok', '--capture', 'run.json')]
-        for args in cases:
-            with self.subTest(args=args):
-                done = run_cli(*args, cwd=self.tmp.name)
-                self.assertEqual(done.returncode, 2, done.stderr)
-                self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
-                self.assertNotIn('Traceback', done.stderr)
-                self.assertEqual(list(self.dir.iterdir()), [])
+    def test_bad_command_lines_exit_2_with_one_line_no_file_and_no_request(self):
+        (self.dir / 'taken.json').write_text('kept')
+        with Fixture() as fixture:
+            good = ['--url', fixture.url, '--model', 'm', '--output', 'run.json']
+            without = lambda *flags: [a for i, a in enumerate(good) if a not in flags and good[i - 1] not in flags]
+            cases = {
+                'model missing': without('--model'),
+                'ftp URL': good + ['--url', 'ftp://127.0.0.1/v1/chat/completions'],
+                'credentials in URL': good + ['--url', 'https://user:secret@localhost/v1/chat/completions'],
+                'plain http to a remote host': good + ['--url', 'http://203.0.113.9/v1/chat/completions'],
+                'negative idle': good + ['--idle', '-1'],
+                'NaN deadline': good + ['--deadline', 'nan'],
+                'infinite idle': good + ['--idle', 'inf'],
+                'max tokens 0': good + ['--max-tokens', '0'],
+                'max tokens 40000': good + ['--max-tokens', '40000'],
+                'max tokens not a number': good + ['--max-tokens', 'many'],
+                'extra not JSON': good + ['--extra', '{not json'],
+                'extra not an object': good + ['--extra', '[1]'],
+                'extra overrides stream': good + ['--extra', '{"stream": false}'],
+                'missing CA file': good + ['--url', 'https://localhost:9/v1/chat/completions', '--ca-file', 'no.pem'],
+                'output exists': good + ['--output', 'taken.json'],
+                'output directory missing': good + ['--output', 'missing/run.json'],
+                'unknown fixture mode': ['--fixture', 'no-such-mode', '--output', 'run.json'],
+                'fixture and URL': good + ['--fixture', 'ok'],
+                'missing prompt file': good + ['--prompt-file', 'absent.txt'],
+                'prompt twice': good + ['--prompt', 'a', '--prompt-file', '-'],
+                'capture is the output': good + ['--capture', 'run.json'],
+                'unknown flag': good + ['--verify', 'no'],
+            }
+            for name, args in cases.items():
+                with self.subTest(name):
+                    done = run_cli(*args, cwd=self.tmp.name)
+                    self.assertEqual(done.returncode, 2, done.stderr)
+                    self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
+                    self.assertNotIn('Traceback', done.stderr)
+                    self.assertNotIn('secret', done.stderr)
+                    self.assertEqual(sorted(p.name for p in self.dir.iterdir()), ['taken.json'])
+            self.assertIsNone(fixture.last_request)
+        self.assertEqual((self.dir / 'taken.json').read_text(), 'kept')
 
     def test_capture_replays_to_the_same_verdict(self):
         done = run_cli('--fixture', 'error-event', '--output', 'run.json', '--capture', 'run.http', cwd=self.tmp.name)

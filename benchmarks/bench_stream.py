@@ -210,9 +210,10 @@ def bench_startup() -> list[tuple[str, float, float, str]]:
 # VmHWM belongs to the process image, so unlike a child's ru_maxrss it does not
 # include the parent's memory copied by fork before exec.
 PEAK_WRAPPER = """
-import runpy, sys
+import os, runpy, sys
 sys.argv = sys.argv[1:]
 if sys.argv:
+    sys.path.insert(0, os.path.dirname(sys.argv[0]))
     try:
         runpy.run_path(sys.argv[0], run_name='__main__')
     except SystemExit:
