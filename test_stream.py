@@ -552,6 +552,13 @@ class CaptureReplayTests(unittest.TestCase):
                 else:
                     self.assertEqual((record['transport_complete'], record['http']['framing']), (True, 'chunked'))
 
+    def test_server_killed_midstream_is_a_transport_failure(self):
+        record = replay((TRACES / 'k1_server_killed_midstream.http').read_bytes())
+        self.assertEqual(record['error'],
+                         'transport: chunked body ended without its terminating chunk after 39374 body bytes')
+        self.assertEqual((record['transport_complete'], record['event_complete'], record['content_events']),
+                         (False, True, 167))
+
     def test_http_errors_keep_the_servers_fields(self):
         record = replay((TRACES / 'd1_err_stream_max_tokens_too_big.http').read_bytes())
         self.assertEqual(record['server_error']['type'], 'BadRequestError')
