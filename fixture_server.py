@@ -22,6 +22,9 @@ MISSING_BYTES = 64         # how far a truncated or held-open body falls short o
 FLOOD_PIECE = b'x' * 65_536
 FLOOD_PIECES = 16_384      # 1 GiB without a line break
 ANSWER = ('READY ', '\u2713')
+# vLLM sends "server: uvicorn"; the fixture names itself instead, in both profiles, so that a
+# record made against it is never mistaken for evidence about a model (the client reads this).
+SERVER_NAME = 'synthetic-fixture/0.1'
 REASONING = ('The user wants ', 'one word.')
 
 
@@ -117,7 +120,7 @@ class VllmProfile(GuideProfile):
         return self.chunk([], usage=usage, system_fingerprint='vllm-0.32.0-synthetic')
 
     def headers(self) -> list[tuple[str, str]]:
-        return [('date', email.utils.formatdate(usegmt=True)), ('server', 'uvicorn'),
+        return [('date', email.utils.formatdate(usegmt=True)), ('server', SERVER_NAME),
                 ('content-type', 'text/event-stream; charset=utf-8'), ('vary', 'Origin')]
 
 
@@ -221,7 +224,7 @@ class Handler(BaseHTTPRequestHandler):
     """Answers POST /v1/chat/completions according to the server's settings."""
 
     protocol_version = 'HTTP/1.1'
-    server_version = 'synthetic-fixture/0.1'
+    server_version = SERVER_NAME
 
     def log_message(self, format, *args):
         pass
@@ -274,7 +277,7 @@ class Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, body: dict) -> None:
         data = json.dumps(body, separators=(',', ':')).encode()
         self.send_response_only(status)
-        for name, value in (('date', email.utils.formatdate(usegmt=True)), ('server', 'uvicorn'),
+        for name, value in (('date', email.utils.formatdate(usegmt=True)), ('server', SERVER_NAME),
                             ('content-length', str(len(data))), ('content-type', 'application/json'),
                             ('vary', 'Origin')):
             self.send_header(name, value)

@@ -608,6 +608,7 @@ class Observation:
         self.started = time.perf_counter()
         self.capture = capture  # raw response bytes, when the caller asked for them
         self.capture_truncated = False
+        self.on_text = self.on_reasoning = None  # callbacks for text as it arrives
         self.ended: float | None = None
         self.phase = 'connect'
         self.http: dict | None = None
@@ -641,21 +642,22 @@ class Observation:
 
 def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
            deadline: float = 60.0, ca_file: str | None = None, token: str | None = None,
-           on_text=None, **options) -> dict:
+           on_text=None, on_reasoning=None, **options) -> dict:
     """Stream one chat completion and return its evidence record.
 
     Invalid arguments raise ValueError before any connection. Everything that
     goes wrong afterwards is reported in the record, never raised; Ctrl+C
     raises Interrupted, which carries the record so far.
-    ``on_text(text)`` is called with each piece of visible answer text.
+    ``on_text(text)`` and ``on_reasoning(text)`` are called with each piece of
+    answer and reasoning text as it arrives.
     ``options`` are prepare()'s: system, temperature, stop, extra.
     """
     request = prepare(url, model, prompt, max_tokens=max_tokens, idle=idle,
                       deadline=deadline, ca_file=ca_file, token=token, **options)
-    return run(request, on_text)
+    return run(request, on_text, on_reasoning)
 
 
-def run(request: dict, on_text=None, capture: bytearray | None = None) -> dict:
+def run(request: dict, on_text=None, on_reasoning=None, capture: bytearray | None = None) -> dict:
     """Perform a prepared request; return the record (see stream()).
 
     When ``capture`` is given, the raw response (status line, headers, body
@@ -663,11 +665,12 @@ def run(request: dict, on_text=None, capture: bytearray | None = None) -> dict:
     """
     import http.client  # noqa: F401 -- imported before the clock starts, so its cost is not timed
     obs = Observation(request, capture)
+    obs.on_text, obs.on_reasoning = on_text, on_reasoning
     interrupted = None
     conn = None
     try:
         conn = _open(request)
-        _exchange(conn, obs, on_text)
+        _exchange(conn, obs)
     except StreamError as exc:
         obs.fail(exc)
     except KeyboardInterrupt as exc:
@@ -697,7 +700,7 @@ def _open(request: dict):
     return http.client.HTTPConnection(request['host'], request['port'], timeout=timeout)
 
 
-def _exchange(conn, obs: Observation, on_text) -> None:
+def _exchange(conn, obs: Observation) -> None:
     request = obs.request
     conn.connect()
     obs.phase = 'request'
@@ -715,12 +718,13 @@ def _exchange(conn, obs: Observation, on_text) -> None:
     _check_content_type(obs.http['content_type'])
     obs.body = body_reader(response)
     obs.phase = 'body'
-    _read_body(response.fp, sock, obs, on_text)
+    _read_body(response.fp, sock, obs)
 
 
-def _read_body(fp, sock, obs: Observation, on_text) -> None:
+def _read_body(fp, sock, obs: Observation) -> None:
     """Read until the HTTP message ends, feeding each layer; then judge the ends."""
     body, events, chunks, capture = obs.body, obs.events, obs.chunks, obs.capture
+    on_text, on_reasoning = obs.on_text, obs.on_reasoning
     deadline_at = obs.started + obs.request['deadline']
     while not body.complete:
         sock.settimeout(_wait(obs))
@@ -747,8 +751,11 @@ def _read_body(fp, sock, obs: Observation, on_text) -> None:
                 obs.last_text_at = now
                 if on_text:
                     on_text(text)
-            if reasoning and obs.first_reasoning_at is None:
-                obs.first_reasoning_at = now
+            if reasoning:
+                if obs.first_reasoning_at is None:
+                    obs.first_reasoning_at = now
+                if on_reasoning:
+                    on_reasoning(reasoning)
         if chunks.content_events != text_before:
             obs.text_reads += 1
         if body.overrun:
@@ -971,7 +978,8 @@ def build_record(obs: Observation) -> dict:
         'request_id': _header(http, 'x-request-id'),
         'server_error': chunks.server_error,
         'http': http,
-        'source': obs.request['source'],
+        'source': 'fixture' if (_header(http, 'server') or '').startswith('synthetic-fixture')
+                  else obs.request['source'],
         'url': obs.request['url'],
         'request': obs.request['parameters'],
         'started_at': _utc_iso(obs.started_wall),
@@ -1058,13 +1066,17 @@ def _parser():
     parser.add_argument('--deadline', type=float, default=60.0, metavar='S',
                         help='seconds the whole run may take (default 60)')
     parser.add_argument('--ca-file', metavar='PEM', help='extra trusted CA certificates for https')
-    parser.add_argument('--output', required=True, metavar='FILE',
-                        help='new file for the JSON evidence record; an existing file is never overwritten')
+    parser.add_argument('--output', metavar='FILE',
+                        help='new file for the JSON evidence record (required); an existing file is never overwritten')
     parser.add_argument('--capture', metavar='FILE',
                         help='new file for the raw response (status line, headers, body bytes as received), '
                              'for --replay in fixture_server.py and bug reports')
     parser.add_argument('--fixture', metavar='MODE',
                         help='stream from the synthetic fixture, run in this process on a free loopback port')
+    parser.add_argument('--quiet', action='store_true',
+                        help='no live text and no verdict line on stderr (stdout keeps its JSON summary)')
+    parser.add_argument('--compare', nargs='+', metavar='RECORD',
+                        help='print saved records side by side instead of running')
     parser.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
     return parser
 
@@ -1154,39 +1166,135 @@ def _start_fixture(mode: str, request: dict):
     return instance
 
 
-def _show_text(text: str) -> None:
-    sys.stderr.write(text)
-    sys.stderr.flush()
+class LiveView:
+    """What stderr shows during a run: on a terminal the answer as it arrives
+    (reasoning dimmed), then a one-line verdict; elsewhere only a failure."""
+
+    DIM, RESET = '\x1b[2m', '\x1b[0m'
+
+    def __init__(self, out, quiet: bool) -> None:
+        self.out = out
+        self.quiet = quiet
+        self.live = not quiet and out.isatty()
+        self.color = self.live and 'NO_COLOR' not in os.environ
+        self.showing = None  # 'reasoning' or 'text' once something was written
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def reasoning(self, text: str) -> None:
+        if self.showing != 'reasoning':
+            self.showing = 'reasoning'
+            text = 'reasoning: ' + text
+        self._write(f'{self.DIM}{text}{self.RESET}' if self.color else text)
+
+    def text(self, text: str) -> None:
+        if self.showing == 'reasoning':
+            self._write('\n')
+        self.showing = 'text'
+        self._write(text)
+
+    def verdict(self, record: dict) -> None:
+        if self.quiet or (record['ok'] and not self.live):
+            return
+        if self.showing:
+            self._write('\n')
+        self._write(verdict_line(record) + '\n')
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status."""
-    args = _parser().parse_args(argv)
+def verdict_line(record: dict) -> str:
+    """The run at a glance: 'ok: 2 content events, ...' or 'NOT OK [layer]: what went wrong'."""
+    if record['ok']:
+        return (f'ok: {record["content_events"]} content events, first text {record["first_text_ms"]:.0f} ms, '
+                f'done {record["duration_ms"]:.0f} ms')
+    layer = record['error_layer']
+    return f'NOT OK [{layer}]: {record["error"].removeprefix(layer + ": ")}'
+
+
+COMPARE_COLUMNS = (('file', None), ('source', 'source'), ('model', 'model'), ('ok', 'ok'),
+                   ('layer', 'error_layer'), ('headers ms', 'headers_ms'), ('1st event ms', 'first_event_ms'),
+                   ('1st text ms', 'first_text_ms'), ('duration ms', 'duration_ms'),
+                   ('events', 'content_events'), ('tokens', 'completion_tokens'), ('reads', 'reads'),
+                   ('buffered', 'buffered_delivery'))
+COMPARED_SETTINGS = (('prompt', 'prompt_sha256'), ('max_tokens', 'max_tokens'), ('temperature', 'temperature'))
+
+
+def load_records(paths: list[str]) -> list[dict]:
+    """Saved evidence records; UsageError when one cannot be read or fixture and endpoint records mix."""
     import json
-    import signal
-    capture_fd = None
+    records = []
+    for path in paths:
+        try:
+            with open(path, encoding='utf-8') as file:
+                record = json.load(file)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f'cannot read record {path}: {getattr(exc, "strerror", None) or exc}') from None
+        if not isinstance(record, dict) or 'ok' not in record:
+            raise UsageError(f'{path} is not an evidence record')
+        records.append(record)
+    if len({record.get('source', 'endpoint') for record in records}) > 1:
+        raise UsageError('refusing to compare fixture records with endpoint records: '
+                         'fixture timings are synthetic and say nothing about a model')
+    return records
+
+
+def compare_table(paths: list[str], records: list[dict]) -> str:
+    """One aligned row per record."""
+    rows = [[name for name, _ in COMPARE_COLUMNS]]
+    for path, record in zip(paths, records):
+        rows.append([os.path.basename(path)] + [_cell(record.get(key)) for _, key in COMPARE_COLUMNS[1:]])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return '\n'.join('  '.join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
+def settings_differ(records: list[dict]) -> list[str]:
+    """The settings (prompt, max_tokens, temperature, model) that differ between records."""
+    import json
+    differ = [name for name, key in COMPARED_SETTINGS
+              if len({json.dumps((record.get('request') or {}).get(key)) for record in records}) > 1]
+    if len({record.get('model') for record in records}) > 1:
+        differ.append('model')
+    return differ
+
+
+def _cell(value) -> str:
+    if value is None:
+        return '-'
+    if isinstance(value, bool):
+        return 'yes' if value else 'no'
+    if isinstance(value, float):
+        return f'{value:.1f}'
+    return str(value)
+
+
+def _reserve_files(args) -> tuple[int, int | None]:
+    """Create the output (and capture) file before anything is sent; undo the first if the second fails."""
+    if args.capture is not None and os.path.abspath(args.capture) == os.path.abspath(args.output):
+        raise UsageError('--capture and --output must be different files')
+    fd = reserve_output(args.output)
+    if args.capture is None:
+        return fd, None
     try:
-        request = _request_from_args(args)
-        if args.capture is not None and os.path.abspath(args.capture) == os.path.abspath(args.output):
-            raise UsageError('--capture and --output must be different files')
-        fd = reserve_output(args.output)
-        if args.capture is not None:
-            try:
-                capture_fd = reserve_output(args.capture)
-            except UsageError:
-                os.close(fd)
-                os.unlink(args.output)
-                raise
-    except (UsageError, ValueError) as exc:
-        print(f'stream_client.py: error: {exc}', file=sys.stderr)
-        return 2
+        return fd, reserve_output(args.capture)
+    except UsageError:
+        os.close(fd)
+        os.unlink(args.output)
+        raise
+
+
+def _run_command(args, request: dict, fd: int, capture_fd: int | None) -> tuple[dict, int]:
+    """Run once and write the record (and capture) whatever happens; return the record and exit status."""
+    import signal
     signal.signal(signal.SIGTERM, _terminate)
+    view = LiveView(sys.stderr, args.quiet)
+    on_text, on_reasoning = (view.text, view.reasoning) if view.live else (None, None)
     record, status, fixture = None, 1, None
     capture = bytearray() if capture_fd is not None else None
     try:
         if args.fixture is not None:
             fixture = _start_fixture(args.fixture, request)
-        record = run(request, _show_text if sys.stderr.isatty() else None, capture)
+        record = run(request, on_text, on_reasoning, capture)
         status = 0 if record['ok'] else 1
     except Interrupted as exc:
         record = exc.record or interrupted_record(request, exc.signal_name)
@@ -1206,8 +1314,33 @@ def main(argv: list[str] | None = None) -> int:
         if fixture is not None:
             fixture.shutdown()
             fixture.server_close()
-    if sys.stderr.isatty() and record['text']:
-        sys.stderr.write('\n')
+    view.verdict(record)
+    return record, status
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    args = _parser().parse_args(argv)
+    import json
+    try:
+        if args.compare:
+            if args.output or args.fixture or args.url:
+                raise UsageError('--compare only reads records; it takes no --output, --url or --fixture')
+            records = load_records(args.compare)
+            differ = settings_differ(records)
+            if differ:
+                print(f'stream_client.py: warning: the records differ in {", ".join(differ)}; compare only '
+                      'runs with the same prompt, max_tokens, temperature and model', file=sys.stderr)
+            print(compare_table(args.compare, records))
+            return 0
+        if args.output is None:
+            raise UsageError('--output is required')
+        request = _request_from_args(args)
+        fd, capture_fd = _reserve_files(args)
+    except (UsageError, ValueError) as exc:
+        print(f'stream_client.py: error: {exc}', file=sys.stderr)
+        return 2
+    record, status = _run_command(args, request, fd, capture_fd)
     summary = {key: record[key] for key in ('ok', 'error_layer', 'first_text_ms', 'duration_ms',
                                             'finish_reason', 'error')}
     print(json.dumps(summary, ensure_ascii=False))

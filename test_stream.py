@@ -398,7 +398,7 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertEqual((http['status'], http['version'], http['framing'], http['content_length'],
                           http['body_bytes']), (200, '1.1', 'content-length', '445', 445))
         self.assertEqual((record['source'], record['request']['max_tokens'], record['client']['python']),
-                         ('endpoint', 128, sys.version.split()[0]))
+                         ('fixture', 128, sys.version.split()[0]))
         self.assertRegex(record['started_at'], r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$')
 
     def test_reasoning_is_timed_and_kept_apart_in_both_field_names(self):
@@ -567,6 +567,7 @@ class CaptureReplayTests(unittest.TestCase):
 
     def test_split_emoji_capture_gives_exact_text(self):
         record = replay((TRACES / 'u2_chat_stream_emoji_split_tokens.http').read_bytes())
+        self.assertEqual(record['source'], 'endpoint')  # a replay keeps the captured server header
         self.assertEqual(record['text'], '\ufffd\ufffd\U0001f600\U0001f600')
         self.assertEqual(record['response_id'], 'chatcmpl-9d93a102b876c169')
 
@@ -926,6 +927,88 @@ class CommandLineTests(unittest.TestCase):
         record = json.loads((self.dir / 'run.json').read_text())
         import hashlib
         self.assertEqual(record['request']['prompt_sha256'], hashlib.sha256(b'from stdin\n').hexdigest())
+
+    def run_in_pty(self, *args: str) -> tuple[int, str]:
+        # stderr is a pseudo-terminal, as when a person runs the command; stdout stays a pipe.
+        import pty
+        master, slave = pty.openpty()
+        process = subprocess.Popen([sys.executable, CLIENT, *args], cwd=self.tmp.name, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=slave, env=dict(os.environ, TERM='xterm'))
+        os.close(slave)
+        screen = b''
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            screen += data
+        os.close(master)
+        process.communicate(timeout=30)
+        return process.returncode, screen.decode()
+
+    def test_terminal_shows_reasoning_dimmed_then_the_answer_then_a_verdict(self):
+        status, screen = self.run_in_pty('--fixture', 'reasoning', '--output', 'run.json')
+        self.assertEqual(status, 0)
+        lines = screen.replace('\r\n', '\n').split('\n')
+        self.assertEqual(lines[0], '\x1b[2mreasoning: The user wants \x1b[0m\x1b[2mone word.\x1b[0m')
+        self.assertEqual(lines[1], 'READY \u2713')
+        self.assertRegex(lines[2], r'^ok: 2 content events, first text \d+ ms, done \d+ ms$')
+
+    def test_terminal_verdict_names_the_failing_layer(self):
+        status, screen = self.run_in_pty('--fixture', 'truncated', '--output', 'run.json')
+        self.assertEqual(status, 1)
+        self.assertIn('READY \u2713\r\nNOT OK [transport]: connection closed after 445 of 509 body bytes\r\n', screen)
+
+    def test_quiet_keeps_the_terminal_silent(self):
+        status, screen = self.run_in_pty('--fixture', 'broken', '--output', 'run.json', '--quiet')
+        self.assertEqual((status, screen), (1, ''))
+
+    def test_without_a_terminal_only_failures_reach_stderr(self):
+        ok = run_cli('--fixture', 'ok', '--output', 'ok.json', cwd=self.tmp.name)
+        failed = run_cli('--fixture', 'broken', '--output', 'broken.json', cwd=self.tmp.name)
+        self.assertEqual(ok.stderr, '')
+        self.assertEqual(failed.stderr, 'NOT OK [application]: EOF before [DONE] after 2 content events\n')
+
+    def test_compare_prints_one_aligned_row_per_record(self):
+        for mode in ('ok', 'broken'):
+            run_cli('--fixture', mode, '--output', f'{mode}.json', cwd=self.tmp.name)
+        done = run_cli('--compare', 'ok.json', 'broken.json', cwd=self.tmp.name)
+        self.assertEqual((done.returncode, done.stderr), (0, ''))
+        header, ok, broken = done.stdout.splitlines()
+        self.assertEqual(header.split(), ['file', 'source', 'model', 'ok', 'layer', 'headers', 'ms', '1st', 'event',
+                                          'ms', '1st', 'text', 'ms', 'duration', 'ms', 'events', 'tokens', 'reads',
+                                          'buffered'])
+        self.assertEqual(ok.split()[:5] + ok.split()[-4:], ['ok.json', 'fixture', 'synthetic-fixture', 'yes', '-',
+                                                              '2', '3', ok.split()[-2], 'no'])
+        self.assertEqual(broken.split()[:5], ['broken.json', 'fixture', 'synthetic-fixture', 'no', 'application'])
+        self.assertEqual(header.index('ok'), ok.index('yes'))
+
+    def test_compare_refuses_to_mix_fixture_and_endpoint_records(self):
+        run_cli('--fixture', 'ok', '--output', 'fixture.json', cwd=self.tmp.name)
+        with Fixture(replay=(TRACES / 'a2_chat_stream_usage_eos_stop.http').read_bytes()) as fixture:
+            run_cli('--url', fixture.url, '--model', 'tiny', '--output', 'endpoint.json', cwd=self.tmp.name)
+        done = run_cli('--compare', 'fixture.json', 'endpoint.json', cwd=self.tmp.name)
+        self.assertEqual((done.returncode, done.stdout), (2, ''))
+        self.assertIn('refusing to compare fixture records with endpoint records', done.stderr)
+
+    def test_compare_warns_when_the_configurations_differ(self):
+        run_cli('--fixture', 'ok', '--output', 'a.json', cwd=self.tmp.name)
+        run_cli('--fixture', 'ok', '--output', 'b.json', '--max-tokens', '64', '--prompt', 'other', cwd=self.tmp.name)
+        done = run_cli('--compare', 'a.json', 'b.json', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 0)
+        self.assertIn('the records differ in prompt, max_tokens;', done.stderr)
+        same = run_cli('--compare', 'a.json', 'a.json', cwd=self.tmp.name)
+        self.assertEqual(same.stderr, '')
+
+    def test_module_entry_points_and_version(self):
+        version = subprocess.run([sys.executable, '-m', 'stream_client', '--version'], cwd=HERE,
+                                 capture_output=True, text=True, timeout=30)
+        self.assertEqual(version.stdout.strip(), f'stream_client.py {stream_client.__version__}')
+        fixture_help = subprocess.run([sys.executable, '-m', 'fixture_server', '--help'], cwd=HERE,
+                                      capture_output=True, text=True, timeout=30)
+        self.assertIn('--profile', fixture_help.stdout)
 
     def test_signals_leave_a_valid_record(self):
         for signum, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
