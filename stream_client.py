@@ -11,7 +11,7 @@ The module reads top to bottom as the layers of a response: limits and
 errors, the SSE parser and the chat-chunk validator (both sans-IO), the HTTP
 body framing readers (sans-IO), the transport, the record, the command line.
 Modules that only a run needs (json, http.client, ssl, signal) are imported
-where they are used, so that `--help` starts about as fast as Python itself.
+where they are used, so that `--help` and an import of the parser stay cheap.
 """
 import codecs
 import math
@@ -38,6 +38,8 @@ class StreamError(Exception):
     """A failure inside the stream, with the layer it belongs to."""
 
     def __init__(self, layer: str, message: str) -> None:
+        if layer not in LAYERS:
+            raise ValueError(f'unknown layer {layer!r}')
         super().__init__(f'{layer}: {message}')
         self.layer = layer
         self.message = message
@@ -619,6 +621,8 @@ class Observation:
         self.failure: StreamError | None = None
         self.transport_complete: bool | None = None
         self.event_complete: bool | None = None
+        self.transport_problem: str | None = None  # how the body's end broke its framing
+        self.event_problem: str | None = None      # how the body's end broke the event stream
         self.headers_at: float | None = None
         self.first_event_at: float | None = None
         self.first_text_at: float | None = None
@@ -739,7 +743,7 @@ def _read_body(fp, sock, obs: Observation) -> None:
         for data in events.feed(payload):
             now = time.perf_counter()
             if now > deadline_at:
-                raise StreamError('timeout', _deadline_problem(obs))
+                raise _deadline_failure(obs)
             if obs.first_event_at is None:
                 obs.first_event_at = now
             text, reasoning = chunks.accept(data)
@@ -762,30 +766,39 @@ def _read_body(fp, sock, obs: Observation) -> None:
             obs.transport_complete = False
             obs.event_complete = events.pending() is None
             raise StreamError('transport', body.overrun_problem())
-    _judge_ends(obs)
+    _note_ends(obs)
 
 
-def _judge_ends(obs: Observation) -> None:
-    """At the end of the body: did the HTTP message and the event stream end properly?"""
-    problem = obs.body.eof_problem()
-    obs.transport_complete = problem is None
-    obs.event_complete = obs.events.pending() is None
-    if problem:
-        raise StreamError('transport', problem)
-    obs.events.finish()
+def _note_ends(obs: Observation) -> None:
+    """The body has ended: note whether the HTTP message and the event stream ended properly."""
+    obs.transport_problem = obs.body.eof_problem()
+    obs.event_problem = obs.events.pending()
+    obs.transport_complete = obs.transport_problem is None
+    obs.event_complete = obs.event_problem is None
 
 
 def _wait(obs: Observation) -> float:
     """The socket timeout for the next operation: the idle timeout, cut to the deadline."""
     remaining = obs.request['deadline'] - (time.perf_counter() - obs.started)
     if remaining <= 0:
-        raise StreamError('timeout', _deadline_problem(obs))
+        raise _deadline_failure(obs)
     return min(obs.request['idle'], remaining)
 
 
-def _deadline_problem(obs: Observation) -> str:
-    return (f'overall deadline of {obs.request["deadline"]:g} s reached during the {obs.phase} phase '
-            f'after {obs.chunks.content_events} content events')
+def _deadline_failure(obs: Observation) -> StreamError:
+    deadline = f'{obs.request["deadline"]:g} s'
+    if obs.phase == 'body' and obs.chunks.done:
+        return _unended_after_done(obs, f'the overall deadline of {deadline}')
+    return StreamError('timeout', f'overall deadline of {deadline} reached during the {obs.phase} phase '
+                                  f'after {obs.chunks.content_events} content events')
+
+
+def _unended_after_done(obs: Observation, bound: str) -> StreamError:
+    """[DONE] arrived but the HTTP message never ended: a transport failure, whichever bound noticed it."""
+    obs.transport_complete = False
+    obs.event_complete = obs.events.pending() is None
+    return StreamError('transport', f'message did not end within {bound} after [DONE]; '
+                                    f'received {obs.body.progress()}')
 
 
 def _classify(exc: BaseException, obs: Observation) -> StreamError:
@@ -816,17 +829,14 @@ def _classify(exc: BaseException, obs: Observation) -> StreamError:
 def _timeout_failure(obs: Observation) -> StreamError:
     request = obs.request
     if time.perf_counter() - obs.started >= request['deadline'] - 0.001:
-        return StreamError('timeout', _deadline_problem(obs))
+        return _deadline_failure(obs)
     idle = f'{request["idle"]:g} s'
     if obs.phase == 'connect':
         return StreamError('timeout', f'no connection to {request["host"]}:{request["port"]} within {idle}')
     if obs.phase != 'body':
         return StreamError('timeout', f'no response headers within the idle timeout of {idle}')
     if obs.chunks.done:
-        obs.transport_complete = False
-        obs.event_complete = obs.events.pending() is None
-        return StreamError('transport', f'message did not end within the idle timeout of {idle} after [DONE]; '
-                                        f'received {obs.body.progress()}')
+        return _unended_after_done(obs, f'the idle timeout of {idle}')
     return StreamError('timeout', f'no bytes for {idle} (idle timeout) after '
                                   f'{obs.chunks.content_events} content events')
 
@@ -930,12 +940,17 @@ def _ms(start: float, at: float | None) -> float | None:
 def judge(obs: Observation) -> tuple[str, str] | None:
     """Why this run is not ok, as (layer, message); None when it is ok.
 
-    The first failure seen while reading wins (it stopped the run). A run that
-    read to the end of its body is judged layer by layer: transport, SSE, then
-    the completion itself.
+    A failure that stopped the reading (no connection, a bad status, invalid
+    JSON, a timeout...) wins: the layers after it were never seen. A run that
+    read its body to the end is judged in the order a response is built: the
+    HTTP framing, then the event stream, then the completion itself.
     """
     if obs.failure is not None:
         return obs.failure.layer, obs.failure.message
+    if obs.transport_problem:
+        return 'transport', obs.transport_problem
+    if obs.event_problem:
+        return 'sse', obs.event_problem
     problem = obs.chunks.outcome_problem()
     if problem:
         return 'application', problem
@@ -984,6 +999,7 @@ def build_record(obs: Observation) -> dict:
         'request': obs.request['parameters'],
         'started_at': _utc_iso(obs.started_wall),
         'client': {'version': __version__, 'python': sys.version.split()[0], 'platform': _platform()},
+        'capture': None if obs.capture is None else {'bytes': len(obs.capture), 'truncated': obs.capture_truncated},
     }
     return redact(record, obs.request['token'])
 

@@ -456,6 +456,26 @@ class FixtureVerdictTests(unittest.TestCase):
             with self.subTest(key=key), self.assertRaises(ValueError):
                 stream('http://127.0.0.1:9/v1/chat/completions', 'm', 'p', extra={key: 1})
 
+    def test_message_held_open_after_done_is_a_transport_failure_whichever_bound_notices(self):
+        record = run_fixture('held-open', idle=5, deadline=0.5)
+        self.assertEqual(record['error'], 'transport: message did not end within the overall deadline of 0.5 s '
+                                          'after [DONE]; received 445 of 509 body bytes')
+        self.assertEqual((record['transport_complete'], record['event_complete']), (False, True))
+
+    def test_capture_is_bounded_and_says_so(self):
+        with Fixture(profile='vllm') as fixture:
+            request = stream_client.prepare(fixture.url, 'm', 'p')
+            original, stream_client.MAX_CAPTURE_BYTES = stream_client.MAX_CAPTURE_BYTES, 300
+            try:
+                capture = bytearray()
+                record = stream_client.run(request, capture=capture)
+            finally:
+                stream_client.MAX_CAPTURE_BYTES = original
+        self.assertTrue(record['ok'])
+        self.assertEqual(record['capture'], {'bytes': len(capture), 'truncated': True})
+        self.assertLessEqual(len(capture), 300)
+        self.assertTrue(capture.startswith(b'HTTP/1.1 200 OK\r\n'))
+
     def test_deadline_bounds_the_run(self):
         record = run_fixture('ok', deadline=0.001)
         self.assertFalse(record['ok'])
@@ -906,6 +926,7 @@ class CommandLineTests(unittest.TestCase):
         replayed = replay(captured)
         for key in ('ok', 'error', 'text', 'server_error', 'transport_complete', 'data_events'):
             self.assertEqual(replayed[key], original[key], key)
+        self.assertEqual(original['capture'], {'bytes': len(captured), 'truncated': False})
 
     def test_capture_masks_the_key_without_changing_lengths(self):
         fd = os.open(self.dir / 'c.http', os.O_WRONLY | os.O_CREAT | os.O_EXCL)
