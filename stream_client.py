@@ -1300,14 +1300,19 @@ def _reserve_files(args) -> tuple[int, int | None]:
 
 
 def _run_command(args, request: dict, fd: int, capture_fd: int | None) -> tuple[dict, int]:
-    """Run once and write the record (and capture) whatever happens; return the record and exit status."""
+    """Run once and write the record (and capture) whatever happens; return the record and exit status.
+
+    SIGINT and SIGTERM are ignored by the caller from before the output is
+    reserved; they are handled again only inside the block that always writes it.
+    """
     import signal
-    signal.signal(signal.SIGTERM, _terminate)
     view = LiveView(sys.stderr, args.quiet)
     on_text, on_reasoning = (view.text, view.reasoning) if view.live else (None, None)
     record, status, fixture = None, 1, None
     capture = bytearray() if capture_fd is not None else None
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _terminate)
         if args.fixture is not None:
             fixture = _start_fixture(args.fixture, request)
         record = run(request, on_text, on_reasoning, capture)
@@ -1330,6 +1335,8 @@ def _run_command(args, request: dict, fd: int, capture_fd: int | None) -> tuple[
         if fixture is not None:
             fixture.shutdown()
             fixture.server_close()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the evidence is safe on disk now
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     view.verdict(record)
     return record, status
 
@@ -1352,6 +1359,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.output is None:
             raise UsageError('--output is required')
         request = _request_from_args(args)
+        import signal
+        for signum in (signal.SIGINT, signal.SIGTERM):  # no interruption between reserving and recording
+            signal.signal(signum, signal.SIG_IGN)
         fd, capture_fd = _reserve_files(args)
     except (UsageError, ValueError) as exc:
         print(f'stream_client.py: error: {exc}', file=sys.stderr)
