@@ -612,6 +612,7 @@ class Observation:
         self.capture_truncated = False
         self.on_text = self.on_reasoning = None  # callbacks for text as it arrives
         self.ended: float | None = None
+        self.expired = False  # the watchdog shut the connection at the overall deadline
         self.phase = 'connect'
         self.http: dict | None = None
         self.response = None  # http.client.HTTPResponse, closed with the connection
@@ -668,12 +669,18 @@ def run(request: dict, on_text=None, on_reasoning=None, capture: bytearray | Non
     bytes as received, up to MAX_CAPTURE_BYTES) is appended to it.
     """
     import http.client  # noqa: F401 -- imported before the clock starts, so its cost is not timed
+    import threading
     obs = Observation(request, capture)
     obs.on_text, obs.on_reasoning = on_text, on_reasoning
     interrupted = None
     conn = None
+    watchdog = None
     try:
         conn = _open(request)
+        watchdog = threading.Timer(max(0.0, request['deadline'] - (time.perf_counter() - obs.started)),
+                                   _expire, (conn, obs))
+        watchdog.daemon = True
+        watchdog.start()
         _exchange(conn, obs)
     except StreamError as exc:
         obs.fail(exc)
@@ -684,6 +691,8 @@ def run(request: dict, on_text=None, on_reasoning=None, capture: bytearray | Non
     except Exception as exc:  # a server must never crash the run: keep the evidence
         obs.fail(_classify(exc, obs))
     finally:
+        if watchdog is not None:
+            watchdog.cancel()
         if obs.response is not None:
             obs.response.close()
         if conn is not None:
@@ -693,6 +702,19 @@ def run(request: dict, on_text=None, on_reasoning=None, capture: bytearray | Non
     if interrupted:
         raise Interrupted(interrupted, record)
     return record
+
+
+def _expire(conn, obs: Observation) -> None:
+    """At the overall deadline, shut the connection down, so that even a read inside
+    http.client's header parsing (which only the idle timeout bounds) returns."""
+    import socket
+    obs.expired = True
+    sock = conn.sock
+    if sock is not None:
+        try:
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain socket's method: no TLS state is touched
+        except OSError:
+            pass
 
 
 def _open(request: dict):
@@ -713,6 +735,8 @@ def _exchange(conn, obs: Observation) -> None:
     obs.phase = 'headers'
     sock.settimeout(_wait(obs))
     response = obs.response = conn.getresponse()
+    if obs.expired:  # http.client takes the watchdog's shutdown for the end of the headers
+        raise _deadline_failure(obs)
     obs.headers_at = time.perf_counter()
     obs.http = describe_response(response)
     if obs.capture is not None:
@@ -734,6 +758,8 @@ def _read_body(fp, sock, obs: Observation) -> None:
         sock.settimeout(_wait(obs))
         raw = fp.read1(READ_SIZE)
         if not raw:
+            if obs.expired:
+                raise _deadline_failure(obs)
             break
         obs.reads += 1
         if capture is not None:
@@ -807,7 +833,7 @@ def _classify(exc: BaseException, obs: Observation) -> StreamError:
     import socket
     import ssl
     request = obs.request
-    if isinstance(exc, (TimeoutError, socket.timeout)):
+    if obs.expired or isinstance(exc, (TimeoutError, socket.timeout)):
         return _timeout_failure(obs)
     if isinstance(exc, ssl.SSLCertVerificationError):
         return StreamError('tls', f'certificate verification failed for {request["host"]}: '

@@ -827,6 +827,14 @@ class TimeoutUnderAttackTests(unittest.TestCase):
         self.assertEqual(record['error'], 'timeout: no response headers within the idle timeout of 1 s')
         self.assertTrue(1.0 <= took <= 1.5, took)
 
+    def test_trickled_headers_end_at_the_deadline(self):
+        with Fixture(delay=0.2) as fixture:  # one header byte every 0.2 s: never idle for 1 s
+            fixture.instance.replay = (b'', [b'HTTP/1.1 200 OK\r\nX-Slow: '] + [b'x'] * 40 + [b'\r\n\r\n'])
+            record, took = self.timed(fixture.url, idle=1.0, deadline=1.5)
+        self.assertEqual(record['error'], 'timeout: overall deadline of 1.5 s reached during the headers phase '
+                                          'after 0 content events')
+        self.assertTrue(1.5 <= took <= 2.0, took)
+
     @unittest.skipUnless(Path('/proc/self/status').exists(), 'peak RSS is read from /proc')
     def test_flood_without_line_breaks_ends_at_the_line_bound_in_bounded_memory(self):
         peak = ("import os, runpy, sys\nsys.argv = sys.argv[1:]\nsys.path.insert(0, os.path.dirname(sys.argv[0]))\ntry:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
