@@ -239,7 +239,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         settings.last_request = (dict(self.headers), request)
         if settings.api_key and self.headers.get('Authorization') != f'Bearer {settings.api_key}':
-            self._send_json(401, {'error': 'Unauthorized'})
+            self._send_json(401, {'error': 'Unauthorized'}, vary=False)  # vLLM's auth middleware answers early
             return
         try:
             if settings.replay is not None:
@@ -274,12 +274,13 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.send_error(status)
 
-    def _send_json(self, status: int, body: dict) -> None:
+    def _send_json(self, status: int, body: dict, vary: bool = True) -> None:
+        """A JSON error response with vLLM's headers."""
         data = json.dumps(body, separators=(',', ':')).encode()
         self.send_response_only(status)
-        for name, value in (('date', email.utils.formatdate(usegmt=True)), ('server', SERVER_NAME),
-                            ('content-length', str(len(data))), ('content-type', 'application/json'),
-                            ('vary', 'Origin')):
+        headers = [('date', email.utils.formatdate(usegmt=True)), ('server', SERVER_NAME),
+                   ('content-length', str(len(data))), ('content-type', 'application/json')]
+        for name, value in headers + ([('vary', 'Origin')] if vary else []):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
