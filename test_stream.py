@@ -203,6 +203,12 @@ class ChatChunkTests(unittest.TestCase):
                 self.assertEqual(error.layer, layer)
                 self.assertIn(words, error.message)
 
+    def test_server_error_message_is_bounded(self):
+        error = stream_client.server_error_fields({'error': {'message': 'x' * 5000, 'type': 'T', 'code': 500}})
+        self.assertEqual((len(error['message']), error['type'], error['code']), (1000, 'T', 500))
+        self.assertEqual(stream_client.server_error_fields({'object': 'error', 'message': 'flat', 'code': 404}),
+                         {'message': 'flat', 'type': None, 'code': 404})
+
     def test_error_event_keeps_the_servers_fields(self):
         chunks = ChatChunks()
         with self.assertRaises(StreamError):
@@ -482,6 +488,17 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertEqual(record['error_layer'], 'timeout')
         self.assertIn('overall deadline of 0.001 s', record['error'])
 
+    def test_events_are_seen_when_their_bytes_arrive_not_when_a_buffer_fills(self):
+        seen = []
+        with Fixture('ok', delay=0.1) as fixture:  # seven writes, 100 ms apart
+            started = time.monotonic()
+            record = stream(fixture.url, 'm', 'p', on_text=lambda text: seen.append(time.monotonic() - started))
+        self.assertTrue(record['ok'])
+        self.assertGreater(seen[1] - seen[0], 0.07)          # the two texts came one write apart...
+        self.assertGreater(record['duration_ms'] / 1000 - seen[1], 0.2)  # ...and long before the end
+        self.assertEqual(len(record['event_gaps_ms']), 1)
+        self.assertGreater(record['event_gaps_ms'][0], 70)
+
     def test_on_text_sees_each_piece_of_visible_text_as_it_arrives(self):
         seen = []
         record = run_fixture('ok', on_text=seen.append)
@@ -504,6 +521,38 @@ class FixtureVerdictTests(unittest.TestCase):
                         if profile == 'vllm':
                             self.assertEqual(json.loads(response.read())['error']['code'], status)
                         conn.close()
+
+
+class FixtureCommandLineTests(unittest.TestCase):
+    def start(self, *args: str) -> tuple[subprocess.Popen, str]:
+        server = subprocess.Popen([sys.executable, str(HERE / 'fixture_server.py'), '--port', '0', *args],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (server.kill(), server.communicate()))
+        return server, server.stdout.readline().split()[-1]
+
+    def test_tokens_at_a_rate_are_paced(self):
+        server, url = self.start('--profile', 'vllm', '--tokens', '6', '--rate', '40')
+        self.assertTrue(url.startswith('http://127.0.0.1:'))
+        record = stream(url, 'm', 'p')
+        self.assertEqual((record['ok'], record['content_events']), (True, 6))
+        self.assertGreater(record['duration_ms'], 6 / 40 * 1000)
+
+    def test_replay_file_and_tls_flags(self):
+        server, url = self.start('--replay', str(TRACES / 'z1_engine_crash_midstream_error_http200.http'))
+        self.assertEqual(stream(url, 'm', 'p')['error_layer'], 'application')
+        server, url = self.start('--tls-cert', str(HERE / 'testdata' / 'tls' / 'server.pem'),
+                                 '--tls-key', str(HERE / 'testdata' / 'tls' / 'server.key'))
+        self.assertTrue(url.startswith('https://127.0.0.1:'))
+        self.assertTrue(stream(url, 'm', 'p', ca_file=str(HERE / 'testdata' / 'tls' / 'ca.pem'))['ok'])
+
+    def test_bad_flags_exit_2(self):
+        for args in (['--rate', '5'], ['--tokens', '3', '--rate', '0'], ['--delay', '-1'], ['--tokens', '0'],
+                     ['--tls-cert', 'a.pem'], ['--replay', 'absent.http'], ['--mode', 'nope']):
+            with self.subTest(args=args):
+                done = subprocess.run([sys.executable, str(HERE / 'fixture_server.py'), '--port', '0', *args],
+                                      capture_output=True, text=True, timeout=30)
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertNotIn('Traceback', done.stderr)
 
 
 class VllmFidelityTests(unittest.TestCase):
@@ -809,31 +858,31 @@ class TimeoutUnderAttackTests(unittest.TestCase):
 
     def test_stall_ends_at_the_idle_timeout(self):
         with Fixture('stall') as fixture:
-            record, took = self.timed(fixture.url, idle=1.0)
+            record, took = self.timed(fixture.url, idle=0.5)
         self.assertEqual(record['error_layer'], 'timeout')
-        self.assertTrue(1.0 <= took <= 1.5, took)
+        self.assertTrue(0.5 <= took <= 1.0, took)
 
     def test_drip_ends_at_the_deadline_despite_steady_bytes(self):
         with Fixture('drip', profile='vllm') as fixture:
-            record, took = self.timed(fixture.url, idle=0.5, deadline=1.5)
-        self.assertIn('overall deadline of 1.5 s', record['error'])
-        self.assertTrue(1.5 <= took <= 2.0, took)
-        self.assertGreater(record['reads'], 5)
+            record, took = self.timed(fixture.url, idle=0.3, deadline=0.8)
+        self.assertIn('overall deadline of 0.8 s', record['error'])
+        self.assertTrue(0.8 <= took <= 1.3, took)
+        self.assertGreater(record['reads'], 4)
 
     def test_server_that_never_answers_ends_at_the_idle_timeout(self):
         with socket.create_server(('127.0.0.1', 0)) as silent:
             url = f'http://127.0.0.1:{silent.getsockname()[1]}/v1/chat/completions'
-            record, took = self.timed(url, idle=1.0)
-        self.assertEqual(record['error'], 'timeout: no response headers within the idle timeout of 1 s')
-        self.assertTrue(1.0 <= took <= 1.5, took)
+            record, took = self.timed(url, idle=0.5)
+        self.assertEqual(record['error'], 'timeout: no response headers within the idle timeout of 0.5 s')
+        self.assertTrue(0.5 <= took <= 1.0, took)
 
     def test_trickled_headers_end_at_the_deadline(self):
-        with Fixture(delay=0.2) as fixture:  # one header byte every 0.2 s: never idle for 1 s
+        with Fixture(delay=0.1) as fixture:  # one header byte every 0.1 s: never idle for 0.5 s
             fixture.instance.replay = (b'', [b'HTTP/1.1 200 OK\r\nX-Slow: '] + [b'x'] * 40 + [b'\r\n\r\n'])
-            record, took = self.timed(fixture.url, idle=1.0, deadline=1.5)
-        self.assertEqual(record['error'], 'timeout: overall deadline of 1.5 s reached during the headers phase '
+            record, took = self.timed(fixture.url, idle=0.5, deadline=0.8)
+        self.assertEqual(record['error'], 'timeout: overall deadline of 0.8 s reached during the headers phase '
                                           'after 0 content events')
-        self.assertTrue(1.5 <= took <= 2.0, took)
+        self.assertTrue(0.8 <= took <= 1.3, took)
 
     @unittest.skipUnless(Path('/proc/self/status').exists(), 'peak RSS is read from /proc')
     def test_flood_without_line_breaks_ends_at_the_line_bound_in_bounded_memory(self):
@@ -861,6 +910,11 @@ class CommandLineTests(unittest.TestCase):
         self.addCleanup(self.tmp.cleanup)
         self.dir = Path(self.tmp.name)
 
+    def cli(self, mode: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        """The command line against a fast fixture in MODE (the built-in --fixture paces writes 50 ms apart)."""
+        with Fixture(mode) as fixture:
+            return run_cli('--url', fixture.url, '--model', 'synthetic-fixture', *args, cwd=self.tmp.name, **kwargs)
+
     def test_fixture_demo_writes_an_ok_record_and_one_summary_line(self):
         done = run_cli('--fixture', 'ok', '--output', 'run.json', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 0, done.stderr)
@@ -872,7 +926,7 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual(os.stat(self.dir / 'run.json').st_mode & 0o777, 0o600)
 
     def test_not_ok_run_exits_1_with_its_record(self):
-        done = run_cli('--fixture', 'broken', '--output', 'run.json', cwd=self.tmp.name)
+        done = self.cli('broken', '--output', 'run.json')
         self.assertEqual(done.returncode, 1)
         record = json.loads((self.dir / 'run.json').read_text())
         self.assertEqual((record['ok'], record['text'], record['done']), (False, 'READY \u2713', False))
@@ -926,7 +980,7 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual((self.dir / 'taken.json').read_text(), 'kept')
 
     def test_capture_replays_to_the_same_verdict(self):
-        done = run_cli('--fixture', 'error-event', '--output', 'run.json', '--capture', 'run.http', cwd=self.tmp.name)
+        done = self.cli('error-event', '--output', 'run.json', '--capture', 'run.http')
         self.assertEqual(done.returncode, 1, done.stderr)
         original = json.loads((self.dir / 'run.json').read_text())
         captured = (self.dir / 'run.http').read_bytes()
@@ -957,8 +1011,12 @@ class CommandLineTests(unittest.TestCase):
         import hashlib
         self.assertEqual(record['request']['prompt_sha256'], hashlib.sha256(b'from stdin\n').hexdigest())
 
-    def run_in_pty(self, *args: str) -> tuple[int, str]:
-        # stderr is a pseudo-terminal, as when a person runs the command; stdout stays a pipe.
+    def run_in_pty(self, mode: str, *args: str) -> tuple[int, str]:
+        """Run against a fast fixture with stderr on a pseudo-terminal, as a person would; stdout stays a pipe."""
+        with Fixture(mode) as fixture:
+            return self._run_in_pty('--url', fixture.url, '--model', 'synthetic-fixture', *args)
+
+    def _run_in_pty(self, *args: str) -> tuple[int, str]:
         import pty
         master, slave = pty.openpty()
         process = subprocess.Popen([sys.executable, CLIENT, *args], cwd=self.tmp.name, stdin=subprocess.DEVNULL,
@@ -978,7 +1036,7 @@ class CommandLineTests(unittest.TestCase):
         return process.returncode, screen.decode()
 
     def test_terminal_shows_reasoning_dimmed_then_the_answer_then_a_verdict(self):
-        status, screen = self.run_in_pty('--fixture', 'reasoning', '--output', 'run.json')
+        status, screen = self.run_in_pty('reasoning', '--output', 'run.json')
         self.assertEqual(status, 0)
         lines = screen.replace('\r\n', '\n').split('\n')
         self.assertEqual(lines[0], '\x1b[2mreasoning: The user wants \x1b[0m\x1b[2mone word.\x1b[0m')
@@ -986,23 +1044,23 @@ class CommandLineTests(unittest.TestCase):
         self.assertRegex(lines[2], r'^ok: 2 content events, first text \d+ ms, done \d+ ms$')
 
     def test_terminal_verdict_names_the_failing_layer(self):
-        status, screen = self.run_in_pty('--fixture', 'truncated', '--output', 'run.json')
+        status, screen = self.run_in_pty('truncated', '--output', 'run.json')
         self.assertEqual(status, 1)
         self.assertIn('READY \u2713\r\nNOT OK [transport]: connection closed after 445 of 509 body bytes\r\n', screen)
 
     def test_quiet_keeps_the_terminal_silent(self):
-        status, screen = self.run_in_pty('--fixture', 'broken', '--output', 'run.json', '--quiet')
+        status, screen = self.run_in_pty('broken', '--output', 'run.json', '--quiet')
         self.assertEqual((status, screen), (1, ''))
 
     def test_without_a_terminal_only_failures_reach_stderr(self):
-        ok = run_cli('--fixture', 'ok', '--output', 'ok.json', cwd=self.tmp.name)
-        failed = run_cli('--fixture', 'broken', '--output', 'broken.json', cwd=self.tmp.name)
+        ok = self.cli('ok', '--output', 'ok.json')
+        failed = self.cli('broken', '--output', 'broken.json')
         self.assertEqual(ok.stderr, '')
         self.assertEqual(failed.stderr, 'NOT OK [application]: EOF before [DONE] after 2 content events\n')
 
     def test_compare_prints_one_aligned_row_per_record(self):
         for mode in ('ok', 'broken'):
-            run_cli('--fixture', mode, '--output', f'{mode}.json', cwd=self.tmp.name)
+            self.cli(mode, '--output', f'{mode}.json')
         done = run_cli('--compare', 'ok.json', 'broken.json', cwd=self.tmp.name)
         self.assertEqual((done.returncode, done.stderr), (0, ''))
         header, ok, broken = done.stdout.splitlines()
@@ -1015,7 +1073,7 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual(header.index('ok'), ok.index('yes'))
 
     def test_compare_refuses_to_mix_fixture_and_endpoint_records(self):
-        run_cli('--fixture', 'ok', '--output', 'fixture.json', cwd=self.tmp.name)
+        self.cli('ok', '--output', 'fixture.json')
         with Fixture(replay=(TRACES / 'a2_chat_stream_usage_eos_stop.http').read_bytes()) as fixture:
             run_cli('--url', fixture.url, '--model', 'tiny', '--output', 'endpoint.json', cwd=self.tmp.name)
         done = run_cli('--compare', 'fixture.json', 'endpoint.json', cwd=self.tmp.name)
@@ -1023,8 +1081,8 @@ class CommandLineTests(unittest.TestCase):
         self.assertIn('refusing to compare fixture records with endpoint records', done.stderr)
 
     def test_compare_warns_when_the_configurations_differ(self):
-        run_cli('--fixture', 'ok', '--output', 'a.json', cwd=self.tmp.name)
-        run_cli('--fixture', 'ok', '--output', 'b.json', '--max-tokens', '64', '--prompt', 'other', cwd=self.tmp.name)
+        self.cli('ok', '--output', 'a.json')
+        self.cli('ok', '--output', 'b.json', '--max-tokens', '64', '--prompt', 'other')
         done = run_cli('--compare', 'a.json', 'b.json', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 0)
         self.assertIn('the records differ in prompt, max_tokens;', done.stderr)
@@ -1041,12 +1099,16 @@ class CommandLineTests(unittest.TestCase):
 
     def test_signals_leave_a_valid_record(self):
         for signum, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
-            with self.subTest(signal=signum.name):
+            with self.subTest(signal=signum.name), Fixture('held-open') as fixture:
                 output = self.dir / f'{signum.name}.json'
-                process = subprocess.Popen([sys.executable, CLIENT, '--fixture', 'held-open', '--idle', '20',
-                                            '--output', str(output)], stdout=subprocess.PIPE,
+                process = subprocess.Popen([sys.executable, CLIENT, '--url', fixture.url, '--model', 'm',
+                                            '--idle', '20', '--output', str(output)], stdout=subprocess.PIPE,
                                            stderr=subprocess.PIPE, text=True)
-                time.sleep(1.2)
+                for _ in range(200):  # until the fixture has the request, then until the stream is under way
+                    if fixture.last_request is not None:
+                        break
+                    time.sleep(0.02)
+                time.sleep(0.2)
                 process.send_signal(signum)
                 stdout, stderr = process.communicate(timeout=10)
                 self.assertEqual(process.returncode, status, stderr)
