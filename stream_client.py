@@ -509,7 +509,7 @@ RESERVED_KEYS = {'model': '--model', 'messages': '--prompt/--system', 'stream': 
 
 
 def _check_url(url: str):
-    """The parts of a URL this client may connect to, or ValueError."""
+    """The parts and port of a URL this client may connect to, or ValueError."""
     from urllib.parse import urlsplit
     parts = urlsplit(url)
     if parts.scheme not in ('http', 'https'):
@@ -521,13 +521,13 @@ def _check_url(url: str):
     if parts.query or parts.fragment:
         raise ValueError('the URL must not contain a query or fragment')
     try:
-        parts.port
+        port = parts.port or (443 if parts.scheme == 'https' else 80)
     except ValueError:
         raise ValueError(f'the URL has an invalid port: {parts.netloc!r}') from None
     if parts.scheme == 'http' and not _is_loopback(parts.hostname):
         raise ValueError(f'plain http is allowed only to loopback addresses, not {parts.hostname!r}; '
                          'use https or an SSH tunnel to 127.0.0.1')
-    return parts
+    return parts, port
 
 
 def _check_number(name: str, value, low: float, low_ok: bool) -> float:
@@ -569,7 +569,7 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
             extra: dict | None = None, source: str = 'endpoint') -> dict:
     """Check the arguments and build the request; raise ValueError before any connection."""
     import json
-    parts = _check_url(url)
+    parts, port = _check_url(url)
     idle = _check_number('idle', idle, 0, False)
     deadline = _check_number('deadline', deadline, 0, False)
     temperature = _check_number('temperature', temperature, 0, True)
@@ -588,8 +588,7 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f'cannot load --ca-file {ca_file!r}: {exc.strerror or exc}') from None
     import hashlib
-    return {'scheme': parts.scheme, 'host': parts.hostname, 'path': parts.path or '/', 'url': url,
-            'port': parts.port or (443 if parts.scheme == 'https' else 80),
+    return {'scheme': parts.scheme, 'host': parts.hostname, 'port': port, 'path': parts.path or '/', 'url': url,
             'headers': headers, 'body': json.dumps(body, ensure_ascii=False).encode(), 'model': model,
             'idle': idle, 'deadline': deadline, 'context': context, 'token': token or '', 'source': source,
             'parameters': {'max_tokens': max_tokens, 'temperature': temperature, 'stop': stop,
