@@ -210,7 +210,6 @@ class ChatChunks:
         self.finish_reason: str | None = None
         self.done = False
         self.completion_tokens: int | None = None
-        self.usage: dict | None = None
         self.response_id: str | None = None
         self.server_error: dict | None = None
 
@@ -296,7 +295,6 @@ class ChatChunks:
         if type(count) is not int or count < 0:
             raise StreamError('protocol', f'expected usage.completion_tokens to be a non-negative integer, '
                                           f'got {_shorten(repr(count))}')
-        self.usage = usage
         self.completion_tokens = count
 
     @property
@@ -1129,6 +1127,7 @@ def _request_from_args(args) -> dict:
         import fixture_server
         if args.fixture not in fixture_server.MODES:
             raise UsageError(f'unknown fixture mode {args.fixture!r}; choose from {", ".join(fixture_server.MODES)}')
+        # The port is known only once the fixture listens: _start_fixture sets it, after the output is reserved.
         url, model = 'http://127.0.0.1:1/v1/chat/completions', args.model or 'synthetic-fixture'
     elif args.model is None:
         raise UsageError('--model is required (unless --fixture is used)')
