@@ -6,12 +6,19 @@ open, stalled...) can be reproduced on demand. --profile vllm gives the bytes
 vLLM 0.32 sends; --replay answers with a captured response. Only 127.0.0.1 is
 ever bound.
 """
+from __future__ import annotations
+
 import argparse
+import dataclasses
 import email.utils
+import http.server
 import itertools
 import json
+import os
 import select
 import socket
+import ssl
+import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -67,6 +74,23 @@ class GuideProfile:
     def headers(self) -> list[tuple[str, str]]:
         return [('Content-Type', 'text/event-stream; charset=utf-8'), ('Cache-Control', 'no-store')]
 
+    def error(self, status: int, message: str, kind: str) -> tuple[list[tuple[str, str]], bytes]:
+        """Headers and body of an error response: http.server's HTML page, as the guide's fixture sent."""
+        short, explain = BaseHTTPRequestHandler.responses.get(status, ('Error', ''))
+        body = (http.server.DEFAULT_ERROR_MESSAGE % {'code': status, 'message': short, 'explain': explain}).encode()
+        return self._error_headers(len(body), 'text/html;charset=utf-8') + [('Connection', 'close')], body
+
+    def unauthorized(self) -> tuple[int, list[tuple[str, str]], bytes]:
+        """What vLLM's --api-key middleware answers, before any route: 401 {"error":"Unauthorized"}, no vary."""
+        body = b'{"error":"Unauthorized"}'
+        return 401, self._error_headers(len(body), 'application/json', vary=False), body
+
+    @staticmethod
+    def _error_headers(length: int, content_type: str, vary: bool = False) -> list[tuple[str, str]]:
+        headers = [('date', email.utils.formatdate(usegmt=True)), ('server', SERVER_NAME),
+                   ('content-length', str(length)), ('content-type', content_type)]
+        return headers + ([('vary', 'Origin')] if vary else [])
+
     def answer(self) -> list[bytes]:
         """The content events: READY and a check mark, or --tokens N numbered tokens."""
         if self.tokens is None:
@@ -89,7 +113,7 @@ class VllmProfile(GuideProfile):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.id = f'chatcmpl-{time.time_ns() & 0xFFFF_FFFF_FFFF_FFFF:016x}'
+        self.id = f'chatcmpl-{os.urandom(8).hex()}'  # unique across concurrent requests
         self.created = int(time.time())
 
     def chunk(self, choices: list, **extra) -> bytes:
@@ -123,21 +147,29 @@ class VllmProfile(GuideProfile):
         return [('date', email.utils.formatdate(usegmt=True)), ('server', SERVER_NAME),
                 ('content-type', 'text/event-stream; charset=utf-8'), ('vary', 'Origin')]
 
+    def error(self, status: int, message: str, kind: str) -> tuple[list[tuple[str, str]], bytes]:
+        """vLLM's JSON error body, with its status as the code."""
+        body = json.dumps({'error': {'message': message, 'type': kind, 'param': None, 'code': status}},
+                          separators=(',', ':')).encode()
+        return self._error_headers(len(body), 'application/json', vary=True), body
+
 
 PROFILES = {'guide': GuideProfile, 'vllm': VllmProfile}
 
 
+@dataclasses.dataclass
 class Plan:
-    """What one response sends: its status, body pieces and how they are paced and ended."""
+    """What one response sends: its status and body pieces, how they are paced (PACES) and ended (ENDINGS)."""
 
-    def __init__(self, writes: list[bytes] = (), *, status: int = 200, missing: int = 0,
-                 then: str = 'close', pace: str = 'each') -> None:
-        self.writes = list(writes)
-        self.status = status
-        self.missing = missing     # bytes the framing promises beyond the writes (chunked: no terminator)
-        self.then = then           # 'close', 'hold' (keep the connection silent) or 'drip' (keepalives)
-        self.pace = pace           # 'each' (delay before each write), 'burst' (one late write), 'bytes'
-                                   # (one byte per write) or 'flat-out' (no delay at all)
+    writes: list[bytes] = dataclasses.field(default_factory=list)
+    status: int = 200
+    missing: int = 0        # bytes the framing promises beyond the writes (chunked: no terminator)
+    ending: str = 'close'
+    pace: str = 'each'
+
+    def __post_init__(self) -> None:
+        if self.ending not in ENDINGS or self.pace not in PACES:
+            raise ValueError(f'unknown ending {self.ending!r} or pace {self.pace!r}')
 
 
 def _unterminated(p: GuideProfile) -> Plan:
@@ -181,13 +213,13 @@ MODES = {
     'truncated': lambda p: Plan(p.opening() + p.closing('stop'), missing=MISSING_BYTES),
     'no-done': lambda p: Plan(p.opening() + p.closing('stop')[:-1]),
     'unterminated': _unterminated,
-    'held-open': lambda p: Plan(p.opening() + p.closing('stop'), missing=MISSING_BYTES, then='hold'),
+    'held-open': lambda p: Plan(p.opening() + p.closing('stop'), missing=MISSING_BYTES, ending='hold'),
     'after-done': lambda p: Plan(p.opening() + p.closing('stop') + [p.content(' again')]),
     'reasoning': _reasoning,
     'tool-call': _tool_call,
     'error-event': _error_event,
-    'stall': lambda p: Plan(missing=MISSING_BYTES, then='hold'),
-    'drip': lambda p: Plan(missing=2**40, then='drip'),
+    'stall': lambda p: Plan(missing=MISSING_BYTES, ending='hold'),
+    'drip': lambda p: Plan(missing=2**40, ending='drip'),
     'buffered': lambda p: Plan(p.opening() + p.closing('stop'), pace='burst'),
     'multi-choice': _multi_choice,
     'split-utf8': lambda p: Plan(p.opening() + p.closing('stop'), pace='bytes'),
@@ -220,6 +252,65 @@ def parse_capture(raw: bytes) -> tuple[bytes, list[bytes]]:
     return head, writes
 
 
+def pace_each(handler: Handler, writes) -> None:
+    """Sleep --delay before each write."""
+    delay = handler.server.delay
+    for data in writes:
+        if delay:
+            time.sleep(delay)
+        handler.wfile.write(data)
+
+
+def pace_burst(handler: Handler, writes) -> None:
+    """A buffering proxy: nothing for as long as the writes would take, then everything at once."""
+    writes = list(writes)
+    time.sleep(handler.server.delay * len(writes))
+    handler.wfile.write(b''.join(writes))
+
+
+def pace_bytes(handler: Handler, writes) -> None:
+    """One byte per write (Nagle off), so that UTF-8 characters and line ends arrive split."""
+    handler.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    delay = min(handler.server.delay / 20, 0.001)
+    for data in writes:
+        for i in range(len(data)):
+            if delay:
+                time.sleep(delay)
+            handler.wfile.write(data[i:i + 1])
+
+
+def pace_flat_out(handler: Handler, writes) -> None:
+    """No delay at all."""
+    for data in writes:
+        handler.wfile.write(data)
+
+
+def end_close(handler: Handler, frame) -> None:
+    """Close the connection once the writes are done."""
+
+
+def end_hold(handler: Handler, frame) -> None:
+    """Keep the connection open and silent until the client leaves (or HOLD_LIMIT)."""
+    end = time.monotonic() + HOLD_LIMIT
+    while (left := end - time.monotonic()) > 0:
+        readable, _, _ = select.select([handler.connection], [], [], min(left, 0.2))
+        if readable and not handler.connection.recv(4096):
+            return
+
+
+def end_drip(handler: Handler, frame) -> None:
+    """Send a keepalive comment every DRIP_INTERVAL seconds (for up to HOLD_LIMIT)."""
+    end = time.monotonic() + HOLD_LIMIT
+    while time.monotonic() < end:
+        time.sleep(DRIP_INTERVAL)
+        handler.wfile.write(frame(b': keep-alive\n\n'))
+
+
+# How a plan's writes are spaced, and what happens after them. Add a strategy by adding a line.
+PACES = {'each': pace_each, 'burst': pace_burst, 'bytes': pace_bytes, 'flat-out': pace_flat_out}
+ENDINGS = {'close': end_close, 'hold': end_hold, 'drip': end_drip}
+
+
 class Handler(BaseHTTPRequestHandler):
     """Answers POST /v1/chat/completions according to the server's settings."""
 
@@ -239,7 +330,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         settings.last_request = (dict(self.headers), request)
         if settings.api_key and self.headers.get('Authorization') != f'Bearer {settings.api_key}':
-            self._send_json(401, {'error': 'Unauthorized'}, vary=False)  # vLLM's auth middleware answers early
+            self._send(*PROFILES[settings.profile]().unauthorized())  # vLLM's auth middleware answers early
             return
         try:
             if settings.replay is not None:
@@ -269,25 +360,21 @@ class Handler(BaseHTTPRequestHandler):
         return request
 
     def _send_error(self, status: int, message: str, kind: str) -> None:
-        if self.server.profile == 'vllm':
-            self._send_json(status, {'error': {'message': message, 'type': kind, 'param': None, 'code': status}})
-        else:
-            self.send_error(status)
+        self._send(status, *PROFILES[self.server.profile]().error(status, message, kind))
 
-    def _send_json(self, status: int, body: dict, vary: bool = True) -> None:
-        """A JSON error response with vLLM's headers."""
-        data = json.dumps(body, separators=(',', ':')).encode()
+    def _send(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        """A complete response with a Content-Length body, then close."""
         self.send_response_only(status)
-        headers = [('date', email.utils.formatdate(usegmt=True)), ('server', SERVER_NAME),
-                   ('content-length', str(len(data))), ('content-type', 'application/json')]
-        for name, value in headers + ([('vary', 'Origin')] if vary else []):
+        for name, value in headers:
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        self.wfile.write(body)
+        self.close_connection = True
 
     def _answer(self, plan: Plan, profile: GuideProfile) -> None:
         if plan.status != 200:
-            self._send_error(plan.status, 'the fixture was started in http-error mode', 'Service Unavailable')
+            self._send(plan.status, *profile.error(plan.status, 'the fixture was started in http-error mode',
+                                                   'Service Unavailable'))
             return
         chunked = profile.framing == 'chunked'
         self.send_response_only(200)
@@ -305,29 +392,8 @@ class Handler(BaseHTTPRequestHandler):
         writes = map(frame, plan.writes)  # lazily: flood mode sends a gigabyte
         if chunked and not plan.missing:
             writes = itertools.chain(writes, [b'0\r\n\r\n'])
-        self._write_paced(writes, plan.pace)
-        if plan.then == 'hold':
-            self._wait_for_client_to_leave(HOLD_LIMIT)
-        elif plan.then == 'drip':
-            self._drip(frame, HOLD_LIMIT)
-
-    def _write_paced(self, writes, pace: str) -> None:
-        delay = self.server.delay
-        if pace == 'burst':  # a buffering proxy: nothing, then everything at once
-            writes = list(writes)
-            time.sleep(delay * len(writes))
-            self.wfile.write(b''.join(writes))
-            return
-        if pace == 'bytes':
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            writes = [data[i:i + 1] for data in writes for i in range(len(data))]
-            delay = min(delay / 20, 0.001)
-        elif pace == 'flat-out':
-            delay = 0
-        for data in writes:
-            if delay:
-                time.sleep(delay)
-            self.wfile.write(data)
+        PACES[plan.pace](self, writes)
+        ENDINGS[plan.ending](self, frame)
 
     def _replay(self, head: bytes, writes: list[bytes]) -> None:
         self.wfile.write(head)
@@ -335,25 +401,11 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(self.server.delay)
             self.wfile.write(data)
 
-    def _wait_for_client_to_leave(self, limit: float) -> None:
-        end = time.monotonic() + limit
-        while (left := end - time.monotonic()) > 0:
-            readable, _, _ = select.select([self.connection], [], [], min(left, 0.2))
-            if readable and not self.connection.recv(4096):
-                return
-
-    def _drip(self, frame, limit: float) -> None:
-        end = time.monotonic() + limit
-        while time.monotonic() < end:
-            time.sleep(DRIP_INTERVAL)
-            self.wfile.write(frame(b': keep-alive\n\n'))
-
 
 class FixtureServer(ThreadingHTTPServer):
     """The HTTP server; a client that drops the connection or fails the TLS handshake is not an error here."""
 
     def handle_error(self, request, client_address) -> None:
-        import sys
         if not isinstance(sys.exc_info()[1], OSError):
             super().handle_error(request, client_address)
 
@@ -379,7 +431,6 @@ def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, *, profile:
         raise ValueError('reasoning_field must be reasoning or reasoning_content')
     instance = FixtureServer(('127.0.0.1', port), Handler)
     if tls_cert:
-        import ssl
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(tls_cert, tls_key)
         # The handshake happens in the handler's thread, on its first read, not in the accept loop.

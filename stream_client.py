@@ -7,17 +7,43 @@ boundary, and the completion ended with visible text, finish_reason "stop"
 and ``data: [DONE]``. Everything else is a failure naming the layer where it
 happened. Standard library only; no retries.
 
-The module reads top to bottom as the layers of a response: limits and
-errors, the SSE parser and the chat-chunk validator (both sans-IO), the HTTP
-body framing readers (sans-IO), the transport, the record, the command line.
-Modules that only a run needs (json, http.client, ssl, signal) are imported
-where they are used, so that `--help` and an import of the parser stay cheap.
+The module reads top to bottom as the layers of a response:
+
+1. limits and errors (``StreamError`` carries its layer);
+2. the SSE parser ``Events``: bytes in, event data out (sans-IO);
+3. the protocol seam ``StreamValidator``: event data in, answer text out, and
+   the API's own idea of "finished" (sans-IO). ``ChatChunks`` implements it for
+   chat completions. The read loop talks to a validator only through
+   ``parser``, ``accept()``, ``done``, ``terminal``, ``content_events``,
+   ``outcome_problem()`` and ``fields()``;
+4. the HTTP body framing readers (sans-IO);
+5. the request: ``prepare()`` returns a frozen ``PreparedRequest``;
+6. the transport: ``run()`` reads one response under the idle timeout and the
+   overall deadline into an ``Exchange``;
+7. the verdict: ``judge()`` decides why a run is not ok, in one place, and
+   ``build_record()`` turns an exchange into the evidence record;
+8. the command line.
 """
+from __future__ import annotations
+
+import argparse
 import codecs
+import dataclasses
+import enum
+import hashlib
+import http.client
+import ipaddress
+import json
 import math
 import os
+import re
+import signal
+import socket
+import ssl
 import sys
+import threading
 import time
+from urllib.parse import urlsplit
 
 __version__ = '0.1.0'
 
@@ -28,6 +54,7 @@ MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
 MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
 READ_SIZE = 65_536            # read1() asks for this much; it returns what is there
 MAX_CAPTURE_BYTES = 16 * 1024 * 1024  # raw response bytes kept for --capture
+DATA_PREFIX = 'data: '        # the usual start of an SSE data line (the space is optional)
 
 # Where a run failed, in the order a response is received.
 LAYERS = ('connect', 'tls', 'http', 'transport', 'sse', 'protocol',
@@ -35,14 +62,19 @@ LAYERS = ('connect', 'tls', 'http', 'transport', 'sse', 'protocol',
 
 
 class StreamError(Exception):
-    """A failure inside the stream, with the layer it belongs to."""
+    """A failure inside the stream, with the layer it belongs to.
 
-    def __init__(self, layer: str, message: str) -> None:
+    ``server_error`` holds the server's own message, type and code when the
+    failure is an error the server reported (an error event or a JSON error body).
+    """
+
+    def __init__(self, layer: str, message: str, *, server_error: dict | None = None) -> None:
         if layer not in LAYERS:
             raise ValueError(f'unknown layer {layer!r}')
         super().__init__(f'{layer}: {message}')
         self.layer = layer
         self.message = message
+        self.server_error = server_error
 
 
 class Interrupted(KeyboardInterrupt):
@@ -75,7 +107,8 @@ class Events:
     in CR, LF or CRLF (a CRLF split across reads counts once); a blank line
     dispatches the event; only ``data`` fields contribute, several joined by
     LF; comments and other fields are ignored. An event without its blank
-    line is never dispatched: ``finish()`` reports it.
+    line is never dispatched: ``finish()`` reports it. ``TypedEvents`` also
+    returns each event's type (its ``event`` field).
 
     Fast path: the bytes are decoded and split with str methods running in C.
     When every complete line of a read is ``data: ...`` followed by a blank
@@ -91,6 +124,7 @@ class Events:
         self._line = ''             # the unterminated last line
         self._data: list[str] = []  # data lines of the event in progress
         self._size = 0              # characters in self._data
+        self._type = ''             # the event field of the event in progress
 
     def feed(self, raw: bytes) -> list[str]:
         """Consume the next bytes of the body; return the data of completed events."""
@@ -112,10 +146,10 @@ class Events:
         block = self._line + text[:last] if self._line else text[:last]
         self._line = text[last + 1:]
         self._check_open_line()
-        if not self._data and block.endswith('\n') and block.startswith('data: '):
+        if not self._data and not self._type and block.endswith('\n') and block.startswith(DATA_PREFIX):
             events = self._single_line_events(block[:-1])
             if events is not None:
-                return events
+                return self._untyped(events)
         return self._events_by_line(block)
 
     def pending(self) -> str | None:
@@ -154,29 +188,32 @@ class Events:
     @staticmethod
     def _single_line_events(core: str) -> list[str] | None:
         """Split ``data: A\\n\\ndata: B`` into ['A', 'B'], or None if the block has another shape."""
-        events = core.split('\n\ndata: ')
+        events = core.split('\n\n' + DATA_PREFIX)
         if core.count('\n') != 2 * (len(events) - 1):
             return None  # some event has several lines, or extra blank lines
-        events[0] = events[0][6:]
-        if max(map(len, events)) > MAX_LINE_CHARS - 6:
+        events[0] = events[0][len(DATA_PREFIX):]
+        if max(map(len, events)) > MAX_LINE_CHARS - len(DATA_PREFIX):
             raise StreamError('sse', f'line longer than {MAX_LINE_CHARS} characters')
         return events
 
-    def _events_by_line(self, block: str) -> list[str]:
+    def _events_by_line(self, block: str) -> list:
         events = []
         for line in block.split('\n'):
             if not line:
                 if self._data:
-                    events.append('\n'.join(self._data))
+                    events.append(self._dispatch('\n'.join(self._data)))
                     self._data, self._size = [], 0
+                self._type = ''
                 continue
             if len(line) > MAX_LINE_CHARS:
                 raise StreamError('sse', f'line longer than {MAX_LINE_CHARS} characters')
             name, _, value = line.partition(':')
-            if name != 'data':
-                continue  # a comment (empty name) or a field this client does not use
             if value[:1] == ' ':
                 value = value[1:]
+            if name != 'data':
+                if name == 'event':
+                    self._type = value
+                continue  # a comment (empty name) or a field this client does not use
             self._size += len(value) + 1
             if self._size > MAX_EVENT_CHARS:
                 raise StreamError('sse', f'event data longer than {MAX_EVENT_CHARS} characters')
@@ -184,34 +221,116 @@ class Events:
         return events
 
 
+    def _dispatch(self, data: str):
+        return data
+
+    @staticmethod
+    def _untyped(events: list[str]) -> list:
+        return events
+
+
+class TypedEvents(Events):
+    """Events that keep their type: ``feed()`` returns ``(type, data)`` pairs,
+    the type being the event field, or "message" when there was none."""
+
+    def _dispatch(self, data: str) -> tuple[str, str]:
+        return self._type or 'message', data
+
+    @staticmethod
+    def _untyped(events: list[str]) -> list[tuple[str, str]]:
+        return [('message', data) for data in events]
+
+
 # ---------------------------------------------------------------------------
-# Chat chunks: event data to the completion (sans-IO)
+# The protocol seam: event data to the answer (sans-IO)
 # ---------------------------------------------------------------------------
 
-class ChatChunks:
-    """Validates the events of one streamed chat completion (n=1, text only).
+class StreamValidator:
+    """What the read loop needs from the validator of one streaming API.
 
-    ``accept(data)`` applies one event and returns ``(text, reasoning)``,
-    the visible answer text and reasoning text it carried ('' when none).
-    A violation raises StreamError: ``protocol`` for a chunk this client
-    cannot accept, ``application`` for a server error event or an answer
-    over the size bound. The outcome is read from the attributes.
+    The read loop creates the API's ``parser`` and gives each event it
+    returns to ``accept()``, which returns ``(text, reasoning)``, the answer
+    and reasoning text that event carried ('' when none), or raises
+    StreamError. ``done`` says that the API's ``terminal`` marker arrived;
+    ``outcome_problem()`` says why the answer is not finished (None when it
+    is); ``fields()`` are the record's fields that the API decides. A
+    validator never reads a clock or touches a socket.
     """
 
+    api = ''
+    parser = Events
+    terminal = '[DONE]'
+
     def __init__(self) -> None:
-        import json
-        self._loads = json.loads
         self.text_parts: list[str] = []
         self.text_chars = 0
         self.reasoning_parts: list[str] = []
         self.reasoning_chars = 0
         self.data_events = 0
         self.content_events = 0
-        self.finish_reason: str | None = None
         self.done = False
         self.completion_tokens: int | None = None
         self.response_id: str | None = None
-        self.server_error: dict | None = None
+
+    def accept(self, event) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def outcome_problem(self) -> str | None:
+        raise NotImplementedError
+
+    @property
+    def text(self) -> str:
+        return ''.join(self.text_parts)
+
+    @property
+    def reasoning(self) -> str:
+        return ''.join(self.reasoning_parts)
+
+    def fields(self) -> dict:
+        """The record's fields that this API decides."""
+        return {'text': self.text, 'reasoning_text': self.reasoning, 'done': self.done,
+                'completion_tokens': self.completion_tokens, 'content_events': self.content_events,
+                'data_events': self.data_events, 'response_id': self.response_id}
+
+    def _add_text(self, text: str) -> None:
+        self.content_events += 1
+        self.text_chars += len(text)
+        if self.text_chars > MAX_TEXT_CHARS:
+            raise StreamError('application', f'answer longer than {MAX_TEXT_CHARS} characters')
+        self.text_parts.append(text)
+
+    def _add_reasoning(self, text: str) -> None:
+        self.reasoning_chars += len(text)
+        if self.reasoning_chars > MAX_TEXT_CHARS:
+            raise StreamError('application', f'reasoning longer than {MAX_TEXT_CHARS} characters')
+        self.reasoning_parts.append(text)
+
+    def _load_object(self, data: str) -> dict:
+        """One event's JSON object, or StreamError('protocol')."""
+        try:
+            value = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise StreamError('protocol', f'malformed JSON in event {self.data_events} '
+                                          f'({type(exc).__name__}): {_preview(data)}') from None
+        if not isinstance(value, dict):
+            raise StreamError('protocol', f'expected a JSON object in event {self.data_events}, '
+                                          f'got {type(value).__name__}')
+        return value
+
+
+class ChatChunks(StreamValidator):
+    """Validates the events of one streamed chat completion (n=1, text only).
+
+    A violation raises StreamError: ``protocol`` for a chunk this client
+    cannot accept, ``application`` for a server error event or an answer
+    over the size bound.
+    """
+
+    api = 'chat'
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finish_reason: str | None = None
 
     def accept(self, data: str) -> tuple[str, str]:
         """Apply one event's data; return the answer and reasoning text it carried."""
@@ -221,23 +340,16 @@ class ChatChunks:
         if data == '[DONE]':
             self.done = True
             return '', ''
-        try:
-            chunk = self._loads(data)
-        except (ValueError, RecursionError) as exc:
-            raise StreamError('protocol', f'malformed JSON in event {self.data_events} '
-                                          f'({type(exc).__name__}): {_preview(data)}') from None
-        if not isinstance(chunk, dict):
-            raise StreamError('protocol', f'expected a JSON object in event {self.data_events}, '
-                                          f'got {type(chunk).__name__}')
+        chunk = self._load_object(data)
         if 'error' in chunk:
-            self.server_error = server_error_fields(chunk)
-            raise StreamError('application', 'server sent an error event: '
-                                             + describe_server_error(self.server_error))
+            error = server_error_fields(chunk)
+            raise StreamError('application', 'server sent an error event: ' + describe_server_error(error),
+                              server_error=error)
         if self.response_id is None and isinstance(chunk.get('id'), str):
             self.response_id = chunk['id']
         usage = chunk.get('usage')
         if usage is not None:
-            self._take_usage(usage)
+            self.completion_tokens = _completion_tokens(usage)
         choices = chunk.get('choices')
         if choices is None or choices == []:
             return '', ''
@@ -262,24 +374,10 @@ class ChatChunks:
         if reasoning is None:
             reasoning = self._take_text(delta, 'reasoning_content')
         if text:
-            self.content_events += 1
-            self.text_chars += len(text)
-            if self.text_chars > MAX_TEXT_CHARS:
-                raise StreamError('application', f'answer longer than {MAX_TEXT_CHARS} characters')
-            self.text_parts.append(text)
+            self._add_text(text)
         if reasoning:
-            self.reasoning_chars += len(reasoning)
-            if self.reasoning_chars > MAX_TEXT_CHARS:
-                raise StreamError('application', f'reasoning longer than {MAX_TEXT_CHARS} characters')
-            self.reasoning_parts.append(reasoning)
-        reason = choice.get('finish_reason')
-        if reason is not None:
-            if self.finish_reason is not None:
-                raise StreamError('protocol', f'a second finish_reason ({_preview(str(reason))}) '
-                                              f'after finish_reason={self.finish_reason}')
-            if not isinstance(reason, str):
-                raise StreamError('protocol', f'expected finish_reason to be a string, got {type(reason).__name__}')
-            self.finish_reason = reason
+            self._add_reasoning(reasoning)
+        self._take_finish(choice.get('finish_reason'))
         return text or '', reasoning or ''
 
     def _take_text(self, delta: dict, key: str) -> str | None:
@@ -290,20 +388,15 @@ class ChatChunks:
             return value
         raise StreamError('protocol', f'expected delta.{key} to be a string, got {type(value).__name__}')
 
-    def _take_usage(self, usage: object) -> None:
-        count = usage.get('completion_tokens') if isinstance(usage, dict) else None
-        if type(count) is not int or count < 0:
-            raise StreamError('protocol', f'expected usage.completion_tokens to be a non-negative integer, '
-                                          f'got {_shorten(repr(count))}')
-        self.completion_tokens = count
-
-    @property
-    def text(self) -> str:
-        return ''.join(self.text_parts)
-
-    @property
-    def reasoning(self) -> str:
-        return ''.join(self.reasoning_parts)
+    def _take_finish(self, reason: object) -> None:
+        if reason is None:
+            return
+        if self.finish_reason is not None:
+            raise StreamError('protocol', f'a second finish_reason ({_preview(str(reason))}) '
+                                          f'after finish_reason={self.finish_reason}')
+        if not isinstance(reason, str):
+            raise StreamError('protocol', f'expected finish_reason to be a string, got {type(reason).__name__}')
+        self.finish_reason = reason
 
     def outcome_problem(self) -> str | None:
         """Why the completion is not a finished answer, or None when it is."""
@@ -321,6 +414,17 @@ class ChatChunks:
         if not any(part.strip() for part in self.text_parts):
             return 'finish_reason=stop and [DONE] arrived, but no visible text'
         return None
+
+    def fields(self) -> dict:
+        return {**super().fields(), 'finish_reason': self.finish_reason}
+
+
+def _completion_tokens(usage: object) -> int:
+    count = usage.get('completion_tokens') if isinstance(usage, dict) else None
+    if type(count) is not int or count < 0:
+        raise StreamError('protocol', f'expected usage.completion_tokens to be a non-negative integer, '
+                                      f'got {_shorten(repr(count))}')
+    return count
 
 
 def server_error_fields(body: object) -> dict:
@@ -384,8 +488,37 @@ class ContentLengthBody:
         return f'{self.overrun} bytes beyond the declared Content-Length of {self.declared}'
 
 
+class Chunk(enum.Enum):
+    """Where a chunked body is: the states of ChunkedBody."""
+
+    SIZE = 'chunk-size line'
+    DATA = 'chunk data'
+    DATA_END = 'CRLF after chunk data'
+    TRAILER = 'trailer section'
+    COMPLETE = 'complete'
+
+
+MAX_CHUNK_LINE = 4096        # bytes of one chunk-size or trailer line
+MAX_TRAILER_BYTES = 16_384   # bytes of the whole trailer section
+MAX_CHUNK_HEX_DIGITS = 15    # significant digits of a chunk size (after leading zeros): under 2**60
+
+_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_QUOTED = rb'"(?:[\t !#-\[\]-~\x80-\xff]|\\[\t -~\x80-\xff])*"'
+# RFC 9112 7.1.1: chunk-ext = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )
+_CHUNK_EXTENSIONS = re.compile(rb'(?:[ \t]*;[ \t]*' + _TOKEN + rb'(?:[ \t]*=[ \t]*(?:' + _TOKEN + b'|' + _QUOTED
+                               + rb'))?)*[ \t]*')
+# RFC 9110 5.5 / RFC 9112 5: field-line = field-name ":" OWS field-value OWS, no whitespace before the colon
+_FIELD_LINE = re.compile(b'(' + _TOKEN + rb'):[ \t]*([\t \x21-\x7e\x80-\xff]*)')
+
+
 class ChunkedBody:
-    """A body in chunked transfer coding (RFC 9112, 7.1), ending with its zero chunk and trailer."""
+    """A body in chunked transfer coding (RFC 9112, 7.1), ending with its zero chunk and trailer.
+
+    Every chunk-size and trailer line ends in CRLF; the size has no leading
+    whitespace, any number of leading zeros and a bounded value; extensions
+    are parsed and ignored; trailer lines must be field lines, and the trailer
+    section is bounded. Anything else raises StreamError('transport').
+    """
 
     framing = 'chunked'
     _HEX = b'0123456789abcdefABCDEF'
@@ -393,67 +526,129 @@ class ChunkedBody:
     def __init__(self) -> None:
         self.received = 0
         self.overrun = 0
-        self.complete = False
-        self._pending = b''     # an incomplete size line, trailer line or chunk-ending CRLF
-        self._chunk_left = 0    # payload bytes still owed by the current chunk
-        self._state = 'size'    # size -> data -> data-end -> size ... size(0) -> trailer -> complete
+        self._pending = b''        # an incomplete line or chunk-ending CRLF
+        self._chunk_left = 0       # payload bytes still owed by the current chunk
+        self._trailer_bytes = 0
+        self._state = Chunk.SIZE   # SIZE -> (DATA -> DATA_END ->) SIZE ... SIZE(0) -> TRAILER -> COMPLETE
+
+    @property
+    def complete(self) -> bool:
+        return self._state is Chunk.COMPLETE
 
     def feed(self, raw: bytes) -> bytes:
+        SIZE, DATA, DATA_END, COMPLETE, HEX = Chunk.SIZE, Chunk.DATA, Chunk.DATA_END, Chunk.COMPLETE, self._HEX
         buf = self._pending + raw if self._pending else raw
         self._pending = b''
         out = []
         pos, end = 0, len(buf)
+        state = self._state
         while pos < end:
-            if self.complete:
-                self.overrun += end - pos
-                break
-            state = self._state
-            if state == 'data':
+            if state is SIZE:
+                eol = buf.find(b'\n', pos)
+                if eol < 0:
+                    self._keep_partial_line(buf, pos, end)
+                    break
+                line = buf[pos:eol]
+                if 1 < len(line) <= MAX_CHUNK_HEX_DIGITS + 1 and line[-1] == 13 and not line[:-1].strip(HEX):
+                    size = int(line[:-1], 16)  # the usual line: hex digits and CR, nothing else
+                else:
+                    size = self._chunk_size(line)
+                pos = eol + 1
+                if not size:
+                    state = Chunk.TRAILER
+                    continue
+                stop = pos + size
+                if stop + 2 <= end:  # the whole chunk and its CRLF are here: take them in one step
+                    if buf[stop:stop + 2] != b'\r\n':
+                        raise StreamError('transport', f'chunk data not followed by CRLF: {bytes(buf[stop:stop + 8])!r}')
+                    out.append(buf[pos:stop])
+                    pos = stop + 2
+                else:
+                    self._chunk_left, state = size, DATA
+            elif state is DATA:
                 take = min(self._chunk_left, end - pos)
                 out.append(buf[pos:pos + take])
                 pos += take
                 self._chunk_left -= take
                 if not self._chunk_left:
-                    self._state = 'data-end'
-            elif state == 'data-end':
+                    state = DATA_END
+            elif state is DATA_END:
                 if end - pos < 2:
                     self._pending = buf[pos:]
                     break
                 if buf[pos:pos + 2] != b'\r\n':
                     raise StreamError('transport', f'chunk data not followed by CRLF: {bytes(buf[pos:pos + 8])!r}')
                 pos += 2
-                self._state = 'size'
+                state = SIZE
+            elif state is COMPLETE:
+                self.overrun += end - pos
+                break
             else:
                 eol = buf.find(b'\n', pos)
                 if eol < 0:
-                    if end - pos > 4096:
-                        raise StreamError('transport', 'chunk size or trailer line longer than 4096 bytes')
-                    self._pending = buf[pos:]
+                    self._keep_partial_line(buf, pos, end)
                     break
-                line = buf[pos:eol].rstrip(b'\r')
+                if self._trailer_line(buf[pos:eol]):
+                    state = COMPLETE
                 pos = eol + 1
-                if state == 'size':
-                    self._start_chunk(line)
-                elif not line:
-                    self.complete = True  # the blank line closing the trailer section
+        self._state = state
         payload = b''.join(out) if len(out) != 1 else out[0]
         self.received += len(payload)
         return payload
 
-    def _start_chunk(self, line: bytes) -> None:
-        size = line.split(b';', 1)[0].strip(b' \t')
-        if not size or size.strip(self._HEX) or len(size) > 16:
-            raise StreamError('transport', f'invalid chunk size line {bytes(line[:40])!r}')
-        self._chunk_left = int(size, 16)
-        self._state = 'data' if self._chunk_left else 'trailer'
+    def _keep_partial_line(self, buf: bytes, pos: int, end: int) -> None:
+        if end - pos > MAX_CHUNK_LINE:
+            raise StreamError('transport', f'{self._state.value} longer than {MAX_CHUNK_LINE} bytes without a line end')
+        self._pending = buf[pos:]
+
+    @staticmethod
+    def _line_content(line: bytes, what: str) -> bytes:
+        """A line (up to its LF) without its CR; StreamError unless it ended in exactly CRLF."""
+        if not line.endswith(b'\r') or b'\r' in line[:-1]:
+            ended = 'CR CR LF' if line.endswith(b'\r\r') else 'a bare CR inside it' if line.endswith(b'\r') \
+                else 'a bare LF'
+            raise StreamError('transport', f'{what} ending in {ended}, expected CRLF: {bytes(line[:40])!r}')
+        return line[:-1]
+
+    def _chunk_size(self, line: bytes) -> int:
+        """The size declared by a chunk-size line (RFC 9112, 7.1)."""
+        content = self._line_content(line, 'chunk-size line')
+        digits, semicolon, extensions = content.partition(b';')
+        if semicolon:
+            digits, extensions = digits.rstrip(b' \t'), semicolon + extensions
+            if not _CHUNK_EXTENSIONS.fullmatch(b' ' + extensions):
+                raise StreamError('transport', f'invalid chunk extension in {bytes(content[:40])!r}')
+        elif digits[-1:] in (b' ', b'\t'):
+            digits = digits.rstrip(b' \t')
+        if not digits or digits.strip(self._HEX):
+            raise StreamError('transport', f'invalid chunk size line {bytes(content[:40])!r}: '
+                                           'expected hexadecimal digits')
+        if len(digits.lstrip(b'0')) > MAX_CHUNK_HEX_DIGITS:
+            raise StreamError('transport', f'chunk size {bytes(digits[:40])!r} is over the bound of '
+                                           f'{MAX_CHUNK_HEX_DIGITS} hexadecimal digits')
+        return int(digits, 16)
+
+    def _trailer_line(self, line: bytes) -> bool:
+        """Check one trailer line; True when it is the blank line that ends the message."""
+        content = self._line_content(line, 'trailer line')
+        if not content:
+            return True
+        self._trailer_bytes += len(line) + 1
+        if self._trailer_bytes > MAX_TRAILER_BYTES:
+            raise StreamError('transport', f'trailer section longer than {MAX_TRAILER_BYTES} bytes')
+        if not _FIELD_LINE.fullmatch(content):
+            raise StreamError('transport', f'invalid trailer line {bytes(content[:40])!r}: '
+                                           'expected a field line "name: value"')
+        return False
 
     def eof_problem(self) -> str | None:
-        if self.complete:
+        state = self._state
+        if state is Chunk.COMPLETE:
             return None
-        if self._state in ('data', 'data-end'):
+        if state is Chunk.DATA or state is Chunk.DATA_END:
             return (f'connection closed inside a chunk after {self.received} body bytes '
                     f'({self._chunk_left} bytes of that chunk missing)')
-        if self._state == 'trailer':
+        if state is Chunk.TRAILER:
             return f'chunked body ended inside its trailer after {self.received} body bytes'
         return f'chunked body ended without its terminating chunk after {self.received} body bytes'
 
@@ -486,29 +681,69 @@ class CloseDelimitedBody:
 
 
 # ---------------------------------------------------------------------------
-# Request preparation (validates everything before any connection)
+# The request (checked before any connection)
 # ---------------------------------------------------------------------------
 
 DEFAULT_URL = 'http://127.0.0.1:8000/v1/chat/completions'
 DEFAULT_PROMPT = 'Reply with exactly the word READY.'
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host.lower().rstrip('.') == 'localhost'
-
 
 # Request keys with a flag of their own, which --extra may not set.
 RESERVED_KEYS = {'model': '--model', 'messages': '--prompt/--system', 'stream': None, 'n': None,
                  'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop'}
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower().rstrip('.') == 'localhost'
+
+
+def _positive_finite(value: float) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedRequest:
+    """One checked request: where it goes, what it sends and how long it may take.
+
+    Build it with prepare(). It checks its own invariants when built, and its
+    repr shows neither the API key nor the headers that carry it.
+    """
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+    path: str
+    model: str
+    body: bytes = dataclasses.field(repr=False)
+    headers: dict = dataclasses.field(repr=False)
+    idle: float
+    deadline: float
+    settings: dict  # the request settings the record reports (no prompt text, no key)
+    source: str = 'endpoint'
+    ssl_context: ssl.SSLContext | None = dataclasses.field(default=None, repr=False, compare=False)
+    token: str = dataclasses.field(default='', repr=False)
+
+    def __post_init__(self) -> None:
+        if self.scheme not in ('http', 'https'):
+            raise ValueError(f'expected scheme http or https, got {self.scheme!r}')
+        if self.scheme == 'https' and self.ssl_context is None:
+            raise ValueError('an https request needs an SSL context')
+        if self.scheme == 'http' and not _is_loopback(self.host):
+            raise ValueError(f'plain http is allowed only to loopback addresses, not {self.host!r}')
+        if not 0 < self.port < 65536:
+            raise ValueError(f'port must be 1 to 65535, got {self.port}')
+        if not (_positive_finite(self.idle) and _positive_finite(self.deadline)):
+            raise ValueError('idle and deadline must be positive finite numbers')
+
+    def new_validator(self) -> StreamValidator:
+        return ChatChunks()
+
+
 def _check_url(url: str):
     """The parts and port of a URL this client may connect to, or ValueError."""
-    from urllib.parse import urlsplit
     parts = urlsplit(url)
     if parts.scheme not in ('http', 'https'):
         raise ValueError(f'expected an http:// or https:// URL, got scheme {parts.scheme or "(none)"!r}')
@@ -561,12 +796,18 @@ def _request_body(model: str, prompt: str, system: str | None, max_tokens: int, 
     return {**body, **(extra or {})}
 
 
+def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f'cannot load --ca-file {ca_file!r}: {exc.strerror or exc}') from None
+
+
 def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
             deadline: float = 60.0, ca_file: str | None = None, token: str | None = None,
             system: str | None = None, temperature: float = 0.0, stop: list[str] | None = None,
-            extra: dict | None = None, source: str = 'endpoint') -> dict:
+            extra: dict | None = None, source: str = 'endpoint') -> PreparedRequest:
     """Check the arguments and build the request; raise ValueError before any connection."""
-    import json
     parts, port = _check_url(url)
     idle = _check_number('idle', idle, 0, False)
     deadline = _check_number('deadline', deadline, 0, False)
@@ -578,68 +819,102 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
         if not token.isprintable() or not token.isascii() or ' ' in token:
             raise ValueError('MODEL_API_KEY holds characters that cannot go into an HTTP header')
         headers['Authorization'] = 'Bearer ' + token
-    context = None
-    if parts.scheme == 'https' or ca_file:
-        import ssl
-        try:
-            context = ssl.create_default_context(cafile=ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f'cannot load --ca-file {ca_file!r}: {exc.strerror or exc}') from None
-    import hashlib
-    return {'scheme': parts.scheme, 'host': parts.hostname, 'port': port, 'path': parts.path or '/', 'url': url,
-            'headers': headers, 'body': json.dumps(body, ensure_ascii=False).encode(), 'model': model,
-            'idle': idle, 'deadline': deadline, 'context': context, 'token': token or '', 'source': source,
-            'parameters': {'max_tokens': max_tokens, 'temperature': temperature, 'stop': stop,
-                           'system': system is not None, 'extra_keys': sorted(extra or {}),
-                           'prompt_sha256': hashlib.sha256(prompt.encode()).hexdigest()}}
+    context = _ssl_context(ca_file) if parts.scheme == 'https' or ca_file else None
+    settings = {'max_tokens': max_tokens, 'temperature': temperature, 'stop': stop,
+                'system': system is not None, 'extra_keys': sorted(extra or {}),
+                'prompt_sha256': hashlib.sha256(prompt.encode()).hexdigest()}
+    return PreparedRequest(url=url, scheme=parts.scheme, host=parts.hostname, port=port, path=parts.path or '/',
+                           model=model, body=json.dumps(body, ensure_ascii=False).encode(), headers=headers,
+                           idle=idle, deadline=deadline, settings=settings, source=source,
+                           ssl_context=context, token=token or '')
 
 
 # ---------------------------------------------------------------------------
 # Transport: one request, read under the idle timeout and the overall deadline
 # ---------------------------------------------------------------------------
 
-class Observation:
-    """What the client has seen of one run so far. The record is built from it."""
+class Phase(enum.Enum):
+    """The part of the exchange a run is in; failures name it."""
 
-    def __init__(self, request: dict, capture: bytearray | None = None) -> None:
-        self.request = request
+    CONNECT = 'connect'
+    REQUEST = 'request'
+    HEADERS = 'headers'
+    BODY = 'body'
+
+
+class Timeline:
+    """Monotonic stamps of one run, taken only by the transport."""
+
+    def __init__(self) -> None:
         self.started_wall = time.time()
         self.started = time.perf_counter()
-        self.capture = capture  # raw response bytes, when the caller asked for them
-        self.capture_truncated = False
-        self.on_text = self.on_reasoning = None  # callbacks for text as it arrives
-        self.ended: float | None = None
-        self.expired = False  # the watchdog shut the connection at the overall deadline
-        self.phase = 'connect'
-        self.http: dict | None = None
-        self.response = None  # http.client.HTTPResponse, closed with the connection
-        self.body: ContentLengthBody | ChunkedBody | CloseDelimitedBody | None = None
-        self.events = Events()
-        self.chunks = ChatChunks()
-        self.failure: StreamError | None = None
-        self.transport_complete: bool | None = None
-        self.event_complete: bool | None = None
-        self.transport_problem: str | None = None  # how the body's end broke its framing
-        self.event_problem: str | None = None      # how the body's end broke the event stream
         self.headers_at: float | None = None
         self.first_event_at: float | None = None
         self.first_text_at: float | None = None
         self.first_reasoning_at: float | None = None
         self.last_text_at: float | None = None
-        self.event_gaps: list[float] = []
+        self.ended: float | None = None
+        self.gaps: list[float] = []
         self.reads = 0
         self.text_reads = 0
+
+    def ms(self, at: float | None) -> float | None:
+        return None if at is None else round((at - self.started) * 1000, 3)
+
+
+class Capture:
+    """The raw response bytes (status line, headers, body as received), up to a bound."""
+
+    def __init__(self, limit: int = MAX_CAPTURE_BYTES) -> None:
+        self.data = bytearray()
+        self.limit = limit
+        self.truncated = False
+
+    def keep(self, raw: bytes) -> None:
+        if len(self.data) + len(raw) <= self.limit:
+            self.data += raw
+        else:
+            self.truncated = True
+
+
+@dataclasses.dataclass(frozen=True)
+class ResponseHead:
+    """The status line and header fields of the final response."""
+
+    status: int
+    reason: str
+    version: str
+    headers: tuple[tuple[str, str], ...]
+
+    def get_all(self, name: str) -> list[str]:
+        name = name.lower()
+        return [value for key, value in self.headers if key.lower() == name]
+
+    def get(self, name: str) -> str | None:
+        values = self.get_all(name)
+        return values[0] if values else None
+
+
+class Exchange:
+    """What one run saw, each piece owned by the layer that fills it:
+    the timeline by the transport, the head and body reader by the HTTP layer,
+    the events by the SSE parser, the answer by the API's validator."""
+
+    def __init__(self, request: PreparedRequest, capture: Capture | None = None) -> None:
+        self.request = request
+        self.timeline = Timeline()
+        self.capture = capture
+        self.phase = Phase.CONNECT
+        self.head: ResponseHead | None = None
+        self.body: ContentLengthBody | ChunkedBody | CloseDelimitedBody | None = None
+        self.validator = request.new_validator()
+        self.events = self.validator.parser()
+        self.failure: StreamError | None = None
+        self.expired = False  # the watchdog shut the connection at the overall deadline
 
     def fail(self, error: StreamError) -> None:
         if self.failure is None:
             self.failure = error
-
-    def keep(self, raw: bytes) -> None:
-        """Add received bytes to the capture, up to its bound."""
-        if len(self.capture) + len(raw) <= MAX_CAPTURE_BYTES:
-            self.capture += raw
-        else:
-            self.capture_truncated = True
 
 
 def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
@@ -659,53 +934,47 @@ def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: fl
     return run(request, on_text, on_reasoning)
 
 
-def run(request: dict, on_text=None, on_reasoning=None, capture: bytearray | None = None) -> dict:
+def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capture | None = None) -> dict:
     """Perform a prepared request; return the record (see stream()).
 
-    When ``capture`` is given, the raw response (status line, headers, body
-    bytes as received, up to MAX_CAPTURE_BYTES) is appended to it.
+    Safe to call from many threads at once. When ``capture`` is given, the
+    raw response is kept in it (see Capture).
     """
-    import http.client  # noqa: F401 -- imported before the clock starts, so its cost is not timed
-    import threading
-    obs = Observation(request, capture)
-    obs.on_text, obs.on_reasoning = on_text, on_reasoning
+    x = Exchange(request, capture)
     interrupted = None
     conn = None
     watchdog = None
     try:
         conn = _open(request)
-        watchdog = threading.Timer(max(0.0, request['deadline'] - (time.perf_counter() - obs.started)),
-                                   _expire, (conn, obs))
+        watchdog = threading.Timer(max(0.0, request.deadline - (time.perf_counter() - x.timeline.started)),
+                                   _expire, (conn, x))
         watchdog.daemon = True
         watchdog.start()
-        _exchange(conn, obs)
+        _exchange(conn, x, on_text, on_reasoning)
     except StreamError as exc:
-        obs.fail(exc)
+        x.fail(exc)
     except KeyboardInterrupt as exc:
         interrupted = getattr(exc, 'signal_name', 'SIGINT')
-        obs.fail(StreamError('interrupted', f'interrupted by {interrupted} during the {obs.phase} phase '
-                                            f'after {obs.chunks.content_events} content events'))
+        x.fail(StreamError('interrupted', f'interrupted by {interrupted} during the {x.phase.value} phase '
+                                          f'after {x.validator.content_events} content events'))
     except Exception as exc:  # a server must never crash the run: keep the evidence
-        obs.fail(_classify(exc, obs))
+        x.fail(_classify(exc, x))
     finally:
         if watchdog is not None:
             watchdog.cancel()
-        if obs.response is not None:
-            obs.response.close()
         if conn is not None:
             conn.close()
-        obs.ended = time.perf_counter()
-    record = build_record(obs)
+        x.timeline.ended = time.perf_counter()
+    record = build_record(x)
     if interrupted:
         raise Interrupted(interrupted, record)
     return record
 
 
-def _expire(conn, obs: Observation) -> None:
+def _expire(conn, x: Exchange) -> None:
     """At the overall deadline, shut the connection down, so that even a read inside
     http.client's header parsing (which only the idle timeout bounds) returns."""
-    import socket
-    obs.expired = True
+    x.expired = True
     sock = conn.sock
     if sock is not None:
         try:
@@ -714,172 +983,155 @@ def _expire(conn, obs: Observation) -> None:
             pass
 
 
-def _open(request: dict):
-    import http.client
-    timeout = min(request['idle'], request['deadline'])
-    if request['scheme'] == 'https':
-        return http.client.HTTPSConnection(request['host'], request['port'], timeout=timeout,
-                                           context=request['context'])
-    return http.client.HTTPConnection(request['host'], request['port'], timeout=timeout)
+def _open(request: PreparedRequest) -> http.client.HTTPConnection:
+    timeout = min(request.idle, request.deadline)
+    if request.scheme == 'https':
+        return http.client.HTTPSConnection(request.host, request.port, timeout=timeout,
+                                           context=request.ssl_context)
+    return http.client.HTTPConnection(request.host, request.port, timeout=timeout)
 
 
-def _exchange(conn, obs: Observation) -> None:
-    request = obs.request
+def _exchange(conn: http.client.HTTPConnection, x: Exchange, on_text, on_reasoning) -> None:
+    request = x.request
     conn.connect()
-    obs.phase = 'request'
+    x.phase = Phase.REQUEST
     sock = conn.sock
-    conn.request('POST', request['path'], body=request['body'], headers=request['headers'])
-    obs.phase = 'headers'
-    sock.settimeout(_wait(obs))
-    response = obs.response = conn.getresponse()
-    if obs.expired:  # http.client takes the watchdog's shutdown for the end of the headers
-        raise _deadline_failure(obs)
-    obs.headers_at = time.perf_counter()
-    obs.http = describe_response(response)
-    if obs.capture is not None:
-        obs.keep(response_head(response))
-    if response.status != 200:
-        raise StreamError('http', _status_problem(response, sock, obs))
-    _check_content_type(obs.http['content_type'])
-    obs.body = body_reader(response)
-    obs.phase = 'body'
-    _read_body(response.fp, sock, obs)
+    conn.request('POST', request.path, body=request.body, headers=request.headers)
+    x.phase = Phase.HEADERS
+    sock.settimeout(_wait(x))
+    response = conn.getresponse()
+    try:  # a response that will close the connection owns its socket: close it here
+        if x.expired:  # http.client takes the watchdog's shutdown for the end of the headers
+            raise _deadline_failure(x)
+        x.timeline.headers_at = time.perf_counter()
+        x.head = _head_of(response)
+        if x.capture is not None:
+            x.capture.keep(response_head(x.head))
+        if response.status != 200:
+            x.body = _error_body_reader(x.head)
+            raise _status_failure(x.head, _read_error_body(response.fp, sock, x))
+        _check_content_type(x.head.get('Content-Type'))
+        x.body = body_reader(x.head)
+        x.phase = Phase.BODY
+        _read_body(response.fp, sock, x, on_text, on_reasoning)
+    finally:
+        response.close()
 
 
-def _read_body(fp, sock, obs: Observation) -> None:
-    """Read until the HTTP message ends, feeding each layer; then judge the ends."""
-    body, events, chunks, capture = obs.body, obs.events, obs.chunks, obs.capture
-    on_text, on_reasoning = obs.on_text, obs.on_reasoning
-    deadline_at = obs.started + obs.request['deadline']
+def _head_of(response: http.client.HTTPResponse) -> ResponseHead:
+    version = {10: '1.0', 11: '1.1'}.get(response.version, str(response.version))
+    return ResponseHead(response.status, response.reason, version, tuple(response.msg.items()))
+
+
+def _read_body(fp, sock, x: Exchange, on_text, on_reasoning) -> None:
+    """Read until the HTTP message ends (or the connection closes), feeding each layer."""
+    body, events, validator, capture, timeline = x.body, x.events, x.validator, x.capture, x.timeline
+    accept = validator.accept
+    deadline_at = timeline.started + x.request.deadline
     while not body.complete:
-        sock.settimeout(_wait(obs))
+        sock.settimeout(_wait(x))
         raw = fp.read1(READ_SIZE)
         if not raw:
-            if obs.expired:
-                raise _deadline_failure(obs)
-            break
-        obs.reads += 1
+            if x.expired:
+                raise _deadline_failure(x)
+            return
+        timeline.reads += 1
         if capture is not None:
-            obs.keep(raw)
+            capture.keep(raw)
         payload = body.feed(raw)
-        text_before = chunks.content_events
+        text_before = validator.content_events
         for data in events.feed(payload):
             now = time.perf_counter()
             if now > deadline_at:
-                raise _deadline_failure(obs)
-            if obs.first_event_at is None:
-                obs.first_event_at = now
-            text, reasoning = chunks.accept(data)
+                raise _deadline_failure(x)
+            if timeline.first_event_at is None:
+                timeline.first_event_at = now
+            text, reasoning = accept(data)
             if text:
-                if obs.first_text_at is None:
-                    obs.first_text_at = now
+                if timeline.first_text_at is None:
+                    timeline.first_text_at = now
                 else:
-                    obs.event_gaps.append(now - obs.last_text_at)
-                obs.last_text_at = now
+                    timeline.gaps.append(now - timeline.last_text_at)
+                timeline.last_text_at = now
                 if on_text:
                     on_text(text)
             if reasoning:
-                if obs.first_reasoning_at is None:
-                    obs.first_reasoning_at = now
+                if timeline.first_reasoning_at is None:
+                    timeline.first_reasoning_at = now
                 if on_reasoning:
                     on_reasoning(reasoning)
-        if chunks.content_events != text_before:
-            obs.text_reads += 1
+        if validator.content_events != text_before:
+            timeline.text_reads += 1
         if body.overrun:
-            obs.transport_complete = False
-            obs.event_complete = events.pending() is None
             raise StreamError('transport', body.overrun_problem())
-    _note_ends(obs)
 
 
-def _note_ends(obs: Observation) -> None:
-    """The body has ended: note whether the HTTP message and the event stream ended properly."""
-    obs.transport_problem = obs.body.eof_problem()
-    obs.event_problem = obs.events.pending()
-    obs.transport_complete = obs.transport_problem is None
-    obs.event_complete = obs.event_problem is None
-
-
-def _wait(obs: Observation) -> float:
+def _wait(x: Exchange) -> float:
     """The socket timeout for the next operation: the idle timeout, cut to the deadline."""
-    remaining = obs.request['deadline'] - (time.perf_counter() - obs.started)
+    remaining = x.request.deadline - (time.perf_counter() - x.timeline.started)
     if remaining <= 0:
-        raise _deadline_failure(obs)
-    return min(obs.request['idle'], remaining)
+        raise _deadline_failure(x)
+    return min(x.request.idle, remaining)
 
 
-def _deadline_failure(obs: Observation) -> StreamError:
-    deadline = f'{obs.request["deadline"]:g} s'
-    if obs.phase == 'body' and obs.chunks.done:
-        return _unended_after_done(obs, f'the overall deadline of {deadline}')
-    return StreamError('timeout', f'overall deadline of {deadline} reached during the {obs.phase} phase '
-                                  f'after {obs.chunks.content_events} content events')
+def _deadline_failure(x: Exchange) -> StreamError:
+    deadline = f'{x.request.deadline:g} s'
+    if x.phase is Phase.BODY and x.validator.done:
+        return _unended_after_terminal(x, f'the overall deadline of {deadline}')
+    return StreamError('timeout', f'overall deadline of {deadline} reached during the {x.phase.value} phase '
+                                  f'after {x.validator.content_events} content events')
 
 
-def _unended_after_done(obs: Observation, bound: str) -> StreamError:
-    """[DONE] arrived but the HTTP message never ended: a transport failure, whichever bound noticed it."""
-    obs.transport_complete = False
-    obs.event_complete = obs.events.pending() is None
-    return StreamError('transport', f'message did not end within {bound} after [DONE]; '
-                                    f'received {obs.body.progress()}')
+def _unended_after_terminal(x: Exchange, bound: str) -> StreamError:
+    """The terminal event arrived but the HTTP message never ended: a transport failure, whichever bound noticed."""
+    return StreamError('transport', f'message did not end within {bound} after {x.validator.terminal}; '
+                                    f'received {x.body.progress()}')
 
 
-def _classify(exc: BaseException, obs: Observation) -> StreamError:
+def _classify(exc: BaseException, x: Exchange) -> StreamError:
     """Turn an exception from the socket, TLS or http.client into a layered failure."""
-    import http.client
-    import socket
-    import ssl
-    request = obs.request
-    if obs.expired or isinstance(exc, (TimeoutError, socket.timeout)):
-        return _timeout_failure(obs)
+    request = x.request
+    if x.expired or isinstance(exc, (TimeoutError, socket.timeout)):
+        return _timeout_failure(x)
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return StreamError('tls', f'certificate verification failed for {request["host"]}: '
+        return StreamError('tls', f'certificate verification failed for {request.host}: '
                                   f'{exc.verify_message or exc.reason}')
     if isinstance(exc, ssl.SSLError):
-        return StreamError('tls', f'TLS failed with {request["host"]}: {exc.reason or exc}')
-    if obs.phase == 'connect' and isinstance(exc, OSError):
+        return StreamError('tls', f'TLS failed with {request.host}: {exc.reason or exc}')
+    if x.phase is Phase.CONNECT and isinstance(exc, OSError):
         reason = exc.strerror or str(exc) or type(exc).__name__
-        return StreamError('connect', f'cannot connect to {request["host"]}:{request["port"]}: {reason}')
-    if obs.phase in ('request', 'headers') and isinstance(exc, (OSError, http.client.HTTPException)):
+        return StreamError('connect', f'cannot connect to {request.host}:{request.port}: {reason}')
+    if x.phase in (Phase.REQUEST, Phase.HEADERS) and isinstance(exc, (OSError, http.client.HTTPException)):
         return StreamError('http', f'no valid response headers: {type(exc).__name__}: {exc}')
-    if obs.phase == 'body' and isinstance(exc, OSError):
-        received = obs.body.received if obs.body else 0
+    if x.phase is Phase.BODY and isinstance(exc, OSError):
+        received = x.body.received if x.body else 0
         return StreamError('transport', f'connection failed after {received} body bytes: '
                                         f'{type(exc).__name__}: {exc}')
-    return StreamError('client', f'unexpected {type(exc).__name__} during the {obs.phase} phase: {exc}')
+    return StreamError('client', f'unexpected {type(exc).__name__} during the {x.phase.value} phase: {exc}')
 
 
-def _timeout_failure(obs: Observation) -> StreamError:
-    request = obs.request
-    if time.perf_counter() - obs.started >= request['deadline'] - 0.001:
-        return _deadline_failure(obs)
-    idle = f'{request["idle"]:g} s'
-    if obs.phase == 'connect':
-        return StreamError('timeout', f'no connection to {request["host"]}:{request["port"]} within {idle}')
-    if obs.phase != 'body':
+def _timeout_failure(x: Exchange) -> StreamError:
+    request = x.request
+    if time.perf_counter() - x.timeline.started >= request.deadline - 0.001:
+        return _deadline_failure(x)
+    idle = f'{request.idle:g} s'
+    if x.phase is Phase.CONNECT:
+        return StreamError('timeout', f'no connection to {request.host}:{request.port} within {idle}')
+    if x.phase is not Phase.BODY:
         return StreamError('timeout', f'no response headers within the idle timeout of {idle}')
-    if obs.chunks.done:
-        return _unended_after_done(obs, f'the idle timeout of {idle}')
+    if x.validator.done:
+        return _unended_after_terminal(x, f'the idle timeout of {idle}')
     return StreamError('timeout', f'no bytes for {idle} (idle timeout) after '
-                                  f'{obs.chunks.content_events} content events')
+                                  f'{x.validator.content_events} content events')
 
 
 _PRIVATE_HEADERS = frozenset({'set-cookie', 'set-cookie2', 'cookie', 'authorization',
                               'proxy-authorization', 'www-authenticate', 'proxy-authenticate'})
 
 
-def describe_response(response) -> dict:
-    """Status line and headers worth keeping (no cookies, nothing auth-related)."""
-    headers = response.msg
-    lengths = headers.get_all('Content-Length') or []
-    return {'status': response.status, 'reason': response.reason,
-            'version': {10: '1.0', 11: '1.1'}.get(response.version, str(response.version)),
-            'content_type': headers.get('Content-Type'),
-            'transfer_encoding': headers.get('Transfer-Encoding'),
-            'content_length': ', '.join(lengths) if lengths else None,
-            'body_bytes': 0,
-            'headers': [[name, value] for name, value in headers.items()
-                        if name.lower() not in _PRIVATE_HEADERS]}
+def _public_headers(head: ResponseHead) -> list[list[str]]:
+    """The response headers worth keeping: no cookies, nothing auth-related."""
+    return [[name, value] for name, value in head.headers if name.lower() not in _PRIVATE_HEADERS]
 
 
 def _check_content_type(value: str | None) -> None:
@@ -888,18 +1140,17 @@ def _check_content_type(value: str | None) -> None:
         raise StreamError('http', f'expected content-type text/event-stream, got {value or "none"!r}')
 
 
-def body_reader(response) -> ContentLengthBody | ChunkedBody | CloseDelimitedBody:
+def body_reader(head: ResponseHead) -> ContentLengthBody | ChunkedBody | CloseDelimitedBody:
     """Choose the body framing from the response headers (RFC 9112, 6.3)."""
-    headers = response.msg
-    encoding = headers.get('Transfer-Encoding')
+    encoding = head.get('Transfer-Encoding')
     if encoding is not None:
         codings = [part.strip().lower() for part in encoding.split(',') if part.strip()]
         if codings != ['chunked']:
             raise StreamError('http', f'unsupported transfer-encoding {encoding!r}; expected chunked')
         return ChunkedBody()
-    if (headers.get('Content-Encoding') or 'identity').strip().lower() != 'identity':
-        raise StreamError('http', f'unsupported content-encoding {headers.get("Content-Encoding")!r}')
-    lengths = {part.strip() for value in headers.get_all('Content-Length') or [] for part in value.split(',')}
+    if (head.get('Content-Encoding') or 'identity').strip().lower() != 'identity':
+        raise StreamError('http', f'unsupported content-encoding {head.get("Content-Encoding")!r}')
+    lengths = {part.strip() for value in head.get_all('Content-Length') for part in value.split(',')}
     if not lengths:
         return CloseDelimitedBody()
     if len(lengths) != 1 or not next(iter(lengths)).isdigit() or not next(iter(lengths)).isascii():
@@ -907,36 +1158,42 @@ def body_reader(response) -> ContentLengthBody | ChunkedBody | CloseDelimitedBod
     return ContentLengthBody(int(next(iter(lengths))))
 
 
-def _status_problem(response, sock, obs: Observation) -> str:
+def _status_failure(head: ResponseHead, body: bytes) -> StreamError:
     """The unexpected status, with the server's own error message when its body has one."""
-    import json
-    problem = f'expected status 200, got {response.status} {response.reason}'.rstrip()
-    body = _read_error_body(response, sock, obs)
+    problem = f'expected status 200, got {head.status} {head.reason}'.rstrip()
     try:
         error = server_error_fields(json.loads(body))
     except (ValueError, RecursionError):
         text = body.decode('utf-8', 'replace')
-        if 'html' in (obs.http['content_type'] or '').lower():
-            import re
+        if 'html' in (head.get('Content-Type') or '').lower():
             text = re.sub(r'<[^>]*>', ' ', text)
         text = ' '.join(text.split())
-        return f'{problem}: {_preview(text, 200)}' if text else problem
-    obs.chunks.server_error = error
-    return f'{problem}: {describe_server_error(error)}'
+        return StreamError('http', f'{problem}: {_preview(text, 200)}' if text else problem)
+    return StreamError('http', f'{problem}: {describe_server_error(error)}', server_error=error)
 
 
-def _read_error_body(response, sock, obs: Observation) -> bytes:
-    """Up to MAX_ERROR_BODY bytes of an error response, under the same time bounds."""
-    parts, size = [], 0
+def _error_body_reader(head: ResponseHead):
+    """The framing reader of an error response, or None when its framing is unusable too
+    (the status already says what failed)."""
     try:
-        body = obs.body = body_reader(response)
+        return body_reader(head)
+    except StreamError:
+        return None
+
+
+def _read_error_body(fp, sock, x: Exchange) -> bytes:
+    """Up to MAX_ERROR_BODY bytes of an error response, under the same time bounds."""
+    parts, size, body = [], 0, x.body
+    if body is None:
+        return b''
+    try:
         while not body.complete and size < MAX_ERROR_BODY:
-            sock.settimeout(_wait(obs))
-            raw = response.fp.read1(min(READ_SIZE, MAX_ERROR_BODY - size))
+            sock.settimeout(_wait(x))
+            raw = fp.read1(min(READ_SIZE, MAX_ERROR_BODY - size))
             if not raw:
                 break
-            if obs.capture is not None:
-                obs.keep(raw)
+            if x.capture is not None:
+                x.capture.keep(raw)
             parts.append(body.feed(raw))
             size += len(parts[-1])
     except (OSError, StreamError):
@@ -944,87 +1201,116 @@ def _read_error_body(response, sock, obs: Observation) -> bytes:
     return b''.join(parts)
 
 
-def response_head(response) -> bytes:
+def response_head(head: ResponseHead) -> bytes:
     """The status line and headers as received (minus cookies and auth headers), for a capture."""
-    version = {10: 'HTTP/1.0', 11: 'HTTP/1.1'}.get(response.version, 'HTTP/1.1')
-    lines = [f'{version} {response.status} {response.reason}']
-    lines += [f'{name}: {value}' for name, value in response.msg.items() if name.lower() not in _PRIVATE_HEADERS]
+    lines = [f'HTTP/{head.version} {head.status} {head.reason}']
+    lines += [f'{name}: {value}' for name, value in _public_headers(head)]
     return ('\r\n'.join(lines) + '\r\n\r\n').encode('latin-1', 'replace')
 
 
 # ---------------------------------------------------------------------------
-# The evidence record
+# The verdict and the evidence record
 # ---------------------------------------------------------------------------
 
-def _ms(start: float, at: float | None) -> float | None:
-    return None if at is None else round((at - start) * 1000, 3)
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Whether a run is ok, which layer failed first, and which layers completed."""
+
+    layer: str | None
+    message: str | None
+    transport_complete: bool | None
+    event_complete: bool | None
+    application_complete: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.layer is None
 
 
-def judge(obs: Observation) -> tuple[str, str] | None:
-    """Why this run is not ok, as (layer, message); None when it is ok.
+def judge(x: Exchange) -> Verdict:
+    """Why this run is not ok; the one place that decides, and that sets the completeness flags.
 
     A failure that stopped the reading (no connection, a bad status, invalid
-    JSON, a timeout...) wins: the layers after it were never seen. A run that
-    read its body to the end is judged in the order a response is built: the
-    HTTP framing, then the event stream, then the completion itself.
+    JSON, a timeout...) wins: the layers after it were never seen, so their
+    flags are null. A transport failure still says whether the events that
+    arrived ended on a boundary. A run that read its body to the end is
+    judged in the order a response is built: the HTTP framing, then the event
+    stream, then the answer itself.
     """
-    if obs.failure is not None:
-        return obs.failure.layer, obs.failure.message
-    if obs.transport_problem:
-        return 'transport', obs.transport_problem
-    if obs.event_problem:
-        return 'sse', obs.event_problem
-    problem = obs.chunks.outcome_problem()
-    if problem:
-        return 'application', problem
-    return None
+    failure = x.failure
+    outcome = x.validator.outcome_problem()
+    application_complete = outcome is None and not (failure is not None and failure.server_error)
+    if failure is not None:
+        if failure.layer != 'transport':
+            return Verdict(failure.layer, failure.message, None, None, application_complete)
+        event_complete = x.events.pending() is None if x.body is not None else None
+        return Verdict('transport', failure.message, False, event_complete, application_complete)
+    transport_problem = x.body.eof_problem()
+    event_problem = x.events.pending()
+    layer, message = next(((layer, problem) for layer, problem in
+                           (('transport', transport_problem), ('sse', event_problem), ('application', outcome))
+                           if problem), (None, None))
+    return Verdict(layer, message, transport_problem is None, event_problem is None, application_complete)
 
 
-def build_record(obs: Observation) -> dict:
+def build_record(x: Exchange) -> dict:
     """The JSON evidence record of a run (never contains the API key)."""
-    chunks, start = obs.chunks, obs.started
-    verdict = judge(obs)
-    http = obs.http
-    if http is not None and obs.body is not None:
-        http['body_bytes'] = obs.body.received
-        http['framing'] = obs.body.framing
-    ended = obs.ended if obs.ended is not None else time.perf_counter()
+    verdict = judge(x)
+    timeline, request = x.timeline, x.request
+    ended = timeline.ended if timeline.ended is not None else time.perf_counter()
+    answer = x.validator.fields()
+    head = x.head
     record = {
-        'ok': verdict is None,
-        'error_layer': verdict[0] if verdict else None,
-        'error': f'{verdict[0]}: {verdict[1]}' if verdict else None,
-        'transport_complete': obs.transport_complete,
-        'event_complete': obs.event_complete,
-        'application_complete': chunks.server_error is None and chunks.outcome_problem() is None,
-        'model': obs.request['model'],
-        'text': chunks.text,
-        'reasoning_text': chunks.reasoning,
-        'finish_reason': chunks.finish_reason,
-        'done': chunks.done,
-        'completion_tokens': chunks.completion_tokens,
-        'content_events': chunks.content_events,
-        'data_events': chunks.data_events,
-        'headers_ms': _ms(start, obs.headers_at),
-        'first_event_ms': _ms(start, obs.first_event_at),
-        'first_reasoning_ms': _ms(start, obs.first_reasoning_at),
-        'first_text_ms': _ms(start, obs.first_text_at),
-        'duration_ms': _ms(start, ended),
-        'event_gaps_ms': [round(gap * 1000, 3) for gap in obs.event_gaps],
-        'reads': obs.reads,
-        'buffered_delivery': chunks.content_events >= 2 and obs.text_reads == 1,
-        'response_id': chunks.response_id,
-        'request_id': _header(http, 'x-request-id'),
-        'server_error': chunks.server_error,
-        'http': http,
-        'source': 'fixture' if (_header(http, 'server') or '').startswith('synthetic-fixture')
-                  else obs.request['source'],
-        'url': obs.request['url'],
-        'request': obs.request['parameters'],
-        'started_at': _utc_iso(obs.started_wall),
+        'ok': verdict.ok,
+        'error_layer': verdict.layer,
+        'error': f'{verdict.layer}: {verdict.message}' if verdict.layer else None,
+        'transport_complete': verdict.transport_complete,
+        'event_complete': verdict.event_complete,
+        'application_complete': verdict.application_complete,
+        'model': request.model,
+        'text': answer['text'],
+        'reasoning_text': answer['reasoning_text'],
+        'finish_reason': answer['finish_reason'],
+        'done': answer['done'],
+        'completion_tokens': answer['completion_tokens'],
+        'content_events': answer['content_events'],
+        'data_events': answer['data_events'],
+        'headers_ms': timeline.ms(timeline.headers_at),
+        'first_event_ms': timeline.ms(timeline.first_event_at),
+        'first_reasoning_ms': timeline.ms(timeline.first_reasoning_at),
+        'first_text_ms': timeline.ms(timeline.first_text_at),
+        'duration_ms': timeline.ms(ended),
+        'event_gaps_ms': [round(gap * 1000, 3) for gap in timeline.gaps],
+        'reads': timeline.reads,
+        'buffered_delivery': answer['content_events'] >= 2 and timeline.text_reads == 1,
+        'response_id': answer['response_id'],
+        'request_id': head.get('x-request-id') if head else None,
+        'server_error': x.failure.server_error if x.failure is not None else None,
+        'http': _http_facts(head, x.body),
+        'source': 'fixture' if ((head and head.get('server')) or '').startswith('synthetic-fixture')
+                  else request.source,
+        'url': request.url,
+        'request': dict(request.settings),
+        'started_at': _utc_iso(timeline.started_wall),
         'client': {'version': __version__, 'python': sys.version.split()[0], 'platform': _platform()},
-        'capture': None if obs.capture is None else {'bytes': len(obs.capture), 'truncated': obs.capture_truncated},
+        'capture': None if x.capture is None else {'bytes': len(x.capture.data), 'truncated': x.capture.truncated},
     }
-    return redact(record, obs.request['token'])
+    return redact(record, request.token)
+
+
+def _http_facts(head: ResponseHead | None, body) -> dict | None:
+    """What the record says of the HTTP message: its status line, framing headers and body size."""
+    if head is None:
+        return None
+    lengths = head.get_all('Content-Length')
+    facts = {'status': head.status, 'reason': head.reason, 'version': head.version,
+             'content_type': head.get('Content-Type'), 'transfer_encoding': head.get('Transfer-Encoding'),
+             'content_length': ', '.join(lengths) if lengths else None,
+             'body_bytes': body.received if body is not None else 0,
+             'headers': _public_headers(head)}
+    if body is not None:
+        facts['framing'] = body.framing
+    return facts
 
 
 def _utc_iso(timestamp: float) -> str:
@@ -1036,13 +1322,6 @@ def _platform() -> str:
         return sys.platform
     uname = os.uname()
     return f'{uname.sysname} {uname.release} {uname.machine}'
-
-
-def _header(http: dict | None, name: str) -> str | None:
-    for key, value in (http or {}).get('headers', []):
-        if key.lower() == name:
-            return value
-    return None
 
 
 def redact(value, secret: str):
@@ -1058,12 +1337,12 @@ def redact(value, secret: str):
     return value
 
 
-def interrupted_record(request: dict, signal_name: str) -> dict:
-    """The record of a run that was interrupted before it could start."""
-    obs = Observation(request)
-    obs.fail(StreamError('interrupted', f'interrupted by {signal_name} before the request was sent'))
-    obs.ended = obs.started
-    return build_record(obs)
+def failed_record(request: PreparedRequest, failure: StreamError) -> dict:
+    """The record of a run that never started (interrupted before sending, or a bug in this client)."""
+    x = Exchange(request)
+    x.fail(failure)
+    x.timeline.ended = x.timeline.started
+    return build_record(x)
 
 
 # ---------------------------------------------------------------------------
@@ -1077,13 +1356,14 @@ class UsageError(Exception):
     """Invalid input from the command line: exit status 2, one line on stderr."""
 
 
-def _parser():
-    import argparse
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2."""
 
-    class OneLineParser(argparse.ArgumentParser):
-        def error(self, message: str):
-            self.exit(2, f'{self.prog}: error: {message}\n')
+    def error(self, message: str):
+        self.exit(2, f'{self.prog}: error: {message}\n')
 
+
+def _parser() -> OneLineParser:
     parser = OneLineParser(
         prog='stream_client.py',
         description='Stream one chat completion and save evidence of whether it really finished. '
@@ -1120,19 +1400,11 @@ def _parser():
     return parser
 
 
-def _request_from_args(args) -> dict:
-    if args.fixture is not None:
-        if args.url is not None:
-            raise UsageError('--fixture and --url exclude each other')
-        import fixture_server
-        if args.fixture not in fixture_server.MODES:
-            raise UsageError(f'unknown fixture mode {args.fixture!r}; choose from {", ".join(fixture_server.MODES)}')
-        # The port is known only once the fixture listens: _start_fixture sets it, after the output is reserved.
-        url, model = 'http://127.0.0.1:1/v1/chat/completions', args.model or 'synthetic-fixture'
-    elif args.model is None:
+def _request_from_args(args, url: str) -> PreparedRequest:
+    """The request the command line asks for, sent to url (the fixture's, with --fixture)."""
+    model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
+    if model is None:
         raise UsageError('--model is required (unless --fixture is used)')
-    else:
-        url, model = args.url or DEFAULT_URL, args.model
     return prepare(url, model, _prompt(args), max_tokens=args.max_tokens, idle=args.idle,
                    deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get('MODEL_API_KEY'),
                    system=args.system, temperature=args.temperature, stop=args.stop, extra=_extra(args),
@@ -1157,7 +1429,6 @@ def _prompt(args) -> str:
 def _extra(args) -> dict | None:
     if args.extra is None:
         return None
-    import json
     try:
         return json.loads(args.extra)
     except (ValueError, RecursionError) as exc:
@@ -1177,15 +1448,14 @@ def reserve_output(path: str) -> int:
 
 
 def write_record(fd: int, record: dict) -> None:
-    import json
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
         json.dump(record, output, indent=2, ensure_ascii=False)
         output.write('\n')
 
 
-def write_capture(fd: int, capture: bytearray, token: str) -> None:
+def write_capture(fd: int, capture: Capture, token: str) -> None:
     """Write the raw response, with the API key masked by asterisks of the same length (framing stays valid)."""
-    data = bytes(capture)
+    data = bytes(capture.data)
     if token:
         data = data.replace(token.encode(), b'*' * len(token.encode()))
     with os.fdopen(fd, 'wb') as output:
@@ -1196,14 +1466,22 @@ def _terminate(signum, frame):
     raise Interrupted('SIGTERM')
 
 
-def _start_fixture(mode: str, request: dict):
-    import threading
-    import fixture_server
-    instance = fixture_server.server(0, mode)
-    threading.Thread(target=instance.serve_forever, args=(0.05,), daemon=True).start()
-    request['port'] = instance.server_port
-    request['url'] = f'http://127.0.0.1:{instance.server_port}/v1/chat/completions'
-    return instance
+class _Fixture:
+    """The synthetic fixture, served from this process on a free loopback port, for --fixture MODE."""
+
+    def __init__(self, mode: str) -> None:
+        # Imported here, not at the top: the fixture is a separate tool, needed only by --fixture,
+        # and importing it from the top would make every import of this module load a server.
+        import fixture_server
+        if mode not in fixture_server.MODES:
+            raise UsageError(f'unknown fixture mode {mode!r}; choose from {", ".join(fixture_server.MODES)}')
+        self.instance = fixture_server.server(0, mode)
+        self.url = f'http://127.0.0.1:{self.instance.server_port}/v1/chat/completions'
+        threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self.instance.shutdown()
+        self.instance.server_close()
 
 
 class LiveView:
@@ -1262,7 +1540,6 @@ COMPARED_SETTINGS = (('prompt', 'prompt_sha256'), ('max_tokens', 'max_tokens'), 
 
 def load_records(paths: list[str]) -> list[dict]:
     """Saved evidence records; UsageError when one cannot be read or fixture and endpoint records mix."""
-    import json
     records = []
     for path in paths:
         try:
@@ -1290,7 +1567,6 @@ def compare_table(paths: list[str], records: list[dict]) -> str:
 
 def settings_differ(records: list[dict]) -> list[str]:
     """The settings (prompt, max_tokens, temperature, model) that differ between records."""
-    import json
     differ = [name for name, key in COMPARED_SETTINGS
               if len({json.dumps((record.get('request') or {}).get(key)) for record in records}) > 1]
     if len({record.get('model') for record in records}) > 1:
@@ -1323,74 +1599,81 @@ def _reserve_files(args) -> tuple[int, int | None]:
         raise
 
 
-def _run_command(args, request: dict, fd: int, capture_fd: int | None) -> tuple[dict, int]:
+def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None) -> tuple[dict, int]:
     """Run once and write the record (and capture) whatever happens; return the record and exit status.
 
     SIGINT and SIGTERM are ignored by the caller from before the output is
     reserved; they are handled again only inside the block that always writes it.
     """
-    import signal
     view = LiveView(sys.stderr, args.quiet)
     on_text, on_reasoning = (view.text, view.reasoning) if view.live else (None, None)
-    record, status, fixture = None, 1, None
-    capture = bytearray() if capture_fd is not None else None
+    record, status = None, 1
+    capture = Capture() if capture_fd is not None else None
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _terminate)
-        if args.fixture is not None:
-            fixture = _start_fixture(args.fixture, request)
         record = run(request, on_text, on_reasoning, capture)
         status = 0 if record['ok'] else 1
     except Interrupted as exc:
-        record = exc.record or interrupted_record(request, exc.signal_name)
+        record = exc.record or failed_record(request, _interrupted_before_sending(exc.signal_name))
         status = SIGNAL_EXIT[exc.signal_name]
     except KeyboardInterrupt:
-        record, status = interrupted_record(request, 'SIGINT'), 130
+        record, status = failed_record(request, _interrupted_before_sending('SIGINT')), 130
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if record is None:  # a bug in this client: still leave a valid record, then show the traceback
-            obs = Observation(request)
-            obs.fail(StreamError('client', 'the client failed before finishing its record'))
-            record = build_record(obs)
+            record = failed_record(request, StreamError('client', 'the client failed before finishing its record'))
         write_record(fd, record)
         if capture_fd is not None:
-            write_capture(capture_fd, capture, request['token'])
-        if fixture is not None:
-            fixture.shutdown()
-            fixture.server_close()
+            write_capture(capture_fd, capture, request.token)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the evidence is safe on disk now
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     view.verdict(record)
     return record, status
 
 
+def _interrupted_before_sending(signal_name: str) -> StreamError:
+    return StreamError('interrupted', f'interrupted by {signal_name} before the request was sent')
+
+
+def _compare(args) -> int:
+    if args.output or args.fixture or args.url:
+        raise UsageError('--compare only reads records; it takes no --output, --url or --fixture')
+    records = load_records(args.compare)
+    differ = settings_differ(records)
+    if differ:
+        print(f'stream_client.py: warning: the records differ in {", ".join(differ)}; compare only '
+              'runs with the same prompt, max_tokens, temperature and model', file=sys.stderr)
+    print(compare_table(args.compare, records))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     args = _parser().parse_args(argv)
-    import json
+    fixture = None
     try:
-        if args.compare:
-            if args.output or args.fixture or args.url:
-                raise UsageError('--compare only reads records; it takes no --output, --url or --fixture')
-            records = load_records(args.compare)
-            differ = settings_differ(records)
-            if differ:
-                print(f'stream_client.py: warning: the records differ in {", ".join(differ)}; compare only '
-                      'runs with the same prompt, max_tokens, temperature and model', file=sys.stderr)
-            print(compare_table(args.compare, records))
-            return 0
-        if args.output is None:
-            raise UsageError('--output is required')
-        request = _request_from_args(args)
-        import signal
-        for signum in (signal.SIGINT, signal.SIGTERM):  # no interruption between reserving and recording
-            signal.signal(signum, signal.SIG_IGN)
-        fd, capture_fd = _reserve_files(args)
-    except (UsageError, ValueError) as exc:
-        print(f'stream_client.py: error: {exc}', file=sys.stderr)
-        return 2
-    record, status = _run_command(args, request, fd, capture_fd)
+        try:
+            if args.compare:
+                return _compare(args)
+            if args.output is None:
+                raise UsageError('--output is required')
+            if args.fixture is not None:
+                if args.url is not None:
+                    raise UsageError('--fixture and --url exclude each other')
+                fixture = _Fixture(args.fixture)
+            request = _request_from_args(args, fixture.url if fixture else args.url or DEFAULT_URL)
+            for signum in (signal.SIGINT, signal.SIGTERM):  # no interruption between reserving and recording
+                signal.signal(signum, signal.SIG_IGN)
+            fd, capture_fd = _reserve_files(args)
+        except (UsageError, ValueError) as exc:
+            print(f'stream_client.py: error: {exc}', file=sys.stderr)
+            return 2
+        record, status = _run_command(args, request, fd, capture_fd)
+    finally:
+        if fixture is not None:
+            fixture.close()
     summary = {key: record[key] for key in ('ok', 'error_layer', 'first_text_ms', 'duration_ms',
                                             'finish_reason', 'error')}
     print(json.dumps(summary, ensure_ascii=False))

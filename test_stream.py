@@ -13,6 +13,7 @@ import threading
 import time
 import unittest
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
 import fixture_server
 import stream_client
@@ -26,6 +27,16 @@ CLIENT = str(HERE / 'stream_client.py')
 
 def pieces(data: bytes, size: int) -> list[bytes]:
     return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+def feedings(data: bytes) -> Iterator[tuple[str, list[bytes]]]:
+    """The same bytes whole, in pieces of every size (1 is byte by byte), and cut in two at every
+    point, each named for a failure message: the sweep of h11's t_body_reader."""
+    yield 'whole', [data]
+    for size in range(1, len(data)):
+        yield f'{size}-byte pieces', pieces(data, size)
+    for at in range(1, len(data)):
+        yield f'cut at {at}', [data[:at], data[at:]]
 
 
 def parse_all(chunks: list[bytes]) -> list[str]:
@@ -78,19 +89,28 @@ class ParserTests(unittest.TestCase):
     MIXED = ('\ufeff: comment\rdata: one \u2713\rdata: two\r\rdata: three\n\n'
              'data: four\r\n\r\nevent: x\nid: 7\ndata:five\n\n').encode()
 
-    def test_every_chunk_size_gives_the_same_events(self):
-        for size in range(1, len(self.MIXED) + 1):
-            with self.subTest(size=size):
-                self.assertEqual(parse_all(pieces(self.MIXED, size)),
-                                 ['one \u2713\ntwo', 'three', 'four', 'five'])
+    def test_every_chunking_gives_the_same_events(self):
+        for name, chunks in feedings(self.MIXED):
+            with self.subTest(name):
+                self.assertEqual(parse_all(chunks), ['one \u2713\ntwo', 'three', 'four', 'five'])
 
     def test_vllm_capture_parses_identically_at_every_chunk_size(self):
         payload = dechunk(split_capture(TRACES / 'u2_chat_stream_emoji_split_tokens.http')[1])
         expected = parse_all([payload])
         self.assertEqual(expected[-1], '[DONE]')
         self.assertEqual(len(expected), 8)
-        for size in range(1, len(payload) + 1):
-            self.assertEqual(parse_all(pieces(payload, size)), expected, size)
+        for name, chunks in feedings(payload):
+            self.assertEqual(parse_all(chunks), expected, name)
+
+    def test_typed_events_keep_their_event_field_at_every_chunking(self):
+        raw = (b'event: response.created\ndata: {"a": 1}\n\ndata: plain\n\n'
+               b'event: ignored\n\nevent:tight\r\ndata: x\r\n\r\nevent: late\nid: 3\ndata: y\n\n')
+        expected = [('response.created', '{"a": 1}'), ('message', 'plain'), ('tight', 'x'), ('late', 'y')]
+        for name, chunks in feedings(raw):
+            parser = stream_client.TypedEvents()
+            self.assertEqual([event for chunk in chunks for event in parser.feed(chunk)], expected, name)
+            self.assertIsNone(parser.pending(), name)
+        self.assertEqual(parse_all([raw]), ['{"a": 1}', 'plain', 'x', 'y'])
 
     def test_crlf_split_across_reads_counts_as_one_line_end(self):
         self.assertEqual(parse_all([b'data: a\r', b'\ndata: b\r\n\r\n']), ['a\nb'])
@@ -210,10 +230,9 @@ class ChatChunkTests(unittest.TestCase):
                          {'message': 'flat', 'type': None, 'code': 404})
 
     def test_error_event_keeps_the_servers_fields(self):
-        chunks = ChatChunks()
-        with self.assertRaises(StreamError):
-            chunks.accept('{"error": "Unauthorized"}')
-        self.assertEqual(chunks.server_error, {'message': 'Unauthorized', 'type': None, 'code': None})
+        with self.assertRaises(StreamError) as caught:
+            ChatChunks().accept('{"error": "Unauthorized"}')
+        self.assertEqual(caught.exception.server_error, {'message': 'Unauthorized', 'type': None, 'code': None})
 
     def test_outcome_needs_done_stop_and_visible_text(self):
         def outcome(*events):
@@ -259,10 +278,10 @@ class FramingTests(unittest.TestCase):
         raw = split_capture(TRACES / 'a2_chat_stream_usage_eos_stop.http')[1]
         expected = dechunk(raw)
         self.assertTrue(expected.endswith(b'data: [DONE]\n\n'))
-        for size in range(1, len(raw) + 1):
+        for name, chunks in feedings(raw):
             reader = ChunkedBody()
-            payload = b''.join(reader.feed(piece) for piece in pieces(raw, size))
-            self.assertEqual((payload, reader.complete, reader.overrun), (expected, True, 0), size)
+            payload = b''.join(reader.feed(piece) for piece in chunks)
+            self.assertEqual((payload, reader.complete, reader.overrun), (expected, True, 0), name)
 
     def test_chunked_premature_ends_are_named(self):
         raw = split_capture(TRACES / 'a2_chat_stream_usage_eos_stop.http')[1]
@@ -338,49 +357,74 @@ def chunk_keys(payload: bytes) -> list[tuple]:
 ANSWER = 'READY \u2713'
 
 
+class Verdict(NamedTuple):
+    """What a record says of its layers, by name, so that a failing comparison names the field."""
+
+    transport_complete: bool | None
+    event_complete: bool | None
+    application_complete: bool
+    error_layer: str | None
+
+    @classmethod
+    def of(cls, record: dict) -> Verdict:
+        return cls(*(record[field] for field in cls._fields))
+
+
+class ModeRow(NamedTuple):
+    """A fixture mode's expected verdict, words in its error (one string, or (guide, vllm)) and text."""
+
+    verdict: Verdict
+    words: str | tuple[str, str] | None
+    text: str
+    options: dict = {}
+
+
+def row(transport, event, application, layer, words, text, options=None) -> ModeRow:
+    return ModeRow(Verdict(transport, event, application, layer), words, text, options or {})
+
+
 class FixtureVerdictTests(unittest.TestCase):
-    # mode: (transport, event, application, error layer, words in the error (guide, vllm), text, stream() options)
     EXPECTED = {
-        'ok': (True, True, True, None, None, ANSWER, {}),
-        'broken': (True, True, False, 'application', 'EOF before [DONE] after 2 content events', ANSWER, {}),
-        'length': (True, True, False, 'application', 'output budget exhausted (finish_reason=length)', ANSWER, {}),
-        'malformed': (None, None, False, 'protocol', 'malformed JSON', ANSWER, {}),
-        'http-error': (None, None, False, 'http', 'expected status 200, got 503', '', {}),
-        'truncated': (False, True, True, 'transport',
-                      ('connection closed after 445 of 509 body bytes',
-                       'chunked body ended without its terminating chunk'), ANSWER, {}),
-        'no-done': (True, True, False, 'application', 'EOF before [DONE]', ANSWER, {}),
-        'unterminated': (True, False, False, 'sse', 'inside an event', ANSWER, {}),
-        'held-open': (False, True, True, 'transport', 'did not end within the idle timeout of 0.3 s after [DONE]',
-                      ANSWER, {}),
-        'after-done': (None, None, True, 'protocol', 'event after [DONE]', ANSWER, {}),
-        'reasoning': (True, True, True, None, None, ANSWER, {}),
-        'tool-call': (None, None, False, 'protocol', 'tool call deltas', '', {}),
-        'error-event': (None, None, False, 'application', "server sent an error event: 'EngineCore", 'READY ', {}),
-        'stall': (None, None, False, 'timeout', 'no bytes for 0.3 s (idle timeout) after 0 content events', '', {}),
-        'drip': (None, None, False, 'timeout', 'overall deadline of 0.8 s', '', {'deadline': 0.8}),
-        'buffered': (True, True, True, None, None, ANSWER, {}),
-        'multi-choice': (None, None, False, 'protocol', 'expected choice index 0, got 1', '', {}),
-        'split-utf8': (True, True, True, None, None, ANSWER, {}),
-        'flood': (None, None, False, 'sse', 'line longer than 65536 characters without a line end', '', {}),
+        'ok': row(True, True, True, None, None, ANSWER),
+        'broken': row(True, True, False, 'application', 'EOF before [DONE] after 2 content events', ANSWER),
+        'length': row(True, True, False, 'application', 'output budget exhausted (finish_reason=length)', ANSWER),
+        'malformed': row(None, None, False, 'protocol', 'malformed JSON', ANSWER),
+        'http-error': row(None, None, False, 'http', 'expected status 200, got 503', ''),
+        'truncated': row(False, True, True, 'transport',
+                         ('connection closed after 445 of 509 body bytes',
+                          'chunked body ended without its terminating chunk'), ANSWER),
+        'no-done': row(True, True, False, 'application', 'EOF before [DONE]', ANSWER),
+        'unterminated': row(True, False, False, 'sse', 'inside an event', ANSWER),
+        'held-open': row(False, True, True, 'transport', 'did not end within the idle timeout of 0.3 s after [DONE]',
+                         ANSWER),
+        'after-done': row(None, None, True, 'protocol', 'event after [DONE]', ANSWER),
+        'reasoning': row(True, True, True, None, None, ANSWER),
+        'tool-call': row(None, None, False, 'protocol', 'tool call deltas', ''),
+        'error-event': row(None, None, False, 'application', "server sent an error event: 'EngineCore", 'READY '),
+        'stall': row(None, None, False, 'timeout', 'no bytes for 0.3 s (idle timeout) after 0 content events', ''),
+        'drip': row(None, None, False, 'timeout', 'overall deadline of 0.8 s', '', {'deadline': 0.8}),
+        'buffered': row(True, True, True, None, None, ANSWER),
+        'multi-choice': row(None, None, False, 'protocol', 'expected choice index 0, got 1', ''),
+        'split-utf8': row(True, True, True, None, None, ANSWER),
+        'flood': row(None, None, False, 'sse', 'line longer than 65536 characters without a line end', ''),
     }
 
     def test_every_mode_gets_its_triple_and_layer_in_both_profiles(self):
         self.assertEqual(set(self.EXPECTED), set(fixture_server.MODES))
         for profile in fixture_server.PROFILES:
-            for mode, (transport, event, application, layer, words, text, options) in self.EXPECTED.items():
+            for mode, expected in self.EXPECTED.items():
                 with self.subTest(profile=profile, mode=mode):
-                    record = run_fixture(mode, settings={'profile': profile}, **{'idle': 0.3, **options})
+                    record = run_fixture(mode, settings={'profile': profile}, **{'idle': 0.3, **expected.options})
                     json.dumps(record)
-                    self.assertEqual((record['transport_complete'], record['event_complete'],
-                                      record['application_complete'], record['error_layer']),
-                                     (transport, event, application, layer))
+                    self.assertEqual(Verdict.of(record)._asdict(), expected.verdict._asdict())
+                    layer = expected.verdict.error_layer
                     self.assertEqual(record['ok'], layer is None)
+                    words = expected.words
                     if words:
                         self.assertIn(words if isinstance(words, str) else words[profile == 'vllm'],
                                       record['error'])
                         self.assertTrue(record['error'].startswith(layer + ': '))
-                    self.assertEqual(record['text'], text)
+                    self.assertEqual(record['text'], expected.text)
                     framing = 'chunked' if profile == 'vllm' else 'content-length'
                     if record['http'] and record['http']['status'] == 200:
                         self.assertEqual(record['http']['framing'], framing)
@@ -472,16 +516,12 @@ class FixtureVerdictTests(unittest.TestCase):
     def test_capture_is_bounded_and_says_so(self):
         with Fixture(profile='vllm') as fixture:
             request = stream_client.prepare(fixture.url, 'm', 'p')
-            original, stream_client.MAX_CAPTURE_BYTES = stream_client.MAX_CAPTURE_BYTES, 300
-            try:
-                capture = bytearray()
-                record = stream_client.run(request, capture=capture)
-            finally:
-                stream_client.MAX_CAPTURE_BYTES = original
+            capture = stream_client.Capture(limit=300)
+            record = stream_client.run(request, capture=capture)
         self.assertTrue(record['ok'])
-        self.assertEqual(record['capture'], {'bytes': len(capture), 'truncated': True})
-        self.assertLessEqual(len(capture), 300)
-        self.assertTrue(capture.startswith(b'HTTP/1.1 200 OK\r\n'))
+        self.assertEqual(record['capture'], {'bytes': len(capture.data), 'truncated': True})
+        self.assertLessEqual(len(capture.data), 300)
+        self.assertTrue(capture.data.startswith(b'HTTP/1.1 200 OK\r\n'))
 
     def test_deadline_bounds_the_run(self):
         record = run_fixture('ok', deadline=0.001)
@@ -499,6 +539,28 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertGreater(record['duration_ms'] / 1000 - seen[1], 0.2)  # ...and long before the end
         self.assertEqual(len(record['event_gaps_ms']), 1)
         self.assertGreater(record['event_gaps_ms'][0], 70)
+
+    def test_sixteen_streams_at_once_each_get_their_own_record(self):
+        records, texts = {}, {n: [] for n in range(16)}
+        with Fixture(profile='vllm', tokens=12) as fixture:
+            def one(n: int) -> None:
+                records[n] = stream(fixture.url, 'm', f'prompt {n}', max_tokens=100 + n, on_text=texts[n].append)
+            threads = [threading.Thread(target=one, args=(n,)) for n in range(16)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+        self.assertEqual(sorted(records), list(range(16)))
+        import hashlib
+        for n, record in records.items():
+            with self.subTest(run=n):
+                self.assertTrue(record['ok'], record['error'])
+                self.assertEqual((record['content_events'], record['completion_tokens']), (12, 12))
+                self.assertEqual(record['request']['max_tokens'], 100 + n)
+                self.assertEqual(record['request']['prompt_sha256'], hashlib.sha256(f'prompt {n}'.encode()).hexdigest())
+                self.assertEqual(''.join(texts[n]), record['text'])
+                self.assertLess(record['first_text_ms'], record['duration_ms'])
+        self.assertEqual(len({record['response_id'] for record in records.values()}), 16)
 
     def test_on_text_sees_each_piece_of_visible_text_as_it_arrives(self):
         seen = []
@@ -999,7 +1061,9 @@ class CommandLineTests(unittest.TestCase):
 
     def test_capture_masks_the_key_without_changing_lengths(self):
         fd = os.open(self.dir / 'c.http', os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        stream_client.write_capture(fd, bytearray(b'5\r\nsk-ab\r\n'), 'sk-ab')
+        capture = stream_client.Capture()
+        capture.keep(b'5\r\nsk-ab\r\n')
+        stream_client.write_capture(fd, capture, 'sk-ab')
         self.assertEqual((self.dir / 'c.http').read_bytes(), b'5\r\n*****\r\n')
 
     def test_existing_capture_file_is_refused_before_anything_is_created(self):

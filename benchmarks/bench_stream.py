@@ -12,7 +12,7 @@ import codecs
 import http.client
 import json
 import os
-import statistics
+import socket
 import subprocess
 import sys
 import tempfile
@@ -109,7 +109,6 @@ def start_server(kind: str) -> tuple[subprocess.Popen, int]:
 
 def serve(kind: str) -> None:
     """Answer every connection with one prebuilt chunked stream, written at once."""
-    import socket
     if kind == 'e2e':
         texts = ['x'] * E2E_EVENTS
     else:
@@ -173,39 +172,6 @@ def bench_end_to_end() -> list[tuple[str, float, float, str]]:
     return [('end to end vs read1+json.loads', client / ceiling, 2.0, 'at most')]
 
 
-def run_time(command: list[str], env: dict | None = None) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, check=True, cwd=ROOT, env=env)
-    return time.perf_counter() - start
-
-
-def median_times(commands: list[list[str]], runs: int = 21, env: dict | None = None) -> list[float]:
-    """Median wall time of each command, run in turn so that machine drift hits them alike."""
-    times = [[] for _ in commands]
-    for _ in range(runs):
-        for command, samples in zip(commands, times):
-            samples.append(run_time(command, env))
-    return [statistics.median(samples) for samples in times]
-
-
-def bench_startup() -> list[tuple[str, float, float, str]]:
-    help_run = [sys.executable, str(ROOT / 'stream_client.py'), '--help']
-    module_run = [sys.executable, '-m', 'stream_client', '--help']
-    bare_run = [sys.executable, '-c', 'pass']
-    client, bare = median_times([help_run, bare_run])
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, PYTHONPYCACHEPREFIX=cache)
-        env.pop('PYTHONDONTWRITEBYTECODE', None)
-        run_time(module_run, env)  # writes the bytecode cache
-        cached, cached_bare = median_times([module_run, bare_run], env=env)
-    print('startup: median of 21 runs, interleaved')
-    print(f'  stream_client.py --help  {client * 1000:6.1f} ms  (a script is compiled on every run)')
-    print(f'  python3 -c pass          {bare * 1000:6.1f} ms')
-    print(f'  -m stream_client --help  {cached * 1000:6.1f} ms  from cached bytecode, as an installed '
-          f'stream-client starts: {cached / cached_bare:.2f}x (for information)')
-    return [('startup vs bare interpreter', client / bare, 1.3, 'at most')]
-
-
 # Runs a script (or nothing) and then prints this process's peak RSS in KiB to stderr.
 # VmHWM belongs to the process image, so unlike a child's ru_maxrss it does not
 # include the parent's memory copied by fork before exec.
@@ -255,7 +221,7 @@ def main() -> int:
         return 0
     print(f'Python {sys.version.split()[0]} on {sys.platform}, {os.cpu_count()} CPUs\n')
     results = []
-    for bench in (bench_parser, bench_end_to_end, bench_startup, bench_memory):
+    for bench in (bench_parser, bench_end_to_end, bench_memory):
         results += bench()
         print()
     missed = 0
