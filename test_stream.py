@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -131,15 +132,35 @@ class ParserTests(unittest.TestCase):
         self.assertEqual(parse_all([raw[:1], raw[1:2], raw[2:]]), ['x'])
         self.assertEqual(parse_all(['\ufeff\ufeffdata: x\n\ndata: y\n\n'.encode()]), ['y'])
 
-    def test_unterminated_event_is_not_dispatched_and_finish_says_so(self):
+    def test_the_guides_parser_contract_holds(self):
+        # Code written against the guide's Events must keep working: an unfinished last event is
+        # silently not dispatched, a line over the bound is a ValueError, and finish() complains
+        # only about a UTF-8 character cut in half, as a UnicodeDecodeError.
+        parser = Events()
+        self.assertEqual(parser.feed(b'data: unfinished'), [])
+        self.assertIsNone(parser.finish())
+        with self.assertRaises(ValueError):
+            Events().feed(b'x' * 65537)
+        parser = Events()
+        parser.feed(b'data: \xe2')
+        with self.assertRaises(UnicodeDecodeError):
+            parser.finish()
+        with self.assertRaises(UnicodeDecodeError):  # a bad byte inside a line is refused, not replaced
+            Events().feed(b'data: \xff\n\n')
+
+    def test_parser_errors_are_stream_errors_of_the_sse_layer(self):
+        for feed in (b'x' * 65537, b'data: \xff\n\n'):
+            with self.subTest(feed=feed[:10]), self.assertRaises(StreamError) as caught:
+                Events().feed(feed)
+            self.assertEqual(caught.exception.layer, 'sse')
+            self.assertTrue(str(caught.exception).startswith('sse: '))
+
+    def test_pending_names_what_an_unterminated_stream_ended_inside(self):
         for raw, words in ((b'data: unfinished', 'inside a line'), (b'data: x\n', 'inside an event'),
                            ('data: \u2713'.encode()[:-1], 'UTF-8 character')):
             parser = Events()
             self.assertEqual(parser.feed(raw), [])
-            with self.assertRaises(StreamError) as caught:
-                parser.finish()
-            self.assertEqual(caught.exception.layer, 'sse')
-            self.assertIn(words, caught.exception.message)
+            self.assertIn(words, parser.pending())
 
     def test_invalid_utf8_is_an_sse_error(self):
         with self.assertRaises(StreamError) as caught:
@@ -814,23 +835,19 @@ class TlsAndSecretTests(unittest.TestCase):
                 self.assertNotIn('8c1f7e', text)
 
 
-def framed_bodies() -> list[tuple[str, bytes, int | None]]:
-    """(name, body, declared length or None for chunked): the captured streams and the fixture's."""
-    bodies = []
-    for path in sorted(TRACES.glob('*.http')):
-        head, body = split_capture(path)
-        chunked = b'transfer-encoding: chunked' in head.lower()
-        bodies.append((path.name, body, None if chunked else len(body)))
+def framed_responses() -> list[tuple[str, bytes]]:
+    """(name, whole response): the real vLLM captures and the fixture's streams in both framings."""
+    responses = [(path.name, path.read_bytes()) for path in sorted(TRACES.glob('*.http'))]
     for mode in ('ok', 'reasoning', 'error-event', 'length'):
         for name, profile in fixture_server.PROFILES.items():
             writes = fixture_server.MODES[mode](profile('m')).writes
             if profile.framing == 'chunked':
                 body = b''.join(b'%x\r\n%s\r\n' % (len(w), w) for w in writes) + b'0\r\n\r\n'
-                bodies.append((f'{name}/{mode}', body, None))
+                responses.append((f'{name}/{mode}', sse_response(body, headers='Transfer-Encoding: chunked\r\n')))
             else:
                 body = b''.join(writes)
-                bodies.append((f'{name}/{mode}', body, len(body)))
-    return bodies
+                responses.append((f'{name}/{mode}', sse_response(body, headers=f'Content-Length: {len(body)}\r\n')))
+    return responses
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes:
@@ -855,46 +872,248 @@ def rechunk(data: bytes, rng: random.Random) -> list[bytes]:
     return [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
 
 
-def consume(reads: list[bytes], declared: int | None) -> str | None:
-    """Run the sans-IO layers over a body; return the failing layer, or None when the answer is complete.
+def consume(reads: list[bytes]) -> str | None:
+    """Run a whole response through the client's sans-IO layers (head, framing, events, chat chunks);
+    return the first failing layer, or None when the answer is complete.
 
     Any exception other than StreamError escapes, which is what the fuzz tests look for.
     """
-    body = ChunkedBody() if declared is None else ContentLengthBody(declared)
+    heads, head, body = stream_client.ResponseHeadParser(), None, None
     events, chunks = Events(), ChatChunks()
     try:
         for raw in reads:
+            if head is None:
+                head = heads.feed(raw)
+                if head is None:
+                    continue
+                if head.status != 200:
+                    return 'http'
+                body, raw = stream_client.body_reader(head), heads.rest
             for data in events.feed(body.feed(raw)):
                 chunks.accept(data)
             if body.overrun:
                 return 'transport'
-        if body.eof_problem():
+        if head is None or body.eof_problem():
             return 'transport'
-        events.finish()
+        if events.pending():
+            return 'sse'
     except StreamError as exc:
         return exc.layer
     return 'application' if chunks.outcome_problem() else None
+
+
+def _edit_head(response: bytes, edit) -> bytes:
+    head, _, body = response.partition(b'\r\n\r\n')
+    return edit(head) + b'\r\n\r\n' + body
+
+
+def _edit_chunk_line(response: bytes, rng: random.Random, edit) -> bytes:
+    """Apply edit(size digits) -> bytes replacing one chunk-size line, CRLF included."""
+    head, _, body = response.partition(b'\r\n\r\n')
+    lines, pos = [], 0
+    while True:
+        eol = body.find(b'\r\n', pos)
+        size = int(body[pos:eol], 16)
+        lines.append((pos, eol + 2))
+        if not size:
+            break
+        pos = eol + 2 + size + 2
+    start, stop = rng.choice(lines)
+    return head + b'\r\n\r\n' + body[:start] + edit(body[start:stop - 2]) + body[stop:]
+
+
+def _insert_header(line: bytes):
+    return lambda head: head.replace(b'\r\n', b'\r\n' + line + b'\r\n', 1)
+
+
+# name: (edit(response, rng) -> response, applies to chunked responses only, layer the result must get)
+FRAMING_MUTATIONS = {
+    'space before a colon': (lambda r, g: _edit_head(r, lambda h: re.sub(rb'(?i)(content-type):', rb'\1 :', h)),
+                             False, 'http'),
+    'header line without a colon': (lambda r, g: _edit_head(r, _insert_header(b'X-Broken-Line')), False, 'http'),
+    'obs-fold': (lambda r, g: _edit_head(r, _insert_header(b'X-Folded: a\r\n  b')), False, None),
+    'Transfer-Encoding twice': (lambda r, g: _edit_head(r, _insert_header(b'Transfer-Encoding: gzip')), True, 'http'),
+    'Transfer-Encoding and Content-Length': (lambda r, g: _edit_head(r, _insert_header(b'Content-Length: 9')),
+                                             True, 'http'),
+    'Content-Encoding gzip': (lambda r, g: _edit_head(r, _insert_header(b'Content-Encoding: gzip')), False, 'http'),
+    'Content-Length of 3000 digits': (lambda r, g: _edit_head(r, _insert_header(b'Content-Length: 1' + b'0' * 2999)),
+                                      False, 'http'),
+    'a 103 first': (lambda r, g: b'HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n' + r, False, None),
+    'a 101 first': (lambda r, g: b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n' + r, False, 'http'),
+    'cut inside the head': (lambda r, g: r[:g.randrange(1, r.index(b'\r\n\r\n') + 3)], False, 'transport'),
+    'chunk line ending in a bare LF': (lambda r, g: _edit_chunk_line(r, g, lambda s: s + b'\n'), True, 'transport'),
+    'chunk line with a bare CR': (lambda r, g: _edit_chunk_line(r, g, lambda s: s + b'\r \r\n'), True, 'transport'),
+    'chunk line ending in CR CR LF': (lambda r, g: _edit_chunk_line(r, g, lambda s: s + b'\r\r\n'), True,
+                                      'transport'),
+    'space before the chunk size': (lambda r, g: _edit_chunk_line(r, g, lambda s: b' ' + s + b'\r\n'), True,
+                                    'transport'),
+    'leading zeros': (lambda r, g: _edit_chunk_line(r, g, lambda s: b'0' * 40 + s + b'\r\n'), True, None),
+    'chunk extension': (lambda r, g: _edit_chunk_line(r, g, lambda s: s + b' \t;name="v";flag\r\n'), True, None),
+    'trailer that is not a field line': (lambda r, g: r[:-2] + b'not a field\r\n\r\n', True, 'transport'),
+    'trailer field': (lambda r, g: r[:-2] + b'X-Checksum: 1\r\n\r\n', True, None),
+}
+
+
+def complete_responses() -> list[tuple[str, bytes]]:
+    """The framed responses whose answer is complete (an ok record), both framings."""
+    return [(name, response) for name, response in framed_responses() if consume([response]) is None]
+
+
+ANSWER_EVENTS = (f'data: {chunk_json(delta={"content": "hi"})}\n\ndata: {chunk_json(finish_reason="stop")}\n\n'
+                 'data: [DONE]\n\n').encode()
+SSE_HEAD = b'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n'
+
+
+def chunked(payload: bytes, size_line: bytes | None = None, end: bytes = b'0\r\n\r\n') -> bytes:
+    """payload as one chunk (with size_line instead of the usual one, if given), then end."""
+    return (size_line or b'%x\r\n' % len(payload)) + payload + b'\r\n' + end
+
+
+class StrictCase(NamedTuple):
+    response: bytes
+    layer: str | None
+    words: str = ''
+
+
+STRICT_CASES = {
+    # 1. malformed header lines; the first is http.client's silent failure: it stops at the line,
+    #    frames the rest as close-delimited and the events come out whole, without the zero chunk.
+    'whitespace before a colon': StrictCase(
+        SSE_HEAD + b'Transfer-Encoding : chunked\r\n\r\n' + chunked(ANSWER_EVENTS, end=b''), 'http',
+        "whitespace between the field name and the colon in b'Transfer-Encoding : chunked'"),
+    'a line without a colon': StrictCase(SSE_HEAD + b'X-No-Colon\r\nContent-Length: 1\r\n\r\nx', 'http',
+                                         "header line without a colon: b'X-No-Colon'"),
+    'a control character in a value': StrictCase(SSE_HEAD + b'X-Bad: a\x00b\r\n\r\n' + ANSWER_EVENTS, 'http',
+                                                 'invalid header line'),
+    'an obs-fold line is joined': StrictCase(SSE_HEAD + b'X-Long: a\r\n\t b\r\n\r\n' + ANSWER_EVENTS, None),
+    # 2. several Transfer-Encoding lines are one list
+    'gzip then chunked': StrictCase(SSE_HEAD + b'Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n'
+                                    + chunked(ANSWER_EVENTS), 'http', "unsupported transfer-encoding 'gzip, chunked'"),
+    'chunked twice': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n'
+                                + chunked(ANSWER_EVENTS), 'http', 'expected chunked alone'),
+    # 3. the chunk-size line grammar
+    'a bare LF after the size': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
+                                           + chunked(ANSWER_EVENTS, b'%x\n' % len(ANSWER_EVENTS)),
+                                           'transport', 'ending in a bare LF, expected CRLF'),
+    'a bare CR after the size': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
+                                           + chunked(ANSWER_EVENTS, b'%x\r;x\r\n' % len(ANSWER_EVENTS)),
+                                           'transport', 'a bare CR inside it'),
+    'CR CR LF after the size': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
+                                          + chunked(ANSWER_EVENTS, b'%x\r\r\n' % len(ANSWER_EVENTS)),
+                                          'transport', 'ending in CR CR LF'),
+    'whitespace before the size': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
+                                             + chunked(ANSWER_EVENTS, b' %x\r\n' % len(ANSWER_EVENTS)),
+                                             'transport', 'expected hexadecimal digits'),
+    'a size over the bound': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
+                                        + chunked(ANSWER_EVENTS, b'1' + b'0' * 15 + b'\r\n'),
+                                        'transport', 'over the bound of 15 hexadecimal digits'),
+    'leading zeros are a size': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
+                                           + chunked(ANSWER_EVENTS, b'0' * 30 + b'%x\r\n' % len(ANSWER_EVENTS)), None),
+    'extensions after BWS': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
+                                       + chunked(ANSWER_EVENTS, b'%x \t; a=1 ;b="q;\\"x"\r\n' % len(ANSWER_EVENTS)),
+                                       None),
+    # 4. trailer lines
+    'a trailer that is not a field line': StrictCase(
+        SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + chunked(ANSWER_EVENTS, end=b'0\r\nnonsense\r\n\r\n'),
+        'transport', "invalid trailer line b'nonsense'"),
+    'a trailer section over its bound': StrictCase(
+        SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
+        + chunked(ANSWER_EVENTS, end=b'0\r\n' + b'X-Pad: ' + b'p' * 4000 + b'\r\n' * 1 + (b'X-Pad: ' + b'p' * 4000
+                                                                                      + b'\r\n') * 4 + b'\r\n'),
+        'transport', 'trailer section longer than 16384 bytes'),
+    'a trailer field is accepted': StrictCase(
+        SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + chunked(ANSWER_EVENTS, end=b'0\r\nX-Sum: 1\r\n\r\n'), None),
+    # 5. interim responses
+    '103 then 200': StrictCase(b'HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\n'
+                               + SSE_HEAD + b'\r\n' + ANSWER_EVENTS, None),
+    '102 and 103 then 200': StrictCase(b'HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\n\r\n'
+                                       + SSE_HEAD + b'\r\n' + ANSWER_EVENTS, None),
+    '101': StrictCase(b'HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n' + SSE_HEAD + b'\r\n' + ANSWER_EVENTS,
+                      'http', 'unexpected 101 Switching Protocols'),
+    # 6. an absurd Content-Length
+    'a Content-Length of 3000 digits': StrictCase(SSE_HEAD + b'Content-Length: 7' + b'0' * 2999 + b'\r\n\r\n'
+                                                  + ANSWER_EVENTS, 'http',
+                                                  'Content-Length of 3000 digits is over the bound'),
+    # 7. the connection closes inside the head
+    'a close inside the head': StrictCase(SSE_HEAD + b'X-Half', 'transport',
+                                          'connection closed inside the response head after'),
+    'a close before any byte': StrictCase(b'', 'transport', 'connection closed before any response bytes arrived'),
+    # 8. a compressed body
+    'gzip content-encoding on a chunked body': StrictCase(
+        SSE_HEAD + b'Content-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n'
+        + chunked(b'\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03'), 'http', "unsupported content-encoding 'gzip'"),
+}
+
+
+class StrictHttpTests(unittest.TestCase):
+    def test_each_case_gets_its_layer_at_every_chunking_of_the_layers(self):
+        for name, case in STRICT_CASES.items():
+            for feeding, chunks in feedings(case.response):
+                with self.subTest(name, feeding=feeding):
+                    self.assertEqual(consume(chunks), case.layer)
+
+    def test_each_case_gets_its_layer_and_words_over_loopback(self):
+        with Fixture(delay=0) as fixture:
+            for name, case in STRICT_CASES.items():
+                with self.subTest(name):
+                    fixture.instance.replay = (b'', [case.response] if case.response else [])
+                    record = stream(fixture.url, 'tiny', 'hi', idle=2)
+                    self.assertEqual((record['ok'], record['error_layer']), (case.layer is None, case.layer),
+                                     record['error'])
+                    self.assertIn(case.words, record['error'] or '')
+                    if case.layer == 'transport':
+                        self.assertIs(record['transport_complete'], False)
+
+    def test_interim_responses_are_skipped_and_named_in_the_record(self):
+        record = replay(STRICT_CASES['102 and 103 then 200'].response)
+        self.assertTrue(record['ok'], record['error'])
+        self.assertEqual((record['http']['status'], record['http']['interim']), (200, [102, 103]))
+
+    def test_an_obs_fold_joins_its_value_with_a_space(self):
+        head = stream_client.ResponseHeadParser().feed(SSE_HEAD + b'X-Long: a \r\n\t b\r\n\r\n')
+        self.assertEqual(head.get('x-long'), 'a b')
+
+    def test_the_request_asks_for_no_compression(self):
+        with Fixture() as fixture:
+            self.assertTrue(stream(fixture.url, 'm', 'p')['ok'])
+            self.assertEqual(fixture.last_request[0]['Accept-Encoding'], 'identity')
 
 
 FUZZ_SCALE = int(os.environ.get('FUZZ_SCALE', '1'))  # FUZZ_SCALE=20 python3 -m unittest ... runs 20x the cases
 
 
 class FuzzTests(unittest.TestCase):
-    def test_truncated_bodies_are_never_complete(self):
-        for name, body, declared in framed_bodies():
-            boundaries = {i + 1 for i in range(len(body)) if body[i:i + 1] == b'\n'}
-            offsets = set(range(max(0, len(body) - 100), len(body))) | {b for b in boundaries if b < len(body)}
+    def test_truncated_responses_are_never_complete(self):
+        for name, response in framed_responses():
+            boundaries = {i + 1 for i in range(len(response)) if response[i:i + 1] == b'\n'}
+            offsets = set(range(max(0, len(response) - 100), len(response))) | boundaries - {len(response)}
             for offset in sorted(offsets):
-                verdict = consume([body[:offset]], declared)
-                self.assertIsNotNone(verdict, f'{name} cut at {offset} of {len(body)} was judged complete')
+                verdict = consume([response[:offset]])
+                self.assertIsNotNone(verdict, f'{name} cut at {offset} of {len(response)} was judged complete')
 
-    def test_mutated_and_rechunked_bodies_only_raise_stream_errors(self):
+    def test_mutated_and_rechunked_responses_only_raise_stream_errors(self):
         rng = random.Random(6)
-        bodies = framed_bodies()
+        responses = framed_responses()
         for _ in range(1500 * FUZZ_SCALE):
-            name, body, declared = rng.choice(bodies)
-            mutated = mutate(body, rng)
-            consume(rechunk(mutated, rng), declared)  # must not raise anything but StreamError
+            name, response = rng.choice(responses)
+            consume(rechunk(mutate(response, rng), rng))  # must not raise anything but StreamError
+
+    def test_framing_mutations_get_their_layer_in_the_layers_and_over_loopback(self):
+        rng = random.Random(1071)
+        bases = complete_responses()
+        self.assertEqual({b'chunked' in r.lower() for _, r in bases}, {True, False})  # both framings are covered
+        with Fixture(delay=0) as fixture:
+            for case in range(len(FRAMING_MUTATIONS) * 6 * FUZZ_SCALE):
+                mutation = list(FRAMING_MUTATIONS)[case % len(FRAMING_MUTATIONS)]
+                edit, chunked_only, layer = FRAMING_MUTATIONS[mutation]
+                name, base = rng.choice([(n, r) for n, r in bases
+                                         if b'transfer-encoding: chunked' in r.lower() or not chunked_only])
+                response = edit(base, rng)
+                with self.subTest(mutation=mutation, base=name):
+                    self.assertEqual(consume(rechunk(response, rng)), layer)
+                    fixture.instance.replay = (b'', rechunk(response, rng))
+                    record = stream(fixture.url, 'tiny', 'hi', idle=1, deadline=2)
+                    self.assertEqual(record['error_layer'], layer, record['error'])
 
     def test_full_client_survives_mutated_responses_over_loopback(self):
         rng = random.Random(3440)
