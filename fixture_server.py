@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import email.utils
-import http.server
+import html
 import itertools
 import json
 import os
@@ -21,6 +21,9 @@ import ssl
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+if sys.version_info < (3, 10):
+    sys.exit(f'{os.path.basename(sys.argv[0])}: needs Python 3.10 or newer, not {sys.version.split()[0]}')
 
 MAX_REQUEST_BYTES = 65_536
 HOLD_LIMIT = 60.0          # seconds a held, stalled or dripping response lasts at most
@@ -32,6 +35,9 @@ ANSWER = ('READY ', '\u2713')
 # vLLM sends "server: uvicorn"; the fixture names itself instead, in both profiles, so that a
 # record made against it is never mistaken for evidence about a model (the client reads this).
 SERVER_NAME = 'synthetic-fixture/0.1'
+REPLAY_MARK = b'x-synthetic-fixture: replay'  # added to a replayed head, so that its record says source "replay"
+BURST_TOKENS = 16          # content events of the buffered and paired modes, enough for the client's buffering hint
+CHAT_PATH = '/v1/chat/completions'
 REASONING = ('The user wants ', 'one word.')
 
 
@@ -75,10 +81,35 @@ class GuideProfile:
         return [('Content-Type', 'text/event-stream; charset=utf-8'), ('Cache-Control', 'no-store')]
 
     def error(self, status: int, message: str, kind: str) -> tuple[list[tuple[str, str]], bytes]:
-        """Headers and body of an error response: http.server's HTML page, as the guide's fixture sent."""
-        short, explain = BaseHTTPRequestHandler.responses.get(status, ('Error', ''))
-        body = (http.server.DEFAULT_ERROR_MESSAGE % {'code': status, 'message': short, 'explain': explain}).encode()
+        """Headers and body of an error response: a small HTML page, as the guide's fixture answered with
+        html; the status is in the title, the message alone in the body."""
+        reason = BaseHTTPRequestHandler.responses.get(status, ('Error',))[0]
+        body = (f'<!DOCTYPE html>\n<html><head><title>{status} {html.escape(reason)}</title></head>\n'
+                f'<body><p>{html.escape(message)}</p></body></html>\n').encode()
         return self._error_headers(len(body), 'text/html;charset=utf-8') + [('Connection', 'close')], body
+
+    def not_found(self) -> tuple[int, list[tuple[str, str]], bytes]:
+        return (404, *self.error(404, 'no such route', 'NotFoundError'))
+
+    def method_not_allowed(self) -> tuple[int, list[tuple[str, str]], bytes]:
+        return (405, *self.error(405, 'method not allowed', 'MethodNotAllowed'))
+
+    def models(self) -> tuple[int, list[tuple[str, str]], bytes]:
+        """GET /v1/models: the one model the fixture pretends to serve, in vLLM's shape."""
+        created = int(time.time())
+        card = {'id': self.model, 'object': 'model', 'created': created, 'owned_by': 'vllm', 'root': self.model,
+                'parent': None, 'max_model_len': 512,
+                'permission': [{'id': f'modelperm-{os.urandom(8).hex()}', 'object': 'model_permission',
+                                'created': created, 'allow_create_engine': False, 'allow_sampling': True,
+                                'allow_logprobs': True, 'allow_search_indices': False, 'allow_view': True,
+                                'allow_fine_tuning': False, 'organization': '*', 'group': None,
+                                'is_blocking': False}]}
+        body = json.dumps({'object': 'list', 'data': [card]}, separators=(',', ':')).encode()
+        return 200, self._error_headers(len(body), 'application/json', vary=True), body
+
+    def health(self) -> tuple[int, list[tuple[str, str]], bytes]:
+        """GET /health: 200 with an empty body, as vLLM answers once the engine is up."""
+        return 200, self._error_headers(0, 'application/json', vary=True)[:3], b''
 
     def unauthorized(self) -> tuple[int, list[tuple[str, str]], bytes]:
         """What vLLM's --api-key middleware answers, before any route: 401 {"error":"Unauthorized"}, no vary."""
@@ -153,6 +184,16 @@ class VllmProfile(GuideProfile):
                           separators=(',', ':')).encode()
         return self._error_headers(len(body), 'application/json', vary=True), body
 
+    def not_found(self) -> tuple[int, list[tuple[str, str]], bytes]:
+        return self._detail(404, 'Not Found')  # FastAPI's answer for a route vLLM does not have
+
+    def method_not_allowed(self) -> tuple[int, list[tuple[str, str]], bytes]:
+        return self._detail(405, 'Method Not Allowed')
+
+    def _detail(self, status: int, detail: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        body = json.dumps({'detail': detail}, separators=(',', ':')).encode()
+        return status, self._error_headers(len(body), 'application/json', vary=True), body
+
 
 PROFILES = {'guide': GuideProfile, 'vllm': VllmProfile}
 
@@ -203,6 +244,11 @@ def _multi_choice(p: GuideProfile) -> Plan:
     return Plan(roles + texts + finishes + [p.usage(6), p.done()])
 
 
+def _long(p: GuideProfile) -> GuideProfile:
+    """The profile with BURST_TOKENS content events, unless --tokens chose a number."""
+    return p if p.tokens is not None else type(p)(p.model, BURST_TOKENS, p.reasoning_field)
+
+
 # Each mode maps a profile to a plan. Add a mode by adding a line.
 MODES = {
     'ok': lambda p: Plan(p.opening() + p.closing('stop')),
@@ -220,7 +266,8 @@ MODES = {
     'error-event': _error_event,
     'stall': lambda p: Plan(missing=MISSING_BYTES, ending='hold'),
     'drip': lambda p: Plan(missing=2**40, ending='drip'),
-    'buffered': lambda p: Plan(p.opening() + p.closing('stop'), pace='burst'),
+    'buffered': lambda p: Plan(_long(p).opening() + _long(p).closing('stop'), pace='burst'),
+    'paired': lambda p: Plan(_long(p).opening() + _long(p).closing('stop'), pace='pairs'),
     'multi-choice': _multi_choice,
     'split-utf8': lambda p: Plan(p.opening() + p.closing('stop'), pace='bytes'),
     'flood': lambda p: Plan([b'data: '] + [FLOOD_PIECE] * FLOOD_PIECES, pace='flat-out'),
@@ -279,6 +326,15 @@ def pace_bytes(handler: Handler, writes) -> None:
             handler.wfile.write(data[i:i + 1])
 
 
+def pace_pairs(handler: Handler, writes) -> None:
+    """A proxy that holds the events back and passes them on two at a time (HAProxy without
+    option http-no-delay): each pair is written together, four delays after the last."""
+    writes = iter(writes)
+    for pair in itertools.zip_longest(writes, writes, fillvalue=b''):
+        time.sleep(handler.server.delay * 4)
+        handler.wfile.write(b''.join(pair))
+
+
 def pace_flat_out(handler: Handler, writes) -> None:
     """No delay at all."""
     for data in writes:
@@ -307,8 +363,15 @@ def end_drip(handler: Handler, frame) -> None:
 
 
 # How a plan's writes are spaced, and what happens after them. Add a strategy by adding a line.
-PACES = {'each': pace_each, 'burst': pace_burst, 'bytes': pace_bytes, 'flat-out': pace_flat_out}
+PACES = {'each': pace_each, 'burst': pace_burst, 'pairs': pace_pairs, 'bytes': pace_bytes,
+         'flat-out': pace_flat_out}
 ENDINGS = {'close': end_close, 'hold': end_hold, 'drip': end_drip}
+
+
+def mark_replay(head: bytes, writes: list[bytes]) -> tuple[bytes, list[bytes]]:
+    """The captured head with REPLAY_MARK added after its status line, so the client can tell a replay."""
+    status, separator, rest = head.partition(b'\r\n')
+    return status + separator + REPLAY_MARK + b'\r\n' + rest, writes
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -320,10 +383,16 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):
         pass
 
+    def do_GET(self):
+        """The routes a user checks before streaming: the model list and the health check."""
+        profile = PROFILES[self.server.profile]()
+        answer = {'/v1/models': profile.models, '/health': profile.health, CHAT_PATH: profile.method_not_allowed}
+        self._send(*answer.get(self.path, profile.not_found)())
+
     def do_POST(self):
         settings = self.server
-        if self.path != '/v1/chat/completions':
-            self._send_error(404, 'only /v1/chat/completions is served', 'NotFoundError')
+        if self.path != CHAT_PATH:
+            self._send_error(404, f'only {CHAT_PATH} is served', 'NotFoundError')
             return
         request = self._read_request()
         if request is None:
@@ -405,6 +474,8 @@ class Handler(BaseHTTPRequestHandler):
 class FixtureServer(ThreadingHTTPServer):
     """The HTTP server; a client that drops the connection or fails the TLS handshake is not an error here."""
 
+    request_queue_size = 128  # the listen backlog: many clients may connect at once
+
     def handle_error(self, request, client_address) -> None:
         if not isinstance(sys.exc_info()[1], OSError):
             super().handle_error(request, client_address)
@@ -438,15 +509,18 @@ def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, *, profile:
     instance.scheme = 'https' if tls_cert else 'http'
     instance.mode, instance.delay, instance.profile, instance.api_key = mode, delay, profile, api_key
     instance.tokens, instance.reasoning_field = tokens, reasoning_field
-    instance.replay = parse_capture(replay) if replay is not None else None
+    instance.replay = mark_replay(*parse_capture(replay)) if replay is not None else None
     instance.last_request = None  # (headers, JSON body) of the last request answered, for tests
     return instance
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog='fixture_server.py', description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--port', type=int, default=18080, help='port on 127.0.0.1; 0 picks a free one')
-    parser.add_argument('--mode', choices=list(MODES), default='ok', help='how the stream behaves')
+    parser.add_argument('--mode', choices=list(MODES), default='ok', metavar='MODE',
+                        help=f'how the stream behaves: {", ".join(MODES)} (default ok). Slow on purpose: stall '
+                             f'and held-open keep the connection until the client leaves, drip sends keepalives; '
+                             f'all three for at most {HOLD_LIMIT:g} s')
     parser.add_argument('--profile', choices=list(PROFILES), default='guide',
                         help="bytes to speak: the guide's fixture or vLLM 0.32 (default guide)")
     parser.add_argument('--delay', type=float, default=0.05, help='seconds before each write (default 0.05)')

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import dataclasses
+import encodings.idna  # noqa: F401 -- the first connect() of a process needs it; imported here, not in the timed run
 import enum
 import hashlib
 import http.client
@@ -45,6 +46,9 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+if sys.version_info < (3, 10):
+    sys.exit(f'{os.path.basename(sys.argv[0])}: needs Python 3.10 or newer, not {sys.version.split()[0]}')
+
 __version__ = '0.1.0'
 
 MAX_LINE_CHARS = 65_536       # one SSE line, decoded characters
@@ -55,6 +59,7 @@ MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
 READ_SIZE = 65_536            # read1() asks for this much; it returns what is there
 MAX_CAPTURE_BYTES = 16 * 1024 * 1024  # raw response bytes kept for --capture
 DATA_PREFIX = 'data: '        # the usual start of an SSE data line (the space is optional)
+REPLAY_HEADER = 'x-synthetic-fixture'  # fixture_server.py adds "x-synthetic-fixture: replay" to a replayed capture
 
 # Where a run failed, in the order a response is received.
 LAYERS = ('connect', 'tls', 'http', 'transport', 'sse', 'protocol',
@@ -1012,11 +1017,10 @@ class Phase(enum.Enum):
 
 
 class Timeline:
-    """Monotonic stamps of one run, taken only by the transport."""
+    """Monotonic stamps of one run, taken only by the transport, and how the text was delivered."""
 
     def __init__(self) -> None:
-        self.started_wall = time.time()
-        self.started = time.perf_counter()
+        self.start()
         self.headers_at: float | None = None
         self.first_event_at: float | None = None
         self.first_text_at: float | None = None
@@ -1024,11 +1028,23 @@ class Timeline:
         self.last_text_at: float | None = None
         self.ended: float | None = None
         self.gaps: list[float] = []
-        self.reads = 0
-        self.text_reads = 0
+        self.reads = 0                       # reads that returned bytes
+        self.content_reads = 0               # reads that carried visible text
+        self.max_content_events_per_read = 0
+
+    def start(self) -> None:
+        """Start the clock: run() calls this just before it opens the connection."""
+        self.started_wall = time.time()
+        self.started = time.perf_counter()
 
     def ms(self, at: float | None) -> float | None:
         return None if at is None else round((at - self.started) * 1000, 3)
+
+    def content_read(self, content_events: int) -> None:
+        """Note a read that carried this many content events."""
+        self.content_reads += 1
+        if content_events > self.max_content_events_per_read:
+            self.max_content_events_per_read = content_events
 
 
 class Capture:
@@ -1094,6 +1110,7 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
     interrupted = None
     sock = None
     try:
+        x.timeline.start()
         sock = _connect(x)
         _exchange(sock, x, on_text, on_reasoning)
     except StreamError as exc:
@@ -1204,7 +1221,7 @@ def _read_body(sock: socket.socket, x: Exchange, first: bytes, on_text, on_reaso
                     if on_reasoning:
                         on_reasoning(reasoning)
             if validator.content_events != text_before:
-                timeline.text_reads += 1
+                timeline.content_read(validator.content_events - text_before)
             if body.overrun:
                 raise StreamError('transport', body.overrun_problem())
         if body.complete:
@@ -1304,7 +1321,7 @@ def _status_failure(head: ResponseHead, body: bytes) -> StreamError:
     except (ValueError, RecursionError):
         text = body.decode('utf-8', 'replace')
         if 'html' in (head.get('Content-Type') or '').lower():
-            text = re.sub(r'<[^>]*>', ' ', text)
+            text = re.sub(r'(?is)<head>.*?</head>|<[^>]*>', ' ', text)  # the title repeats the heading
         text = ' '.join(text.split())
         return StreamError('http', f'{problem}: {_preview(text, 200)}' if text else problem)
     return StreamError('http', f'{problem}: {describe_server_error(error)}', server_error=error)
@@ -1424,13 +1441,15 @@ def build_record(x: Exchange) -> dict:
         'duration_ms': timeline.ms(ended),
         'event_gaps_ms': [round(gap * 1000, 3) for gap in timeline.gaps],
         'reads': timeline.reads,
-        'buffered_delivery': answer['content_events'] >= 2 and timeline.text_reads == 1,
+        'content_reads': timeline.content_reads,
+        'max_content_events_per_read': timeline.max_content_events_per_read,
+        'content_span_ms': _span_ms(timeline.first_text_at, timeline.last_text_at),
+        'buffered_delivery': buffered_delivery(answer['content_events'], timeline.content_reads),
         'response_id': answer['response_id'],
         'request_id': head.get('x-request-id') if head else None,
         'server_error': x.failure.server_error if x.failure is not None else None,
         'http': _http_facts(head, x.body),
-        'source': 'fixture' if ((head and head.get('server')) or '').startswith('synthetic-fixture')
-                  else request.source,
+        'source': _source(head, request.source),
         'url': request.url,
         'request': dict(request.settings),
         'started_at': _utc_iso(timeline.started_wall),
@@ -1440,14 +1459,51 @@ def build_record(x: Exchange) -> dict:
     return redact(record, request.token)
 
 
+MIN_EVENTS_FOR_BUFFERING_HINT = 8   # fewer content events than this: too short to tell
+BUFFERED_EVENTS_PER_READ = 4        # content events per content-carrying read that mean "held back"
+
+
+def buffered_delivery(content_events: int, content_reads: int) -> bool | None:
+    """Whether the text arrived in bursts, as a proxy that holds the stream back delivers it.
+
+    None (cannot tell) under MIN_EVENTS_FOR_BUFFERING_HINT content events: a
+    short answer often fits one TCP segment even straight from the server.
+    Otherwise true when the reads that carried text carried, on average, at
+    least BUFFERED_EVENTS_PER_READ content events each.
+    """
+    if content_events < MIN_EVENTS_FOR_BUFFERING_HINT:
+        return None
+    return content_events >= BUFFERED_EVENTS_PER_READ * content_reads
+
+
+def _span_ms(first: float | None, last: float | None) -> float | None:
+    return None if first is None else round((last - first) * 1000, 3)
+
+
+def _source(head: ResponseHead | None, requested: str) -> str:
+    """fixture (the synthetic fixture answered), replay (the fixture replayed a capture), or what was asked."""
+    if head is not None:
+        if head.get(REPLAY_HEADER) == 'replay':
+            return 'replay'
+        if (head.get('server') or '').startswith('synthetic-fixture'):
+            return 'fixture'
+    return requested
+
+
+def _declared_length(head: ResponseHead) -> int | None:
+    lengths = {part.strip() for value in head.get_all('Content-Length') for part in value.split(',')}
+    length = lengths.pop() if len(lengths) == 1 else ''
+    return int(length) if length.isdigit() and length.isascii() and len(length) <= MAX_CONTENT_LENGTH_DIGITS \
+        else None
+
+
 def _http_facts(head: ResponseHead | None, body) -> dict | None:
     """What the record says of the HTTP message: its status line, framing headers and body size."""
     if head is None:
         return None
-    lengths = head.get_all('Content-Length')
     facts = {'status': head.status, 'reason': head.reason, 'version': head.version,
              'content_type': head.get('Content-Type'), 'transfer_encoding': head.get('Transfer-Encoding'),
-             'content_length': ', '.join(lengths) if lengths else None,
+             'content_length': _declared_length(head),
              'body_bytes': body.received if body is not None else 0,
              'interim': list(head.interim),
              'headers': _public_headers(head)}
@@ -1506,9 +1562,17 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f'{self.prog}: error: {message}\n')
 
 
+def _fixture_server():
+    """The fixture module, for --fixture. Imported here rather than at the top: it is a separate
+    tool that only the command line uses, and every import of this module would otherwise load
+    an HTTP server."""
+    import fixture_server
+    return fixture_server
+
+
 def _parser() -> OneLineParser:
+    fixture = _fixture_server()
     parser = OneLineParser(
-        prog='stream_client.py',
         description='Stream one chat completion and save evidence of whether it really finished. '
                     'Exit status: 0 ok, 1 not ok, 2 bad arguments or output path, 130/143 interrupted.',
         epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
@@ -1533,12 +1597,18 @@ def _parser() -> OneLineParser:
     parser.add_argument('--capture', metavar='FILE',
                         help='new file for the raw response (status line, headers, body bytes as received), '
                              'for --replay in fixture_server.py and bug reports')
-    parser.add_argument('--fixture', metavar='MODE',
-                        help='stream from the synthetic fixture, run in this process on a free loopback port')
+    parser.add_argument('--fixture', metavar='MODE', choices=list(fixture.MODES),
+                        help='stream from the synthetic fixture, run in this process on a free loopback port. '
+                             f'MODE is one of: {", ".join(fixture.MODES)}. Slow on purpose: stall and held-open '
+                             'last until --idle, drip until --deadline')
+    parser.add_argument('--fixture-profile', choices=list(fixture.PROFILES), default='guide',
+                        help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide)")
     parser.add_argument('--quiet', action='store_true',
                         help='no live text and no verdict line on stderr (stdout keeps its JSON summary)')
     parser.add_argument('--compare', nargs='+', metavar='RECORD',
                         help='print saved records side by side instead of running')
+    parser.add_argument('--mixed-sources', action='store_true',
+                        help='let --compare put records from the fixture, a replay and an endpoint in one table')
     parser.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
     return parser
 
@@ -1596,13 +1666,22 @@ def write_record(fd: int, record: dict) -> None:
         output.write('\n')
 
 
-def write_capture(fd: int, capture: Capture, token: str) -> None:
-    """Write the raw response, with the API key masked by asterisks of the same length (framing stays valid)."""
+def save_capture(fd: int, path: str, capture: Capture, token: str) -> str | None:
+    """Write the raw response to its reserved file and return the path; when nothing at all arrived,
+    remove the empty file instead (so that the name is free again) and return None.
+
+    The API key is masked by asterisks of the same length, so the framing stays valid.
+    """
     data = bytes(capture.data)
+    if not data:
+        os.close(fd)
+        os.unlink(path)
+        return None
     if token:
         data = data.replace(token.encode(), b'*' * len(token.encode()))
     with os.fdopen(fd, 'wb') as output:
         output.write(data)
+    return path
 
 
 def _terminate(signum, frame):
@@ -1612,13 +1691,8 @@ def _terminate(signum, frame):
 class _Fixture:
     """The synthetic fixture, served from this process on a free loopback port, for --fixture MODE."""
 
-    def __init__(self, mode: str) -> None:
-        # Imported here, not at the top: the fixture is a separate tool, needed only by --fixture,
-        # and importing it from the top would make every import of this module load a server.
-        import fixture_server
-        if mode not in fixture_server.MODES:
-            raise UsageError(f'unknown fixture mode {mode!r}; choose from {", ".join(fixture_server.MODES)}')
-        self.instance = fixture_server.server(0, mode)
+    def __init__(self, mode: str, profile: str) -> None:
+        self.instance = _fixture_server().server(0, mode, profile=profile)
         self.url = f'http://127.0.0.1:{self.instance.server_port}/v1/chat/completions'
         threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
 
@@ -1676,13 +1750,13 @@ def verdict_line(record: dict) -> str:
 COMPARE_COLUMNS = (('file', None), ('source', 'source'), ('model', 'model'), ('ok', 'ok'),
                    ('layer', 'error_layer'), ('headers ms', 'headers_ms'), ('1st event ms', 'first_event_ms'),
                    ('1st text ms', 'first_text_ms'), ('duration ms', 'duration_ms'),
-                   ('events', 'content_events'), ('tokens', 'completion_tokens'), ('reads', 'reads'),
+                   ('events', 'content_events'), ('tokens', 'completion_tokens'), ('text reads', 'content_reads'),
                    ('buffered', 'buffered_delivery'))
-COMPARED_SETTINGS = (('prompt', 'prompt_sha256'), ('max_tokens', 'max_tokens'), ('temperature', 'temperature'))
 
 
-def load_records(paths: list[str]) -> list[dict]:
-    """Saved evidence records; UsageError when one cannot be read or fixture and endpoint records mix."""
+def load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
+    """Saved evidence records; UsageError when one cannot be read, or when records of different
+    sources (fixture, replay, endpoint) mix and mixed_sources is not set."""
     records = []
     for path in paths:
         try:
@@ -1693,9 +1767,10 @@ def load_records(paths: list[str]) -> list[dict]:
         if not isinstance(record, dict) or 'ok' not in record:
             raise UsageError(f'{path} is not an evidence record')
         records.append(record)
-    if len({record.get('source', 'endpoint') for record in records}) > 1:
-        raise UsageError('refusing to compare fixture records with endpoint records: '
-                         'fixture timings are synthetic and say nothing about a model')
+    sources = sorted({record.get('source', 'endpoint') for record in records})
+    if len(sources) > 1 and not mixed_sources:
+        raise UsageError(f'refusing to compare records of different sources ({", ".join(sources)}): fixture and '
+                         'replay timings say nothing about a live model; add --mixed-sources to do it anyway')
     return records
 
 
@@ -1709,8 +1784,9 @@ def compare_table(paths: list[str], records: list[dict]) -> str:
 
 
 def settings_differ(records: list[dict]) -> list[str]:
-    """The settings (prompt, max_tokens, temperature, model) that differ between records."""
-    differ = [name for name, key in COMPARED_SETTINGS
+    """The request settings (every key of the record's request, and the model) that differ between records."""
+    keys = sorted({key for record in records for key in (record.get('request') or {})})
+    differ = [key.removesuffix('_sha256') for key in keys
               if len({json.dumps((record.get('request') or {}).get(key)) for record in records}) > 1]
     if len({record.get('model') for record in records}) > 1:
         differ.append('model')
@@ -1767,9 +1843,10 @@ def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if record is None:  # a bug in this client: still leave a valid record, then show the traceback
             record = failed_record(request, StreamError('client', 'the client failed before finishing its record'))
-        write_record(fd, record)
         if capture_fd is not None:
-            write_capture(capture_fd, capture, request.token)
+            kept = save_capture(capture_fd, args.capture, capture, request.token)
+            record = {**record, 'capture': {**(record['capture'] or {'bytes': 0, 'truncated': False}), 'file': kept}}
+        write_record(fd, record)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the evidence is safe on disk now
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     view.verdict(record)
@@ -1780,38 +1857,39 @@ def _interrupted_before_sending(signal_name: str) -> StreamError:
     return StreamError('interrupted', f'interrupted by {signal_name} before the request was sent')
 
 
-def _compare(args) -> int:
+def _compare(args, prog: str) -> int:
     if args.output or args.fixture or args.url:
         raise UsageError('--compare only reads records; it takes no --output, --url or --fixture')
-    records = load_records(args.compare)
+    records = load_records(args.compare, args.mixed_sources)
     differ = settings_differ(records)
     if differ:
-        print(f'stream_client.py: warning: the records differ in {", ".join(differ)}; compare only '
-              'runs with the same prompt, max_tokens, temperature and model', file=sys.stderr)
+        print(f'{prog}: warning: the records differ in {", ".join(differ)}; compare only '
+              'runs made with the same request settings and model', file=sys.stderr)
     print(compare_table(args.compare, records))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     fixture = None
     try:
         try:
             if args.compare:
-                return _compare(args)
+                return _compare(args, parser.prog)
             if args.output is None:
                 raise UsageError('--output is required')
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
-                fixture = _Fixture(args.fixture)
+                fixture = _Fixture(args.fixture, args.fixture_profile)
             request = _request_from_args(args, fixture.url if fixture else args.url or DEFAULT_URL)
             for signum in (signal.SIGINT, signal.SIGTERM):  # no interruption between reserving and recording
                 signal.signal(signum, signal.SIG_IGN)
             fd, capture_fd = _reserve_files(args)
         except (UsageError, ValueError) as exc:
-            print(f'stream_client.py: error: {exc}', file=sys.stderr)
+            print(f'{parser.prog}: error: {exc}', file=sys.stderr)
             return 2
         record, status = _run_command(args, request, fd, capture_fd)
     finally:
