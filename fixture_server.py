@@ -37,26 +37,49 @@ ANSWER = ('READY ', '\u2713')
 SERVER_NAME = 'synthetic-fixture/0.1'
 REPLAY_MARK = b'x-synthetic-fixture: replay'  # added to a replayed head, so that its record says source "replay"
 BURST_TOKENS = 16          # content events of the buffered and paired modes, enough for the client's buffering hint
-CHAT_PATH = '/v1/chat/completions'
 REASONING = ('The user wants ', 'one word.')
+ENGINE_CRASH = 'EngineCore encountered an issue. See stack trace (above) for the root cause.'
 
 
 class GuideProfile:
-    """The bytes of the guide's fixture: CRLF events, Content-Length framing, HTML errors."""
+    """Chat completions in the bytes of the guide's fixture: CRLF events, Content-Length framing,
+    a keepalive comment first, HTML errors.
 
+    A profile is the wire format (framing, line ends, JSON style, headers,
+    error pages); its subclasses per API build that API's events in it. The
+    modes call opening(), closing(reason), content(), crash(), and for the
+    API-specific modes reasoning_plan(), tool_call_plan() and multi_choice_plan().
+    """
+
+    api = 'chat'
     framing = 'content-length'
+    line_end = b'\r\n'
 
     def __init__(self, model: str = 'synthetic-fixture', tokens: int | None = None,
                  reasoning_field: str = 'reasoning') -> None:
         self.model, self.tokens, self.reasoning_field = model, tokens, reasoning_field
+
+    def dumps(self, value: object) -> bytes:
+        return json.dumps(value, ensure_ascii=False).encode()
+
+    def sse(self, data: bytes, event: str | None = None) -> bytes:
+        """One event: an event line if typed, the data line, the blank line."""
+        head = b'event: ' + event.encode() + self.line_end if event else b''
+        return head + b'data: ' + data + self.line_end + self.line_end
+
+    def comments(self) -> list[bytes]:
+        return [b': synthetic keepalive\r\n\r\n']
 
     def event(self, delta: dict | None = None, reason: str | None = None, index: int = 0) -> bytes:
         chunk = {'choices': [{'index': index, 'delta': delta or {}, 'finish_reason': reason}]}
         return ('data: ' + json.dumps(chunk, ensure_ascii=False) + '\r\n\r\n').encode()
 
     def preamble(self) -> list[bytes]:
-        """What comes before any text: a keepalive comment and the role event."""
-        return [b': synthetic keepalive\r\n\r\n', self.role()]
+        """What comes before any text: the keepalive comment (guide only) and the role event."""
+        return self.comments() + [self.role()]
+
+    def roles(self, count: int) -> list[bytes]:
+        return [self.role(index) for index in range(count)]
 
     def role(self, index: int = 0) -> bytes:
         return self.event({'role': 'assistant'}, index=index)
@@ -76,6 +99,26 @@ class GuideProfile:
     def error_event(self, message: str, kind: str, code: int) -> bytes:
         error = {'error': {'message': message, 'type': kind, 'param': None, 'code': code}}
         return b'data: ' + json.dumps(error).encode() + b'\n\n'
+
+    def crash(self) -> list[bytes]:
+        """How vLLM reports an engine failure after the 200: an error event, then [DONE]."""
+        return [self.error_event(ENGINE_CRASH, 'InternalServerError', 500), self.done()]
+
+    def reasoning_plan(self) -> list[bytes]:
+        thoughts = [self.event({self.reasoning_field: text}) for text in REASONING]
+        return self.preamble() + thoughts + self.answer() + self.closing('stop')
+
+    def tool_call_plan(self) -> list[bytes]:
+        call = {'id': 'chatcmpl-tool-1', 'type': 'function', 'index': 0, 'function': {'name': 'get_weather'}}
+        arguments = {'index': 0, 'function': {'arguments': '{"city": "Paris"}'}}
+        return (self.preamble() + [self.event({'tool_calls': [call]}), self.event({'tool_calls': [arguments]})]
+                + self.closing('tool_calls'))
+
+    def multi_choice_plan(self) -> list[bytes]:
+        """n=2 as vLLM sends it: a role chunk per index, then the text interleaved, one choice per chunk."""
+        texts = [self.content(text, index) for text in ANSWER for index in (0, 1)]
+        return (self.comments() + self.roles(2) + texts + [self.finish('stop', 0), self.finish('stop', 1)]
+                + [self.usage(6), self.done()])
 
     def headers(self) -> list[tuple[str, str]]:
         return [('Content-Type', 'text/event-stream; charset=utf-8'), ('Cache-Control', 'no-store')]
@@ -138,19 +181,29 @@ class GuideProfile:
 
 
 class VllmProfile(GuideProfile):
-    """The bytes of vLLM 0.32: one compact JSON event per HTTP chunk, LF line ends, JSON errors."""
+    """Chat completions in the bytes of vLLM 0.32: one compact JSON event per HTTP chunk, LF line ends,
+    JSON errors."""
 
     framing = 'chunked'
+    line_end = b'\n'
+    object = 'chat.completion.chunk'
+    id_prefix = 'chatcmpl'
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.id = f'chatcmpl-{os.urandom(8).hex()}'  # unique across concurrent requests
+        self.id = f'{self.id_prefix}-{os.urandom(8).hex()}'  # unique across concurrent requests
         self.created = int(time.time())
 
+    def dumps(self, value: object) -> bytes:
+        return json.dumps(value, ensure_ascii=False, separators=(',', ':')).encode()
+
+    def comments(self) -> list[bytes]:
+        return []
+
     def chunk(self, choices: list, **extra) -> bytes:
-        body = {'id': self.id, 'object': 'chat.completion.chunk', 'created': self.created,
+        body = {'id': self.id, 'object': self.object, 'created': self.created,
                 'model': self.model, 'choices': choices, **extra}
-        return b'data: ' + json.dumps(body, ensure_ascii=False, separators=(',', ':')).encode() + b'\n\n'
+        return self.sse(self.dumps(body))
 
     def event(self, delta: dict | None = None, reason: str | None = None, index: int = 0) -> bytes:
         choice = {'index': index, 'delta': delta or {}, 'logprobs': None, 'finish_reason': reason}
@@ -158,9 +211,6 @@ class VllmProfile(GuideProfile):
             choice['stop_reason'] = None
         choice['token_ids'] = None
         return self.chunk([choice])
-
-    def preamble(self) -> list[bytes]:
-        return [self.role()]
 
     def role(self, index: int = 0) -> bytes:
         choice = {'index': index, 'delta': {'role': 'assistant', 'content': ''}, 'logprobs': None,
@@ -195,7 +245,167 @@ class VllmProfile(GuideProfile):
         return status, self._error_headers(len(body), 'application/json', vary=True), body
 
 
+class _Completions:
+    """The completions API's pieces: the text is choices[0].text, and there is no role event."""
+
+    api = 'completions'
+
+    def content(self, text: str, index: int = 0) -> bytes:
+        return self.completion(text, None, index)
+
+    def finish(self, reason: str, index: int = 0) -> bytes:
+        return self.completion('', reason, index)
+
+    def preamble(self) -> list[bytes]:
+        return self.comments()
+
+    def roles(self, count: int) -> list[bytes]:
+        return []
+
+
+class GuideCompletions(_Completions, GuideProfile):
+    """Completions in the guide's bytes."""
+
+    def completion(self, text: str, reason: str | None, index: int) -> bytes:
+        return self.sse(self.dumps({'choices': [{'index': index, 'text': text, 'finish_reason': reason}]}))
+
+
+class VllmCompletions(_Completions, VllmProfile):
+    """Completions as vLLM 0.32 streams them (capture g2)."""
+
+    object = 'text_completion'
+    id_prefix = 'cmpl'
+
+    def completion(self, text: str, reason: str | None, index: int) -> bytes:
+        return self.chunk([{'index': index, 'text': text, 'logprobs': None, 'finish_reason': reason,
+                            'stop_reason': None, 'prompt_token_ids': None, 'token_ids': None}])
+
+
+class _Responses:
+    """The Responses API's events, as vLLM 0.32 streams them (captures r1, r2): each has an event field
+    naming its type, the same type in its data, and a sequence_number counting up from 0; a message item
+    opens, its text arrives as deltas and is repeated whole by the done events, and one terminal event
+    carries the whole response."""
+
+    api = 'responses'
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.response_id = f'resp_{os.urandom(8).hex()}'
+        self.created_at = int(time.time())
+        self.sequence = 0
+        self.items: list[dict] = []  # output items completed so far, for the terminal event
+        self.parts: list[str] = []   # text deltas of the open message
+
+    def emit(self, kind: str, body: dict, event: str | None = None) -> bytes:
+        """One event of type kind; event, if given, is a different event field (a broken stream)."""
+        body = dict(sorted({**body, 'sequence_number': self.sequence, 'type': kind}.items()))  # vLLM's key order
+        self.sequence += 1
+        return self.sse(self.dumps(body), event or kind)
+
+    def response(self, status: str, reason: str | None = None, output: list | None = None) -> dict:
+        tokens = (3 if self.tokens is None else self.tokens) if status != 'in_progress' else None
+        usage = None if tokens is None else {
+            'input_tokens': 9, 'input_tokens_details': {'cached_tokens': 0, 'cache_write_tokens': 0,
+                                                        'input_tokens_per_turn': [], 'cached_tokens_per_turn': []},
+            'output_tokens': tokens, 'output_tokens_details': {'reasoning_tokens': 0, 'tool_output_tokens': 0,
+                                                               'output_tokens_per_turn': [],
+                                                               'tool_output_tokens_per_turn': []},
+            'total_tokens': 9 + tokens}
+        return {'id': self.response_id, 'created_at': self.created_at,
+                'incomplete_details': {'reason': reason} if reason else None, 'instructions': None,
+                'metadata': None, 'model': self.model, 'object': 'response',
+                'output': self.items if output is None else output, 'parallel_tool_calls': True,
+                'temperature': 0.0, 'tool_choice': 'none', 'tools': [], 'top_p': 1.0, 'background': False,
+                'max_output_tokens': 128, 'max_tool_calls': None, 'previous_response_id': None, 'prompt': None,
+                'reasoning': None, 'service_tier': 'auto', 'status': status, 'text': None, 'top_logprobs': None,
+                'truncation': 'disabled', 'usage': usage, 'user': None, 'presence_penalty': 0.0,
+                'frequency_penalty': 0.0, 'kv_transfer_params': None, 'ec_transfer_params': None,
+                'input_messages': None, 'output_messages': None}
+
+    def started(self) -> list[bytes]:
+        return self.comments() + [self.emit('response.created', {'response': self.response('in_progress')}),
+                                  self.emit('response.in_progress', {'response': self.response('in_progress')})]
+
+    def message_opened(self) -> list[bytes]:
+        self.item_id, self.index, self.parts = f'msg_{os.urandom(8).hex()}', len(self.items), []
+        item = {'id': self.item_id, 'content': [], 'role': 'assistant', 'status': 'in_progress', 'type': 'message',
+                'phase': None}
+        part = {'annotations': [], 'text': '', 'type': 'output_text', 'logprobs': []}
+        return [self.emit('response.output_item.added', {'item': item, 'output_index': self.index}),
+                self.emit('response.content_part.added', {'content_index': 0, 'item_id': self.item_id,
+                                                          'output_index': self.index, 'part': part})]
+
+    def preamble(self) -> list[bytes]:
+        return self.started() + self.message_opened()
+
+    def content(self, text: str, index: int = 0, event: str | None = None) -> bytes:
+        self.parts.append(text)
+        return self.emit('response.output_text.delta', {'content_index': 0, 'delta': text, 'item_id': self.item_id,
+                                                        'logprobs': [], 'output_index': self.index}, event)
+
+    def closing(self, reason: str, terminal: str = 'response.completed', final_text: str | None = None) -> list[bytes]:
+        """The done events, then the terminal event. reason length ends with status "incomplete", which
+        vLLM sends as response.completed (terminal="response.incomplete" is OpenAI's name for it).
+        final_text, if given, is what the terminal event claims the answer was."""
+        text = ''.join(self.parts)
+        part = {'annotations': [], 'text': text, 'type': 'output_text', 'logprobs': None}
+        item = {'id': self.item_id, 'content': [part], 'role': 'assistant', 'status': 'completed', 'type': 'message',
+                'phase': None}
+        writes = [self.emit('response.output_text.done', {'content_index': 0, 'item_id': self.item_id,
+                                                          'logprobs': [], 'output_index': self.index, 'text': text}),
+                  self.emit('response.content_part.done', {'content_index': 0, 'item_id': self.item_id,
+                                                           'output_index': self.index, 'part': part}),
+                  self.emit('response.output_item.done', {'item': item, 'output_index': self.index})]
+        claimed = item if final_text is None else {**item, 'content': [{**part, 'text': final_text}]}
+        self.items = self.items + [claimed]
+        status, why = ('completed', None) if reason == 'stop' else ('incomplete', 'max_output_tokens')
+        return writes + [self.emit(terminal, {'response': self.response(status, why)})]
+
+    def crash(self) -> list[bytes]:
+        """An error event, as OpenAI's Responses API reports a failure after the 200; it ends the stream."""
+        return [self.emit('error', {'code': 'server_error', 'message': ENGINE_CRASH, 'param': None})]
+
+    def failed(self) -> list[bytes]:
+        failed = {**self.response('failed'), 'error': {'code': 'server_error', 'message': ENGINE_CRASH}}
+        return [self.emit('response.failed', {'response': failed})]
+
+    def reasoning_plan(self) -> list[bytes]:
+        item_id = f'rs_{os.urandom(8).hex()}'
+        item = {'id': item_id, 'summary': [], 'type': 'reasoning', 'content': [], 'encrypted_content': None,
+                'status': 'in_progress'}
+        writes = self.started() + [self.emit('response.output_item.added', {'item': item, 'output_index': 0})]
+        writes += [self.emit('response.reasoning_text.delta', {'content_index': 0, 'delta': text, 'item_id': item_id,
+                                                               'output_index': 0}) for text in REASONING]
+        done = {**item, 'content': [{'text': ''.join(REASONING), 'type': 'reasoning_text'}], 'status': 'completed'}
+        writes += [self.emit('response.reasoning_text.done', {'content_index': 0, 'item_id': item_id,
+                                                              'output_index': 0, 'text': ''.join(REASONING)}),
+                   self.emit('response.output_item.done', {'item': done, 'output_index': 0})]
+        self.items = [done]
+        return writes + self.message_opened() + self.answer() + self.closing('stop')
+
+    def tool_call_plan(self) -> list[bytes]:
+        call = {'arguments': '', 'call_id': 'call_1', 'name': 'get_weather', 'type': 'function_call',
+                'id': 'fc_1', 'status': 'in_progress'}
+        return self.started() + [
+            self.emit('response.output_item.added', {'item': call, 'output_index': 0}),
+            self.emit('response.function_call_arguments.delta', {'delta': '{"city": "Paris"}', 'item_id': 'fc_1',
+                                                                 'output_index': 0})]
+
+
+class GuideResponses(_Responses, GuideProfile):
+    """The Responses API in the guide's bytes (CRLF, Content-Length, a comment first)."""
+
+
+class VllmResponses(_Responses, VllmProfile):
+    """The Responses API as vLLM 0.32 streams it."""
+
+
 PROFILES = {'guide': GuideProfile, 'vllm': VllmProfile}
+API_PATHS = {'/v1/chat/completions': 'chat', '/v1/completions': 'completions', '/v1/responses': 'responses'}
+BUILDERS = {('guide', 'chat'): GuideProfile, ('guide', 'completions'): GuideCompletions,
+            ('guide', 'responses'): GuideResponses, ('vllm', 'chat'): VllmProfile,
+            ('vllm', 'completions'): VllmCompletions, ('vllm', 'responses'): VllmResponses}
 
 
 @dataclasses.dataclass
@@ -214,34 +424,8 @@ class Plan:
 
 
 def _unterminated(p: GuideProfile) -> Plan:
-    *events, done = p.closing('stop')
-    return Plan(p.opening() + events + [done.rstrip(b'\r\n') + b'\n'])
-
-
-def _reasoning(p: GuideProfile) -> Plan:
-    thoughts = [p.event({p.reasoning_field: text}) for text in REASONING]
-    return Plan(p.preamble() + thoughts + p.answer() + p.closing('stop'))
-
-
-def _tool_call(p: GuideProfile) -> Plan:
-    call = {'id': 'chatcmpl-tool-1', 'type': 'function', 'index': 0, 'function': {'name': 'get_weather'}}
-    arguments = {'index': 0, 'function': {'arguments': '{"city": "Paris"}'}}
-    return Plan(p.preamble() + [p.event({'tool_calls': [call]}), p.event({'tool_calls': [arguments]})]
-                + p.closing('tool_calls'))
-
-
-def _error_event(p: GuideProfile) -> Plan:
-    crash = p.error_event('EngineCore encountered an issue. See stack trace (above) for the root cause.',
-                          'InternalServerError', 500)
-    return Plan(p.preamble() + p.answer()[:1] + [crash, p.done()])
-
-
-def _multi_choice(p: GuideProfile) -> Plan:
-    """n=2 as vLLM sends it: a role chunk per index, then content interleaved, one choice per chunk."""
-    roles = [p.role(0), p.role(1)]
-    texts = [p.content(text, index) for text in ANSWER for index in (0, 1)]
-    finishes = [p.finish('stop', 0), p.finish('stop', 1)]
-    return Plan(roles + texts + finishes + [p.usage(6), p.done()])
+    *events, terminal = p.opening() + p.closing('stop')
+    return Plan(events + [terminal.rstrip(b'\r\n') + b'\n'])
 
 
 def _long(p: GuideProfile) -> GuideProfile:
@@ -249,9 +433,23 @@ def _long(p: GuideProfile) -> GuideProfile:
     return p if p.tokens is not None else type(p)(p.model, BURST_TOKENS, p.reasoning_field)
 
 
-# Each mode maps a profile to a plan. Add a mode by adding a line.
+def _complete(p: GuideProfile, **pacing) -> Plan:
+    return Plan(p.opening() + p.closing('stop'), **pacing)
+
+
+def _sequence_gap(p: _Responses) -> Plan:
+    opening = p.opening()
+    p.sequence += 1  # one number never sent: an event lost on the way
+    return Plan(opening + p.closing('stop'))
+
+
+def _type_mismatch(p: _Responses) -> Plan:
+    return Plan(p.preamble() + [p.content('READY ', event='response.text.delta')] + p.closing('stop'))
+
+
+# Each mode maps a profile to a plan. Add a mode by adding a line (and to ONLY_ON if it is API-specific).
 MODES = {
-    'ok': lambda p: Plan(p.opening() + p.closing('stop')),
+    'ok': _complete,
     'broken': lambda p: Plan(p.opening()),
     'length': lambda p: Plan(p.opening() + p.closing('length')),
     'malformed': lambda p: Plan(p.opening() + [b'data: {invalid}\n\n']),
@@ -261,17 +459,30 @@ MODES = {
     'unterminated': _unterminated,
     'held-open': lambda p: Plan(p.opening() + p.closing('stop'), missing=MISSING_BYTES, ending='hold'),
     'after-done': lambda p: Plan(p.opening() + p.closing('stop') + [p.content(' again')]),
-    'reasoning': _reasoning,
-    'tool-call': _tool_call,
-    'error-event': _error_event,
+    'reasoning': lambda p: Plan(p.reasoning_plan()),
+    'tool-call': lambda p: Plan(p.tool_call_plan()),
+    'error-event': lambda p: Plan(p.preamble() + [p.content(ANSWER[0])] + p.crash()),
     'stall': lambda p: Plan(missing=MISSING_BYTES, ending='hold'),
     'drip': lambda p: Plan(missing=2**40, ending='drip'),
-    'buffered': lambda p: Plan(_long(p).opening() + _long(p).closing('stop'), pace='burst'),
-    'paired': lambda p: Plan(_long(p).opening() + _long(p).closing('stop'), pace='pairs'),
-    'multi-choice': _multi_choice,
-    'split-utf8': lambda p: Plan(p.opening() + p.closing('stop'), pace='bytes'),
+    'buffered': lambda p: _complete(_long(p), pace='burst'),
+    'paired': lambda p: _complete(_long(p), pace='pairs'),
+    'multi-choice': lambda p: Plan(p.multi_choice_plan()),
+    'split-utf8': lambda p: _complete(p, pace='bytes'),
     'flood': lambda p: Plan([b'data: '] + [FLOOD_PIECE] * FLOOD_PIECES, pace='flat-out'),
+    'sequence-gap': _sequence_gap,
+    'type-mismatch': _type_mismatch,
+    'text-mismatch': lambda p: Plan(p.opening() + p.closing('stop', final_text='READY!')),
+    'failed': lambda p: Plan(p.opening() + p.failed()),
+    'incomplete': lambda p: Plan(p.opening() + p.closing('length', terminal='response.incomplete')),
 }
+# The modes that only some APIs have; every other mode works on all three.
+ONLY_ON = {'reasoning': ('chat', 'responses'), 'tool-call': ('chat', 'responses'),
+           'multi-choice': ('chat', 'completions'), 'sequence-gap': ('responses',), 'type-mismatch': ('responses',),
+           'text-mismatch': ('responses',), 'failed': ('responses',), 'incomplete': ('responses',)}
+
+
+def applies(mode: str, api: str) -> bool:
+    return api in ONLY_ON.get(mode, tuple(set(API_PATHS.values())))
 
 
 def parse_capture(raw: bytes) -> tuple[bytes, list[bytes]]:
@@ -386,13 +597,15 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         """The routes a user checks before streaming: the model list and the health check."""
         profile = PROFILES[self.server.profile]()
-        answer = {'/v1/models': profile.models, '/health': profile.health, CHAT_PATH: profile.method_not_allowed}
+        answer = {'/v1/models': profile.models, '/health': profile.health,
+                  **{path: profile.method_not_allowed for path in API_PATHS}}
         self._send(*answer.get(self.path, profile.not_found)())
 
     def do_POST(self):
         settings = self.server
-        if self.path != CHAT_PATH:
-            self._send_error(404, f'only {CHAT_PATH} is served', 'NotFoundError')
+        api = API_PATHS.get(self.path)
+        if api is None:
+            self._send_error(404, f'only {", ".join(API_PATHS)} are served', 'NotFoundError')
             return
         request = self._read_request()
         if request is None:
@@ -405,12 +618,19 @@ class Handler(BaseHTTPRequestHandler):
             if settings.replay is not None:
                 self._replay(*settings.replay)
             else:
-                model = request.get('model') if isinstance(request.get('model'), str) else 'synthetic-fixture'
-                profile = PROFILES[settings.profile](model, settings.tokens, settings.reasoning_field)
-                self._answer(MODES[settings.mode](profile), profile)
+                self._stream(settings.mode, api, request)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client left; nothing to report to it
         self.close_connection = True
+
+    def _stream(self, mode: str, api: str, request: dict) -> None:
+        if not applies(mode, api):
+            self._send_error(400, f'mode {mode} does not apply to {self.path}; it applies to '
+                                  f'{" and ".join(ONLY_ON[mode])}', 'BadRequestError')
+            return
+        model = request.get('model') if isinstance(request.get('model'), str) else 'synthetic-fixture'
+        profile = BUILDERS[self.server.profile, api](model, self.server.tokens, self.server.reasoning_field)
+        self._answer(MODES[mode](profile), profile)
 
     def _read_request(self) -> dict | None:
         """The JSON request, or None after answering 413 or 400."""

@@ -1,20 +1,22 @@
-"""Strict client for one streamed OpenAI-compatible chat completion.
+"""Strict client for streamed OpenAI-compatible answers, as vLLM serves them.
 
-It sends one request with ``stream: true``, shows the answer as it arrives and
-writes an evidence record that says whether the answer really finished: the
-HTTP message ended as its framing promised, the event stream ended on an event
-boundary, and the completion ended with visible text, finish_reason "stop"
-and ``data: [DONE]``. Everything else is a failure naming the layer where it
-happened. Standard library only; no retries.
+It sends a request with ``stream: true`` to chat completions, completions or
+the Responses API, shows the answer as it arrives and writes an evidence
+record that says whether the answer really finished: the HTTP message ended
+as its framing promised, the event stream ended on an event boundary, and the
+answer ended as its API says a finished answer ends (for chat: visible text,
+finish_reason "stop" and ``data: [DONE]``). Everything else is a failure
+naming the layer where it happened. Standard library only; no retries.
 
 The module reads top to bottom as the layers of a response:
 
 1. limits and errors (``StreamError`` carries its layer);
 2. the SSE parser ``Events``: bytes in, event data out (sans-IO);
 3. the protocol seam ``StreamValidator``: event data in, answer text out, and
-   the API's own idea of "finished" (sans-IO). ``ChatChunks`` implements it for
-   chat completions. The read loop talks to a validator only through
-   ``parser``, ``accept()``, ``done``, ``terminal``, ``content_events``,
+   the API's own idea of "finished" (sans-IO). ``ChatChunks``,
+   ``CompletionChunks`` and ``ResponseEvents`` implement it for the three
+   APIs. The read loop talks to a validator only through ``parser``,
+   ``accept()``, ``done``, ``terminal``, ``content_events``,
    ``outcome_problem()`` and ``fields()``;
 4. the HTTP body framing readers (sans-IO);
 5. the request: ``prepare()`` returns a frozen ``PreparedRequest``;
@@ -324,7 +326,8 @@ class StreamValidator:
         """The record's fields that this API decides."""
         return {'text': self.text, 'reasoning_text': self.reasoning, 'done': self.done,
                 'completion_tokens': self.completion_tokens, 'content_events': self.content_events,
-                'data_events': self.data_events, 'response_id': self.response_id}
+                'data_events': self.data_events, 'response_id': self.response_id,
+                'response_status': None, 'incomplete_reason': None}
 
     def _add_text(self, text: str) -> None:
         self.content_events += 1
@@ -352,19 +355,20 @@ class StreamValidator:
         return value
 
 
-class ChatChunks(StreamValidator):
-    """Validates the events of one streamed chat completion (n=1, text only).
+class _ChoiceChunks(StreamValidator):
+    """What chat and completions chunks share: one choice (n=1) with index 0, a usage chunk,
+    in-band error objects, a finish_reason and the terminal data: [DONE].
 
-    A violation raises StreamError: ``protocol`` for a chunk this client
-    cannot accept, ``application`` for a server error event or an answer
-    over the size bound.
+    ``expect_finish`` is the finish a finished answer has: "stop", or "length"
+    for a fixed-length load, where the usage (when sent) must also count
+    exactly ``max_tokens`` completion tokens.
     """
 
-    api = 'chat'
-
-    def __init__(self) -> None:
+    def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None) -> None:
         super().__init__()
         self.finish_reason: str | None = None
+        self.expect_finish = expect_finish
+        self.max_tokens = max_tokens
 
     def accept(self, data: str) -> tuple[str, str]:
         """Apply one event's data; return the answer and reasoning text it carried."""
@@ -383,44 +387,29 @@ class ChatChunks(StreamValidator):
             self.response_id = chunk['id']
         usage = chunk.get('usage')
         if usage is not None:
-            self.completion_tokens = _completion_tokens(usage)
+            self.completion_tokens = _token_count(usage, 'completion_tokens')
         choices = chunk.get('choices')
         if choices is None or choices == []:
             return '', ''
         if not isinstance(choices, list) or len(choices) != 1:
             count = len(choices) if isinstance(choices, list) else type(choices).__name__
             raise StreamError('protocol', f'expected one choice per chunk (n=1), got {count}')
-        return self._take_choice(choices[0])
-
-    def _take_choice(self, choice: object) -> tuple[str, str]:
+        choice = choices[0]
         if not isinstance(choice, dict) or choice.get('index') != 0:
             seen = choice.get('index') if isinstance(choice, dict) else choice
             raise StreamError('protocol', f'expected choice index 0, got {_shorten(repr(seen))}')
-        delta = choice.get('delta')
-        if delta is None:
-            delta = {}
-        elif not isinstance(delta, dict):
-            raise StreamError('protocol', f'expected delta to be an object, got {type(delta).__name__}')
-        if delta.get('tool_calls') or delta.get('function_call'):
-            raise StreamError('protocol', 'tool call deltas arrived; this client accepts text answers only')
-        text = self._take_text(delta, 'content')
-        reasoning = self._take_text(delta, 'reasoning')
-        if reasoning is None:
-            reasoning = self._take_text(delta, 'reasoning_content')
-        if text:
-            self._add_text(text)
-        if reasoning:
-            self._add_reasoning(reasoning)
-        self._take_finish(choice.get('finish_reason'))
-        return text or '', reasoning or ''
+        return self._take_choice(choice)
 
-    def _take_text(self, delta: dict, key: str) -> str | None:
-        value = delta.get(key)
+    def _take_choice(self, choice: dict) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def _text_field(self, value: object, name: str) -> str | None:
+        """A text field of the choice: a string or null, and no text after the finish."""
         if value is None or isinstance(value, str):
             if value and self.finish_reason is not None:
-                raise StreamError('protocol', f'{key} arrived after finish_reason={self.finish_reason}')
+                raise StreamError('protocol', f'{name} arrived after finish_reason={self.finish_reason}')
             return value
-        raise StreamError('protocol', f'expected delta.{key} to be a string, got {type(value).__name__}')
+        raise StreamError('protocol', f'expected {name} to be a string, got {type(value).__name__}')
 
     def _take_finish(self, reason: object) -> None:
         if reason is None:
@@ -438,27 +427,256 @@ class ChatChunks(StreamValidator):
             return f'EOF before [DONE] after {self.content_events} content events'
         if self.finish_reason is None:
             return f'[DONE] without a finish_reason after {self.content_events} content events'
-        if self.finish_reason == 'length':
+        problem = self._finish_problem()
+        if problem:
+            return problem
+        if not any(part.strip() for part in self.text_parts):
+            return f'finish_reason={self.finish_reason} and [DONE] arrived, but no visible text'
+        return None
+
+    def _finish_problem(self) -> str | None:
+        reason = self.finish_reason
+        if self.expect_finish == 'length':
+            if reason != 'length':
+                return f'expected finish_reason=length (--expect-finish length), got finish_reason={reason}'
+            if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
+                return (f'finish_reason=length after {self.completion_tokens} completion tokens, '
+                        f'not the {self.max_tokens} requested')
+            return None
+        if reason == 'length':
             return 'output budget exhausted (finish_reason=length)'
-        if self.finish_reason == 'tool_calls':
+        if reason == 'tool_calls':
             return ('finish_reason=tool_calls: the answer is a tool call, which this client does not accept '
                     '(vLLM also reports tool_calls for a tool call cut off by max_tokens)')
-        if self.finish_reason != 'stop':
-            return f'expected finish_reason=stop, got finish_reason={self.finish_reason}'
-        if not any(part.strip() for part in self.text_parts):
-            return 'finish_reason=stop and [DONE] arrived, but no visible text'
+        if reason != 'stop':
+            return f'expected finish_reason=stop, got finish_reason={reason}'
         return None
 
     def fields(self) -> dict:
         return {**super().fields(), 'finish_reason': self.finish_reason}
 
 
-def _completion_tokens(usage: object) -> int:
-    count = usage.get('completion_tokens') if isinstance(usage, dict) else None
+class ChatChunks(_ChoiceChunks):
+    """Validates the events of one streamed chat completion (n=1, text only): the answer is
+    ``delta.content``, reasoning is ``delta.reasoning`` (or the older ``reasoning_content``), and a
+    tool call is refused. A violation raises StreamError: ``protocol`` for a chunk this client
+    cannot accept, ``application`` for a server error event or an answer over the size bound.
+    """
+
+    api = 'chat'
+
+    def _take_choice(self, choice: dict) -> tuple[str, str]:
+        delta = choice.get('delta')
+        if delta is None:
+            delta = {}
+        elif not isinstance(delta, dict):
+            raise StreamError('protocol', f'expected delta to be an object, got {type(delta).__name__}')
+        if delta.get('tool_calls') or delta.get('function_call'):
+            raise StreamError('protocol', 'tool call deltas arrived; this client accepts text answers only')
+        text = self._text_field(delta.get('content'), 'delta.content')
+        reasoning = self._text_field(delta.get('reasoning'), 'delta.reasoning')
+        if reasoning is None:
+            reasoning = self._text_field(delta.get('reasoning_content'), 'delta.reasoning_content')
+        if text:
+            self._add_text(text)
+        if reasoning:
+            self._add_reasoning(reasoning)
+        self._take_finish(choice.get('finish_reason'))
+        return text or '', reasoning or ''
+
+
+class CompletionChunks(_ChoiceChunks):
+    """Validates the events of one streamed completion (/v1/completions, n=1): the answer is
+    ``choices[0].text``; otherwise the rules of chat chunks."""
+
+    api = 'completions'
+
+    def _take_choice(self, choice: dict) -> tuple[str, str]:
+        text = self._text_field(choice.get('text'), 'text')
+        if text:
+            self._add_text(text)
+        self._take_finish(choice.get('finish_reason'))
+        return text or '', ''
+
+
+def _token_count(usage: object, key: str) -> int:
+    count = usage.get(key) if isinstance(usage, dict) else None
     if type(count) is not int or count < 0:
-        raise StreamError('protocol', f'expected usage.completion_tokens to be a non-negative integer, '
+        raise StreamError('protocol', f'expected usage.{key} to be a non-negative integer, '
                                       f'got {_shorten(repr(count))}')
     return count
+
+
+RESPONSE_TERMINALS = ('response.completed', 'response.incomplete', 'response.failed', 'error')
+
+
+class ResponseEvents(StreamValidator):
+    """Validates one streamed response of the Responses API (/v1/responses, text only).
+
+    Every event's ``event`` field must name the ``type`` in its data, and
+    ``sequence_number`` must count up from 0 by exactly 1, so a lost or
+    repeated event is caught. Exactly one terminal event ends the stream
+    (response.completed, response.incomplete, response.failed or error) and
+    nothing may follow it. The answer is the ``response.output_text.delta``
+    text; it must equal the text of every ``response.output_text.done`` and
+    of the message in the terminal event's ``response.output``, which catches
+    a dropped or duplicated delta that kept the numbering. The terminal
+    event's name is not trusted: vLLM 0.32 ends a budget-exhausted response
+    with ``response.completed`` whose status is "incomplete", so the outcome
+    is read from ``response.status``.
+    """
+
+    api = 'responses'
+    parser = TypedEvents
+
+    def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None) -> None:
+        super().__init__()
+        self.expect_finish = expect_finish
+        self.max_tokens = max_tokens
+        self.terminal_event: str | None = None
+        self.status: str | None = None
+        self.incomplete_reason: str | None = None
+        self._sequence = 0
+        self._texts: dict[tuple, list[str]] = {}  # deltas per (output_index, content_index)
+
+    @property
+    def terminal(self) -> str:
+        return self.terminal_event or 'the terminal event'
+
+    def accept(self, event: tuple[str, str]) -> tuple[str, str]:
+        """Apply one (type, data) event; return the answer and reasoning text it carried."""
+        kind, data = event
+        if self.done:
+            raise StreamError('protocol', f'event {_preview(kind)} after the terminal event {self.terminal_event}')
+        self.data_events += 1
+        body = self._load_object(data)
+        if body.get('type') != kind:
+            raise StreamError('protocol', f'event {self.data_events}: its event field says {_preview(kind)} but '
+                                          f'its data says type {_shorten(repr(body.get("type")))}')
+        sequence = body.get('sequence_number')
+        if type(sequence) is not int or sequence != self._sequence:
+            raise StreamError('protocol', f'expected sequence_number {self._sequence}, got '
+                                          f'{_shorten(repr(sequence))} in {kind}: an event was lost or repeated')
+        self._sequence += 1
+        take = self._TAKE.get(kind)
+        return take(self, body) if take else ('', '')
+
+    def _take_started(self, body: dict) -> tuple[str, str]:
+        response = body.get('response')
+        if self.response_id is None and isinstance(response, dict) and isinstance(response.get('id'), str):
+            self.response_id = response['id']
+        return '', ''
+
+    def _take_item(self, body: dict) -> tuple[str, str]:
+        item = body.get('item')
+        kind = item.get('type') if isinstance(item, dict) else None
+        if kind not in ('message', 'reasoning'):
+            raise StreamError('protocol', f'an output item of type {_shorten(repr(kind))} arrived; '
+                                          'this client accepts text answers only')
+        return '', ''
+
+    def _take_text_delta(self, body: dict) -> tuple[str, str]:
+        delta = self._string(body, 'delta')
+        self._texts.setdefault(self._part(body), []).append(delta)
+        if delta:
+            self._add_text(delta)
+        return delta, ''
+
+    def _take_text_done(self, body: dict) -> tuple[str, str]:
+        assembled = ''.join(self._texts.get(self._part(body), []))
+        self._check_same('response.output_text.done', self._string(body, 'text'), assembled)
+        return '', ''
+
+    def _take_reasoning_delta(self, body: dict) -> tuple[str, str]:
+        delta = self._string(body, 'delta')
+        if delta:
+            self._add_reasoning(delta)
+        return '', delta
+
+    def _take_function_call(self, body: dict) -> tuple[str, str]:
+        raise StreamError('protocol', 'function call arguments arrived; this client accepts text answers only')
+
+    def _take_terminal(self, body: dict) -> tuple[str, str]:
+        kind = body['type']
+        self.terminal_event, self.done = kind, True
+        response = body.get('response') if isinstance(body.get('response'), dict) else {}
+        if kind == 'error':
+            error = server_error_fields({'message': body.get('message'), 'code': body.get('code')})
+            raise StreamError('application', f'server sent an error event: {describe_server_error(error)}',
+                              server_error=error)
+        if kind == 'response.failed':
+            error = server_error_fields(response.get('error') or {'message': 'no error given'})
+            raise StreamError('application', f'server sent response.failed: {describe_server_error(error)}',
+                              server_error=error)
+        self._take_started(body)
+        self.status = response.get('status') if isinstance(response.get('status'), str) else None
+        details = response.get('incomplete_details')
+        reason = details.get('reason') if isinstance(details, dict) else None
+        self.incomplete_reason = reason if isinstance(reason, str) else None
+        if response.get('usage') is not None:
+            self.completion_tokens = _token_count(response['usage'], 'output_tokens')
+        self._check_same(kind, _output_text(response.get('output')), self.text)
+        return '', ''
+
+    _TAKE = {'response.created': _take_started, 'response.in_progress': _take_started,
+             'response.output_item.added': _take_item, 'response.output_text.delta': _take_text_delta,
+             'response.output_text.done': _take_text_done, 'response.reasoning_text.delta': _take_reasoning_delta,
+             'response.function_call_arguments.delta': _take_function_call,
+             **dict.fromkeys(RESPONSE_TERMINALS, _take_terminal)}
+
+    @staticmethod
+    def _string(body: dict, key: str) -> str:
+        value = body.get(key)
+        if not isinstance(value, str):
+            raise StreamError('protocol', f'expected {key} to be a string in {body["type"]}, '
+                                          f'got {type(value).__name__}')
+        return value
+
+    @staticmethod
+    def _part(body: dict) -> tuple:
+        return body.get('output_index'), body.get('content_index')
+
+    @staticmethod
+    def _check_same(source: str, claimed: str, assembled: str) -> None:
+        if claimed != assembled:
+            raise StreamError('protocol', f'{source} says the text is {_preview(claimed)} ({len(claimed)} characters) '
+                                          f'but the deltas assembled {_preview(assembled)} ({len(assembled)})')
+
+    def outcome_problem(self) -> str | None:
+        """Why the response is not a finished answer, or None when it is."""
+        if not self.done:
+            return f'EOF before a terminal event (response.completed) after {self.content_events} content events'
+        carries = f'{self.terminal_event} carries status {self.status!r}'
+        if self.expect_finish == 'length':
+            if self.status != 'incomplete' or self.incomplete_reason != 'max_output_tokens':
+                return (f'expected status "incomplete" with incomplete_details.reason=max_output_tokens '
+                        f'(--expect-finish length), but {carries}')
+            if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
+                return (f'the output budget ended the response after {self.completion_tokens} output tokens, '
+                        f'not the {self.max_tokens} requested')
+        elif self.status == 'incomplete':
+            what = 'output budget exhausted' if self.incomplete_reason == 'max_output_tokens' else 'not completed'
+            return f'{what}: {carries} (incomplete_details.reason={self.incomplete_reason})'
+        elif self.status != 'completed':
+            return f'expected status "completed", but {carries}'
+        if not any(part.strip() for part in self.text_parts):
+            return f'{carries}, but no visible text arrived'
+        return None
+
+    def fields(self) -> dict:
+        return {**super().fields(), 'finish_reason': None, 'response_status': self.status,
+                'incomplete_reason': self.incomplete_reason}
+
+
+def _output_text(output: object) -> str:
+    """The text of the message items in a response's output."""
+    return ''.join(part.get('text') or '' for item in (output if isinstance(output, list) else [])
+                   if isinstance(item, dict) and item.get('type') == 'message'
+                   for part in (item.get('content') if isinstance(item.get('content'), list) else [])
+                   if isinstance(part, dict) and part.get('type') == 'output_text')
+
+
+VALIDATORS = {'chat': ChatChunks, 'completions': CompletionChunks, 'responses': ResponseEvents}
 
 
 def server_error_fields(body: object) -> dict:
@@ -859,9 +1077,18 @@ def body_reader(head: ResponseHead) -> ContentLengthBody | ChunkedBody | CloseDe
 DEFAULT_URL = 'http://127.0.0.1:8000/v1/chat/completions'
 DEFAULT_PROMPT = 'Reply with exactly the word READY.'
 
-# Request keys with a flag of their own, which --extra may not set.
-RESERVED_KEYS = {'model': '--model', 'messages': '--prompt/--system', 'stream': None, 'n': None,
-                 'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop'}
+# The APIs, by the end of the URL path that serves them.
+API_PATHS = {'/v1/chat/completions': 'chat', '/v1/completions': 'completions', '/v1/responses': 'responses'}
+# Per API, the request keys that have a flag of their own (or no say at all), which --extra may not set.
+RESERVED_KEYS = {
+    'chat': {'model': '--model', 'messages': '--prompt/--system', 'stream': None, 'n': None,
+             'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop'},
+    'completions': {'model': '--model', 'prompt': '--prompt', 'stream': None, 'n': None,
+                    'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop'},
+    'responses': {'model': '--model', 'input': '--prompt', 'instructions': '--system', 'stream': None,
+                  'max_output_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop'},
+}
+FINISHES = ('stop', 'length')
 
 
 def _is_loopback(host: str) -> bool:
@@ -888,12 +1115,15 @@ class PreparedRequest:
     host: str
     port: int
     path: str
+    api: str
     model: str
     body: bytes = dataclasses.field(repr=False)
     headers: dict = dataclasses.field(repr=False)
     idle: float
     deadline: float
     settings: dict  # the request settings the record reports (no prompt text, no key)
+    max_tokens: int = 128
+    expect_finish: str = 'stop'
     source: str = 'endpoint'
     ssl_context: ssl.SSLContext | None = dataclasses.field(default=None, repr=False, compare=False)
     token: str = dataclasses.field(default='', repr=False)
@@ -909,9 +1139,11 @@ class PreparedRequest:
             raise ValueError(f'port must be 1 to 65535, got {self.port}')
         if not (_positive_finite(self.idle) and _positive_finite(self.deadline)):
             raise ValueError('idle and deadline must be positive finite numbers')
+        if self.api not in VALIDATORS or self.expect_finish not in FINISHES:
+            raise ValueError(f'unknown api {self.api!r} or expected finish {self.expect_finish!r}')
 
     def new_validator(self) -> StreamValidator:
-        return ChatChunks()
+        return VALIDATORS[self.api](self.expect_finish, self.max_tokens)
 
 
 def _check_url(url: str):
@@ -943,7 +1175,20 @@ def _check_number(name: str, value, low: float, low_ok: bool) -> float:
     return float(value)
 
 
-def _request_body(model: str, prompt: str, system: str | None, max_tokens: int, temperature: float,
+def api_of(path: str, api: str | None = None) -> str:
+    """The API a request goes to: the one named, or the one its URL path ends with."""
+    if api is not None:
+        if api not in VALIDATORS:
+            raise ValueError(f'unknown api {api!r}; choose from {", ".join(VALIDATORS)}')
+        return api
+    for suffix, name in API_PATHS.items():
+        if path.endswith(suffix):
+            return name
+    raise ValueError(f'cannot tell the API from the URL path {path!r}: expected a path ending in '
+                     f'{", ".join(API_PATHS)}, or --api {"|".join(VALIDATORS)} for a server mounted elsewhere')
+
+
+def _request_body(api: str, model: str, prompt: str, system: str | None, max_tokens: int, temperature: float,
                   stop: list[str] | None, extra: dict | None) -> dict:
     if not isinstance(model, str) or not model:
         raise ValueError('model must be a non-empty string')
@@ -956,13 +1201,24 @@ def _request_body(model: str, prompt: str, system: str | None, max_tokens: int, 
     if extra is not None and not isinstance(extra, dict):
         raise ValueError(f'extra must be a JSON object, got {type(extra).__name__}')
     for key in extra or {}:
-        if key in RESERVED_KEYS:
-            flag = RESERVED_KEYS[key]
+        if key in RESERVED_KEYS[api]:
+            flag = RESERVED_KEYS[api][key]
             raise ValueError(f'extra may not set {key!r}' + (f'; use {flag}' if flag else ''))
-    messages = ([{'role': 'system', 'content': system}] if system is not None else []) \
-        + [{'role': 'user', 'content': prompt}]
-    body = {'model': model, 'messages': messages, 'stream': True, 'stream_options': {'include_usage': True},
-            'max_tokens': max_tokens, 'temperature': temperature, 'n': 1}
+    if api == 'chat':
+        messages = ([{'role': 'system', 'content': system}] if system is not None else []) \
+            + [{'role': 'user', 'content': prompt}]
+        body = {'model': model, 'messages': messages, 'stream': True, 'stream_options': {'include_usage': True},
+                'max_tokens': max_tokens, 'temperature': temperature, 'n': 1}
+    elif api == 'completions':
+        if system is not None:
+            raise ValueError('the completions API has no system message; put it in the prompt')
+        body = {'model': model, 'prompt': prompt, 'stream': True, 'stream_options': {'include_usage': True},
+                'max_tokens': max_tokens, 'temperature': temperature, 'n': 1}
+    else:  # responses: no n, no stream_options (the usage comes with the terminal event)
+        body = {'model': model, 'input': prompt, 'stream': True, 'max_output_tokens': max_tokens,
+                'temperature': temperature}
+        if system is not None:
+            body['instructions'] = system
     if stop:
         body['stop'] = stop
     return {**body, **(extra or {})}
@@ -978,13 +1234,20 @@ def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
 def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
             deadline: float = 60.0, ca_file: str | None = None, token: str | None = None,
             system: str | None = None, temperature: float = 0.0, stop: list[str] | None = None,
-            extra: dict | None = None, source: str = 'endpoint') -> PreparedRequest:
-    """Check the arguments and build the request; raise ValueError before any connection."""
+            extra: dict | None = None, api: str | None = None, expect_finish: str = 'stop',
+            source: str = 'endpoint') -> PreparedRequest:
+    """Check the arguments and build the request; raise ValueError before any connection.
+
+    The API (chat, completions or responses) follows from the URL path unless ``api`` names it.
+    """
     parts, port = _check_url(url)
+    api = api_of(parts.path, api)
+    if expect_finish not in FINISHES:
+        raise ValueError(f'expect_finish must be one of {", ".join(FINISHES)}, got {expect_finish!r}')
     idle = _check_number('idle', idle, 0, False)
     deadline = _check_number('deadline', deadline, 0, False)
     temperature = _check_number('temperature', temperature, 0, True)
-    body = _request_body(model, prompt, system, max_tokens, temperature, stop, extra)
+    body = _request_body(api, model, prompt, system, max_tokens, temperature, stop, extra)
     headers = {'Content-Type': 'application/json', 'Accept': 'text/event-stream',
                'Accept-Encoding': 'identity',  # no compression: a proxy must pass the events as they are
                'User-Agent': f'stream-client/{__version__}'}
@@ -995,11 +1258,11 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     context = _ssl_context(ca_file) if parts.scheme == 'https' or ca_file else None
     settings = {'max_tokens': max_tokens, 'temperature': temperature, 'stop': stop,
                 'system': system is not None, 'extra_keys': sorted(extra or {}),
-                'prompt_sha256': hashlib.sha256(prompt.encode()).hexdigest()}
+                'prompt_sha256': hashlib.sha256(prompt.encode()).hexdigest(), 'expect_finish': expect_finish}
     return PreparedRequest(url=url, scheme=parts.scheme, host=parts.hostname, port=port, path=parts.path or '/',
-                           model=model, body=json.dumps(body, ensure_ascii=False).encode(), headers=headers,
-                           idle=idle, deadline=deadline, settings=settings, source=source,
-                           ssl_context=context, token=token or '')
+                           api=api, model=model, body=json.dumps(body, ensure_ascii=False).encode(),
+                           headers=headers, idle=idle, deadline=deadline, settings=settings, max_tokens=max_tokens,
+                           expect_finish=expect_finish, source=source, ssl_context=context, token=token or '')
 
 
 # ---------------------------------------------------------------------------
@@ -1086,14 +1349,14 @@ class Exchange:
 def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
            deadline: float = 60.0, ca_file: str | None = None, token: str | None = None,
            on_text=None, on_reasoning=None, **options) -> dict:
-    """Stream one chat completion and return its evidence record.
+    """Stream one answer and return its evidence record.
 
     Invalid arguments raise ValueError before any connection. Everything that
     goes wrong afterwards is reported in the record, never raised; Ctrl+C
     raises Interrupted, which carries the record so far.
     ``on_text(text)`` and ``on_reasoning(text)`` are called with each piece of
     answer and reasoning text as it arrives.
-    ``options`` are prepare()'s: system, temperature, stop, extra.
+    ``options`` are prepare()'s: system, temperature, stop, extra, api, expect_finish.
     """
     request = prepare(url, model, prompt, max_tokens=max_tokens, idle=idle,
                       deadline=deadline, ca_file=ca_file, token=token, **options)
@@ -1426,10 +1689,13 @@ def build_record(x: Exchange) -> dict:
         'transport_complete': verdict.transport_complete,
         'event_complete': verdict.event_complete,
         'application_complete': verdict.application_complete,
+        'api': request.api,
         'model': request.model,
         'text': answer['text'],
         'reasoning_text': answer['reasoning_text'],
         'finish_reason': answer['finish_reason'],
+        'response_status': answer['response_status'],
+        'incomplete_reason': answer['incomplete_reason'],
         'done': answer['done'],
         'completion_tokens': answer['completion_tokens'],
         'content_events': answer['content_events'],
@@ -1573,15 +1839,20 @@ def _fixture_server():
 def _parser() -> OneLineParser:
     fixture = _fixture_server()
     parser = OneLineParser(
-        description='Stream one chat completion and save evidence of whether it really finished. '
+        description='Stream one answer from an OpenAI-compatible server (chat completions, completions or the '
+                    'Responses API) and save evidence of whether it really finished. '
                     'Exit status: 0 ok, 1 not ok, 2 bad arguments or output path, 130/143 interrupted.',
         epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
-    parser.add_argument('--url', help=f'chat completions endpoint (default {DEFAULT_URL})')
+    parser.add_argument('--url', help=f'the endpoint (default {DEFAULT_URL}); a path ending in '
+                                      f'{", ".join(API_PATHS)} chooses the API')
+    parser.add_argument('--api', choices=list(VALIDATORS),
+                        help='the API, for a server mounted at another path (default: from the URL path)')
     parser.add_argument('--model', help='model name to request (default with --fixture: synthetic-fixture)')
     parser.add_argument('--prompt', help=f'user message (default: {DEFAULT_PROMPT!r})')
     parser.add_argument('--prompt-file', metavar='PATH', help='read the user message from a file, or - for stdin')
     parser.add_argument('--system', metavar='TEXT', help='a system message before the user message')
-    parser.add_argument('--max-tokens', type=int, default=128, metavar='N', help='output budget (default 128)')
+    parser.add_argument('--max-tokens', type=int, default=128, metavar='N',
+                        help='output budget: max_tokens, or max_output_tokens for the Responses API (default 128)')
     parser.add_argument('--temperature', type=float, default=0.0, metavar='T', help='sampling temperature (default 0)')
     parser.add_argument('--stop', action='append', metavar='TEXT', help='a stop string (repeatable)')
     parser.add_argument('--extra', metavar='JSON',
@@ -1621,7 +1892,7 @@ def _request_from_args(args, url: str) -> PreparedRequest:
     return prepare(url, model, _prompt(args), max_tokens=args.max_tokens, idle=args.idle,
                    deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get('MODEL_API_KEY'),
                    system=args.system, temperature=args.temperature, stop=args.stop, extra=_extra(args),
-                   source='endpoint' if args.fixture is None else 'fixture')
+                   api=args.api, source='endpoint' if args.fixture is None else 'fixture')
 
 
 def _prompt(args) -> str:
@@ -1691,9 +1962,10 @@ def _terminate(signum, frame):
 class _Fixture:
     """The synthetic fixture, served from this process on a free loopback port, for --fixture MODE."""
 
-    def __init__(self, mode: str, profile: str) -> None:
+    def __init__(self, mode: str, profile: str, api: str) -> None:
         self.instance = _fixture_server().server(0, mode, profile=profile)
-        self.url = f'http://127.0.0.1:{self.instance.server_port}/v1/chat/completions'
+        path = next(path for path, name in API_PATHS.items() if name == api)
+        self.url = f'http://127.0.0.1:{self.instance.server_port}{path}'
         threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
@@ -1883,7 +2155,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
-                fixture = _Fixture(args.fixture, args.fixture_profile)
+                fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat')
             request = _request_from_args(args, fixture.url if fixture else args.url or DEFAULT_URL)
             for signum in (signal.SIGINT, signal.SIGTERM):  # no interruption between reserving and recording
                 signal.signal(signum, signal.SIG_IGN)
@@ -1895,8 +2167,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if fixture is not None:
             fixture.close()
-    summary = {key: record[key] for key in ('ok', 'error_layer', 'first_text_ms', 'duration_ms',
-                                            'finish_reason', 'error')}
+    summary = {key: record[key] for key in ('ok', 'error_layer', 'api', 'first_text_ms', 'duration_ms',
+                                            'finish_reason', 'response_status', 'error')}
     print(json.dumps(summary, ensure_ascii=False))
     return status
 

@@ -286,6 +286,142 @@ class ChatChunkTests(unittest.TestCase):
         self.assertEqual((chunks.text, chunks.finish_reason), ('Ex', 'length'))
 
 
+def capture_events(name: str) -> list[tuple[str, str]]:
+    """The (type, data) events of a captured Responses stream."""
+    return stream_client.TypedEvents().feed(dechunk(split_capture(TRACES / name)[1]))
+
+
+R2 = 'r2_responses_stream_stopstring_completed.http'
+
+
+def with_data(event: tuple[str, str], **changes) -> tuple[str, str]:
+    """An event with some keys of its data replaced."""
+    return event[0], json.dumps({**json.loads(event[1]), **changes})
+
+
+class ResponseEventsTests(unittest.TestCase):
+    def outcome(self, events: list, **expect) -> tuple[str | None, str]:
+        """(layer, message) of the first failure, or (None, '') when the response is a finished answer."""
+        validator = stream_client.ResponseEvents(**expect)
+        try:
+            for event in events:
+                validator.accept(event)
+        except StreamError as exc:
+            return exc.layer, exc.message
+        problem = validator.outcome_problem()
+        return ('application', problem) if problem else (None, '')
+
+    def test_a_real_completed_response_is_finished_at_every_chunking(self):
+        payload = dechunk(split_capture(TRACES / R2)[1])
+        for name, chunks in feedings(payload):
+            parser, validator = stream_client.TypedEvents(), stream_client.ResponseEvents()
+            text = ''.join(validator.accept(event)[0] for chunk in chunks for event in parser.feed(chunk))
+            self.assertEqual((text, validator.outcome_problem(), validator.terminal), ('Ex7rEx7untrgExp', None,
+                                                                                        'response.completed'), name)
+
+    def test_each_broken_rule_names_its_layer(self):
+        events = capture_events(R2)  # 0 created, 1 in_progress, 2 item added, 3 part added, 4-12 deltas, 13 text done,
+        delta = events[5]            # 14 part done, 15 item done, 16 completed
+        item = json.loads(events[2][1])['item']
+        cases = {
+            'an event lost': (events[:5] + events[6:], 'protocol', 'expected sequence_number 5, got 6'),
+            'an event repeated': (events[:6] + [events[5]] + events[6:], 'protocol', 'expected sequence_number 6, got 5'),
+            'no sequence_number': ([with_data(events[0], sequence_number=None)], 'protocol',
+                                   'expected sequence_number 0, got None'),
+            'event field and type differ': ([('message', events[0][1])], 'protocol',
+                                            "its event field says 'message' but its data says type 'response.created'"),
+            'a delta changed, numbering kept': (events[:5] + [with_data(delta, delta='X')] + events[6:], 'protocol',
+                                                "response.output_text.done says the text is 'Ex7rEx7untrgExp'"),
+            'the terminal text disagrees': (events[:13] + [events[13], events[14], events[15]]
+                                            + [events[16][:1] + (events[16][1].replace('Ex7rEx7untrgExp', 'Ex7r'),)],
+                                            'protocol', "response.completed says the text is 'Ex7r'"),
+            'no terminal event': (events[:16], 'application',
+                                  'EOF before a terminal event (response.completed) after 9 content events'),
+            'an event after the terminal': (events + [with_data(delta, sequence_number=17)], 'protocol',
+                                            "event 'response.output_text.delta' after the terminal event "
+                                            'response.completed'),
+            'a function call': (events[:2] + [with_data(events[2], item={**item, 'type': 'function_call'})],
+                                'protocol', "an output item of type 'function_call' arrived"),
+            'function call arguments': (events[:2] + [('response.function_call_arguments.delta', json.dumps(
+                {'type': 'response.function_call_arguments.delta', 'sequence_number': 2, 'delta': '{}'}))],
+                'protocol', 'function call arguments arrived'),
+            'response.failed': (events[:2] + [('response.failed', json.dumps(
+                {'type': 'response.failed', 'sequence_number': 2,
+                 'response': {'status': 'failed', 'error': {'code': 'server_error', 'message': 'engine died'}}}))],
+                'application', "server sent response.failed: 'engine died' (server_error)"),
+            'an error event': (events[:2] + [('error', json.dumps({'type': 'error', 'sequence_number': 2,
+                                                                   'code': 'rate_limit', 'message': 'slow down'}))],
+                               'application', "server sent an error event: 'slow down' (rate_limit)"),
+            "OpenAI's response.incomplete": (events[:16] + [('response.incomplete', events[16][1].replace(
+                '"response.completed"', '"response.incomplete"').replace('"status":"completed"', '"status":"incomplete"')
+                .replace('"incomplete_details":null', '"incomplete_details":{"reason":"content_filter"}'))],
+                'application', "not completed: response.incomplete carries status 'incomplete' "
+                               '(incomplete_details.reason=content_filter)'),
+        }
+        for name, (feed, layer, words) in cases.items():
+            with self.subTest(name):
+                got_layer, message = self.outcome(feed)
+                self.assertEqual(got_layer, layer, message)
+                self.assertIn(words, message)
+
+    def test_the_server_error_is_kept_with_the_failure(self):
+        with self.assertRaises(StreamError) as caught:
+            stream_client.ResponseEvents().accept(('error', '{"type": "error", "sequence_number": 0, '
+                                                            '"code": "server_error", "message": "boom"}'))
+        self.assertEqual(caught.exception.server_error, {'message': 'boom', 'type': None, 'code': 'server_error'})
+
+    def test_reasoning_deltas_are_kept_apart(self):
+        event = ('response.reasoning_text.delta', '{"type": "response.reasoning_text.delta", "sequence_number": 0, '
+                                                  '"delta": "hmm", "output_index": 0, "content_index": 0}')
+        validator = stream_client.ResponseEvents()
+        self.assertEqual(validator.accept(event), ('', 'hmm'))
+        self.assertEqual((validator.reasoning, validator.content_events), ('hmm', 0))
+
+    def test_a_fixed_length_load_expects_the_budget_to_end_it(self):
+        r1 = capture_events('r1_responses_stream_max16_incomplete.http')
+        self.assertEqual(self.outcome(r1, expect_finish='length', max_tokens=16), (None, ''))
+        self.assertIn('after 16 output tokens, not the 17 requested',
+                      self.outcome(r1, expect_finish='length', max_tokens=17)[1])
+        self.assertIn('expected status "incomplete" with incomplete_details.reason=max_output_tokens',
+                      self.outcome(capture_events(R2), expect_finish='length', max_tokens=32)[1])
+
+
+class CompletionChunksTests(unittest.TestCase):
+    def test_text_finish_usage_and_done(self):
+        chunks = stream_client.CompletionChunks()
+        for data in ('{"choices": [{"index": 0, "text": "hi", "finish_reason": null}]}',
+                     '{"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}',
+                     '{"choices": [], "usage": {"completion_tokens": 1}}', '[DONE]'):
+            chunks.accept(data)
+        self.assertEqual((chunks.text, chunks.finish_reason, chunks.completion_tokens, chunks.outcome_problem()),
+                         ('hi', 'stop', 1, None))
+
+    def test_violations(self):
+        cases = [('{"choices": [{"index": 0, "text": 5}]}', 'expected text to be a string'),
+                 ('{"choices": [{"index": 1, "text": "x"}]}', 'expected choice index 0, got 1')]
+        for data, words in cases:
+            with self.subTest(data=data), self.assertRaises(StreamError) as caught:
+                stream_client.CompletionChunks().accept(data)
+            self.assertIn(words, caught.exception.message)
+        chunks = stream_client.CompletionChunks()
+        chunks.accept('{"choices": [{"index": 0, "text": "a", "finish_reason": "stop"}]}')
+        with self.assertRaises(StreamError) as caught:
+            chunks.accept('{"choices": [{"index": 0, "text": "late"}]}')
+        self.assertIn('text arrived after finish_reason=stop', caught.exception.message)
+
+    def test_a_fixed_length_load_needs_the_whole_budget(self):
+        def outcome(tokens: int, reason: str, max_tokens: int) -> str | None:
+            chunks = stream_client.CompletionChunks(expect_finish='length', max_tokens=max_tokens)
+            for data in (f'{{"choices": [{{"index": 0, "text": "x", "finish_reason": "{reason}"}}]}}',
+                         f'{{"choices": [], "usage": {{"completion_tokens": {tokens}}}}}', '[DONE]'):
+                chunks.accept(data)
+            return chunks.outcome_problem()
+        self.assertIsNone(outcome(8, 'length', 8))
+        self.assertIn('after 5 completion tokens, not the 8 requested', outcome(5, 'length', 8))
+        self.assertIn('expected finish_reason=length (--expect-finish length), got finish_reason=stop',
+                      outcome(8, 'stop', 8))
+
+
 class FramingTests(unittest.TestCase):
     def test_content_length_counts_bytes_and_reports_shortfall_and_overrun(self):
         body = ContentLengthBody(10)
@@ -392,11 +528,12 @@ class Verdict(NamedTuple):
 
 
 class ModeRow(NamedTuple):
-    """A fixture mode's expected verdict, words in its error (one string, or (guide, vllm)) and text."""
+    """A fixture mode's expected verdict, words in its error and text. words and text are one value, or a
+    dict by "api/profile", api or profile (the most specific key wins; "" is the default)."""
 
     verdict: Verdict
-    words: str | tuple[str, str] | None
-    text: str
+    words: str | dict | None
+    text: str | dict
     options: dict = {}
 
 
@@ -404,52 +541,137 @@ def row(transport, event, application, layer, words, text, options=None) -> Mode
     return ModeRow(Verdict(transport, event, application, layer), words, text, options or {})
 
 
+def for_run(value, api: str, profile: str):
+    """A row's value for one api and profile."""
+    if not isinstance(value, dict):
+        return value
+    return next(value[key] for key in (f'{api}/{profile}', api, profile, '') if key in value)
+
+
+APIS = ('chat', 'completions', 'responses')
+TOKENS16 = ''.join(f'token{i} ' for i in range(16))
+URL_PATHS = {'chat': '/v1/chat/completions', 'completions': '/v1/completions', 'responses': '/v1/responses'}
+
+
+def mode_runs() -> list[tuple[str, str, str]]:
+    """(mode, api, profile) for the mode table: every mode on every API it applies to, chat in both profiles
+    and the other APIs in vLLM's (the guide profile differs only in its wire format, which chat covers)."""
+    return [(mode, api, profile) for mode in fixture_server.MODES for api in APIS
+            for profile in (fixture_server.PROFILES if api == 'chat' else ('vllm',))
+            if fixture_server.applies(mode, api)]
+
+
+def fixture_record(mode: str, api: str, profile: str, **options) -> dict:
+    with Fixture(mode, profile=profile) as fixture:
+        url = fixture.url.replace('/v1/chat/completions', URL_PATHS[api])
+        return stream(url, 'synthetic-fixture', 'READY', **options)
+
+
+def in_threads(work, items: list, threads: int = 8) -> list:
+    """work(item) for every item, eight at a time; the results in order (run() is safe in threads)."""
+    results = [None] * len(items)
+    lock, position = threading.Lock(), iter(range(len(items)))
+
+    def worker() -> None:
+        while True:
+            with lock:
+                index = next(position, None)
+            if index is None:
+                return
+            results[index] = work(items[index])
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return results
+
+
 class FixtureVerdictTests(unittest.TestCase):
     EXPECTED = {
         'ok': row(True, True, True, None, None, ANSWER),
-        'broken': row(True, True, False, 'application', 'EOF before [DONE] after 2 content events', ANSWER),
-        'length': row(True, True, False, 'application', 'output budget exhausted (finish_reason=length)', ANSWER),
+        'broken': row(True, True, False, 'application',
+                      {'': 'EOF before [DONE] after 2 content events',
+                       'responses': 'EOF before a terminal event (response.completed) after 2 content events'}, ANSWER),
+        'length': row(True, True, False, 'application',
+                      {'': 'output budget exhausted (finish_reason=length)',
+                       'responses': "output budget exhausted: response.completed carries status 'incomplete' "
+                                    "(incomplete_details.reason=max_output_tokens)"}, ANSWER),
         'malformed': row(None, None, False, 'protocol', 'malformed JSON', ANSWER),
         'http-error': row(None, None, False, 'http', 'expected status 200, got 503', ''),
         'truncated': row(False, True, True, 'transport',
-                         ('connection closed after 445 of 509 body bytes',
-                          'chunked body ended without its terminating chunk'), ANSWER),
-        'no-done': row(True, True, False, 'application', 'EOF before [DONE]', ANSWER),
+                         {'guide': 'connection closed after 445 of 509 body bytes',
+                          'vllm': 'chunked body ended without its terminating chunk'}, ANSWER),
+        'no-done': row(True, True, False, 'application', {'': 'EOF before [DONE]', 'responses': 'EOF before a terminal'},
+                       ANSWER),
         'unterminated': row(True, False, False, 'sse', 'inside an event', ANSWER),
-        'held-open': row(False, True, True, 'transport', 'did not end within the idle timeout of 0.3 s after [DONE]',
+        'held-open': row(False, True, True, 'transport',
+                         {'': 'did not end within the idle timeout of 0.3 s after [DONE]',
+                          'responses': 'did not end within the idle timeout of 0.3 s after response.completed'},
                          ANSWER),
-        'after-done': row(None, None, True, 'protocol', 'event after [DONE]', ANSWER),
+        'after-done': row(None, None, True, 'protocol',
+                          {'': 'event after [DONE]',
+                           'responses': "event 'response.output_text.delta' after the terminal event "
+                                        'response.completed'}, ANSWER),
         'reasoning': row(True, True, True, None, None, ANSWER),
-        'tool-call': row(None, None, False, 'protocol', 'tool call deltas', ''),
+        'tool-call': row(None, None, False, 'protocol',
+                         {'': 'tool call deltas', 'responses': "an output item of type 'function_call' arrived"}, ''),
         'error-event': row(None, None, False, 'application', "server sent an error event: 'EngineCore", 'READY '),
         'stall': row(None, None, False, 'timeout', 'no bytes for 0.3 s (idle timeout) after 0 content events', ''),
         'drip': row(None, None, False, 'timeout', 'overall deadline of 0.8 s', '', {'deadline': 0.8}),
-        'buffered': row(True, True, True, None, None, ''.join(f'token{i} ' for i in range(16))),
-        'paired': row(True, True, True, None, None, ''.join(f'token{i} ' for i in range(16))),
-        'multi-choice': row(None, None, False, 'protocol', 'expected choice index 0, got 1', ''),
+        'buffered': row(True, True, True, None, None, TOKENS16),
+        'paired': row(True, True, True, None, None, TOKENS16),
+        'multi-choice': row(None, None, False, 'protocol', 'expected choice index 0, got 1',
+                            {'': '', 'completions': 'READY '}),
         'split-utf8': row(True, True, True, None, None, ANSWER),
         'flood': row(None, None, False, 'sse', 'line longer than 65536 characters without a line end', ''),
+        'sequence-gap': row(None, None, False, 'protocol',
+                            'expected sequence_number 6, got 7 in response.output_text.done: an event was lost', ANSWER),
+        'type-mismatch': row(None, None, False, 'protocol', "its event field says 'response.text.delta' but its data "
+                                                            "says type 'response.output_text.delta'", ''),
+        'text-mismatch': row(None, None, True, 'protocol', "response.completed says the text is 'READY!' (6 characters)"
+                                                           " but the deltas assembled 'READY \u2713' (7)", ANSWER),
+        'failed': row(None, None, False, 'application', "server sent response.failed: 'EngineCore", ANSWER),
+        'incomplete': row(True, True, False, 'application',
+                          "output budget exhausted: response.incomplete carries status 'incomplete'", ANSWER),
     }
 
-    def test_every_mode_gets_its_triple_and_layer_in_both_profiles(self):
+    def test_every_mode_gets_its_verdict_on_every_api_it_applies_to(self):
         self.assertEqual(set(self.EXPECTED), set(fixture_server.MODES))
-        for profile in fixture_server.PROFILES:
-            for mode, expected in self.EXPECTED.items():
-                with self.subTest(profile=profile, mode=mode):
-                    record = run_fixture(mode, settings={'profile': profile}, **{'idle': 0.3, **expected.options})
-                    json.dumps(record)
-                    self.assertEqual(Verdict.of(record)._asdict(), expected.verdict._asdict())
-                    layer = expected.verdict.error_layer
-                    self.assertEqual(record['ok'], layer is None)
-                    words = expected.words
-                    if words:
-                        self.assertIn(words if isinstance(words, str) else words[profile == 'vllm'],
-                                      record['error'])
-                        self.assertTrue(record['error'].startswith(layer + ': '))
-                    self.assertEqual(record['text'], expected.text)
-                    framing = 'chunked' if profile == 'vllm' else 'content-length'
-                    if record['http'] and record['http']['status'] == 200:
-                        self.assertEqual(record['http']['framing'], framing)
+        runs = mode_runs()
+        self.assertEqual({api for _, api, _ in runs}, set(APIS))
+
+        def one(run: tuple[str, str, str]) -> dict:
+            mode, api, profile = run
+            return fixture_record(mode, api, profile, **{'idle': 0.3, **self.EXPECTED[mode].options})
+        for (mode, api, profile), record in zip(runs, in_threads(one, runs)):
+            expected = self.EXPECTED[mode]
+            with self.subTest(mode=mode, api=api, profile=profile):
+                json.dumps(record)
+                self.assertEqual(record['api'], api)
+                self.assertEqual(Verdict.of(record)._asdict(), expected.verdict._asdict())
+                layer = expected.verdict.error_layer
+                self.assertEqual(record['ok'], layer is None)
+                words = for_run(expected.words, api, profile)
+                if words:
+                    self.assertIn(words, record['error'])
+                    self.assertTrue(record['error'].startswith(layer + ': '))
+                self.assertEqual(record['text'], for_run(expected.text, api, profile))
+                if record['http'] and record['http']['status'] == 200:
+                    self.assertEqual(record['http']['framing'], 'chunked' if profile == 'vllm' else 'content-length')
+
+    def test_each_api_streams_ok_in_both_profiles(self):
+        for api in APIS:
+            for profile in fixture_server.PROFILES:
+                with self.subTest(api=api, profile=profile):
+                    record = fixture_record('ok', api, profile)
+                    self.assertTrue(record['ok'], record['error'])
+                    self.assertEqual((record['api'], record['text'], record['completion_tokens']), (api, ANSWER, 3))
+
+    def test_a_mode_for_another_api_is_refused_by_the_fixture(self):
+        record = fixture_record('sequence-gap', 'chat', 'vllm')
+        self.assertIn("got 400 Bad Request: 'mode sequence-gap does not apply to /v1/chat/completions; "
+                      "it applies to responses'", record['error'])
 
     def test_seed_control_cases_get_three_different_classifications(self):
         verdicts = {mode: (run_fixture(mode)['error_layer']) for mode in ('ok', 'truncated', 'no-done')}
@@ -568,6 +790,42 @@ class FixtureVerdictTests(unittest.TestCase):
         for key in ('model', 'messages', 'stream', 'n', 'max_tokens'):
             with self.subTest(key=key), self.assertRaises(ValueError):
                 stream('http://127.0.0.1:9/v1/chat/completions', 'm', 'p', extra={key: 1})
+
+    def test_each_api_gets_its_own_field_names(self):
+        expected = {
+            'completions': {'model': 'tiny', 'prompt': 'hello', 'stream': True,
+                            'stream_options': {'include_usage': True}, 'max_tokens': 7, 'temperature': 0.5, 'n': 1,
+                            'stop': ['END'], 'min_tokens': 2},
+            'responses': {'model': 'tiny', 'input': 'hello', 'stream': True, 'max_output_tokens': 7,
+                          'temperature': 0.5, 'instructions': 'be brief', 'stop': ['END'], 'min_tokens': 2},
+        }
+        for api, body in expected.items():
+            with self.subTest(api=api), Fixture() as fixture:
+                record = stream(fixture.url.replace('/v1/chat/completions', URL_PATHS[api]), 'tiny', 'hello',
+                                max_tokens=7, temperature=0.5, stop=['END'], extra={'min_tokens': 2},
+                                system='be brief' if api == 'responses' else None)
+                self.assertTrue(record['ok'], record['error'])
+                self.assertEqual(fixture.last_request[1], body)
+
+    def test_the_url_path_or_api_chooses_the_api(self):
+        request = stream_client.prepare('http://127.0.0.1:8000/proxy/v1/responses', 'm', 'p')
+        self.assertEqual(request.api, 'responses')
+        self.assertEqual(stream_client.prepare('http://127.0.0.1:8000/llm', 'm', 'p', api='completions').api,
+                         'completions')
+        with self.assertRaises(ValueError) as caught:
+            stream_client.prepare('http://127.0.0.1:8000/v1/chat', 'm', 'p')
+        self.assertIn('/v1/chat/completions, /v1/completions, /v1/responses', str(caught.exception))
+        bad = [('/v1/completions', {'system': 'x'}, 'no system message'),
+               ('/v1/completions', {'extra': {'prompt': 'x'}}, "extra may not set 'prompt'; use --prompt"),
+               ('/v1/responses', {'extra': {'max_output_tokens': 3}}, "may not set 'max_output_tokens'; use --max-tokens"),
+               ('/v1/responses', {'extra': {'instructions': 'x'}}, "may not set 'instructions'; use --system"),
+               ('/v1/responses', {'expect_finish': 'eos'}, 'expect_finish must be one of stop, length')]
+        for path, options, words in bad:
+            with self.subTest(path=path, options=options), self.assertRaises(ValueError) as caught:
+                stream_client.prepare(f'http://127.0.0.1:8000{path}', 'm', 'p', **options)
+            self.assertIn(words, str(caught.exception))
+        self.assertEqual(json.loads(stream_client.prepare('http://127.0.0.1:8000/v1/responses', 'm', 'p',
+                                                          extra={'max_tokens': 3}).body)['max_tokens'], 3)
 
     def test_message_held_open_after_done_is_a_transport_failure_whichever_bound_notices(self):
         record = run_fixture('held-open', idle=5, deadline=0.5)
@@ -708,12 +966,12 @@ class FixtureCommandLineTests(unittest.TestCase):
 class VllmFidelityTests(unittest.TestCase):
     CAPTURE = TRACES / 'a2_chat_stream_usage_eos_stop.http'
 
-    def fixture_response(self) -> bytes:
+    def fixture_response(self, path: str = '/v1/chat/completions') -> bytes:
         with Fixture(profile='vllm') as fixture, socket.create_connection(
                 ('127.0.0.1', fixture.instance.server_port)) as conn:
             body = b'{"model": "tiny", "stream": true}'
-            conn.sendall(b'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s'
-                         % (len(body), body))
+            conn.sendall(b'POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s'
+                         % (path.encode(), len(body), body))
             received = b''
             while data := conn.recv(65536):
                 received += data
@@ -734,6 +992,25 @@ class VllmFidelityTests(unittest.TestCase):
         for payload in (dechunk(ours_body), dechunk(real_body)):
             self.assertNotIn(b'\r', payload)
 
+    def test_completions_profile_matches_a_real_capture_byte_shape(self):
+        ours_head, ours_body = self.fixture_response('/v1/completions').split(b'\r\n\r\n', 1)
+        real_head, real_body = split_capture(TRACES / 'g2_completions_stream_usage.http')
+        self.assertEqual(header_names(ours_head), header_names(real_head))
+        ours, real = parse_all([dechunk(ours_body)]), parse_all([dechunk(real_body)])
+        self.assertEqual(json_keys(ours[0]), json_keys(real[0]))      # a text chunk
+        self.assertEqual(json_keys(ours[-2]), json_keys(real[-2]))    # the usage chunk
+        self.assertEqual((ours[-1], json.loads(ours[0])['object']), ('[DONE]', 'text_completion'))
+
+    def test_responses_profile_matches_a_real_capture_event_skeleton(self):
+        ours_head, ours_body = self.fixture_response('/v1/responses').split(b'\r\n\r\n', 1)
+        real_head, real_body = split_capture(TRACES / 'r2_responses_stream_stopstring_completed.http')
+        # the capture's request asked for "Connection: close"; the client does not
+        self.assertEqual(header_names(ours_head), [name for name in header_names(real_head) if name != b'connection'])
+        ours, real = (stream_client.TypedEvents().feed(dechunk(body)) for body in (ours_body, real_body))
+        self.assertEqual(event_skeleton(ours), event_skeleton(real))
+        for body in (ours_body, real_body):  # one event per HTTP chunk, LF line ends
+            self.assertEqual(len(body.split(b'\r\n')) // 2 - 1, len(ours if body is ours_body else real))
+
     def test_client_records_for_fixture_and_capture_agree(self):
         fixture_record = run_fixture('ok', settings={'profile': 'vllm'})
         capture_record = replay(self.CAPTURE.read_bytes())
@@ -745,6 +1022,28 @@ class VllmFidelityTests(unittest.TestCase):
                          {k: capture_record['http'][k] for k in http_same})
         for record in (fixture_record, capture_record):
             self.assertRegex(record['response_id'], r'^chatcmpl-[0-9a-f]{16}$')
+
+
+def header_names(head: bytes) -> list[bytes]:
+    return [line.split(b':')[0].lower() for line in head.split(b'\r\n')[1:] if line]
+
+
+def json_keys(data: str) -> tuple:
+    """The key structure of a JSON event: its keys, and those of its nested objects and their lists."""
+    value = json.loads(data)
+    def keys(node):
+        if isinstance(node, dict):
+            return tuple((key, keys(item)) for key, item in node.items())
+        if isinstance(node, list):
+            return tuple(keys(item) for item in node[:1])
+        return None
+    return keys(value)
+
+
+def event_skeleton(events: list[tuple[str, str]]) -> list[tuple]:
+    """(event type, key structure) of each event, consecutive repeats folded into one."""
+    skeleton = [(kind, json_keys(data)) for kind, data in events]
+    return [shape for i, shape in enumerate(skeleton) if i == 0 or shape != skeleton[i - 1]]
 
 
 class CaptureReplayTests(unittest.TestCase):
@@ -772,6 +1071,34 @@ class CaptureReplayTests(unittest.TestCase):
                     self.assertIn(words, record['error'])
                 else:
                     self.assertEqual((record['transport_complete'], record['http']['framing']), (True, 'chunked'))
+
+    def test_real_completions_and_responses_captures_get_their_verdicts(self):
+        expected = {
+            'g2_completions_stream_usage.http': ('completions', 'application: output budget exhausted '
+                                                                '(finish_reason=length)', 'SS\ufffdVE', 4),
+            'c3_completions_stream_max8_length.http': ('completions', 'finish_reason=length', None, 8),
+            'r1_responses_stream_max16_incomplete.http':
+                ('responses', "application: output budget exhausted: response.completed carries status 'incomplete' "
+                              '(incomplete_details.reason=max_output_tokens)', None, 16),
+            'r2_responses_stream_stopstring_completed.http': ('responses', None, 'Ex7rEx7untrgExp', 9),
+            'r5_err_responses_stream_too_many_tokens.http':
+                ('responses', "http: expected status 200, got 400 Bad Request: 'max_output_tokens=100000 cannot be "
+                              'greater than max_model_len=512', '', None),
+        }
+        for capture, (api, words, text, tokens) in expected.items():
+            with self.subTest(capture=capture):
+                record = replay((TRACES / capture).read_bytes(), api=api)
+                self.assertEqual((record['api'], record['ok'], record['completion_tokens']),
+                                 (api, words is None, tokens), record['error'])
+                self.assertIn(words or '', record['error'] or '')
+                if text is not None:
+                    self.assertEqual(record['text'], text)
+        r1 = replay((TRACES / 'r1_responses_stream_max16_incomplete.http').read_bytes(), api='responses')
+        self.assertEqual((r1['response_status'], r1['incomplete_reason'], r1['finish_reason'], r1['done']),
+                         ('incomplete', 'max_output_tokens', None, True))
+        self.assertEqual(r1['response_id'], 'resp_967796df2251c8be')
+        r5 = replay((TRACES / 'r5_err_responses_stream_too_many_tokens.http').read_bytes(), api='responses')
+        self.assertEqual((r5['server_error']['type'], r5['server_error']['code']), ('BadRequestError', 400))
 
     def test_server_killed_midstream_is_a_transport_failure(self):
         record = replay((TRACES / 'k1_server_killed_midstream.http').read_bytes())
@@ -901,18 +1228,26 @@ class TlsAndSecretTests(unittest.TestCase):
                 self.assertNotIn('8c1f7e', text)
 
 
-def framed_responses() -> list[tuple[str, bytes]]:
-    """(name, whole response): the real vLLM captures and the fixture's streams in both framings."""
-    responses = [(path.name, path.read_bytes()) for path in sorted(TRACES.glob('*.http'))]
+def capture_api(name: str) -> str:
+    """The API a capture in testdata answers (its name says: c* and g* completions, r* responses)."""
+    return {'c': 'completions', 'g': 'completions', 'r': 'responses'}.get(name[0], 'chat')
+
+
+def framed_responses() -> list[tuple[str, bytes, str]]:
+    """(name, whole response, api): the real vLLM captures and the fixture's streams in both framings."""
+    responses = [(path.name, path.read_bytes(), capture_api(path.name)) for path in sorted(TRACES.glob('*.http'))]
     for mode in ('ok', 'reasoning', 'error-event', 'length'):
-        for name, profile in fixture_server.PROFILES.items():
-            writes = fixture_server.MODES[mode](profile('m')).writes
-            if profile.framing == 'chunked':
+        for (profile, api), builder in fixture_server.BUILDERS.items():
+            if not fixture_server.applies(mode, api):
+                continue
+            writes = fixture_server.MODES[mode](builder('m')).writes
+            if builder.framing == 'chunked':
                 body = b''.join(b'%x\r\n%s\r\n' % (len(w), w) for w in writes) + b'0\r\n\r\n'
-                responses.append((f'{name}/{mode}', sse_response(body, headers='Transfer-Encoding: chunked\r\n')))
+                response = sse_response(body, headers='Transfer-Encoding: chunked\r\n')
             else:
                 body = b''.join(writes)
-                responses.append((f'{name}/{mode}', sse_response(body, headers=f'Content-Length: {len(body)}\r\n')))
+                response = sse_response(body, headers=f'Content-Length: {len(body)}\r\n')
+            responses.append((f'{profile}/{api}/{mode}', response, api))
     return responses
 
 
@@ -938,14 +1273,15 @@ def rechunk(data: bytes, rng: random.Random) -> list[bytes]:
     return [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
 
 
-def consume(reads: list[bytes]) -> str | None:
-    """Run a whole response through the client's sans-IO layers (head, framing, events, chat chunks);
-    return the first failing layer, or None when the answer is complete.
+def consume(reads: list[bytes], api: str = 'chat') -> str | None:
+    """Run a whole response through the client's sans-IO layers (head, framing, events, the API's
+    validator); return the first failing layer, or None when the answer is complete.
 
     Any exception other than StreamError escapes, which is what the fuzz tests look for.
     """
     heads, head, body = stream_client.ResponseHeadParser(), None, None
-    events, chunks = Events(), ChatChunks()
+    chunks = stream_client.VALIDATORS[api]()
+    events = chunks.parser()
     try:
         for raw in reads:
             if head is None:
@@ -1020,9 +1356,9 @@ FRAMING_MUTATIONS = {
 }
 
 
-def complete_responses() -> list[tuple[str, bytes]]:
-    """The framed responses whose answer is complete (an ok record), both framings."""
-    return [(name, response) for name, response in framed_responses() if consume([response]) is None]
+def complete_responses() -> list[tuple[str, bytes, str]]:
+    """The framed responses whose answer is complete (an ok record), both framings, all three APIs."""
+    return [(name, response, api) for name, response, api in framed_responses() if consume([response], api) is None]
 
 
 ANSWER_EVENTS = (f'data: {chunk_json(delta={"content": "hi"})}\n\ndata: {chunk_json(finish_reason="stop")}\n\n'
@@ -1150,50 +1486,53 @@ FUZZ_SCALE = int(os.environ.get('FUZZ_SCALE', '1'))  # FUZZ_SCALE=20 python3 -m 
 
 class FuzzTests(unittest.TestCase):
     def test_truncated_responses_are_never_complete(self):
-        for name, response in framed_responses():
+        responses = framed_responses()
+        self.assertEqual({api for _, _, api in responses}, set(APIS))
+        for name, response, api in responses:
             boundaries = {i + 1 for i in range(len(response)) if response[i:i + 1] == b'\n'}
             offsets = set(range(max(0, len(response) - 100), len(response))) | boundaries - {len(response)}
             for offset in sorted(offsets):
-                verdict = consume([response[:offset]])
+                verdict = consume([response[:offset]], api)
                 self.assertIsNotNone(verdict, f'{name} cut at {offset} of {len(response)} was judged complete')
 
     def test_mutated_and_rechunked_responses_only_raise_stream_errors(self):
         rng = random.Random(6)
         responses = framed_responses()
         for _ in range(1500 * FUZZ_SCALE):
-            name, response = rng.choice(responses)
-            consume(rechunk(mutate(response, rng), rng))  # must not raise anything but StreamError
+            name, response, api = rng.choice(responses)
+            consume(rechunk(mutate(response, rng), rng), api)  # must not raise anything but StreamError
 
     def test_framing_mutations_get_their_layer_in_the_layers_and_over_loopback(self):
         rng = random.Random(1071)
         bases = complete_responses()
-        self.assertEqual({b'chunked' in r.lower() for _, r in bases}, {True, False})  # both framings are covered
+        self.assertEqual({b'chunked' in r.lower() for _, r, _ in bases}, {True, False})  # both framings
+        self.assertEqual({api for _, _, api in bases}, set(APIS))
         with Fixture(delay=0) as fixture:
             for case in range(len(FRAMING_MUTATIONS) * 6 * FUZZ_SCALE):
                 mutation = list(FRAMING_MUTATIONS)[case % len(FRAMING_MUTATIONS)]
                 edit, chunked_only, layer = FRAMING_MUTATIONS[mutation]
-                name, base = rng.choice([(n, r) for n, r in bases
-                                         if b'transfer-encoding: chunked' in r.lower() or not chunked_only])
+                name, base, api = rng.choice([(n, r, a) for n, r, a in bases
+                                              if b'transfer-encoding: chunked' in r.lower() or not chunked_only])
                 response = edit(base, rng)
                 with self.subTest(mutation=mutation, base=name):
-                    self.assertEqual(consume(rechunk(response, rng)), layer)
+                    self.assertEqual(consume(rechunk(response, rng), api), layer)
                     fixture.instance.replay = (b'', rechunk(response, rng))
-                    record = stream(fixture.url, 'tiny', 'hi', idle=1, deadline=2)
+                    record = stream(fixture.url, 'tiny', 'hi', idle=1, deadline=2, api=api)
                     self.assertEqual(record['error_layer'], layer, record['error'])
 
     def test_full_client_survives_mutated_responses_over_loopback(self):
         rng = random.Random(3440)
-        responses = [path.read_bytes() for path in sorted(TRACES.glob('*.http'))]
+        responses = [(path.read_bytes(), capture_api(path.name)) for path in sorted(TRACES.glob('*.http'))]
         with Fixture(delay=0) as fixture:
             for case in range(150 * FUZZ_SCALE):
-                original = rng.choice(responses)
+                original, api = rng.choice(responses)
                 if case % 3 == 0:
                     response, truncated = original[:rng.randrange(len(original))], True
                 else:
                     response, truncated = mutate(original, rng), False
                 fixture.instance.replay = (b'', rechunk(response, rng))
                 started = time.monotonic()
-                record = stream(fixture.url, 'tiny', 'hi', idle=1, deadline=2)
+                record = stream(fixture.url, 'tiny', 'hi', idle=1, deadline=2, api=api)
                 self.assertLess(time.monotonic() - started, 2.5)
                 json.dumps(record)
                 if truncated:
@@ -1321,6 +1660,8 @@ class CommandLineTests(unittest.TestCase):
                 'prompt twice': good + ['--prompt', 'a', '--prompt-file', '-'],
                 'capture is the output': good + ['--capture', 'run.json'],
                 'unknown flag': good + ['--verify', 'no'],
+                'a path of no known API': good + ['--url', fixture.url.replace('/v1/chat/completions', '/v2/chat')],
+                'an unknown --api': good + ['--api', 'embeddings'],
             }
             for name, args in cases.items():
                 with self.subTest(name):
