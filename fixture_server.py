@@ -9,16 +9,19 @@ ever bound.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import email.utils
 import html
 import itertools
 import json
 import os
+import random
 import select
 import socket
 import ssl
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -485,6 +488,30 @@ def applies(mode: str, api: str) -> bool:
     return api in ONLY_ON.get(mode, tuple(set(API_PATHS.values())))
 
 
+MIXED = 'mixed'
+MIXED_OK_SHARE = 0.6
+# The failures a mixed fixture picks from: one of each layer's quick failures, all valid on every API.
+MIXED_FAILURES = ('broken', 'length', 'malformed', 'http-error', 'truncated', 'no-done', 'unterminated',
+                  'after-done', 'error-event')
+CHOICES = (*MODES, MIXED)  # what --mode accepts
+
+
+class Schedule:
+    """The modes a mixed fixture serves, one per request in arrival order, drawn from a seeded generator:
+    MIXED_OK_SHARE of them ok, the rest spread over MIXED_FAILURES. ``served`` counts what was sent."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.served: collections.Counter = collections.Counter()
+
+    def next_mode(self) -> str:
+        with self._lock:
+            mode = 'ok' if self._rng.random() < MIXED_OK_SHARE else self._rng.choice(MIXED_FAILURES)
+            self.served[mode] += 1
+        return mode
+
+
 def parse_capture(raw: bytes) -> tuple[bytes, list[bytes]]:
     """Split a captured response into its head and body writes (one per HTTP chunk when chunked)."""
     head, separator, body = raw.partition(b'\r\n\r\n')
@@ -624,6 +651,8 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _stream(self, mode: str, api: str, request: dict) -> None:
+        if mode == MIXED:
+            mode = self.server.schedule.next_mode()
         if not applies(mode, api):
             self._send_error(400, f'mode {mode} does not apply to {self.path}; it applies to '
                                   f'{" and ".join(ONLY_ON[mode])}', 'BadRequestError')
@@ -704,14 +733,15 @@ class FixtureServer(ThreadingHTTPServer):
 def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, *, profile: str = 'guide',
            api_key: str | None = None, tokens: int | None = None, reasoning_field: str = 'reasoning',
            replay: bytes | None = None, tls_cert: str | None = None,
-           tls_key: str | None = None) -> ThreadingHTTPServer:
+           tls_key: str | None = None, seed: int = 0) -> ThreadingHTTPServer:
     """A fixture server bound to 127.0.0.1:port (0 picks a free port); call serve_forever().
 
     replay is a captured response (status line, headers, body) sent instead of the mode.
-    tls_cert and tls_key (PEM files) make it serve HTTPS.
+    tls_cert and tls_key (PEM files) make it serve HTTPS. seed seeds the mixed mode's schedule,
+    whose counts are in the server's ``schedule.served``.
     """
-    if mode not in MODES:
-        raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(MODES)}')
+    if mode not in CHOICES:
+        raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
     if profile not in PROFILES:
         raise ValueError(f'unknown profile {profile!r}; choose from {", ".join(PROFILES)}')
     if not delay >= 0:
@@ -731,16 +761,19 @@ def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, *, profile:
     instance.tokens, instance.reasoning_field = tokens, reasoning_field
     instance.replay = mark_replay(*parse_capture(replay)) if replay is not None else None
     instance.last_request = None  # (headers, JSON body) of the last request answered, for tests
+    instance.schedule = Schedule(seed)
     return instance
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--port', type=int, default=18080, help='port on 127.0.0.1; 0 picks a free one')
-    parser.add_argument('--mode', choices=list(MODES), default='ok', metavar='MODE',
-                        help=f'how the stream behaves: {", ".join(MODES)} (default ok). Slow on purpose: stall '
+    parser.add_argument('--mode', choices=CHOICES, default='ok', metavar='MODE',
+                        help=f'how the stream behaves: {", ".join(CHOICES)} (default ok). Slow on purpose: stall '
                              f'and held-open keep the connection until the client leaves, drip sends keepalives; '
-                             f'all three for at most {HOLD_LIMIT:g} s')
+                             f'all three for at most {HOLD_LIMIT:g} s. mixed picks a mode per request from a '
+                             f'seeded schedule, mostly ok, and prints what it served when it stops')
+    parser.add_argument('--seed', type=int, default=0, help='the seed of the mixed schedule (default 0)')
     parser.add_argument('--profile', choices=list(PROFILES), default='guide',
                         help="bytes to speak: the guide's fixture or vLLM 0.32 (default guide)")
     parser.add_argument('--delay', type=float, default=0.05, help='seconds before each write (default 0.05)')
@@ -769,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         instance = server(args.port, args.mode, args.delay, profile=args.profile, api_key=args.api_key,
                           tokens=args.tokens, reasoning_field=args.reasoning_field, replay=replay,
-                          tls_cert=args.tls_cert, tls_key=args.tls_key)
+                          tls_cert=args.tls_cert, tls_key=args.tls_key, seed=args.seed)
     except ValueError as exc:
         parser.error(str(exc))
     except OSError as exc:  # includes ssl.SSLError for an unusable certificate or key
@@ -777,12 +810,15 @@ def main(argv: list[str] | None = None) -> int:
                        f'{exc.strerror or exc}\n')
     with instance:
         what = f'replay of {args.replay}' if args.replay else f'{args.mode}, {args.profile} profile'
-        print(f'Synthetic fixture ({what}) listening on '
+        print(f'Synthetic fixture ({what}; /v1/completions and /v1/responses too) listening on '
               f'{instance.scheme}://127.0.0.1:{instance.server_port}/v1/chat/completions', flush=True)
         try:
             instance.serve_forever()
         except KeyboardInterrupt:
             pass
+    if args.mode == MIXED:
+        served = instance.schedule.served
+        print('served: ' + (', '.join(f'{mode} {count}' for mode, count in served.most_common()) or 'nothing'))
     return 0
 
 

@@ -29,16 +29,22 @@ The module reads top to bottom as the layers of a response:
 from __future__ import annotations
 
 import argparse
+import array
+import calendar
 import codecs
+import collections
 import dataclasses
 import encodings.idna  # noqa: F401 -- the first connect() of a process needs it; imported here, not in the timed run
 import enum
 import hashlib
 import http.client
+import itertools
 import ipaddress
 import json
 import math
 import os
+import queue
+import random
 import re
 import signal
 import socket
@@ -1119,6 +1125,7 @@ class PreparedRequest:
     model: str
     body: bytes = dataclasses.field(repr=False)
     headers: dict = dataclasses.field(repr=False)
+    wire: bytes = dataclasses.field(repr=False)  # the whole request as sent, formatted once by http.client
     idle: float
     deadline: float
     settings: dict  # the request settings the record reports (no prompt text, no key)
@@ -1259,10 +1266,35 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     settings = {'max_tokens': max_tokens, 'temperature': temperature, 'stop': stop,
                 'system': system is not None, 'extra_keys': sorted(extra or {}),
                 'prompt_sha256': hashlib.sha256(prompt.encode()).hexdigest(), 'expect_finish': expect_finish}
+    data = json.dumps(body, ensure_ascii=False).encode()
     return PreparedRequest(url=url, scheme=parts.scheme, host=parts.hostname, port=port, path=parts.path or '/',
-                           api=api, model=model, body=json.dumps(body, ensure_ascii=False).encode(),
-                           headers=headers, idle=idle, deadline=deadline, settings=settings, max_tokens=max_tokens,
+                           api=api, model=model, body=data, headers=headers,
+                           wire=render_request(parts.scheme, parts.hostname, port, parts.path or '/', headers, data),
+                           idle=idle, deadline=deadline, settings=settings, max_tokens=max_tokens,
                            expect_finish=expect_finish, source=source, ssl_context=context, token=token or '')
+
+
+class _Recorder:
+    """Stands in for a socket: keeps what http.client sends."""
+
+    def __init__(self) -> None:
+        self.sent = bytearray()
+
+    def sendall(self, data: bytes) -> None:
+        self.sent += data
+
+
+def render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes) -> bytes:
+    """The bytes of a POST request, formatted (and its header names and values checked) by http.client.
+    Done once per prepared request; every run sends these bytes on its own connection."""
+    connection_class = http.client.HTTPSConnection if scheme == 'https' else http.client.HTTPConnection
+    conn = connection_class(host, port)
+    conn.sock = _Recorder()  # http.client writes to a connection it is given, as it is
+    try:
+        conn.request('POST', path, body=body, headers=headers)
+    except ValueError as exc:  # http.client refuses a header value or path it cannot send
+        raise ValueError(f'cannot send this request: {exc}') from None
+    return bytes(conn.sock.sent)
 
 
 # ---------------------------------------------------------------------------
@@ -1325,13 +1357,52 @@ class Capture:
             self.truncated = True
 
 
+class Cancel:
+    """Lets another thread stop runs in flight: cancel() shuts down their connections, and each of
+    those runs records an interrupted failure. Shared by the runs of one load; safe in threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self.reason: str | None = None  # the signal that cancelled, once it did
+
+    def cancel(self, reason: str) -> None:
+        with self._lock:
+            self.reason = self.reason or reason
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+    def attach(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.add(sock)
+            cancelled = self.reason is not None
+        if cancelled:
+            _shut(sock)
+
+    def detach(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.discard(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    """Shut a connection down so that a read blocked on it returns; the plain socket's method, so that
+    no TLS state is touched from this thread."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class Exchange:
     """What one run saw, each piece owned by the layer that fills it:
     the timeline by the transport, the head and body reader by the HTTP layer,
     the events by the SSE parser, the answer by the API's validator."""
 
-    def __init__(self, request: PreparedRequest, capture: Capture | None = None) -> None:
+    def __init__(self, request: PreparedRequest, capture: Capture | None = None,
+                 cancel: Cancel | None = None) -> None:
         self.request = request
+        self.cancel = cancel
         self.timeline = Timeline()
         self.capture = capture
         self.phase = Phase.CONNECT
@@ -1344,6 +1415,14 @@ class Exchange:
     def fail(self, error: StreamError) -> None:
         if self.failure is None:
             self.failure = error
+
+    def interruption(self, signal_name: str | None = None) -> StreamError | None:
+        """The failure of a run stopped by a signal (or by its Cancel), or None if it was not."""
+        signal_name = signal_name or (self.cancel.reason if self.cancel is not None else None)
+        if signal_name is None:
+            return None
+        return StreamError('interrupted', f'interrupted by {signal_name} during the {self.phase.value} phase '
+                                          f'after {self.validator.content_events} content events')
 
 
 def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
@@ -1363,13 +1442,15 @@ def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: fl
     return run(request, on_text, on_reasoning)
 
 
-def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capture | None = None) -> dict:
+def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capture | None = None,
+        cancel: Cancel | None = None) -> dict:
     """Perform a prepared request; return the record (see stream()).
 
     Safe to call from many threads at once. When ``capture`` is given, the
-    raw response is kept in it (see Capture).
+    raw response is kept in it (see Capture). A ``cancel`` shared with
+    other runs lets another thread interrupt this one.
     """
-    x = Exchange(request, capture)
+    x = Exchange(request, capture, cancel)
     interrupted = None
     sock = None
     try:
@@ -1380,12 +1461,13 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
         x.fail(exc)
     except KeyboardInterrupt as exc:
         interrupted = getattr(exc, 'signal_name', 'SIGINT')
-        x.fail(StreamError('interrupted', f'interrupted by {interrupted} during the {x.phase.value} phase '
-                                          f'after {x.validator.content_events} content events'))
+        x.fail(x.interruption(interrupted))
     except Exception as exc:  # a server must never crash the run: keep the evidence
         x.fail(_classify(exc, x))
     finally:
         if sock is not None:
+            if cancel is not None:
+                cancel.detach(sock)
             sock.close()
         x.timeline.ended = time.perf_counter()
     record = build_record(x)
@@ -1397,31 +1479,32 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
 def _connect(x: Exchange) -> socket.socket:
     """The TCP connection and, for https, the TLS handshake, each under the idle timeout cut to the deadline."""
     request = x.request
+    if x.interruption():
+        raise x.interruption()
     sock = socket.create_connection((request.host, request.port), timeout=_wait(x))
+    if x.cancel is not None:
+        x.cancel.attach(sock)
     if request.scheme == 'http':
         return sock
     x.phase = Phase.TLS
     try:
         sock.settimeout(_wait(x))
-        return request.ssl_context.wrap_socket(sock, server_hostname=request.host)
+        tls = request.ssl_context.wrap_socket(sock, server_hostname=request.host)
     except BaseException:
+        if x.cancel is not None:
+            x.cancel.detach(sock)
         sock.close()
         raise
-
-
-def _send_request(sock: socket.socket, request: PreparedRequest) -> None:
-    """Send the request with http.client, over the connection made by _connect()."""
-    connection_class = http.client.HTTPSConnection if request.scheme == 'https' else http.client.HTTPConnection
-    conn = connection_class(request.host, request.port, **({'context': request.ssl_context}
-                                                            if request.scheme == 'https' else {}))
-    conn.sock = sock  # http.client uses a connection it is given as it is
-    conn.request('POST', request.path, body=request.body, headers=request.headers)
+    if x.cancel is not None:  # the TLS socket took over the connection
+        x.cancel.detach(sock)
+        x.cancel.attach(tls)
+    return tls
 
 
 def _exchange(sock: socket.socket, x: Exchange, on_text, on_reasoning) -> None:
     x.phase = Phase.REQUEST
     sock.settimeout(_wait(x))
-    _send_request(sock, x.request)
+    sock.sendall(x.request.wire)
     x.phase = Phase.HEADERS
     head, first = _read_head(sock, x)
     x.head = head
@@ -1443,7 +1526,7 @@ def _read_head(sock: socket.socket, x: Exchange) -> tuple[ResponseHead, bytes]:
         sock.settimeout(_wait(x))
         raw = sock.recv(READ_SIZE)
         if not raw:
-            raise StreamError('transport', parser.eof_problem())
+            raise x.interruption() or StreamError('transport', parser.eof_problem())
         head = parser.feed(raw)
         if head is not None:
             x.timeline.headers_at = time.perf_counter()
@@ -1493,6 +1576,8 @@ def _read_body(sock: socket.socket, x: Exchange, first: bytes, on_text, on_reaso
         raw = sock.recv(READ_SIZE)
         now = time.perf_counter()
         if not raw:
+            if x.interruption():
+                raise x.interruption()
             return  # the connection closed: judge() reads how each layer ended
         if now > deadline_at:
             raise _deadline_failure(x)
@@ -1523,6 +1608,8 @@ def _unended_after_terminal(x: Exchange, bound: str) -> StreamError:
 def _classify(exc: BaseException, x: Exchange) -> StreamError:
     """Turn an exception from the socket, TLS or http.client into a layered failure."""
     request = x.request
+    if x.interruption():
+        return x.interruption()
     if isinstance(exc, (TimeoutError, socket.timeout)):
         return _timeout_failure(x)
     if isinstance(exc, ssl.SSLCertVerificationError):
@@ -1719,7 +1806,7 @@ def build_record(x: Exchange) -> dict:
         'url': request.url,
         'request': dict(request.settings),
         'started_at': _utc_iso(timeline.started_wall),
-        'client': {'version': __version__, 'python': sys.version.split()[0], 'platform': _platform()},
+        'client': {'version': __version__, 'python': PYTHON_VERSION, 'platform': PLATFORM},
         'capture': None if x.capture is None else {'bytes': len(x.capture.data), 'truncated': x.capture.truncated},
     }
     return redact(record, request.token)
@@ -1789,6 +1876,10 @@ def _platform() -> str:
     return f'{uname.sysname} {uname.release} {uname.machine}'
 
 
+PYTHON_VERSION = sys.version.split()[0]
+PLATFORM = _platform()  # constant for the life of the process
+
+
 def redact(value, secret: str):
     """A copy of value with every occurrence of secret in its strings replaced."""
     if not secret:
@@ -1808,6 +1899,280 @@ def failed_record(request: PreparedRequest, failure: StreamError) -> dict:
     x.fail(failure)
     x.timeline.ended = x.timeline.started
     return build_record(x)
+
+
+# ---------------------------------------------------------------------------
+# Many runs: a load of strict runs, and a summary built from their verdicts
+# ---------------------------------------------------------------------------
+
+ARRIVALS = ('poisson', 'constant')
+MAX_OPEN_LOOP_IN_FLIGHT = 512  # runs in flight at most under --rate without --concurrency
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadSettings:
+    """How many runs, how many at once, and how fast they start: a closed loop (no rate: each run
+    starts when a slot is free) or an open loop (rate runs per second, at most concurrency at once)."""
+
+    runs: int = 1
+    concurrency: int | None = None
+    rate: float | None = None
+    arrivals: str = 'poisson'
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
+            raise ValueError(f'runs must be a positive integer, got {self.runs!r}')
+        if self.concurrency is not None and (isinstance(self.concurrency, bool) or
+                                             not isinstance(self.concurrency, int) or self.concurrency < 1):
+            raise ValueError(f'concurrency must be a positive integer, got {self.concurrency!r}')
+        if self.rate is not None and not _positive_finite(self.rate):
+            raise ValueError(f'rate must be a positive finite number of runs per second, got {self.rate!r}')
+        if self.arrivals not in ARRIVALS:
+            raise ValueError(f'arrivals must be one of {", ".join(ARRIVALS)}, got {self.arrivals!r}')
+
+    @property
+    def in_flight(self) -> int:
+        """The most runs that may be in flight at once."""
+        default = 1 if self.rate is None else MAX_OPEN_LOOP_IN_FLIGHT
+        return min(self.runs, self.concurrency or default)
+
+    def described(self) -> dict:
+        return {'runs': self.runs, 'concurrency': self.in_flight, 'rate': self.rate,
+                'arrivals': self.arrivals if self.rate is not None else None, 'seed': self.seed}
+
+
+def arrival_offsets(settings: LoadSettings):
+    """Seconds after the load's start at which each run is due: all at once in a closed loop (the slots
+    pace them); evenly spaced or at Poisson arrivals (seeded) in an open loop."""
+    if settings.rate is None:
+        yield from (0.0 for _ in range(settings.runs))
+        return
+    rng, at = random.Random(settings.seed), 0.0
+    for _ in range(settings.runs):
+        yield at
+        at += 1 / settings.rate if settings.arrivals == 'constant' else rng.expovariate(settings.rate)
+
+
+class _Pool:
+    """Worker threads, started as jobs need them, up to ``size``; work(job) runs in one of them."""
+
+    def __init__(self, size: int, work) -> None:
+        self._size, self._work = size, work
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pending = 0  # jobs submitted and not finished
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, job) -> None:
+        with self._lock:
+            self._pending += 1
+            spawn = self._pending > len(self._threads) and len(self._threads) < self._size
+            if spawn:
+                self._threads.append(threading.Thread(target=self._loop, daemon=True))
+        self._jobs.put(job)
+        if spawn:
+            self._threads[-1].start()
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                self._work(job)
+            finally:
+                with self._lock:
+                    self._pending -= 1
+
+    def close(self) -> None:
+        """Wait for every job, then for the threads (in short waits, so that signals are handled)."""
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            while thread.is_alive():
+                thread.join(0.1)
+
+
+def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel) -> None:
+    """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
+    run as it ends, one call at a time, from the worker threads.
+
+    Each record gains ``run`` (its index), ``offset_ms`` (its start after the load's), ``queued_ms``
+    (open loop: how late it started after it was due) and ``load`` (the settings). Once ``cancel`` is
+    cancelled, no run starts and the runs in flight end as interrupted; this returns when every run
+    that started has its record.
+    """
+    started, lock, described = time.perf_counter(), threading.Lock(), settings.described()
+
+    def one(job: tuple[int, float]) -> None:
+        index, due = job
+        if cancel.reason is not None:
+            return  # cancelled before it started: no run, no record
+        begun = time.perf_counter()
+        record = run(requests[index % len(requests)], cancel=cancel)
+        record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
+                  'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
+                  'load': described}
+        with lock:
+            on_record(record)
+    pool = _Pool(settings.in_flight, one)
+    try:
+        for index, due in enumerate(arrival_offsets(settings)):
+            while (wait := started + due - time.perf_counter()) > 0 and cancel.reason is None:
+                time.sleep(min(wait, 0.05))
+            if cancel.reason is not None:
+                break
+            pool.submit((index, due))
+    finally:
+        pool.close()
+
+
+_QUOTED_TEXT = re.compile(r"""b?'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
+_NUMBER = re.compile(r'(?<![\w.])\d+(?:\.\d+)?(?![\w.])')
+
+
+def error_kind(error: str) -> str:
+    """An error with its counts and quoted server text taken out, so that errors of one kind group:
+    'application: EOF before [DONE] after 2 content events' -> '... after N content events'.
+    The HTTP status stays."""
+    status = re.match(r'http: expected status 200, got (\d{3})', error)
+    kind = _NUMBER.sub('N', _QUOTED_TEXT.sub('...', error))
+    return kind.replace('expected status N, got N', f'expected status 200, got {status[1]}', 1) if status else kind
+
+
+def percentiles(values) -> dict | None:
+    """p50, p90, p99 (nearest rank) and max of values, or None when there are none."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    def rank(p: float) -> float:
+        return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+    return {'p50': rank(50), 'p90': rank(90), 'p99': rank(99), 'max': ordered[-1]}
+
+
+class GapHistogram:
+    """Content-event gaps pooled over many runs in bounded memory: counted in buckets 1% wide (and zero
+    apart), so each percentile is the upper bound of its bucket, at most 1% above the true value."""
+
+    STEP = math.log(1.01)
+
+    def __init__(self) -> None:
+        self.buckets: collections.Counter = collections.Counter()
+        self.count = 0
+        self.max = 0.0
+
+    def add(self, gaps: list[float]) -> None:
+        for gap in gaps:
+            self.buckets[None if gap <= 0 else math.floor(math.log(gap) / self.STEP)] += 1
+        self.count += len(gaps)
+        self.max = max([self.max, *gaps])
+
+    def result(self) -> dict | None:
+        if not self.count:
+            return None
+        keys = sorted(self.buckets, key=lambda key: -math.inf if key is None else key)
+        def rank(p: float) -> float:
+            needed, seen = max(1, math.ceil(p / 100 * self.count)), 0
+            for key in keys:
+                seen += self.buckets[key]
+                if seen >= needed:
+                    return 0.0 if key is None else min(self.max, round(math.exp((key + 1) * self.STEP), 3))
+            return self.max
+        return {'p50': rank(50), 'p90': rank(90), 'p99': rank(99), 'max': self.max, 'count': self.count}
+
+
+LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
+
+
+class Summary:
+    """The aggregate of many runs, built from their records alone, so that --summary recomputes from the
+    saved evidence exactly what the load printed. Keeps a few numbers per run, never the records."""
+
+    def __init__(self) -> None:
+        self.runs = self.ok = 0
+        self.by_layer: collections.Counter = collections.Counter()
+        self.by_kind: collections.Counter = collections.Counter()
+        self.latency = {field: array.array('d') for field in LATENCY_FIELDS}
+        self.gaps = GapHistogram()
+        self.completion_tokens = self.token_runs = self.content_events = 0
+        self.first_start: float | None = None
+        self.last_end: float | None = None
+        self.seen = {'sources': set(), 'apis': set(), 'models': set(), 'expected_finishes': set()}
+        self._second = ('', 0)  # the last whole second parsed from a started_at, and its epoch
+
+    def _epoch(self, started_at: str) -> float:
+        """Seconds since the epoch of a record's started_at (UTC, millisecond precision)."""
+        second = started_at[:19]
+        if second != self._second[0]:  # runs of a load share their seconds: parse each once
+            self._second = (second, calendar.timegm(time.strptime(second, '%Y-%m-%dT%H:%M:%S')))
+        return self._second[1] + int(started_at[20:23]) / 1000
+
+    def add(self, record: dict) -> None:
+        self.runs += 1
+        start = self._epoch(record['started_at'])
+        end = start + (record['duration_ms'] or 0) / 1000
+        self.first_start = start if self.first_start is None else min(self.first_start, start)
+        self.last_end = end if self.last_end is None else max(self.last_end, end)
+        self.seen['sources'].add(record.get('source', 'endpoint'))
+        self.seen['apis'].add(record.get('api', 'chat'))
+        self.seen['models'].add(record.get('model'))
+        self.seen['expected_finishes'].add((record.get('request') or {}).get('expect_finish', 'stop'))
+        if not record['ok']:
+            self.by_layer[record['error_layer']] += 1
+            self.by_kind[error_kind(record['error'])] += 1
+            return
+        self.ok += 1
+        for field in LATENCY_FIELDS:
+            self.latency[field].append(record[field])
+        self.gaps.add(record['event_gaps_ms'])
+        self.content_events += record['content_events']
+        if record['completion_tokens'] is not None:
+            self.completion_tokens += record['completion_tokens']
+            self.token_runs += 1
+
+    def p50_first_text(self) -> float | None:
+        values = percentiles(self.latency['first_text_ms'])
+        return values and values['p50']
+
+    def result(self) -> dict:
+        """The summary as one JSON object (see the README's "Many runs")."""
+        wall = (self.last_end - self.first_start) if self.runs else 0.0
+        def per_second(count: float) -> float | None:
+            return round(count / wall, 3) if wall > 0 else None
+        return {
+            'runs': self.runs, 'ok': self.ok, 'not_ok': self.runs - self.ok,
+            'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
+            'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
+            'latency_ms': {field: percentiles(self.latency[field]) for field in LATENCY_FIELDS},
+            'latency_runs': self.ok, 'latency_excludes': self.runs - self.ok,
+            'event_gaps_ms': self.gaps.result(),
+            'wall_s': round(wall, 3), 'runs_per_s': per_second(self.runs), 'ok_runs_per_s': per_second(self.ok),
+            'completion_tokens_per_s': per_second(self.completion_tokens) if self.token_runs else None,
+            'content_events_per_s': per_second(self.content_events),
+            **{key: sorted(value, key=str) for key, value in self.seen.items()},
+        }
+
+
+def summary_table(result: dict) -> str:
+    """The summary for a person: counts, kinds of failure, and the latency of ok runs."""
+    lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}']
+    if result['not_ok']:
+        lines.append('not ok by layer: ' + ', '.join(f'{layer} {count}' for layer, count
+                                                     in result['not_ok_by_layer'].items()))
+        lines += [f'  {count:5d}  {kind}' for kind, count in list(result['not_ok_by_kind'].items())[:10]]
+    lines.append(f'over {result["latency_runs"]} ok runs ({result["latency_excludes"]} not ok runs excluded):'
+                 f'{"p50":>10}{"p90":>10}{"p99":>10}{"max":>10}')
+    rows = [(field, result['latency_ms'][field]) for field in LATENCY_FIELDS]
+    gaps = result['event_gaps_ms']
+    rows.append((f'content-event gaps ({gaps["count"] if gaps else 0})', gaps))
+    width = len(lines[-1]) - 40
+    for name, values in rows:
+        cells = ''.join(f'{values[key]:10.1f}' if values else f'{"-":>10}' for key in ('p50', 'p90', 'p99', 'max'))
+        lines.append(f'  {name:<{width - 2}}{cells}')
+    rates = [f'{result[key]} {label}' for key, label in (('runs_per_s', 'runs/s'), ('ok_runs_per_s', 'ok runs/s'),
+                                                          ('completion_tokens_per_s', 'completion tokens/s'),
+                                                          ('content_events_per_s', 'content events/s'))
+             if result[key] is not None]
+    lines.append(f'wall {result["wall_s"]} s: ' + ', '.join(rates))
+    return '\n'.join(lines)
 
 
 # ---------------------------------------------------------------------------
@@ -1839,60 +2204,133 @@ def _fixture_server():
 def _parser() -> OneLineParser:
     fixture = _fixture_server()
     parser = OneLineParser(
-        description='Stream one answer from an OpenAI-compatible server (chat completions, completions or the '
-                    'Responses API) and save evidence of whether it really finished. '
-                    'Exit status: 0 ok, 1 not ok, 2 bad arguments or output path, 130/143 interrupted.',
+        description='Stream answers from an OpenAI-compatible server (chat completions, completions or the '
+                    'Responses API) and save evidence of whether each really finished: one run, or many at '
+                    'once with a summary built from their verdicts. Exit status: 0 every run ok, 1 a run not ok, '
+                    '2 bad arguments or output path, 130/143 interrupted.',
         epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
-    parser.add_argument('--url', help=f'the endpoint (default {DEFAULT_URL}); a path ending in '
-                                      f'{", ".join(API_PATHS)} chooses the API')
-    parser.add_argument('--api', choices=list(VALIDATORS),
-                        help='the API, for a server mounted at another path (default: from the URL path)')
-    parser.add_argument('--model', help='model name to request (default with --fixture: synthetic-fixture)')
-    parser.add_argument('--prompt', help=f'user message (default: {DEFAULT_PROMPT!r})')
-    parser.add_argument('--prompt-file', metavar='PATH', help='read the user message from a file, or - for stdin')
-    parser.add_argument('--system', metavar='TEXT', help='a system message before the user message')
-    parser.add_argument('--max-tokens', type=int, default=128, metavar='N',
-                        help='output budget: max_tokens, or max_output_tokens for the Responses API (default 128)')
-    parser.add_argument('--temperature', type=float, default=0.0, metavar='T', help='sampling temperature (default 0)')
-    parser.add_argument('--stop', action='append', metavar='TEXT', help='a stop string (repeatable)')
-    parser.add_argument('--extra', metavar='JSON',
-                        help='a JSON object merged into the request body, e.g. \'{"min_tokens": 3}\'; '
-                             'it may not set model, messages, stream or n')
-    parser.add_argument('--idle', type=float, default=10.0, metavar='S',
-                        help='seconds to wait for the next bytes (default 10)')
-    parser.add_argument('--deadline', type=float, default=60.0, metavar='S',
-                        help='seconds the whole run may take (default 60)')
-    parser.add_argument('--ca-file', metavar='PEM', help='extra trusted CA certificates for https')
-    parser.add_argument('--output', metavar='FILE',
-                        help='new file for the JSON evidence record (required); an existing file is never overwritten')
-    parser.add_argument('--capture', metavar='FILE',
-                        help='new file for the raw response (status line, headers, body bytes as received), '
-                             'for --replay in fixture_server.py and bug reports')
-    parser.add_argument('--fixture', metavar='MODE', choices=list(fixture.MODES),
-                        help='stream from the synthetic fixture, run in this process on a free loopback port. '
-                             f'MODE is one of: {", ".join(fixture.MODES)}. Slow on purpose: stall and held-open '
-                             'last until --idle, drip until --deadline')
-    parser.add_argument('--fixture-profile', choices=list(fixture.PROFILES), default='guide',
-                        help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide)")
-    parser.add_argument('--quiet', action='store_true',
-                        help='no live text and no verdict line on stderr (stdout keeps its JSON summary)')
-    parser.add_argument('--compare', nargs='+', metavar='RECORD',
-                        help='print saved records side by side instead of running')
-    parser.add_argument('--mixed-sources', action='store_true',
-                        help='let --compare put records from the fixture, a replay and an endpoint in one table')
+    send = parser.add_argument_group('what to send')
+    send.add_argument('--url', help=f'the endpoint (default {DEFAULT_URL}); a path ending in '
+                                    f'{", ".join(API_PATHS)} chooses the API')
+    send.add_argument('--api', choices=list(VALIDATORS),
+                      help='the API, for a server mounted at another path (default: from the URL path)')
+    send.add_argument('--model', help='model name to request (default with --fixture: synthetic-fixture)')
+    send.add_argument('--prompt', help=f'user message (default: {DEFAULT_PROMPT!r})')
+    send.add_argument('--prompt-file', metavar='PATH', help='read the user message from a file, or - for stdin')
+    send.add_argument('--system', metavar='TEXT', help='a system message before the user message')
+    send.add_argument('--max-tokens', type=int, default=128, metavar='N',
+                      help='output budget: max_tokens, or max_output_tokens for the Responses API (default 128)')
+    send.add_argument('--temperature', type=float, default=0.0, metavar='T', help='sampling temperature (default 0)')
+    send.add_argument('--stop', action='append', metavar='TEXT', help='a stop string (repeatable)')
+    send.add_argument('--extra', metavar='JSON',
+                      help='a JSON object merged into the request body, e.g. \'{"min_tokens": 3}\'; '
+                           'it may not set model, stream, n or a key that has its own flag')
+    send.add_argument('--expect-finish', choices=FINISHES, default='stop',
+                      help='the finish of a finished answer: stop (default), or length for a fixed-length load '
+                           '(with "ignore_eos" in --extra), where the usage must also count --max-tokens tokens')
+    send.add_argument('--idle', type=float, default=10.0, metavar='S',
+                      help='seconds to wait for the next bytes (default 10)')
+    send.add_argument('--deadline', type=float, default=60.0, metavar='S',
+                      help='seconds one run may take (default 60)')
+    send.add_argument('--ca-file', metavar='PEM', help='extra trusted CA certificates for https')
+    load = parser.add_argument_group('many runs')
+    load.add_argument('--runs', type=int, default=1, metavar='N', help='how many runs (default 1)')
+    load.add_argument('--concurrency', type=int, metavar='C',
+                      help='at most C runs in flight (default 1; under --rate, up to '
+                           f'{MAX_OPEN_LOOP_IN_FLIGHT})')
+    load.add_argument('--rate', type=float, metavar='R',
+                      help='start R runs per second whatever is in flight (an open loop; default: a closed loop)')
+    load.add_argument('--arrivals', choices=ARRIVALS, default='poisson',
+                      help='how --rate spaces the starts (default poisson, seeded by --seed)')
+    load.add_argument('--seed', type=int, default=0, help='seed of the arrivals and of --fixture mixed (default 0)')
+    load.add_argument('--prompts', metavar='FILE',
+                      help='JSON Lines of prompts, each a string or {"prompt", "system", "max_tokens"}; '
+                           'the runs cycle through them')
+    out = parser.add_argument_group('where the evidence goes')
+    out.add_argument('--output', metavar='FILE',
+                     help='new file for the evidence (required): one JSON record, or with many runs one record '
+                          'per line; an existing file is never overwritten')
+    out.add_argument('--capture', metavar='FILE',
+                     help='new file for the raw response of one run (status line, headers, body bytes as '
+                          'received), for --replay in fixture_server.py and bug reports')
+    out.add_argument('--quiet', action='store_true',
+                     help='nothing on stderr: no live text, verdict, progress or table (stdout keeps its JSON line)')
+    fix = parser.add_argument_group('the built-in fixture')
+    fix.add_argument('--fixture', metavar='MODE', choices=list(fixture.CHOICES),
+                     help='stream from the synthetic fixture, run in this process on a free loopback port. '
+                          f'MODE is one of: {", ".join(fixture.CHOICES)}. Slow on purpose: stall and held-open '
+                          'last until --idle, drip until --deadline. mixed gives each run a mode from a '
+                          'seeded schedule, for a demo of --runs')
+    fix.add_argument('--fixture-profile', choices=list(fixture.PROFILES), default='guide',
+                     help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide)")
+    read = parser.add_argument_group('reading saved evidence (nothing is sent)')
+    read.add_argument('--compare', nargs='+', metavar='RECORD', help='print saved records side by side')
+    read.add_argument('--summary', nargs='+', metavar='FILE',
+                      help='the summary of saved runs (JSON Lines or single records), as a load prints it')
+    read.add_argument('--mixed-sources', action='store_true',
+                      help='let --compare and --summary mix records from the fixture, a replay and an endpoint')
     parser.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
     return parser
 
 
-def _request_from_args(args, url: str) -> PreparedRequest:
-    """The request the command line asks for, sent to url (the fixture's, with --fixture)."""
+def _requests_from_args(args, url: str) -> list[PreparedRequest]:
+    """The requests the command line asks for, sent to url (the fixture's, with --fixture): one,
+    or one per line of --prompts."""
     model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
     if model is None:
         raise UsageError('--model is required (unless --fixture is used)')
-    return prepare(url, model, _prompt(args), max_tokens=args.max_tokens, idle=args.idle,
-                   deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get('MODEL_API_KEY'),
-                   system=args.system, temperature=args.temperature, stop=args.stop, extra=_extra(args),
-                   api=args.api, source='endpoint' if args.fixture is None else 'fixture')
+    if args.prompts is None:
+        prompts = [{'prompt': _prompt(args), 'system': args.system, 'max_tokens': args.max_tokens}]
+    elif args.prompt is not None or args.prompt_file is not None:
+        raise UsageError('--prompts replaces --prompt and --prompt-file; give only one of them')
+    else:
+        prompts = load_prompts(args.prompts, args.system, args.max_tokens)
+    extra = _extra(args)
+    return [prepare(url, model, line['prompt'], max_tokens=line['max_tokens'], idle=args.idle,
+                    deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get('MODEL_API_KEY'),
+                    system=line['system'], temperature=args.temperature, stop=args.stop, extra=extra,
+                    api=args.api, expect_finish=args.expect_finish,
+                    source='endpoint' if args.fixture is None else 'fixture') for line in prompts]
+
+
+def load_prompts(path: str, system: str | None, max_tokens: int) -> list[dict]:
+    """The lines of a --prompts file: each a JSON string (the prompt) or an object with "prompt" and
+    optionally "system" and "max_tokens" (which override the flags). UsageError names a bad line."""
+    try:
+        with open(path, encoding='utf-8') as file:
+            lines = file.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f'cannot read --prompts {path}: {getattr(exc, "strerror", None) or exc}') from None
+    prompts = []
+    for number, line in enumerate(lines, 1):
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            raise UsageError(f'--prompts {path} line {number}: not JSON') from None
+        if isinstance(value, str):
+            value = {'prompt': value}
+        problem = _prompt_line_problem(value)
+        if problem:
+            raise UsageError(f'--prompts {path} line {number}: {problem}')
+        prompts.append({'prompt': value['prompt'], 'system': value.get('system', system),
+                        'max_tokens': value.get('max_tokens', max_tokens)})
+    if not prompts:
+        raise UsageError(f'--prompts {path} has no lines')
+    return prompts
+
+
+def _prompt_line_problem(value: object) -> str | None:
+    if not isinstance(value, dict) or not isinstance(value.get('prompt'), str):
+        return 'expected a JSON string, or an object with a string "prompt"'
+    unknown = sorted(set(value) - {'prompt', 'system', 'max_tokens'})
+    if unknown:
+        return f'unknown keys {", ".join(unknown)}; a line may have prompt, system and max_tokens'
+    if 'system' in value and not isinstance(value['system'], str):
+        return '"system" must be a string'
+    tokens = value.get('max_tokens', 1)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 32768:
+        return f'"max_tokens" must be an integer from 1 to 32768, got {tokens!r}'
+    return None
 
 
 def _prompt(args) -> str:
@@ -1962,8 +2400,8 @@ def _terminate(signum, frame):
 class _Fixture:
     """The synthetic fixture, served from this process on a free loopback port, for --fixture MODE."""
 
-    def __init__(self, mode: str, profile: str, api: str) -> None:
-        self.instance = _fixture_server().server(0, mode, profile=profile)
+    def __init__(self, mode: str, profile: str, api: str, seed: int) -> None:
+        self.instance = _fixture_server().server(0, mode, profile=profile, seed=seed)
         path = next(path for path, name in API_PATHS.items() if name == api)
         self.url = f'http://127.0.0.1:{self.instance.server_port}{path}'
         threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
@@ -2027,8 +2465,8 @@ COMPARE_COLUMNS = (('file', None), ('source', 'source'), ('model', 'model'), ('o
 
 
 def load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
-    """Saved evidence records; UsageError when one cannot be read, or when records of different
-    sources (fixture, replay, endpoint) mix and mixed_sources is not set."""
+    """Saved evidence records, one per file; UsageError when one cannot be read, or when records of
+    different sources mix and mixed_sources is not set."""
     records = []
     for path in paths:
         try:
@@ -2036,14 +2474,60 @@ def load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
                 record = json.load(file)
         except (OSError, ValueError) as exc:
             raise UsageError(f'cannot read record {path}: {getattr(exc, "strerror", None) or exc}') from None
-        if not isinstance(record, dict) or 'ok' not in record:
+        if not _is_record(record):
             raise UsageError(f'{path} is not an evidence record')
         records.append(record)
-    sources = sorted({record.get('source', 'endpoint') for record in records})
-    if len(sources) > 1 and not mixed_sources:
-        raise UsageError(f'refusing to compare records of different sources ({", ".join(sources)}): fixture and '
-                         'replay timings say nothing about a live model; add --mixed-sources to do it anyway')
+    check_sources({record.get('source', 'endpoint') for record in records}, mixed_sources, 'compare')
     return records
+
+
+def check_sources(sources: set, mixed_sources: bool, verb: str) -> None:
+    """UsageError when records of different sources would mix (fixture and replay timings are synthetic)."""
+    if len(sources) > 1 and not mixed_sources:
+        raise UsageError(f'refusing to {verb} records of different sources ({", ".join(sorted(sources))}): fixture '
+                         'and replay timings say nothing about a live model; add --mixed-sources to do it anyway')
+
+
+def _is_record(value: object) -> bool:
+    return isinstance(value, dict) and 'ok' in value and 'started_at' in value
+
+
+def iter_records(path: str):
+    """The records of a saved evidence file: a JSON Lines file of a load, or one pretty-printed record.
+    UsageError names the line that is not a record."""
+    try:
+        with open(path, encoding='utf-8') as file:
+            first = file.readline()
+            if first.strip() == '{':  # one record, as a single run writes it
+                value = json.loads(first + file.read())
+                if not _is_record(value):
+                    raise UsageError(f'{path} is not an evidence record')
+                yield value
+                return
+            for number, line in enumerate(itertools.chain([first], file), 1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except ValueError:
+                    value = None
+                if not _is_record(value):
+                    raise UsageError(f'{path} line {number} is not an evidence record')
+                yield value
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f'cannot read {path}: {getattr(exc, "strerror", None) or exc}') from None
+    except ValueError as exc:
+        raise UsageError(f'{path} is not an evidence record: {exc}') from None
+
+
+def summarize(paths: list[str], mixed_sources: bool = False) -> Summary:
+    """The summary of the records in saved evidence files (UsageError for unreadable files or mixed sources)."""
+    summary = Summary()
+    for path in paths:
+        for record in iter_records(path):
+            summary.add(record)
+    check_sources(summary.seen['sources'], mixed_sources, 'summarize')
+    return summary
 
 
 def compare_table(paths: list[str], records: list[dict]) -> str:
@@ -2076,9 +2560,14 @@ def _cell(value) -> str:
 
 
 def _reserve_files(args) -> tuple[int, int | None]:
-    """Create the output (and capture) file before anything is sent; undo the first if the second fails."""
+    """Create the output (and capture) file before anything is sent; undo the first if the second fails.
+
+    From here until the record is written, SIGINT and SIGTERM are ignored, so that a reserved file
+    can never be left empty."""
     if args.capture is not None and os.path.abspath(args.capture) == os.path.abspath(args.output):
         raise UsageError('--capture and --output must be different files')
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
     fd = reserve_output(args.output)
     if args.capture is None:
         return fd, None
@@ -2119,10 +2608,20 @@ def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None
             kept = save_capture(capture_fd, args.capture, capture, request.token)
             record = {**record, 'capture': {**(record['capture'] or {'bytes': 0, 'truncated': False}), 'file': kept}}
         write_record(fd, record)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # the evidence is safe on disk now
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _after_signals(status in SIGNAL_EXIT.values())  # the evidence is safe on disk now
     view.verdict(record)
     return record, status
+
+
+def _after_signals(interrupted: bool) -> None:
+    """Once the evidence is on disk: back to the default signal handling, unless a signal already
+    interrupted the work, in which case further ones are ignored until the process has said its last."""
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _interrupted_before_sending(signal_name: str) -> StreamError:
@@ -2141,6 +2640,94 @@ def _compare(args, prog: str) -> int:
     return 0
 
 
+def _summary_command(args, prog: str) -> int:
+    if args.output or args.fixture or args.url:
+        raise UsageError('--summary only reads evidence; it takes no --output, --url or --fixture')
+    result = summarize(args.summary, args.mixed_sources).result()
+    print(json.dumps(result, ensure_ascii=False))
+    if not args.quiet and sys.stderr.isatty():
+        print(summary_table(result), file=sys.stderr)
+    return 0 if result['runs'] and result['ok'] == result['runs'] else 1
+
+
+def _load_settings(args) -> LoadSettings | None:
+    """The load the command line asks for, or None for a single run as before (--runs 1, no load flags)."""
+    if args.runs == 1 and args.concurrency is None and args.rate is None and args.prompts is None:
+        return None
+    if args.capture is not None:
+        raise UsageError('--capture keeps the raw bytes of one run; it does not go with --runs, --concurrency, '
+                         '--rate or --prompts')
+    return LoadSettings(args.runs, args.concurrency, args.rate, args.arrivals, args.seed)
+
+
+class LoadView:
+    """What stderr shows during a load: on a terminal one status line updated in place, then the summary
+    table; elsewhere one line per run that is not ok. --quiet shows nothing."""
+
+    def __init__(self, out, quiet: bool, runs: int) -> None:
+        self.out, self.quiet, self.runs = out, quiet, runs
+        self.live = not quiet and out.isatty()
+        self.started = time.monotonic()
+        self.shown = 0.0
+
+    def record(self, record: dict, summary: Summary) -> None:
+        """Called for each record as its run ends (one call at a time)."""
+        if self.live:
+            now = time.monotonic()
+            if now - self.shown >= 0.1 or summary.runs == self.runs:
+                self.shown = now
+                p50 = summary.p50_first_text()
+                self.out.write(f'\r\x1b[Kruns {summary.runs}/{self.runs}  ok {summary.ok}  '
+                               f'not ok {summary.runs - summary.ok}  {now - self.started:.1f} s  p50 first text '
+                               + ('-' if p50 is None else f'{p50:.0f} ms'))
+                self.out.flush()
+        elif not self.quiet and not record['ok']:
+            self.out.write(f'run {record["run"]}: {verdict_line(record)}\n')
+            self.out.flush()
+
+    def finish(self, result: dict) -> None:
+        if self.live:
+            self.out.write('\r\x1b[K' + summary_table(result) + '\n')
+            self.out.flush()
+
+
+def _run_load(args, requests: list[PreparedRequest], settings: LoadSettings, fd: int, prog: str) -> int:
+    """Run the load, appending each record to the reserved JSON Lines file as its run ends; print the
+    summary; return the exit status. SIGINT and SIGTERM cancel the load: no new run starts, the runs in
+    flight end as interrupted and keep their records; a second signal changes nothing."""
+    summary, cancel = Summary(), Cancel()
+    view = LoadView(sys.stderr, args.quiet, settings.runs)
+    write_error: list[OSError] = []
+
+    def on_record(record: dict) -> None:
+        try:
+            output.write(json.dumps(record, ensure_ascii=False) + '\n')
+            output.flush()
+        except OSError as exc:
+            write_error.append(exc)
+            cancel.cancel('a failed write to the evidence file')
+        summary.add(record)
+        view.record(record, summary)
+
+    def on_signal(signum, frame) -> None:
+        cancel.cancel(signal.Signals(signum).name)
+    with os.fdopen(fd, 'w', encoding='utf-8') as output:
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        run_load(requests, settings, on_record, cancel)
+    _after_signals(cancel.reason is not None)
+    result = summary.result()
+    print(json.dumps(result, ensure_ascii=False))
+    view.finish(result)
+    if write_error:
+        print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
+              file=sys.stderr)
+        return 2
+    if cancel.reason in SIGNAL_EXIT:
+        return SIGNAL_EXIT[cancel.reason]
+    return 0 if result['ok'] == result['runs'] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = _parser()
@@ -2150,20 +2737,24 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.compare:
                 return _compare(args, parser.prog)
+            if args.summary:
+                return _summary_command(args, parser.prog)
             if args.output is None:
                 raise UsageError('--output is required')
+            settings = _load_settings(args)
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
-                fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat')
-            request = _request_from_args(args, fixture.url if fixture else args.url or DEFAULT_URL)
-            for signum in (signal.SIGINT, signal.SIGTERM):  # no interruption between reserving and recording
-                signal.signal(signum, signal.SIG_IGN)
+                fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
+            requests = _requests_from_args(args, fixture.url if fixture else args.url or DEFAULT_URL)
             fd, capture_fd = _reserve_files(args)
         except (UsageError, ValueError) as exc:
+            _after_signals(False)
             print(f'{parser.prog}: error: {exc}', file=sys.stderr)
             return 2
-        record, status = _run_command(args, request, fd, capture_fd)
+        if settings is not None:
+            return _run_load(args, requests, settings, fd, parser.prog)
+        record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:
             fixture.close()

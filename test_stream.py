@@ -1,6 +1,8 @@
 """Protocol tests: no model, no third-party package, loopback only."""
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 import os
 import random
@@ -30,14 +32,25 @@ def pieces(data: bytes, size: int) -> list[bytes]:
     return [data[i:i + size] for i in range(0, len(data), size)]
 
 
+EXHAUSTIVE_UP_TO = 2048  # bytes; longer inputs get a thinned sweep (see feedings)
+
+
 def feedings(data: bytes) -> Iterator[tuple[str, list[bytes]]]:
     """The same bytes whole, in pieces of every size (1 is byte by byte), and cut in two at every
-    point, each named for a failure message: the sweep of h11's t_body_reader."""
+    point, each named for a failure message: the sweep of h11's t_body_reader.
+
+    Above EXHAUSTIVE_UP_TO bytes the sweep thins out, to keep the suite fast: pieces of 1 to 64 bytes
+    and of every power of two, and cuts at every line end and every 13th byte.
+    """
     yield 'whole', [data]
-    for size in range(1, len(data)):
-        yield f'{size}-byte pieces', pieces(data, size)
+    exhaustive = len(data) <= EXHAUSTIVE_UP_TO
+    sizes = range(1, len(data)) if exhaustive else sorted(set(range(1, 65)) | {2 ** n for n in range(7, 20)})
+    for size in sizes:
+        if size < len(data):
+            yield f'{size}-byte pieces', pieces(data, size)
     for at in range(1, len(data)):
-        yield f'cut at {at}', [data[:at], data[at:]]
+        if exhaustive or at % 13 == 0 or data[at - 1:at] == b'\n':
+            yield f'cut at {at}', [data[:at], data[at:]]
 
 
 def parse_all(chunks: list[bytes]) -> list[str]:
@@ -1593,9 +1606,268 @@ class TimeoutUnderAttackTests(unittest.TestCase):
 
 
 
-def run_cli(*args: str, cwd: str, **kwargs) -> subprocess.CompletedProcess:
+class LoadTests(unittest.TestCase):
+    """Many runs at once: every run judged strictly, the summary built from the verdicts."""
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = Path(self.tmp.name)
+
+    def load(self, url: str, settings: stream_client.LoadSettings, **options) -> tuple[list[dict], list[float]]:
+        """Records of a load in the order they ended, and when (seconds after the start)."""
+        records, ended, started = [], [], time.monotonic()
+        def on_record(record: dict) -> None:
+            records.append(record)
+            ended.append(time.monotonic() - started)
+        requests = [stream_client.prepare(url, 'synthetic-fixture', 'READY', **options)]
+        stream_client.run_load(requests, settings, on_record, stream_client.Cancel())
+        return records, ended
+
+    def test_a_mixed_load_counts_exactly_what_the_fixture_served(self):
+        layers = {mode: row.verdict.error_layer for mode, row in FixtureVerdictTests.EXPECTED.items()}
+        for api in APIS:
+            with self.subTest(api=api), Fixture('mixed', seed=7, profile='vllm') as fixture:
+                url = fixture.url.replace('/v1/chat/completions', URL_PATHS[api])
+                records, _ = self.load(url, stream_client.LoadSettings(runs=60, concurrency=8), idle=2)
+                served = fixture.instance.schedule.served
+            summary = stream_client.Summary()
+            for record in records:
+                summary.add(record)
+            result = summary.result()
+            expected = collections.Counter()
+            for mode, count in served.items():
+                if layers[mode]:
+                    expected[layers[mode]] += count
+            self.assertEqual(sum(served.values()), 60)
+            self.assertEqual(result['not_ok_by_layer'], dict(expected))
+            self.assertEqual((result['runs'], result['ok']), (60, served['ok']))
+            self.assertGreaterEqual(len(result['not_ok_by_layer']), 4)
+            self.assertEqual(sorted(record['run'] for record in records), list(range(60)))
+            self.assertEqual({record['load']['concurrency'] for record in records}, {8})
+
+    def test_failed_runs_stay_out_of_the_latency_figures(self):
+        summary = stream_client.Summary()
+        base = {'started_at': '2026-11-30T10:00:00.000Z', 'event_gaps_ms': [1.0], 'content_events': 2,
+                'completion_tokens': 3, 'headers_ms': 1.0, 'first_text_ms': 10.0, 'duration_ms': 100.0}
+        summary.add({**base, 'ok': True})
+        summary.add({**base, 'ok': False, 'error_layer': 'transport', 'first_text_ms': 5000.0,
+                     'duration_ms': 9000.0, 'error': 'transport: connection closed after 4 of 9 body bytes'})
+        result = summary.result()
+        self.assertEqual(result['latency_ms']['first_text_ms'], {'p50': 10.0, 'p90': 10.0, 'p99': 10.0, 'max': 10.0})
+        self.assertEqual((result['latency_runs'], result['latency_excludes']), (1, 1))
+        self.assertEqual(result['not_ok_by_kind'], {'transport: connection closed after N of N body bytes': 1})
+        self.assertEqual((result['wall_s'], result['completion_tokens_per_s']), (9.0, round(3 / 9, 3)))
+
+    def test_percentiles_use_the_nearest_rank(self):
+        values = list(range(1, 101))
+        self.assertEqual(stream_client.percentiles(values), {'p50': 50, 'p90': 90, 'p99': 99, 'max': 100})
+        histogram = stream_client.GapHistogram()
+        histogram.add([0.0] * 50 + [10.0] * 49 + [200.0])
+        result = histogram.result()
+        self.assertEqual((result['p50'], result['max'], result['count']), (0.0, 200.0, 100))
+        self.assertTrue(10.0 <= result['p90'] <= 10.1, result)
+
+    def test_a_stalled_connection_does_not_hold_back_the_others(self):
+        with Fixture('stall') as stalled, Fixture('ok', delay=0) as quick:
+            requests = [stream_client.prepare(stalled.url, 'm', 'p', idle=1.5),
+                        stream_client.prepare(quick.url, 'm', 'p', idle=1.5)]
+            records, ended = [], []
+            started = time.monotonic()
+            def on_record(record: dict) -> None:
+                records.append(record)
+                ended.append(time.monotonic() - started)
+            stream_client.run_load(requests, stream_client.LoadSettings(runs=8, concurrency=8), on_record,
+                                   stream_client.Cancel())
+        by_run = {record['run']: (record, at) for record, at in zip(records, ended)}
+        for index in range(1, 8, 2):  # the quick fixture's runs
+            self.assertTrue(by_run[index][0]['ok'])
+            self.assertLess(by_run[index][1], 1.0)
+        for index in range(0, 8, 2):  # the stalled ones end at their own idle timeout
+            self.assertEqual(by_run[index][0]['error_layer'], 'timeout')
+            self.assertGreaterEqual(by_run[index][1], 1.5)
+
+    def test_an_open_loop_starts_runs_at_the_rate_and_arrivals_are_seeded(self):
+        with Fixture('ok', delay=0) as fixture:
+            records, _ = self.load(fixture.url, stream_client.LoadSettings(runs=6, rate=20, arrivals='constant'))
+        offsets = sorted(record['offset_ms'] for record in records)
+        for earlier, later in zip(offsets, offsets[1:]):
+            self.assertAlmostEqual(later - earlier, 50, delta=25)
+        self.assertTrue(all(record['queued_ms'] is not None and record['queued_ms'] < 25 for record in records))
+        poisson = stream_client.LoadSettings(runs=5, rate=10, seed=3)
+        self.assertEqual(list(stream_client.arrival_offsets(poisson)), list(stream_client.arrival_offsets(poisson)))
+        self.assertNotEqual(list(stream_client.arrival_offsets(poisson)),
+                            list(stream_client.arrival_offsets(dataclasses.replace(poisson, seed=4))))
+
+    def test_the_command_line_writes_one_record_per_line_and_a_summary(self):
+        with Fixture('mixed', profile='vllm', seed=5) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '30', '--concurrency', '6',
+                           '--output', 'mixed.jsonl', cwd=self.tmp.name, timeout=60)
+        self.assertIn(done.returncode, (0, 1), done.stderr)
+        lines = (self.dir / 'mixed.jsonl').read_text().splitlines()
+        records = [json.loads(line) for line in lines]
+        self.assertEqual(sorted(record['run'] for record in records), list(range(30)))
+        for record in records:
+            self.assertEqual(set(record) >= {'ok', 'error_layer', 'request', 'offset_ms', 'load'}, True)
+            self.assertEqual(len(record['request']['prompt_sha256']), 64)
+        summary = json.loads(done.stdout)
+        self.assertEqual((summary['runs'], summary['ok']), (30, sum(record['ok'] for record in records)))
+        self.assertEqual(done.returncode, 0 if summary['ok'] == 30 else 1)
+        self.assertEqual(done.stderr.count('\n'), summary['not_ok'])  # one line per run that is not ok
+        again = run_cli('--fixture', 'ok', '--runs', '2', '--output', 'mixed.jsonl', cwd=self.tmp.name)
+        self.assertEqual(again.returncode, 2)
+        self.assertEqual((self.dir / 'mixed.jsonl').read_text().splitlines(), lines)
+        missing = run_cli('--fixture', 'ok', '--runs', '2', '--output', 'no/such/dir.jsonl', cwd=self.tmp.name)
+        self.assertEqual((missing.returncode, missing.stderr.count('\n')), (2, 1))
+
+    def test_summary_of_two_files_equals_that_of_one_holding_both(self):
+        for name, seed in (('a', 1), ('b', 2)):
+            with Fixture('mixed', seed=seed) as fixture:
+                run_cli('--url', fixture.url, '--model', 'm', '--runs', '12', '--concurrency', '4',
+                        '--output', f'{name}.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+        both = self.dir / 'both.jsonl'
+        both.write_text((self.dir / 'a.jsonl').read_text() + (self.dir / 'b.jsonl').read_text())
+        split = run_cli('--summary', 'a.jsonl', 'b.jsonl', cwd=self.tmp.name)
+        whole = run_cli('--summary', 'both.jsonl', cwd=self.tmp.name)
+        self.assertEqual(json.loads(split.stdout), json.loads(whole.stdout))
+        self.assertEqual(json.loads(whole.stdout)['runs'], 24)
+        self.assertEqual(split.returncode, 0 if json.loads(split.stdout)['not_ok'] == 0 else 1)
+
+    def test_summary_recomputes_what_the_load_printed_and_refuses_mixed_sources(self):
+        with Fixture('mixed', seed=3) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '10', '--concurrency', '4',
+                           '--output', 'load.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+        again = run_cli('--summary', 'load.jsonl', cwd=self.tmp.name)
+        self.assertEqual(json.loads(again.stdout), json.loads(done.stdout))
+        capture = (TRACES / 'a2_chat_stream_usage_eos_stop.http').read_bytes()
+        with Fixture(replay=capture) as fixture:
+            run_cli('--url', fixture.url, '--model', 'tiny', '--output', 'replay.json', cwd=self.tmp.name)
+        refused = run_cli('--summary', 'load.jsonl', 'replay.json', cwd=self.tmp.name)
+        self.assertEqual((refused.returncode, refused.stdout), (2, ''))
+        self.assertIn('refusing to summarize records of different sources (fixture, replay)', refused.stderr)
+        mixed = run_cli('--summary', 'load.jsonl', 'replay.json', '--mixed-sources', cwd=self.tmp.name)
+        self.assertEqual(json.loads(mixed.stdout)['runs'], 11)
+        (self.dir / 'bad.jsonl').write_text((self.dir / 'load.jsonl').read_text() + 'not a record\n')
+        bad = run_cli('--summary', 'bad.jsonl', cwd=self.tmp.name)
+        self.assertEqual((bad.returncode, bad.stderr.strip()), (2, 'stream_client.py: error: bad.jsonl line 11 is '
+                                                                   'not an evidence record'))
+
+    def test_prompts_cycle_in_order_and_a_bad_line_is_named_before_anything_is_sent(self):
+        (self.dir / 'prompts.jsonl').write_text('"first"\n{"prompt": "second", "system": "terse", "max_tokens": 9}\n')
+        with Fixture(delay=0) as fixture:
+            seen = []
+            original = fixture_server.Handler._read_request
+            def spy(handler):
+                request = original(handler)
+                seen.append(request)
+                return request
+            fixture_server.Handler._read_request = spy
+            try:
+                done = run_cli('--url', fixture.url, '--model', 'm', '--prompts', 'prompts.jsonl', '--runs', '3',
+                               '--output', 'p.jsonl', cwd=self.tmp.name)
+            finally:
+                fixture_server.Handler._read_request = original
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual([request['messages'][-1]['content'] for request in seen], ['first', 'second', 'first'])
+        self.assertEqual((seen[1]['messages'][0], seen[1]['max_tokens'], seen[0]['max_tokens']),
+                         ({'role': 'system', 'content': 'terse'}, 9, 128))
+        for content, line, words in (('"a"\n{"prompt": 3}\n', 2, 'expected a JSON string, or an object'),
+                                     ('"a"\n\n', 2, 'not JSON'), ('{"prompt": "a", "temp": 1}\n', 1, 'unknown keys temp'),
+                                     ('{"prompt": "a", "max_tokens": 0}\n', 1, '"max_tokens" must be an integer')):
+            with self.subTest(content=content):
+                (self.dir / 'bad.jsonl').write_text(content)
+                with Fixture() as fixture:
+                    bad = run_cli('--url', fixture.url, '--model', 'm', '--prompts', 'bad.jsonl', '--runs', '2',
+                                  '--output', 'bad-run.jsonl', cwd=self.tmp.name)
+                    self.assertIsNone(fixture.last_request)
+                self.assertEqual(bad.returncode, 2)
+                self.assertEqual(bad.stderr, f'stream_client.py: error: --prompts bad.jsonl line {line}: {words}'
+                                 + bad.stderr.split(words, 1)[1])
+                self.assertFalse((self.dir / 'bad-run.jsonl').exists())
+
+    def test_a_fixed_length_load_expects_length(self):
+        with Fixture('length') as fixture:
+            ok = run_cli('--url', fixture.url, '--model', 'm', '--max-tokens', '3', '--expect-finish', 'length',
+                         '--runs', '2', '--output', 'a.jsonl', '--quiet', cwd=self.tmp.name)
+            short = run_cli('--url', fixture.url, '--model', 'm', '--max-tokens', '4', '--expect-finish', 'length',
+                            '--runs', '2', '--output', 'b.jsonl', '--quiet', cwd=self.tmp.name)
+        self.assertEqual(json.loads(ok.stdout)['ok'], 2)
+        self.assertEqual(json.loads(short.stdout)['not_ok_by_kind'],
+                         {'application: finish_reason=length after N completion tokens, not the N requested': 2})
+        stop = run_cli('--fixture', 'ok', '--expect-finish', 'length', '--output', 'c.json', cwd=self.tmp.name)
+        self.assertIn('expected finish_reason=length (--expect-finish length), got finish_reason=stop', stop.stderr)
+        self.assertEqual(json.loads((self.dir / 'c.json').read_text())['request']['expect_finish'], 'length')
+
+    def test_load_flags_that_do_not_fit_exit_2(self):
+        cases = {'capture with runs': ['--runs', '2', '--capture', 'c.http'], 'zero runs': ['--runs', '0'],
+                 'zero concurrency': ['--runs', '2', '--concurrency', '0'], 'negative rate': ['--rate', '-1'],
+                 'prompts and prompt': ['--prompts', 'p.jsonl', '--prompt', 'x'], 'unknown arrivals':
+                 ['--rate', '2', '--arrivals', 'bursty'], 'missing prompts file': ['--prompts', 'absent.jsonl']}
+        (self.dir / 'p.jsonl').write_text('"x"\n')
+        for name, args in cases.items():
+            with self.subTest(name):
+                done = run_cli('--fixture', 'ok', '--output', 'run.jsonl', *args, cwd=self.tmp.name)
+                self.assertEqual((done.returncode, done.stderr.count('\n')), (2, 1), done.stderr)
+                self.assertFalse((self.dir / 'run.jsonl').exists())
+
+    def test_ctrl_c_keeps_one_valid_line_per_started_run(self):
+        for signum, status, presses in ((signal.SIGINT, 130, 1), (signal.SIGINT, 130, 2), (signal.SIGTERM, 143, 1)):
+            with self.subTest(signal=signum.name, presses=presses), Fixture('ok', delay=0.05) as fixture:
+                output = self.dir / f'{signum.name}-{presses}.jsonl'
+                process = subprocess.Popen([sys.executable, CLIENT, '--url', fixture.url, '--model', 'm', '--runs',
+                                            '200', '--concurrency', '4', '--output', str(output)],
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and (not output.exists() or output.read_text().count('\n') < 6):
+                    time.sleep(0.05)
+                for _ in range(presses):
+                    process.send_signal(signum)
+                    time.sleep(0.01)
+                stdout, stderr = process.communicate(timeout=20)
+                self.assertEqual(process.returncode, status, stderr)
+                records = [json.loads(line) for line in output.read_text().splitlines()]
+                self.assertEqual(sorted(record['run'] for record in records), list(range(len(records))))
+                self.assertLess(len(records), 200)
+                interrupted = [record for record in records if record['error_layer'] == 'interrupted']
+                self.assertTrue(interrupted)
+                self.assertTrue(all(signum.name in record['error'] for record in interrupted))
+                self.assertEqual(json.loads(stdout)['runs'], len(records))
+
+    def test_progress_on_a_terminal_then_the_table(self):
+        status, text = run_in_terminal('--fixture', 'mixed', '--runs', '12', '--concurrency', '4', '--output', 'p.jsonl',
+                                       cwd=self.tmp.name)
+        self.assertIn(status, (0, 1))
+        self.assertRegex(text, r'\r\x1b\[Kruns \d+/12  ok \d+  not ok \d+  [\d.]+ s  p50 first text (\d+ ms|-)')
+        self.assertIn('\r\x1b[Kruns 12  ok ', text)
+        self.assertIn('over ', text)
+        self.assertIn('content-event gaps', text)
+
+
+def run_in_terminal(*args: str, cwd: str) -> tuple[int, str]:
+    """Run the command line with stderr on a pseudo-terminal, as a person would (stdout stays a pipe);
+    return its exit status and what the terminal showed."""
+    import pty
+    master, slave = pty.openpty()
+    process = subprocess.Popen([sys.executable, CLIENT, *args], cwd=cwd, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=slave, env=dict(os.environ, TERM='xterm'))
+    os.close(slave)
+    screen = b''
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        screen += data
+    os.close(master)
+    process.communicate(timeout=30)
+    return process.returncode, screen.decode()
+
+
+def run_cli(*args: str, cwd: str, timeout: float = 30, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, CLIENT, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=30, **({} if 'input' in kwargs else {'stdin': subprocess.DEVNULL}), **kwargs)
+                          timeout=timeout, **({} if 'input' in kwargs else {'stdin': subprocess.DEVNULL}), **kwargs)
 
 
 class CommandLineTests(unittest.TestCase):
@@ -1663,9 +1935,9 @@ class CommandLineTests(unittest.TestCase):
                 'a path of no known API': good + ['--url', fixture.url.replace('/v1/chat/completions', '/v2/chat')],
                 'an unknown --api': good + ['--api', 'embeddings'],
             }
-            for name, args in cases.items():
+            results = dict(zip(cases, in_threads(lambda args: run_cli(*args, cwd=self.tmp.name), list(cases.values()))))
+            for name, done in results.items():
                 with self.subTest(name):
-                    done = run_cli(*args, cwd=self.tmp.name)
                     self.assertEqual(done.returncode, 2, done.stderr)
                     self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
                     self.assertNotIn('Traceback', done.stderr)
@@ -1731,26 +2003,7 @@ class CommandLineTests(unittest.TestCase):
     def run_in_pty(self, mode: str, *args: str) -> tuple[int, str]:
         """Run against a fast fixture with stderr on a pseudo-terminal, as a person would; stdout stays a pipe."""
         with Fixture(mode) as fixture:
-            return self._run_in_pty('--url', fixture.url, '--model', 'synthetic-fixture', *args)
-
-    def _run_in_pty(self, *args: str) -> tuple[int, str]:
-        import pty
-        master, slave = pty.openpty()
-        process = subprocess.Popen([sys.executable, CLIENT, *args], cwd=self.tmp.name, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=slave, env=dict(os.environ, TERM='xterm'))
-        os.close(slave)
-        screen = b''
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not data:
-                break
-            screen += data
-        os.close(master)
-        process.communicate(timeout=30)
-        return process.returncode, screen.decode()
+            return run_in_terminal('--url', fixture.url, '--model', 'synthetic-fixture', *args, cwd=self.tmp.name)
 
     def test_terminal_shows_reasoning_dimmed_then_the_answer_then_a_verdict(self):
         status, screen = self.run_in_pty('reasoning', '--output', 'run.json')

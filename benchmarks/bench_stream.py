@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import stream_client  # noqa: E402
+from _common import PEAK_WRAPPER, report  # noqa: E402
 
 E2E_EVENTS = 50_000
 MEMORY_TEXT_CHARS = 1_048_576   # the answer carried by the memory run: 1 MiB, the answer bound
@@ -172,24 +173,6 @@ def bench_end_to_end() -> list[tuple[str, float, float, str]]:
     return [('end to end vs read1+json.loads', client / ceiling, 2.0, 'at most')]
 
 
-# Runs a script (or nothing) and then prints this process's peak RSS in KiB to stderr.
-# VmHWM belongs to the process image, so unlike a child's ru_maxrss it does not
-# include the parent's memory copied by fork before exec.
-PEAK_WRAPPER = """
-import os, runpy, sys
-sys.argv = sys.argv[1:]
-if sys.argv:
-    sys.path.insert(0, os.path.dirname(sys.argv[0]))
-    try:
-        runpy.run_path(sys.argv[0], run_name='__main__')
-    except SystemExit:
-        pass
-for line in open('/proc/self/status'):
-    if line.startswith('VmHWM:'):
-        print(line.split()[1], file=sys.stderr)
-"""
-
-
 def peak_rss_mib(*script_and_args: str) -> float:
     done = subprocess.run([sys.executable, '-c', PEAK_WRAPPER, *script_and_args],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=True)
@@ -224,12 +207,7 @@ def main() -> int:
     for bench in (bench_parser, bench_end_to_end, bench_memory):
         results += bench()
         print()
-    missed = 0
-    for name, value, target, direction in results:
-        met = value >= target if direction == 'at least' else value <= target
-        missed += not met
-        print(f'{"ok  " if met else "MISS"} {name}: {value:.2f} (target {direction} {target:g})')
-    return 1 if missed else 0
+    return report(results)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,173 @@
+"""Cost of many strict runs at once, as ratios measured in one run.
+
+    python3 benchmarks/bench_load.py
+
+A loopback server (its own process, asyncio, keep-alive) answers every request
+with a pre-rendered vLLM-shaped chat stream as fast as it can. The client's
+command line runs loads against it, and its CPU time is read from the kernel
+(rusage of the child process):
+
+- CPU time per verified content event at concurrency 64 against concurrency 1
+  (target: at most 1.5x; threads must not collapse under contention);
+- verified content events per second at concurrency 64 against concurrency 1
+  (target: at least 0.7x);
+- peak resident memory of --runs 10000 --concurrency 64 (target: under 100 MiB);
+- for information, streams started and fully verified per second with
+  16-event streams at concurrency 8 and 64 (compare `vllm bench serve` on the
+  same server: `python3 benchmarks/bench_load.py --serve 16` prints its port).
+
+Prints every figure and ratio; exits 1 if a target is missed. Standard library
+only; loopback only; about a minute.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import PEAK_WRAPPER, report
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIENT = str(ROOT / 'stream_client.py')
+EVENTS = 64  # content events per stream in the cost figures
+
+
+def chunked_stream(events: int, path: bytes) -> bytes:
+    """A whole vLLM-shaped response: chat chunks (or completions chunks), finish, usage, [DONE]."""
+    def event(body: dict) -> bytes:
+        data = b'data: ' + json.dumps(body, separators=(',', ':')).encode() + b'\n\n'
+        return b'%x\r\n%s\r\n' % (len(data), data)
+    chat = path.endswith(b'/chat/completions')
+    base = {'id': 'chatcmpl-5eedbeef5eedbeef' if chat else 'cmpl-5eedbeef5eedbeef',
+            'object': 'chat.completion.chunk' if chat else 'text_completion', 'created': 1796034415, 'model': 'tiny'}
+    def choice(text: str, reason: str | None = None) -> dict:
+        piece = {'delta': {'content': text}} if chat else {'text': text}
+        return {'index': 0, **piece, 'logprobs': None, 'finish_reason': reason, 'token_ids': None}
+    chunks = [event({**base, 'choices': [choice(f' tok{i}')]}) for i in range(events)]
+    chunks.append(event({**base, 'choices': [choice('', 'stop')]}))
+    chunks.append(event({**base, 'choices': [], 'usage': {'prompt_tokens': 9, 'total_tokens': 9 + events,
+                                                          'completion_tokens': events}}))
+    chunks.append(b'e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n')
+    return (b'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n'
+            b'transfer-encoding: chunked\r\n\r\n' + b''.join(chunks))
+
+
+def serve(events: int) -> None:
+    """Answer every request on every connection (keep-alive) with the pre-rendered stream; print the port."""
+    responses = {path: chunked_stream(events, path) for path in (b'/v1/chat/completions', b'/v1/completions')}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b'\r\n\r\n')
+                length = re.search(rb'(?i)\r\ncontent-length: *(\d+)', head)
+                await reader.readexactly(int(length[1]) if length else 0)
+                writer.write(responses.get(head.split(b' ', 2)[1], responses[b'/v1/chat/completions']))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, '127.0.0.1', 0, backlog=1024)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await server.serve_forever()
+    asyncio.run(main())
+
+
+def start_server(events: int) -> tuple[subprocess.Popen, int]:
+    server = subprocess.Popen([sys.executable, __file__, '--serve', str(events)], stdout=subprocess.PIPE, text=True)
+    return server, int(server.stdout.readline())
+
+
+def load(port: int, runs: int, concurrency: int, tmp: str, wrapper: str | None = None) -> dict:
+    """Run the command line once; return its summary, its CPU seconds and (with wrapper) its peak RSS."""
+    output = os.path.join(tmp, f'{runs}-{concurrency}-{len(os.listdir(tmp))}.jsonl')
+    command = [CLIENT, '--url', f'http://127.0.0.1:{port}/v1/chat/completions', '--model', 'tiny',
+               '--runs', str(runs), '--concurrency', str(concurrency), '--output', output, '--quiet']
+    command = [sys.executable, '-c', wrapper, *command] if wrapper else [sys.executable, *command]
+    with tempfile.TemporaryFile('w+') as stdout, tempfile.TemporaryFile('w+') as stderr:
+        child = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        stdout.seek(0)
+        stderr.seek(0)
+        lines = stdout.read().splitlines()
+        peak = stderr.read().split()
+    summary = json.loads(lines[0])
+    assert summary['ok'] == runs, summary
+    return {'summary': summary, 'cpu': usage.ru_utime + usage.ru_stime,
+            'peak_mib': int(peak[-1]) / 1024 if wrapper else None}
+
+
+def bench_contention(tmp: str) -> list[tuple[str, float, float, str]]:
+    server, port = start_server(EVENTS)
+    try:
+        load(port, 200, 8, tmp)  # warm up: the server's first connections, the page cache
+        single = load(port, 1500, 1, tmp)
+        many = load(port, 3000, 64, tmp)
+    finally:
+        server.kill()
+        server.wait()
+    figures = {}
+    for name, result in (('concurrency 1', single), ('concurrency 64', many)):
+        summary = result['summary']
+        events = summary['content_events_per_s'] * summary['wall_s']
+        figures[name] = (result['cpu'] / events * 1e6, summary['content_events_per_s'], summary['runs_per_s'])
+        print(f'  {name:15} {summary["runs"]:5d} runs  {figures[name][0]:6.2f} us CPU per verified content event'
+              f'  {figures[name][1]:9.0f} verified events/s  {figures[name][2]:7.1f} runs/s')
+    return [('CPU per verified event, concurrency 64 vs 1', figures['concurrency 64'][0] / figures['concurrency 1'][0],
+             1.5, 'at most'),
+            ('verified events/s, concurrency 64 vs 1', figures['concurrency 64'][1] / figures['concurrency 1'][1],
+             0.7, 'at least')]
+
+
+def bench_memory(tmp: str) -> list[tuple[str, float, float, str]]:
+    server, port = start_server(EVENTS)
+    try:
+        result = load(port, 10_000, 64, tmp, PEAK_WRAPPER)
+    finally:
+        server.kill()
+        server.wait()
+    print(f'  --runs 10000 --concurrency 64: peak RSS {result["peak_mib"]:.1f} MiB, '
+          f'{result["summary"]["runs_per_s"]:.0f} runs/s')
+    return [('peak RSS of 10,000 runs at concurrency 64 (MiB)', result['peak_mib'], 100, 'at most')]
+
+
+def bench_streams_per_second(tmp: str) -> None:
+    server, port = start_server(16)
+    try:
+        for concurrency in (8, 64):
+            result = load(port, 4000, concurrency, tmp)
+            print(f'  16-event streams, concurrency {concurrency:2d}: {result["summary"]["runs_per_s"]:7.0f} '
+                  f'streams started and verified per second')
+    finally:
+        server.kill()
+        server.wait()
+
+
+def main() -> int:
+    if sys.argv[1:2] == ['--serve']:
+        serve(int(sys.argv[2]))
+        return 0
+    print(f'Python {sys.version.split()[0]} on {sys.platform}, {os.cpu_count()} CPUs\n')
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f'contention: {EVENTS}-event streams from a loopback server, the command line with --runs')
+        results += bench_contention(tmp)
+        print('memory:')
+        results += bench_memory(tmp)
+        print('for information:')
+        bench_streams_per_second(tmp)
+    print()
+    return report(results)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
