@@ -37,6 +37,7 @@ import dataclasses
 import encodings.idna  # noqa: F401 -- the first connect() of a process needs it; imported here, not in the timed run
 import enum
 import hashlib
+import html
 import http.client
 import itertools
 import ipaddress
@@ -2098,7 +2099,7 @@ class Summary:
         self.seen = {'sources': set(), 'apis': set(), 'models': set(), 'expected_finishes': set()}
         self._second = ('', 0)  # the last whole second parsed from a started_at, and its epoch
 
-    def _epoch(self, started_at: str) -> float:
+    def epoch(self, started_at: str) -> float:
         """Seconds since the epoch of a record's started_at (UTC, millisecond precision)."""
         second = started_at[:19]
         if second != self._second[0]:  # runs of a load share their seconds: parse each once
@@ -2107,7 +2108,7 @@ class Summary:
 
     def add(self, record: dict) -> None:
         self.runs += 1
-        start = self._epoch(record['started_at'])
+        start = self.epoch(record['started_at'])
         end = start + (record['duration_ms'] or 0) / 1000
         self.first_start = start if self.first_start is None else min(self.first_start, start)
         self.last_end = end if self.last_end is None else max(self.last_end, end)
@@ -2173,6 +2174,195 @@ def summary_table(result: dict) -> str:
              if result[key] is not None]
     lines.append(f'wall {result["wall_s"]} s: ' + ', '.join(rates))
     return '\n'.join(lines)
+
+
+# ---------------------------------------------------------------------------
+# The report: one self-contained HTML page per load
+# ---------------------------------------------------------------------------
+
+REPORT_TIMELINE_ROWS = 2000  # runs drawn in the timeline at most (a bounded sample beyond)
+REPORT_ERRORS_PER_LAYER = 5  # distinct error messages shown per layer
+LAYER_COLOURS = {None: '#2e7d32', 'connect': '#6a1b9a', 'tls': '#8e24aa', 'http': '#7b1fa2', 'transport': '#c62828',
+                 'sse': '#ad1457', 'protocol': '#6d4c41', 'application': '#ef6c00', 'timeout': '#546e7a',
+                 'interrupted': '#212121', 'client': '#000000'}
+_REPORT_CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #111; max-width: 1100px; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; }
+table { border-collapse: collapse; } td, th { padding: 2px 10px; border-bottom: 1px solid #ddd; text-align: left; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+code { font-size: 12px; word-break: break-all; }
+svg { display: block; margin: 0.5em 0; } svg text { font-size: 11px; fill: #333; }
+.key span { display: inline-block; margin-right: 1em; } .key .swatch { width: 10px; height: 10px; margin: 0; }
+@media print { body { margin: 0; } h2 { break-after: avoid; } svg { break-inside: avoid; } }
+"""
+
+
+class Report:
+    """A load drawn as one static HTML page: summary and settings, a timeline of every run, histograms of
+    time to first text and duration (ok runs), first text against start time, and the error messages.
+    Built from records alone, like Summary, so a page from merged files equals one from a file holding
+    them all; every string the server sent is escaped, and the page has no script and fetches nothing."""
+
+    def __init__(self, summary: Summary) -> None:
+        self.summary = summary  # the load's summary, which the caller keeps adding the same records to
+        self.rows: list[tuple] = []  # (start, duration, run, headers, first text, error or '') per run
+        self.errors: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.settings: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+
+    def add(self, record: dict) -> None:
+        start = self.summary.epoch(record['started_at'])
+        self.rows.append((start, record['duration_ms'] or 0.0, record.get('run', 0), record['headers_ms'],
+                          record['first_text_ms'], record['error'] or '', record['error_layer']))
+        if not record['ok']:
+            self.errors[record['error_layer']][record['error']] += 1
+        load = record.get('load') or {}
+        request = record.get('request') or {}
+        for name, value in (('URL', record.get('url')), ('model', record.get('model')),
+                            ('API', record.get('api', 'chat')), ('source', record.get('source')),
+                            ('prompt SHA-256', request.get('prompt_sha256')),
+                            ('expected finish', request.get('expect_finish', 'stop')),
+                            ('concurrency', load.get('concurrency')), ('rate (runs/s)', load.get('rate')),
+                            ('arrivals', load.get('arrivals')),
+                            ('client', (record.get('client') or {}).get('version'))):
+            self.settings[name][value] += 1
+
+    def html(self) -> str:
+        result = self.summary.result()
+        rows = sorted(self.rows, key=lambda row: (row[0], row[2], row[1], row[5]))
+        parts = ['<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
+                 f'<title>stream-client report: {result["ok"]} of {result["runs"]} runs ok</title>',
+                 f'<style>{_REPORT_CSS}</style></head><body>',
+                 f'<h1>{result["ok"]} of {result["runs"]} runs ok</h1>',
+                 self._summary_section(result), self._timeline(rows), self._histograms(result),
+                 self._scatter(rows), self._errors_section(), '</body></html>\n']
+        return '\n'.join(parts)
+
+    def _summary_section(self, result: dict) -> str:
+        cells = [('runs', result['runs']), ('ok', result['ok']), ('not ok', result['not_ok'])]
+        cells += [(f'not ok: {layer}', count) for layer, count in result['not_ok_by_layer'].items()]
+        cells += [(f'  {kind}', count) for kind, count in list(result['not_ok_by_kind'].items())[:10]]
+        out = ['<h2>Summary</h2><table>'] + [f'<tr><th>{_e(name)}</th><td class="n">{value}</td></tr>'
+                                           for name, value in cells]
+        out.append('</table><table><tr><th>over ok runs (' + str(result['latency_excludes']) + ' not ok excluded)'
+                   '</th><th>p50</th><th>p90</th><th>p99</th><th>max</th></tr>')
+        for field in LATENCY_FIELDS:
+            values = result['latency_ms'][field]
+            out.append(f'<tr><td>{field}</td>' + ''.join(
+                f'<td class="n">{values[key]:.1f}</td>' if values else '<td class="n">-</td>'
+                for key in ('p50', 'p90', 'p99', 'max')) + '</tr>')
+        out.append(f'</table><p>Wall time {result["wall_s"]} s: {result["runs_per_s"]} runs/s, '
+                   f'{result["ok_runs_per_s"]} ok runs/s.</p>')
+        out.append('<h2>Settings</h2><table>')
+        for name, values in self.settings.items():
+            if set(values) == {None}:
+                continue  # a setting these runs did not use (a rate in a closed loop, say)
+            shown = sorted(values.items(), key=lambda item: (-item[1], str(item[0])))
+            text = ', '.join(f'{_e(str(value))} ({count})' if len(shown) > 1 else _e(str(value))
+                             for value, count in shown[:5]) + (f', and {len(shown) - 5} more' if len(shown) > 5 else '')
+            out.append(f'<tr><th>{_e(name)}</th><td><code>{text}</code></td></tr>')
+        return '\n'.join(out) + '</table>'
+
+    def _timeline(self, rows: list[tuple]) -> str:
+        if not rows:
+            return '<h2>Timeline</h2><p>No runs.</p>'
+        shown = rows if len(rows) <= REPORT_TIMELINE_ROWS else \
+            [rows[i * len(rows) // REPORT_TIMELINE_ROWS] for i in range(REPORT_TIMELINE_ROWS)]
+        origin = rows[0][0]
+        span = max(row[0] - origin + row[1] / 1000 for row in rows) or 1.0
+        height = max(2, min(8, 600 // len(shown)))
+        width, left = 1000, 40
+        scale = (width - left - 10) / span
+        out = ['<h2>Timeline</h2>', f'<p>One row per run, from its start to its end: a tick at the response head, '
+               f'a dot at the first text; {_legend()}' + (f' A sample of {len(shown)} of the {len(rows)} runs, '
+                                                         'evenly spaced in start order.' if len(shown) < len(rows)
+                                                         else '') + '</p>',
+               f'<svg width="{width}" height="{len(shown) * height + 20}" role="img" aria-label="timeline">',
+               f'<text x="{left}" y="{len(shown) * height + 15}">0 s</text>'
+               f'<text x="{width - 10}" y="{len(shown) * height + 15}" text-anchor="end">{span:.2f} s</text>']
+        for i, (start, duration, run_index, headers, first_text, error, layer) in enumerate(shown):
+            x, y = left + (start - origin) * scale, i * height
+            title = f'run {run_index}: ' + (f'NOT OK {error}' if error else 'ok') + f', {duration:.0f} ms'
+            marks = ''.join(f'<rect x="{x + at / 1000 * scale:.1f}" y="{y}" width="1.5" height="{height}" '
+                            f'fill="#000"/>' for at in (headers,) if at is not None)
+            if first_text is not None:
+                marks += (f'<circle cx="{x + first_text / 1000 * scale:.1f}" cy="{y + height / 2}" '
+                          f'r="{max(1, height / 2)}" fill="#fff" stroke="#000" stroke-width="0.5"/>')
+            out.append(f'<g class="run"><title>{_e(title)}</title><rect x="{x:.1f}" y="{y}" '
+                       f'width="{max(1.0, duration / 1000 * scale):.1f}" height="{max(1, height - 1)}" '
+                       f'fill="{LAYER_COLOURS.get(layer, "#000")}"/>{marks}</g>')
+        return '\n'.join(out) + '</svg>'
+
+    def _histograms(self, result: dict) -> str:
+        out = [f'<h2>Distributions over ok runs</h2><p>{result["latency_runs"]} ok runs; '
+               f'{result["latency_excludes"]} runs that were not ok are excluded.</p>']
+        for field in ('first_text_ms', 'duration_ms'):
+            out.append(f'<p>{field}</p>' + _histogram([value for value in self.summary.latency[field]]))
+        return '\n'.join(out)
+
+    def _scatter(self, rows: list[tuple]) -> str:
+        points = [(row[0], row[4]) for row in rows if not row[5] and row[4] is not None]
+        out = ['<h2>Time to first text against start time</h2>',
+               '<p>Each dot an ok run: drift upwards means first text slows as the load goes on.</p>']
+        if not points:
+            return '\n'.join(out + ['<p>No ok runs.</p>'])
+        origin, width, height, left = rows[0][0], 1000, 260, 70
+        span = max(start - origin for start, _ in points) or 1.0
+        low, top = min(value for _, value in points), max(value for _, value in points)
+        room = (top - low) or 1.0
+        out.append(f'<svg width="{width}" height="{height + 30}" role="img" aria-label="first text against start">'
+                   f'<line x1="{left}" y1="{height + 5}" x2="{width}" y2="{height + 5}" stroke="#999"/>'
+                   f'<line x1="{left}" y1="0" x2="{left}" y2="{height + 5}" stroke="#999"/>'
+                   f'<text x="{left - 4}" y="10" text-anchor="end">{top:.1f} ms</text>'
+                   f'<text x="{left - 4}" y="{height}" text-anchor="end">{low:.1f} ms</text>'
+                   f'<text x="{left}" y="{height + 20}">0 s</text>'
+                   f'<text x="{width}" y="{height + 20}" text-anchor="end">{span:.2f} s</text>')
+        out += [f'<circle cx="{left + 3 + (start - origin) / span * (width - left - 8):.1f}" '
+                f'cy="{height - (value - low) / room * (height - 8):.1f}" r="2" fill="#2e7d32"/>'
+                for start, value in points]
+        return '\n'.join(out) + '</svg>'
+
+    def _errors_section(self) -> str:
+        out = ['<h2>Errors</h2>']
+        if not self.errors:
+            return '\n'.join(out + ['<p>None: every run was ok.</p>'])
+        for layer in sorted(self.errors):
+            counts = sorted(self.errors[layer].items(), key=lambda item: (-item[1], item[0]))
+            out.append(f'<h3>{_e(layer)}: {sum(self.errors[layer].values())} runs, '
+                       f'{len(counts)} distinct messages</h3><table>')
+            out += [f'<tr><td class="n">{count}</td><td><code>{_e(message)}</code></td></tr>'
+                    for message, count in counts[:REPORT_ERRORS_PER_LAYER]]
+            out.append('</table>')
+        return '\n'.join(out)
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _legend() -> str:
+    return '<span class="key">' + ''.join(f'<span><span class="swatch" style="background:{colour}"></span> '
+                                          f'{layer or "ok"}</span>' for layer, colour in LAYER_COLOURS.items()) + '</span>'
+
+
+def _histogram(values: list[float], bins: int = 40) -> str:
+    """An SVG histogram of values (ms)."""
+    if not values:
+        return '<p>No ok runs.</p>'
+    low, high = min(values), max(values)
+    width_ms = (high - low) / bins or 1.0
+    counts = [0] * bins
+    for value in values:
+        counts[min(bins - 1, int((value - low) / width_ms))] += 1
+    tallest, width, height, left = max(counts), 1000, 120, 60
+    bar = (width - left) / bins
+    out = [f'<svg width="{width}" height="{height + 20}" role="img" aria-label="histogram">',
+           f'<text x="{left - 4}" y="10" text-anchor="end">{tallest}</text>',
+           f'<text x="{left}" y="{height + 15}">{low:.1f} ms</text>',
+           f'<text x="{width}" y="{height + 15}" text-anchor="end">{high:.1f} ms</text>']
+    out += [f'<rect x="{left + i * bar:.1f}" y="{height - count / tallest * height:.1f}" width="{bar - 1:.1f}" '
+            f'height="{count / tallest * height:.1f}" fill="#2e7d32"><title>{count} runs from '
+            f'{low + i * width_ms:.1f} ms</title></rect>' for i, count in enumerate(counts) if count]
+    return '\n'.join(out) + '</svg>'
 
 
 # ---------------------------------------------------------------------------
@@ -2253,6 +2443,9 @@ def _parser() -> OneLineParser:
     out.add_argument('--capture', metavar='FILE',
                      help='new file for the raw response of one run (status line, headers, body bytes as '
                           'received), for --replay in fixture_server.py and bug reports')
+    out.add_argument('--report', metavar='FILE',
+                     help='new file for an HTML page of the load (with --runs, or from --summary files): summary, '
+                          'settings, a timeline of every run, distributions, errors; static, no script')
     out.add_argument('--quiet', action='store_true',
                      help='nothing on stderr: no live text, verdict, progress or table (stdout keeps its JSON line)')
     fix = parser.add_argument_group('the built-in fixture')
@@ -2520,14 +2713,18 @@ def iter_records(path: str):
         raise UsageError(f'{path} is not an evidence record: {exc}') from None
 
 
-def summarize(paths: list[str], mixed_sources: bool = False) -> Summary:
-    """The summary of the records in saved evidence files (UsageError for unreadable files or mixed sources)."""
+def summarize(paths: list[str], mixed_sources: bool = False, report: bool = False) -> tuple[Summary, Report | None]:
+    """The summary (and, if asked, the report) of the records in saved evidence files; UsageError for
+    unreadable files or mixed sources."""
     summary = Summary()
+    drawing = Report(summary) if report else None
     for path in paths:
         for record in iter_records(path):
             summary.add(record)
+            if drawing is not None:
+                drawing.add(record)
     check_sources(summary.seen['sources'], mixed_sources, 'summarize')
-    return summary
+    return summary, drawing
 
 
 def compare_table(paths: list[str], records: list[dict]) -> str:
@@ -2624,6 +2821,14 @@ def _after_signals(interrupted: bool) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def emit(text: str) -> None:
+    """Print to stdout; if its reader has gone (a closed pipe), drop the rest quietly: the evidence is on disk."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush cannot fail
+
+
 def _interrupted_before_sending(signal_name: str) -> StreamError:
     return StreamError('interrupted', f'interrupted by {signal_name} before the request was sent')
 
@@ -2636,18 +2841,33 @@ def _compare(args, prog: str) -> int:
     if differ:
         print(f'{prog}: warning: the records differ in {", ".join(differ)}; compare only '
               'runs made with the same request settings and model', file=sys.stderr)
-    print(compare_table(args.compare, records))
+    emit(compare_table(args.compare, records))
     return 0
 
 
 def _summary_command(args, prog: str) -> int:
     if args.output or args.fixture or args.url:
         raise UsageError('--summary only reads evidence; it takes no --output, --url or --fixture')
-    result = summarize(args.summary, args.mixed_sources).result()
-    print(json.dumps(result, ensure_ascii=False))
+    report_fd = reserve_output(args.report) if args.report else None
+    try:
+        summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None)
+    except UsageError:
+        if report_fd is not None:  # nothing to draw: free the name again
+            os.close(report_fd)
+            os.unlink(args.report)
+        raise
+    result = summary.result()
+    if report_fd is not None:
+        write_report(report_fd, report)
+    emit(json.dumps(result, ensure_ascii=False))
     if not args.quiet and sys.stderr.isatty():
         print(summary_table(result), file=sys.stderr)
     return 0 if result['runs'] and result['ok'] == result['runs'] else 1
+
+
+def write_report(fd: int, report: Report) -> None:
+    with os.fdopen(fd, 'w', encoding='utf-8') as output:
+        output.write(report.html())
 
 
 def _load_settings(args) -> LoadSettings | None:
@@ -2658,6 +2878,22 @@ def _load_settings(args) -> LoadSettings | None:
         raise UsageError('--capture keeps the raw bytes of one run; it does not go with --runs, --concurrency, '
                          '--rate or --prompts')
     return LoadSettings(args.runs, args.concurrency, args.rate, args.arrivals, args.seed)
+
+
+def _reserve_report(args, output_fd: int) -> int | None:
+    """Create the --report file beside the reserved output; if that fails, undo the output too."""
+    if args.report is None:
+        return None
+    if os.path.abspath(args.report) == os.path.abspath(args.output):
+        error: UsageError | None = UsageError('--report and --output must be different files')
+    else:
+        try:
+            return reserve_output(args.report)
+        except UsageError as exc:
+            error = exc
+    os.close(output_fd)
+    os.unlink(args.output)
+    raise error
 
 
 class LoadView:
@@ -2691,11 +2927,14 @@ class LoadView:
             self.out.flush()
 
 
-def _run_load(args, requests: list[PreparedRequest], settings: LoadSettings, fd: int, prog: str) -> int:
+def _run_load(args, requests: list[PreparedRequest], settings: LoadSettings, fd: int, report_fd: int | None,
+              prog: str) -> int:
     """Run the load, appending each record to the reserved JSON Lines file as its run ends; print the
-    summary; return the exit status. SIGINT and SIGTERM cancel the load: no new run starts, the runs in
-    flight end as interrupted and keep their records; a second signal changes nothing."""
+    summary (and write the report); return the exit status. SIGINT and SIGTERM cancel the load: no new
+    run starts, the runs in flight end as interrupted and keep their records; a second signal changes
+    nothing."""
     summary, cancel = Summary(), Cancel()
+    report = Report(summary) if report_fd is not None else None
     view = LoadView(sys.stderr, args.quiet, settings.runs)
     write_error: list[OSError] = []
 
@@ -2707,6 +2946,8 @@ def _run_load(args, requests: list[PreparedRequest], settings: LoadSettings, fd:
             write_error.append(exc)
             cancel.cancel('a failed write to the evidence file')
         summary.add(record)
+        if report is not None:
+            report.add(record)
         view.record(record, summary)
 
     def on_signal(signum, frame) -> None:
@@ -2715,9 +2956,11 @@ def _run_load(args, requests: list[PreparedRequest], settings: LoadSettings, fd:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         run_load(requests, settings, on_record, cancel)
+    if report is not None:
+        write_report(report_fd, report)
     _after_signals(cancel.reason is not None)
     result = summary.result()
-    print(json.dumps(result, ensure_ascii=False))
+    emit(json.dumps(result, ensure_ascii=False))
     view.finish(result)
     if write_error:
         print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
@@ -2742,25 +2985,28 @@ def main(argv: list[str] | None = None) -> int:
             if args.output is None:
                 raise UsageError('--output is required')
             settings = _load_settings(args)
+            if args.report is not None and settings is None:
+                raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
             requests = _requests_from_args(args, fixture.url if fixture else args.url or DEFAULT_URL)
             fd, capture_fd = _reserve_files(args)
+            report_fd = _reserve_report(args, fd)
         except (UsageError, ValueError) as exc:
             _after_signals(False)
             print(f'{parser.prog}: error: {exc}', file=sys.stderr)
             return 2
         if settings is not None:
-            return _run_load(args, requests, settings, fd, parser.prog)
+            return _run_load(args, requests, settings, fd, report_fd, parser.prog)
         record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:
             fixture.close()
     summary = {key: record[key] for key in ('ok', 'error_layer', 'api', 'first_text_ms', 'duration_ms',
                                             'finish_reason', 'response_status', 'error')}
-    print(json.dumps(summary, ensure_ascii=False))
+    emit(json.dumps(summary, ensure_ascii=False))
     return status
 
 

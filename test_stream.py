@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import html.parser
 import json
 import os
 import random
@@ -1843,6 +1844,129 @@ class LoadTests(unittest.TestCase):
         self.assertIn('content-event gaps', text)
 
 
+class PageReader(html.parser.HTMLParser):
+    """What a report page holds: element names, timeline rows, every attribute, the text of each table row."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.tags, self.attributes, self.rows, self.cells, self.text = collections.Counter(), [], 0, [], []
+        self._row: list[str] | None = None
+        self.feed(page)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags[tag] += 1
+        self.attributes += attrs
+        if tag == 'g' and ('class', 'run') in attrs:
+            self.rows += 1
+        if tag == 'tr':
+            self._row = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == 'tr' and self._row is not None:
+            self.cells.append(self._row)
+            self._row = None
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        if self._row is not None and data.strip():
+            self._row.append(data.strip())
+
+    def cell(self, name: str) -> str:
+        return next(row[1] for row in self.cells if row[0] == name)
+
+
+def fake_record(run: int, ok: bool = True, error: str | None = None, start: str = '2026-11-30T10:00:00.000Z') -> dict:
+    return {'run': run, 'ok': ok, 'error_layer': None if ok else error.split(':')[0], 'error': error,
+            'started_at': start, 'headers_ms': 1.0, 'first_text_ms': 10.0 + run % 7, 'duration_ms': 100.0 + run % 5,
+            'event_gaps_ms': [1.0], 'content_events': 2, 'completion_tokens': 3, 'source': 'endpoint', 'api': 'chat',
+            'model': 'm', 'url': 'http://127.0.0.1:8000/v1/chat/completions', 'request': {'prompt_sha256': 'ab'},
+            'load': {'concurrency': 4}, 'client': {'version': stream_client.__version__}}
+
+
+class ReportTests(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = Path(self.tmp.name)
+
+    def test_a_load_draws_one_row_per_run_and_its_counts_match_the_summary(self):
+        with Fixture('mixed', seed=9) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '40', '--concurrency', '8',
+                           '--output', 'load.jsonl', '--report', 'load.html', '--quiet', cwd=self.tmp.name, timeout=60)
+        summary = json.loads(run_cli('--summary', 'load.jsonl', cwd=self.tmp.name).stdout)
+        self.assertEqual(json.loads(done.stdout), summary)
+        page = PageReader((self.dir / 'load.html').read_text())
+        self.assertEqual(page.rows, 40)
+        self.assertEqual((page.cell('runs'), page.cell('ok'), page.cell('not ok')),
+                         (str(summary['runs']), str(summary['ok']), str(summary['not_ok'])))
+        for layer, count in summary['not_ok_by_layer'].items():
+            self.assertEqual(page.cell(f'not ok: {layer}'), str(count))
+        self.assertEqual(page.tags['script'], 0)
+        self.assertFalse([value for name, value in page.attributes if value and re.search(r'https?:|//|url\(', value)])
+        self.assertNotIn('url(', (self.dir / 'load.html').read_text())
+        self.assertEqual(os.stat(self.dir / 'load.html').st_mode & 0o777, 0o600)
+
+    def test_the_servers_words_come_out_as_text(self):
+        hostile = '<script>alert(1)</script><img src=x onerror=alert(2)> & "quotes"'
+        body = json.dumps({'error': {'message': hostile, 'type': '<b>Bad</b>', 'code': 500}})
+        response = (f'HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n'
+                    f'content-length: {len(body)}\r\n\r\n{body}').encode()
+        with Fixture(replay=response) as fixture:
+            run_cli('--url', fixture.url, '--model', '<i>model</i>', '--runs', '2', '--output', 'bad.jsonl',
+                    '--report', 'bad.html', '--quiet', cwd=self.tmp.name)
+        text = (self.dir / 'bad.html').read_text()
+        page = PageReader(text)
+        self.assertEqual((page.tags['script'], page.tags['img'], page.tags['b'], page.tags['i']), (0, 0, 0, 0))
+        self.assertIn(hostile, ''.join(page.text))
+        self.assertIn('<i>model</i>', ''.join(page.text))
+        self.assertIn('&lt;script&gt;', text)
+
+    def test_merged_files_give_the_same_page_as_one_file(self):
+        for name, seed in (('a', 1), ('b', 2)):
+            with Fixture('mixed', seed=seed) as fixture:
+                run_cli('--url', fixture.url, '--model', 'm', '--runs', '10', '--concurrency', '5',
+                        '--output', f'{name}.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+        (self.dir / 'both.jsonl').write_text((self.dir / 'b.jsonl').read_text() + (self.dir / 'a.jsonl').read_text())
+        run_cli('--summary', 'a.jsonl', 'b.jsonl', '--report', 'split.html', cwd=self.tmp.name)
+        run_cli('--summary', 'both.jsonl', '--report', 'whole.html', cwd=self.tmp.name)
+        self.assertEqual((self.dir / 'split.html').read_text(), (self.dir / 'whole.html').read_text())
+        self.assertEqual(PageReader((self.dir / 'whole.html').read_text()).rows, 20)
+
+    def test_beyond_two_thousand_runs_the_timeline_is_a_sample_and_says_so(self):
+        summary = stream_client.Summary()
+        report = stream_client.Report(summary)
+        for run in range(2500):
+            record = fake_record(run, ok=run % 10 != 0, error=None if run % 10 else 'transport: closed after 4 of 9 bytes',
+                                 start=f'2026-11-30T10:00:{run // 100:02d}.{run % 100 * 10:03d}Z')
+            summary.add(record)
+            report.add(record)
+        page = report.html()
+        reader = PageReader(page)
+        self.assertEqual(reader.rows, stream_client.REPORT_TIMELINE_ROWS)
+        self.assertIn(f'A sample of {stream_client.REPORT_TIMELINE_ROWS} of the 2500 runs', page)
+        self.assertEqual(reader.cell('not ok: transport'), '250')
+        self.assertIn('250 runs, 1 distinct messages', page)
+
+    def test_report_rules_on_the_command_line(self):
+        (self.dir / 'taken.html').write_text('kept')
+        with Fixture(delay=0) as fixture:
+            base = ['--url', fixture.url, '--model', 'm', '--output', 'run.jsonl']
+            cases = {'a single run': base + ['--report', 'r.html'],
+                     'an existing report': base + ['--runs', '2', '--report', 'taken.html'],
+                     'report is the output': base + ['--runs', '2', '--report', 'run.jsonl']}
+            for name, args in cases.items():
+                with self.subTest(name):
+                    done = run_cli(*args, cwd=self.tmp.name)
+                    self.assertEqual((done.returncode, done.stderr.count('\n')), (2, 1), done.stderr)
+                    self.assertEqual(sorted(path.name for path in self.dir.iterdir()), ['taken.html'])
+            self.assertIsNone(fixture.last_request)
+        missing = run_cli('--summary', 'absent.jsonl', '--report', 'r.html', cwd=self.tmp.name)
+        self.assertEqual(missing.returncode, 2)
+        self.assertFalse((self.dir / 'r.html').exists())
+        self.assertEqual((self.dir / 'taken.html').read_text(), 'kept')
+
+
 def run_in_terminal(*args: str, cwd: str) -> tuple[int, str]:
     """Run the command line with stderr on a pseudo-terminal, as a person would (stdout stays a pipe);
     return its exit status and what the terminal showed."""
@@ -2110,6 +2234,17 @@ class CommandLineTests(unittest.TestCase):
                 self.assertEqual(done.returncode, 1)
                 self.assertEqual(done.stdout, '')
                 self.assertRegex(done.stderr, rf'^{script}: needs Python 3.10 or newer, not 3\.9\.\d+\n$')
+
+    def test_a_closed_stdout_loses_nothing_and_shows_no_traceback(self):
+        read, write = os.pipe()
+        os.close(read)  # like `| head -c 0`: nobody reads the summary line
+        try:
+            done = subprocess.run([sys.executable, CLIENT, '--fixture', 'ok', '--runs', '2', '--output', 'run.jsonl'],
+                                  cwd=self.tmp.name, stdout=write, stderr=subprocess.PIPE, text=True, timeout=30)
+        finally:
+            os.close(write)
+        self.assertEqual((done.returncode, done.stderr), (0, ''))
+        self.assertEqual(len((self.dir / 'run.jsonl').read_text().splitlines()), 2)
 
     def test_module_entry_points_and_version(self):
         version = subprocess.run([sys.executable, '-m', 'stream_client', '--version'], cwd=HERE,

@@ -12,6 +12,8 @@ command line runs loads against it, and its CPU time is read from the kernel
 - verified content events per second at concurrency 64 against concurrency 1
   (target: at least 0.7x);
 - peak resident memory of --runs 10000 --concurrency 64 (target: under 100 MiB);
+- the HTML report of those 10,000 runs: drawn and written in under a second,
+  under 4 MiB (and, for information, the whole `--summary FILE --report`);
 - for information, streams started and fully verified per second with
   16-event streams at concurrency 8 and 64 (compare `vllm bench serve` on the
   same server: `python3 benchmarks/bench_load.py --serve 16` prints its port).
@@ -28,12 +30,15 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from _common import PEAK_WRAPPER, report
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = str(ROOT / 'stream_client.py')
+sys.path.insert(0, str(ROOT))
+import stream_client  # noqa: E402
 EVENTS = 64  # content events per stream in the cost figures
 
 
@@ -102,7 +107,7 @@ def load(port: int, runs: int, concurrency: int, tmp: str, wrapper: str | None =
         peak = stderr.read().split()
     summary = json.loads(lines[0])
     assert summary['ok'] == runs, summary
-    return {'summary': summary, 'cpu': usage.ru_utime + usage.ru_stime,
+    return {'summary': summary, 'cpu': usage.ru_utime + usage.ru_stime, 'output': output,
             'peak_mib': int(peak[-1]) / 1024 if wrapper else None}
 
 
@@ -128,7 +133,7 @@ def bench_contention(tmp: str) -> list[tuple[str, float, float, str]]:
              0.7, 'at least')]
 
 
-def bench_memory(tmp: str) -> list[tuple[str, float, float, str]]:
+def bench_memory_and_report(tmp: str) -> list[tuple[str, float, float, str]]:
     server, port = start_server(EVENTS)
     try:
         result = load(port, 10_000, 64, tmp, PEAK_WRAPPER)
@@ -137,7 +142,26 @@ def bench_memory(tmp: str) -> list[tuple[str, float, float, str]]:
         server.wait()
     print(f'  --runs 10000 --concurrency 64: peak RSS {result["peak_mib"]:.1f} MiB, '
           f'{result["summary"]["runs_per_s"]:.0f} runs/s')
-    return [('peak RSS of 10,000 runs at concurrency 64 (MiB)', result['peak_mib'], 100, 'at most')]
+    summary = stream_client.Summary()
+    report = stream_client.Report(summary)
+    for record in stream_client.iter_records(result['output']):
+        summary.add(record)
+        report.add(record)
+    page = os.path.join(tmp, 'report.html')
+    started = time.perf_counter()
+    with open(page, 'w', encoding='utf-8') as output:
+        output.write(report.html())
+    drawn = time.perf_counter() - started
+    size = os.path.getsize(page) / 2**20
+    started = time.perf_counter()
+    subprocess.run([sys.executable, CLIENT, '--summary', result['output'], '--report', page + '.2', '--quiet'],
+                   stdout=subprocess.DEVNULL, check=True)
+    whole = time.perf_counter() - started
+    print(f'  report of those 10,000 runs: {size:.2f} MiB, drawn and written in {drawn:.2f} s; '
+          f'--summary FILE --report, reading the records too: {whole:.2f} s')
+    return [('peak RSS of 10,000 runs at concurrency 64 (MiB)', result['peak_mib'], 100, 'at most'),
+            ('report of 10,000 runs: seconds to draw and write', drawn, 1.0, 'at most'),
+            ('report of 10,000 runs: MiB', size, 4.0, 'at most')]
 
 
 def bench_streams_per_second(tmp: str) -> None:
@@ -161,8 +185,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         print(f'contention: {EVENTS}-event streams from a loopback server, the command line with --runs')
         results += bench_contention(tmp)
-        print('memory:')
-        results += bench_memory(tmp)
+        print('memory, and the report:')
+        results += bench_memory_and_report(tmp)
         print('for information:')
         bench_streams_per_second(tmp)
     print()
