@@ -1,10 +1,12 @@
-"""Synthetic chat-completions server for testing streaming clients on loopback.
+"""Synthetic OpenAI-compatible streaming server for testing clients on loopback.
 
-It contains no model and no GPU code: every mode replays fixed bytes, paced by
---delay, so each way a stream can end (complete, cut short, malformed, held
-open, stalled...) can be reproduced on demand. --profile vllm gives the bytes
-vLLM 0.32 sends; --replay answers with a captured response. Only 127.0.0.1 is
-ever bound.
+It streams chat completions, completions and the Responses API, and contains
+no model and no GPU code: every mode sends fixed bytes, paced by --delay, so
+each way a stream can end (complete, cut short, malformed, held open,
+stalled...) can be reproduced on demand; mode mixed gives each request a mode
+from a seeded schedule, for loads. --profile vllm gives the bytes vLLM 0.32
+sends; --replay answers with a captured response. Only 127.0.0.1 is ever
+bound.
 """
 from __future__ import annotations
 
@@ -613,7 +615,7 @@ def mark_replay(head: bytes, writes: list[bytes]) -> tuple[bytes, list[bytes]]:
 
 
 class Handler(BaseHTTPRequestHandler):
-    """Answers POST /v1/chat/completions according to the server's settings."""
+    """Answers POST on the three API paths according to the server's settings, and GET on /v1/models and /health."""
 
     protocol_version = 'HTTP/1.1'
     server_version = SERVER_NAME

@@ -18,13 +18,20 @@ The module reads top to bottom as the layers of a response:
    APIs. The read loop talks to a validator only through ``parser``,
    ``accept()``, ``done``, ``terminal``, ``content_events``,
    ``outcome_problem()`` and ``fields()``;
-4. the HTTP body framing readers (sans-IO);
-5. the request: ``prepare()`` returns a frozen ``PreparedRequest``;
-6. the transport: ``run()`` reads one response under the idle timeout and the
-   overall deadline into an ``Exchange``;
+4. HTTP (sans-IO): ``ResponseHeadParser`` reads the status line and headers
+   strictly, ``body_reader()`` chooses the framing, and one reader per
+   framing knows how its body ends;
+5. the request: ``prepare()`` returns a frozen ``PreparedRequest``, which is
+   what a run sends;
+6. the transport: ``run()`` connects, sends, and reads one response under the
+   idle timeout and the overall deadline into an ``Exchange``, which is what
+   a run saw;
 7. the verdict: ``judge()`` decides why a run is not ok, in one place, and
    ``build_record()`` turns an exchange into the evidence record;
-8. the command line.
+8. many runs: ``run_load()`` runs prepared requests from worker threads, and
+   ``Summary`` aggregates their records (so does ``--summary`` from files);
+9. the report: ``Report`` draws a load as one static HTML page;
+10. the command line.
 """
 from __future__ import annotations
 
@@ -65,7 +72,7 @@ MAX_EVENT_CHARS = 1_048_576   # the data of one SSE event
 MAX_TEXT_CHARS = 1_048_576    # the assembled answer (and reasoning) text
 MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
 MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
-READ_SIZE = 65_536            # read1() asks for this much; it returns what is there
+READ_SIZE = 65_536            # each recv() asks for this much; it returns what is there
 MAX_CAPTURE_BYTES = 16 * 1024 * 1024  # raw response bytes kept for --capture
 DATA_PREFIX = 'data: '        # the usual start of an SSE data line (the space is optional)
 REPLAY_HEADER = 'x-synthetic-fixture'  # fixture_server.py adds "x-synthetic-fixture: replay" to a replayed capture
@@ -713,7 +720,7 @@ def describe_server_error(error: dict) -> str:
 # malformed line and frames the body from what it had, reads only the first
 # Transfer-Encoding line, takes a 102 or 103 for the final response, and its
 # read1() returns b'' without complaint when a Content-Length body is cut
-# short. So http.client only sends the request; the response is read from the
+# short. So http.client only formats the request; the response is read from the
 # socket and parsed here, as h11 does. Each body reader knows only how its
 # framing ends: feed() returns payload bytes, overrun counts bytes seen past
 # the end of the message, eof_problem() says why a close was premature.

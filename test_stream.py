@@ -1385,6 +1385,12 @@ def chunked(payload: bytes, size_line: bytes | None = None, end: bytes = b'0\r\n
     return (size_line or b'%x\r\n' % len(payload)) + payload + b'\r\n' + end
 
 
+def sized(size_line: bytes) -> bytes:
+    """A chunked response whose one chunk has this size line ({n}: the chunk's size in hex)."""
+    line = size_line.replace(b'{n}', b'%x' % len(ANSWER_EVENTS))
+    return SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + chunked(ANSWER_EVENTS, line)
+
+
 class StrictCase(NamedTuple):
     response: bytes
     layer: str | None
@@ -1407,27 +1413,15 @@ STRICT_CASES = {
                                     + chunked(ANSWER_EVENTS), 'http', "unsupported transfer-encoding 'gzip, chunked'"),
     'chunked twice': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n'
                                 + chunked(ANSWER_EVENTS), 'http', 'expected chunked alone'),
-    # 3. the chunk-size line grammar
-    'a bare LF after the size': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
-                                           + chunked(ANSWER_EVENTS, b'%x\n' % len(ANSWER_EVENTS)),
-                                           'transport', 'ending in a bare LF, expected CRLF'),
-    'a bare CR after the size': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
-                                           + chunked(ANSWER_EVENTS, b'%x\r;x\r\n' % len(ANSWER_EVENTS)),
-                                           'transport', 'a bare CR inside it'),
-    'CR CR LF after the size': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
-                                          + chunked(ANSWER_EVENTS, b'%x\r\r\n' % len(ANSWER_EVENTS)),
-                                          'transport', 'ending in CR CR LF'),
-    'whitespace before the size': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
-                                             + chunked(ANSWER_EVENTS, b' %x\r\n' % len(ANSWER_EVENTS)),
-                                             'transport', 'expected hexadecimal digits'),
-    'a size over the bound': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
-                                        + chunked(ANSWER_EVENTS, b'1' + b'0' * 15 + b'\r\n'),
-                                        'transport', 'over the bound of 15 hexadecimal digits'),
-    'leading zeros are a size': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
-                                           + chunked(ANSWER_EVENTS, b'0' * 30 + b'%x\r\n' % len(ANSWER_EVENTS)), None),
-    'extensions after BWS': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
-                                       + chunked(ANSWER_EVENTS, b'%x \t; a=1 ;b="q;\\"x"\r\n' % len(ANSWER_EVENTS)),
-                                       None),
+    # 3. the chunk-size line grammar ({n} stands for the chunk's size in hex)
+    'a bare LF after the size': StrictCase(sized(b'{n}\n'), 'transport', 'ending in a bare LF, expected CRLF'),
+    'a bare CR after the size': StrictCase(sized(b'{n}\r;x\r\n'), 'transport', 'a bare CR inside it'),
+    'CR CR LF after the size': StrictCase(sized(b'{n}\r\r\n'), 'transport', 'ending in CR CR LF'),
+    'whitespace before the size': StrictCase(sized(b' {n}\r\n'), 'transport', 'expected hexadecimal digits'),
+    'a size over the bound': StrictCase(sized(b'1' + b'0' * 15 + b'\r\n'), 'transport',
+                                        'over the bound of 15 hexadecimal digits'),
+    'leading zeros are a size': StrictCase(sized(b'0' * 30 + b'{n}\r\n'), None),
+    'extensions after BWS': StrictCase(sized(b'{n} \t; a=1 ;b="q;\\"x"\r\n'), None),
     # 4. trailer lines
     'a trailer that is not a field line': StrictCase(
         SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + chunked(ANSWER_EVENTS, end=b'0\r\nnonsense\r\n\r\n'),
