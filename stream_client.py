@@ -60,6 +60,7 @@ import ssl
 import sys
 import threading
 import time
+import typing
 from urllib.parse import urlsplit
 
 if sys.version_info < (3, 10):
@@ -2204,6 +2205,18 @@ svg { display: block; margin: 0.5em 0; } svg text { font-size: 11px; fill: #333;
 """
 
 
+class _Row(typing.NamedTuple):
+    """What the report keeps of one run."""
+
+    start: float            # seconds since the epoch
+    duration_ms: float
+    run: int
+    headers_ms: float | None
+    first_text_ms: float | None
+    error: str              # '' when ok
+    layer: str | None
+
+
 class Report:
     """A load drawn as one static HTML page: summary and settings, a timeline of every run, histograms of
     time to first text and duration (ok runs), first text against start time, and the error messages.
@@ -2212,14 +2225,14 @@ class Report:
 
     def __init__(self, summary: Summary) -> None:
         self.summary = summary  # the load's summary, which the caller keeps adding the same records to
-        self.rows: list[tuple] = []  # (start, duration, run, headers, first text, error or '') per run
+        self.rows: list[_Row] = []
         self.errors: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
         self.settings: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
     def add(self, record: dict) -> None:
-        start = self.summary.epoch(record['started_at'])
-        self.rows.append((start, record['duration_ms'] or 0.0, record.get('run', 0), record['headers_ms'],
-                          record['first_text_ms'], record['error'] or '', record['error_layer']))
+        self.rows.append(_Row(self.summary.epoch(record['started_at']), record['duration_ms'] or 0.0,
+                              record.get('run', 0), record['headers_ms'], record['first_text_ms'],
+                              record['error'] or '', record['error_layer']))
         if not record['ok']:
             self.errors[record['error_layer']][record['error']] += 1
         load = record.get('load') or {}
@@ -2235,7 +2248,7 @@ class Report:
 
     def html(self) -> str:
         result = self.summary.result()
-        rows = sorted(self.rows, key=lambda row: (row[0], row[2], row[1], row[5]))
+        rows = sorted(self.rows, key=lambda row: (row.start, row.run, row.duration_ms, row.error))
         parts = ['<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
                  f'<title>stream-client report: {result["ok"]} of {result["runs"]} runs ok</title>',
                  f'<style>{_REPORT_CSS}</style></head><body>',
@@ -2269,13 +2282,13 @@ class Report:
             out.append(f'<tr><th>{_e(name)}</th><td><code>{text}</code></td></tr>')
         return '\n'.join(out) + '</table>'
 
-    def _timeline(self, rows: list[tuple]) -> str:
+    def _timeline(self, rows: list[_Row]) -> str:
         if not rows:
             return '<h2>Timeline</h2><p>No runs.</p>'
         shown = rows if len(rows) <= REPORT_TIMELINE_ROWS else \
             [rows[i * len(rows) // REPORT_TIMELINE_ROWS] for i in range(REPORT_TIMELINE_ROWS)]
-        origin = rows[0][0]
-        span = max(row[0] - origin + row[1] / 1000 for row in rows) or 1.0
+        origin = rows[0].start
+        span = max(row.start - origin + row.duration_ms / 1000 for row in rows) or 1.0
         height = max(2, min(8, 600 // len(shown)))
         width, left = 1000, 40
         scale = (width - left - 10) / span
@@ -2286,17 +2299,19 @@ class Report:
                f'<svg width="{width}" height="{len(shown) * height + 20}" role="img" aria-label="timeline">',
                f'<text x="{left}" y="{len(shown) * height + 15}">0 s</text>'
                f'<text x="{width - 10}" y="{len(shown) * height + 15}" text-anchor="end">{span:.2f} s</text>']
-        for i, (start, duration, run_index, headers, first_text, error, layer) in enumerate(shown):
-            x, y = left + (start - origin) * scale, i * height
-            title = f'run {run_index}: ' + (f'NOT OK {error}' if error else 'ok') + f', {duration:.0f} ms'
-            marks = ''.join(f'<rect x="{x + at / 1000 * scale:.1f}" y="{y}" width="1.5" height="{height}" '
-                            f'fill="#000"/>' for at in (headers,) if at is not None)
-            if first_text is not None:
-                marks += (f'<circle cx="{x + first_text / 1000 * scale:.1f}" cy="{y + height / 2}" '
+        for i, row in enumerate(shown):
+            x, y = left + (row.start - origin) * scale, i * height
+            title = f'run {row.run}: ' + (f'NOT OK {row.error}' if row.error else 'ok') + f', {row.duration_ms:.0f} ms'
+            marks = ''
+            if row.headers_ms is not None:
+                marks += (f'<rect x="{x + row.headers_ms / 1000 * scale:.1f}" y="{y}" width="1.5" height="{height}" '
+                          f'fill="#000"/>')
+            if row.first_text_ms is not None:
+                marks += (f'<circle cx="{x + row.first_text_ms / 1000 * scale:.1f}" cy="{y + height / 2}" '
                           f'r="{max(1, height / 2)}" fill="#fff" stroke="#000" stroke-width="0.5"/>')
             out.append(f'<g class="run"><title>{_e(title)}</title><rect x="{x:.1f}" y="{y}" '
-                       f'width="{max(1.0, duration / 1000 * scale):.1f}" height="{max(1, height - 1)}" '
-                       f'fill="{LAYER_COLOURS.get(layer, "#000")}"/>{marks}</g>')
+                       f'width="{max(1.0, row.duration_ms / 1000 * scale):.1f}" height="{max(1, height - 1)}" '
+                       f'fill="{LAYER_COLOURS.get(row.layer, "#000")}"/>{marks}</g>')
         return '\n'.join(out) + '</svg>'
 
     def _histograms(self, result: dict) -> str:
@@ -2306,13 +2321,13 @@ class Report:
             out.append(f'<p>{field}</p>' + _histogram([value for value in self.summary.latency[field]]))
         return '\n'.join(out)
 
-    def _scatter(self, rows: list[tuple]) -> str:
-        points = [(row[0], row[4]) for row in rows if not row[5] and row[4] is not None]
+    def _scatter(self, rows: list[_Row]) -> str:
+        points = [(row.start, row.first_text_ms) for row in rows if not row.error and row.first_text_ms is not None]
         out = ['<h2>Time to first text against start time</h2>',
                '<p>Each dot an ok run: drift upwards means first text slows as the load goes on.</p>']
         if not points:
             return '\n'.join(out + ['<p>No ok runs.</p>'])
-        origin, width, height, left = rows[0][0], 1000, 260, 70
+        origin, width, height, left = rows[0].start, 1000, 260, 70
         span = max(start - origin for start, _ in points) or 1.0
         low, top = min(value for _, value in points), max(value for _, value in points)
         room = (top - low) or 1.0
