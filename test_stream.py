@@ -1641,6 +1641,13 @@ class LoadTests(unittest.TestCase):
             self.assertEqual(sorted(record['run'] for record in records), list(range(60)))
             self.assertEqual({record['load']['concurrency'] for record in records}, {8})
 
+    def test_the_fixture_serves_64_streams_at_once(self):
+        with Fixture('ok', delay=0.05) as fixture:  # each stream takes about 0.35 s
+            records, _ = self.load(fixture.url, stream_client.LoadSettings(runs=64, concurrency=64))
+        self.assertTrue(all(record['ok'] for record in records), [r['error'] for r in records if not r['ok']])
+        durations = sorted(record['duration_ms'] for record in records)
+        self.assertLess(durations[-1], 4 * durations[0], durations)  # served one at a time, the last would wait ~64x
+
     def test_failed_runs_stay_out_of_the_latency_figures(self):
         summary = stream_client.Summary()
         base = {'started_at': '2026-11-30T10:00:00.000Z', 'event_gaps_ms': [1.0], 'content_events': 2,
