@@ -2616,7 +2616,11 @@ class _Fixture:
     """The synthetic fixture, served from this process on a free loopback port, for --fixture MODE."""
 
     def __init__(self, mode: str, profile: str, api: str, seed: int) -> None:
-        self.instance = _fixture_server().server(0, mode, profile=profile, seed=seed)
+        fixture = _fixture_server()
+        if mode != fixture.MIXED and not fixture.applies(mode, api):
+            raise UsageError(f'fixture mode {mode} applies to {" and ".join(fixture.ONLY_ON[mode])} only; '
+                             f'add --api {fixture.ONLY_ON[mode][0]}')
+        self.instance = fixture.server(0, mode, profile=profile, seed=seed)
         path = next(path for path, name in API_PATHS.items() if name == api)
         self.url = f'http://127.0.0.1:{self.instance.server_port}{path}'
         threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()

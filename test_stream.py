@@ -2059,6 +2059,7 @@ class CommandLineTests(unittest.TestCase):
                 'unknown flag': good + ['--verify', 'no'],
                 'a path of no known API': good + ['--url', fixture.url.replace('/v1/chat/completions', '/v2/chat')],
                 'an unknown --api': good + ['--api', 'embeddings'],
+                'a fixture mode of another API': ['--fixture', 'sequence-gap', '--output', 'run.json'],
             }
             results = dict(zip(cases, in_threads(lambda args: run_cli(*args, cwd=self.tmp.name), list(cases.values()))))
             for name, done in results.items():
