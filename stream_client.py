@@ -1488,8 +1488,8 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
 def _connect(x: Exchange) -> socket.socket:
     """The TCP connection and, for https, the TLS handshake, each under the idle timeout cut to the deadline."""
     request = x.request
-    if x.interruption():
-        raise x.interruption()
+    if stop := x.interruption():
+        raise stop
     sock = socket.create_connection((request.host, request.port), timeout=_wait(x))
     if x.cancel is not None:
         x.cancel.attach(sock)
@@ -1585,8 +1585,8 @@ def _read_body(sock: socket.socket, x: Exchange, first: bytes, on_text, on_reaso
         raw = sock.recv(READ_SIZE)
         now = time.perf_counter()
         if not raw:
-            if x.interruption():
-                raise x.interruption()
+            if stop := x.interruption():
+                raise stop
             return  # the connection closed: judge() reads how each layer ended
         if now > deadline_at:
             raise _deadline_failure(x)
@@ -1617,8 +1617,8 @@ def _unended_after_terminal(x: Exchange, bound: str) -> StreamError:
 def _classify(exc: BaseException, x: Exchange) -> StreamError:
     """Turn an exception from the socket, TLS or http.client into a layered failure."""
     request = x.request
-    if x.interruption():
-        return x.interruption()
+    if stop := x.interruption():
+        return stop
     if isinstance(exc, (TimeoutError, socket.timeout)):
         return _timeout_failure(x)
     if isinstance(exc, ssl.SSLCertVerificationError):
