@@ -130,6 +130,11 @@ def _shorten(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + '...'
 
 
+def _count(number: int, noun: str) -> str:
+    """'1 content event', '2 content events': a count with its noun in the right number."""
+    return f'{number} {noun}' if number == 1 else f'{number} {noun}s'
+
+
 def _preview(text: str, limit: int = 60) -> str:
     """A quoted, shortened copy of untrusted text for an error message."""
     return repr(_shorten(text, limit))
@@ -439,9 +444,9 @@ class _ChoiceChunks(StreamValidator):
     def outcome_problem(self) -> str | None:
         """Why the completion is not a finished answer, or None when it is."""
         if not self.done:
-            return f'EOF before [DONE] after {self.content_events} content events'
+            return f'EOF before [DONE] after {_count(self.content_events, "content event")}'
         if self.finish_reason is None:
-            return f'[DONE] without a finish_reason after {self.content_events} content events'
+            return f'[DONE] without a finish_reason after {_count(self.content_events, "content event")}'
         problem = self._finish_problem()
         if problem:
             return problem
@@ -660,7 +665,7 @@ class ResponseEvents(StreamValidator):
     def outcome_problem(self) -> str | None:
         """Why the response is not a finished answer, or None when it is."""
         if not self.done:
-            return f'EOF before a terminal event (response.completed) after {self.content_events} content events'
+            return f'EOF before a terminal event (response.completed) after {_count(self.content_events, "content event")}'
         carries = f'{self.terminal_event} carries status {self.status!r}'
         if self.expect_finish == 'length':
             if self.status != 'incomplete' or self.incomplete_reason != 'max_output_tokens':
@@ -804,7 +809,7 @@ class ResponseHeadParser:
         received = self._skipped + len(self._buf)
         if not received:
             return 'connection closed before any response bytes arrived'
-        return f'connection closed inside the response head after {received} bytes'
+        return f'connection closed inside the response head after {_count(received, "byte")}'
 
 
 def _parse_head(block: bytes, interim: tuple[int, ...]) -> ResponseHead:
@@ -867,10 +872,10 @@ class ContentLengthBody:
         return None if self.complete else f'connection closed after {self.progress()}'
 
     def progress(self) -> str:
-        return f'{self.received} of {self.declared} body bytes'
+        return f'{self.received} of {_count(self.declared, "body byte")}'
 
     def overrun_problem(self) -> str:
-        return f'{self.overrun} bytes beyond the declared Content-Length of {self.declared}'
+        return f'{_count(self.overrun, "byte")} beyond the declared Content-Length of {self.declared}'
 
 
 class Chunk(enum.Enum):
@@ -1027,17 +1032,17 @@ class ChunkedBody:
         if state is Chunk.COMPLETE:
             return None
         if state is Chunk.DATA or state is Chunk.DATA_END:
-            return (f'connection closed inside a chunk after {self.received} body bytes '
-                    f'({self._chunk_left} bytes of that chunk missing)')
+            return (f'connection closed inside a chunk after {_count(self.received, "body byte")} '
+                    f'({_count(self._chunk_left, "byte")} of that chunk missing)')
         if state is Chunk.TRAILER:
-            return f'chunked body ended inside its trailer after {self.received} body bytes'
-        return f'chunked body ended without its terminating chunk after {self.received} body bytes'
+            return f'chunked body ended inside its trailer after {_count(self.received, "body byte")}'
+        return f'chunked body ended without its terminating chunk after {_count(self.received, "body byte")}'
 
     def progress(self) -> str:
-        return f'{self.received} body bytes and no terminating chunk'
+        return f'{_count(self.received, "body byte")} and no terminating chunk'
 
     def overrun_problem(self) -> str:
-        return f'{self.overrun} bytes after the terminating chunk'
+        return f'{_count(self.overrun, "byte")} after the terminating chunk'
 
 
 class CloseDelimitedBody:
@@ -1058,7 +1063,7 @@ class CloseDelimitedBody:
         return None
 
     def progress(self) -> str:
-        return f'{self.received} body bytes and the connection still open'
+        return f'{_count(self.received, "body byte")} and the connection still open'
 
 
 def body_reader(head: ResponseHead) -> ContentLengthBody | ChunkedBody | CloseDelimitedBody:
@@ -1083,6 +1088,130 @@ def body_reader(head: ResponseHead) -> ContentLengthBody | ChunkedBody | CloseDe
         raise StreamError('http', f'Content-Length of {len(length)} digits is over the bound of '
                                   f'{MAX_CONTENT_LENGTH_DIGITS} digits')
     return ContentLengthBody(int(length))
+
+
+# ---------------------------------------------------------------------------
+# The whole response (sans-IO): bytes in, the answer's pieces and the verdict out
+# ---------------------------------------------------------------------------
+
+class Capture:
+    """The raw response bytes (status line, headers, body as received), up to a bound."""
+
+    def __init__(self, limit: int = MAX_CAPTURE_BYTES) -> None:
+        self.data = bytearray()
+        self.limit = limit
+        self.truncated = False
+
+    def keep(self, raw: bytes) -> None:
+        if len(self.data) + len(raw) <= self.limit:
+            self.data += raw
+        else:
+            self.truncated = True
+
+
+class ResponseReader:
+    """One streamed response, fed as its bytes arrive: the head parser, the body framing, the SSE
+    parser and the API's validator composed into one object, as h11's Connection composes its
+    readers. No socket, no clock: run() is the socket loop around it, and tests, fuzzers and
+    offline analysis of a capture feed it the same way.
+
+    ``feed(data)`` returns the ``(text, reasoning)`` of each event those bytes completed, in
+    order (either may be ''). ``eof()`` says the connection closed. When a layer breaks, ``error``
+    holds its StreamError, ``feed`` returns what was accepted before the break, and nothing more
+    should be fed. ``message_complete`` says the message ended as its framing promised. A status
+    other than 200 becomes an ``http`` error once up to MAX_ERROR_BODY bytes of its body (the
+    server's own message) have arrived, or the connection closed. judge() gives the verdict.
+    """
+
+    def __init__(self, validator: StreamValidator, capture: Capture | None = None) -> None:
+        self.validator = validator
+        self.events = validator.parser()
+        self.capture = capture
+        self.head: ResponseHead | None = None
+        self.body: ContentLengthBody | ChunkedBody | CloseDelimitedBody | None = None
+        self.error: StreamError | None = None
+        self.reads = 0  # feeds that carried body bytes
+        self._heads = ResponseHeadParser()
+        self._error_body: list[bytes] | None = None  # the body of a response whose status is not 200
+        self._error_size = 0
+
+    @property
+    def message_complete(self) -> bool:
+        return self.body is not None and self.body.complete
+
+    @property
+    def reading_error_body(self) -> bool:
+        return self._error_body is not None
+
+    def feed(self, data: bytes) -> list[tuple[str, str]]:
+        """Consume the next bytes of the response; return the text and reasoning of each event completed."""
+        pieces: list[tuple[str, str]] = []
+        if self.error is not None:
+            return pieces
+        try:
+            if self.head is None:
+                data = self._feed_head(data)
+            if data:
+                self.reads += 1
+                if self.capture is not None:
+                    self.capture.keep(data)
+                if self._error_body is not None:
+                    self._feed_error_body(data)
+                else:
+                    self._feed_body(data, pieces)
+        except StreamError as exc:
+            self.error = exc
+        return pieces
+
+    def eof(self) -> None:
+        """The connection closed. An error if that was inside the head or the body of an error status;
+        otherwise judge() reads how each layer ended."""
+        if self.error is not None:
+            return
+        if self.head is None:
+            self.error = StreamError('transport', self._heads.eof_problem())
+        elif self._error_body is not None:
+            self.error = self.status_failure()
+
+    def status_failure(self) -> StreamError:
+        """The failure of a response whose status is not 200, with the server's message when it sent one."""
+        return _status_failure(self.head, b''.join(self._error_body or ())[:MAX_ERROR_BODY])
+
+    def _feed_head(self, data: bytes) -> bytes:
+        """Feed the head parser; once the head is whole, choose the body reader and return the body's first bytes."""
+        head = self._heads.feed(data)
+        if head is None:
+            return b''
+        self.head = head
+        if self.capture is not None:
+            self.capture.keep(response_head(head))
+        if head.status != 200:
+            self._error_body = []
+            self.body = _error_body_reader(head)
+            if self.body is None:  # its framing is unusable too: the status says what failed
+                raise self.status_failure()
+        else:
+            _check_content_type(head.get('Content-Type'))
+            self.body = body_reader(head)
+        return self._heads.rest
+
+    def _feed_body(self, data: bytes, pieces: list[tuple[str, str]]) -> None:
+        accept = self.validator.accept
+        for event in self.events.feed(self.body.feed(data)):
+            pieces.append(accept(event))
+        if self.body.overrun:
+            raise StreamError('transport', self.body.overrun_problem())
+
+    def _feed_error_body(self, data: bytes) -> None:
+        try:
+            part = self.body.feed(data)
+        except StreamError:  # broken framing in an error body: the status already says what failed
+            raise self.status_failure() from None
+        self._error_body.append(part)
+        self._error_size += len(part)
+        if self.body.complete or self._error_size >= MAX_ERROR_BODY:
+            raise self.status_failure()
+
 
 
 # ---------------------------------------------------------------------------
@@ -1332,7 +1461,6 @@ class Timeline:
         self.last_text_at: float | None = None
         self.ended: float | None = None
         self.gaps: list[float] = []
-        self.reads = 0                       # reads that returned bytes
         self.content_reads = 0               # reads that carried visible text
         self.max_content_events_per_read = 0
 
@@ -1344,26 +1472,26 @@ class Timeline:
     def ms(self, at: float | None) -> float | None:
         return None if at is None else round((at - self.started) * 1000, 3)
 
-    def content_read(self, content_events: int) -> None:
-        """Note a read that carried this many content events."""
-        self.content_reads += 1
-        if content_events > self.max_content_events_per_read:
-            self.max_content_events_per_read = content_events
-
-
-class Capture:
-    """The raw response bytes (status line, headers, body as received), up to a bound."""
-
-    def __init__(self, limit: int = MAX_CAPTURE_BYTES) -> None:
-        self.data = bytearray()
-        self.limit = limit
-        self.truncated = False
-
-    def keep(self, raw: bytes) -> None:
-        if len(self.data) + len(raw) <= self.limit:
-            self.data += raw
-        else:
-            self.truncated = True
+    def note_read(self, at: float, pieces: list[tuple[str, str]]) -> None:
+        """Stamp the events of one read, which all arrived at ``at``: the first event, first text and
+        first reasoning, the gaps between content events, and how many content events the read carried."""
+        texts = 0
+        for text, reasoning in pieces:
+            if self.first_event_at is None:
+                self.first_event_at = at
+            if text:
+                texts += 1
+                if self.first_text_at is None:
+                    self.first_text_at = at
+                else:
+                    self.gaps.append(at - self.last_text_at)
+                self.last_text_at = at
+            if reasoning and self.first_reasoning_at is None:
+                self.first_reasoning_at = at
+        if texts:
+            self.content_reads += 1
+            if texts > self.max_content_events_per_read:
+                self.max_content_events_per_read = texts
 
 
 class Cancel:
@@ -1404,21 +1532,17 @@ def _shut(sock: socket.socket) -> None:
 
 
 class Exchange:
-    """What one run saw, each piece owned by the layer that fills it:
-    the timeline by the transport, the head and body reader by the HTTP layer,
-    the events by the SSE parser, the answer by the API's validator."""
+    """What one run saw: the timeline, owned by the transport, and the response reader, which owns the
+    head, the body framing, the events and the answer. ``failure`` is the first failure, whichever
+    layer it came from."""
 
     def __init__(self, request: PreparedRequest, capture: Capture | None = None,
                  cancel: Cancel | None = None) -> None:
         self.request = request
         self.cancel = cancel
         self.timeline = Timeline()
-        self.capture = capture
         self.phase = Phase.CONNECT
-        self.head: ResponseHead | None = None
-        self.body: ContentLengthBody | ChunkedBody | CloseDelimitedBody | None = None
-        self.validator = request.new_validator()
-        self.events = self.validator.parser()
+        self.reader = ResponseReader(request.new_validator(), capture)
         self.failure: StreamError | None = None
 
     def fail(self, error: StreamError) -> None:
@@ -1431,7 +1555,7 @@ class Exchange:
         if signal_name is None:
             return None
         return StreamError('interrupted', f'interrupted by {signal_name} during the {self.phase.value} phase '
-                                          f'after {self.validator.content_events} content events')
+                                          f'after {_count(self.reader.validator.content_events, "content event")}')
 
 
 def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
@@ -1515,81 +1639,51 @@ def _exchange(sock: socket.socket, x: Exchange, on_text, on_reasoning) -> None:
     sock.settimeout(_wait(x))
     sock.sendall(x.request.wire)
     x.phase = Phase.HEADERS
-    head, first = _read_head(sock, x)
-    x.head = head
-    if x.capture is not None:
-        x.capture.keep(response_head(head))
-    if head.status != 200:
-        x.body = _error_body_reader(head)
-        raise _status_failure(head, _read_error_body(sock, x, first))
-    _check_content_type(head.get('Content-Type'))
-    x.body = body_reader(head)
-    x.phase = Phase.BODY
-    _read_body(sock, x, first, on_text, on_reasoning)
+    try:
+        _read_response(sock, x, on_text, on_reasoning)
+    except (OSError, StreamError):
+        if x.reader.reading_error_body:  # the status line already says what failed; keep what arrived
+            raise x.reader.status_failure() from None
+        raise
 
 
-def _read_head(sock: socket.socket, x: Exchange) -> tuple[ResponseHead, bytes]:
-    """The final response head, and the body bytes that arrived with it; stamps headers_at."""
-    parser = ResponseHeadParser()
-    while True:
-        sock.settimeout(_wait(x))
-        raw = sock.recv(READ_SIZE)
-        if not raw:
-            raise x.interruption() or StreamError('transport', parser.eof_problem())
-        head = parser.feed(raw)
-        if head is not None:
-            x.timeline.headers_at = time.perf_counter()
-            return head, parser.rest
+def _read_response(sock: socket.socket, x: Exchange, on_text, on_reasoning) -> None:
+    """Feed the reader until the HTTP message ends or the connection closes, under both time bounds.
 
-
-def _read_body(sock: socket.socket, x: Exchange, first: bytes, on_text, on_reasoning) -> None:
-    """Read until the HTTP message ends (or the connection closes), feeding each layer.
-
-    The clock is read once per read, right after it returns: every event of
-    one read gets that time, so events that arrived together are 0 ms apart.
+    The clock is read once per read, right after it returns: every event of one read gets that time,
+    so events that arrived together are 0 ms apart.
     """
-    body, events, validator, capture, timeline = x.body, x.events, x.validator, x.capture, x.timeline
-    accept = validator.accept
+    reader, timeline = x.reader, x.timeline
     deadline_at = timeline.started + x.request.deadline
-    raw, now = first, timeline.headers_at
     while True:
-        if raw:
-            timeline.reads += 1
-            if capture is not None:
-                capture.keep(raw)
-            text_before = validator.content_events
-            for data in events.feed(body.feed(raw)):
-                if timeline.first_event_at is None:
-                    timeline.first_event_at = now
-                text, reasoning = accept(data)
-                if text:
-                    if timeline.first_text_at is None:
-                        timeline.first_text_at = now
-                    else:
-                        timeline.gaps.append(now - timeline.last_text_at)
-                    timeline.last_text_at = now
-                    if on_text:
-                        on_text(text)
-                if reasoning:
-                    if timeline.first_reasoning_at is None:
-                        timeline.first_reasoning_at = now
-                    if on_reasoning:
-                        on_reasoning(reasoning)
-            if validator.content_events != text_before:
-                timeline.content_read(validator.content_events - text_before)
-            if body.overrun:
-                raise StreamError('transport', body.overrun_problem())
-        if body.complete:
-            return
         sock.settimeout(_wait(x))
         raw = sock.recv(READ_SIZE)
         now = time.perf_counter()
         if not raw:
-            if stop := x.interruption():
+            stop = x.interruption()
+            if stop:
                 raise stop
-            return  # the connection closed: judge() reads how each layer ended
+            reader.eof()
+            if reader.error is not None:
+                raise reader.error
+            return  # judge() reads how each layer ended
         if now > deadline_at:
             raise _deadline_failure(x)
+        pieces = reader.feed(raw)
+        if x.phase is Phase.HEADERS and reader.head is not None:
+            timeline.headers_at = now
+            x.phase = Phase.BODY
+        if pieces:
+            timeline.note_read(now, pieces)
+            for text, reasoning in pieces:
+                if text and on_text:
+                    on_text(text)
+                if reasoning and on_reasoning:
+                    on_reasoning(reasoning)
+        if reader.error is not None:
+            raise reader.error
+        if reader.message_complete:
+            return
 
 
 def _wait(x: Exchange) -> float:
@@ -1602,16 +1696,17 @@ def _wait(x: Exchange) -> float:
 
 def _deadline_failure(x: Exchange) -> StreamError:
     deadline = f'{x.request.deadline:g} s'
-    if x.phase is Phase.BODY and x.validator.done:
+    validator = x.reader.validator
+    if x.phase is Phase.BODY and validator.done:
         return _unended_after_terminal(x, f'the overall deadline of {deadline}')
     return StreamError('timeout', f'overall deadline of {deadline} reached during the {x.phase.value} phase '
-                                  f'after {x.validator.content_events} content events')
+                                  f'after {_count(validator.content_events, "content event")}')
 
 
 def _unended_after_terminal(x: Exchange, bound: str) -> StreamError:
     """The terminal event arrived but the HTTP message never ended: a transport failure, whichever bound noticed."""
-    return StreamError('transport', f'message did not end within {bound} after {x.validator.terminal}; '
-                                    f'received {x.body.progress()}')
+    return StreamError('transport', f'message did not end within {bound} after {x.reader.validator.terminal}; '
+                                    f'received {x.reader.body.progress()}')
 
 
 def _classify(exc: BaseException, x: Exchange) -> StreamError:
@@ -1634,8 +1729,8 @@ def _classify(exc: BaseException, x: Exchange) -> StreamError:
     if x.phase in (Phase.REQUEST, Phase.HEADERS) and isinstance(exc, (OSError, http.client.HTTPException)):
         return StreamError('http', f'no valid response headers: {type(exc).__name__}: {exc}')
     if x.phase is Phase.BODY and isinstance(exc, OSError):
-        received = x.body.received if x.body else 0
-        return StreamError('transport', f'connection failed after {received} body bytes: '
+        received = x.reader.body.received if x.reader.body else 0
+        return StreamError('transport', f'connection failed after {_count(received, "body byte")}: '
                                         f'{type(exc).__name__}: {exc}')
     return StreamError('client', f'unexpected {type(exc).__name__} during the {x.phase.value} phase: {exc}')
 
@@ -1651,10 +1746,10 @@ def _timeout_failure(x: Exchange) -> StreamError:
         return StreamError('timeout', f'TLS handshake with {request.host} not finished within {idle}')
     if x.phase is not Phase.BODY:
         return StreamError('timeout', f'no response headers within the idle timeout of {idle}')
-    if x.validator.done:
+    if x.reader.validator.done:
         return _unended_after_terminal(x, f'the idle timeout of {idle}')
     return StreamError('timeout', f'no bytes for {idle} (idle timeout) after '
-                                  f'{x.validator.content_events} content events')
+                                  f'{_count(x.reader.validator.content_events, "content event")}')
 
 
 _PRIVATE_HEADERS = frozenset({'set-cookie', 'set-cookie2', 'cookie', 'authorization',
@@ -1695,30 +1790,6 @@ def _error_body_reader(head: ResponseHead):
         return None
 
 
-def _read_error_body(sock: socket.socket, x: Exchange, first: bytes) -> bytes:
-    """Up to MAX_ERROR_BODY bytes of an error response, under the same time bounds."""
-    body = x.body
-    if body is None:
-        return b''
-    parts, size, raw = [], 0, first
-    try:
-        while True:
-            if raw:
-                if x.capture is not None:
-                    x.capture.keep(raw)
-                parts.append(body.feed(raw))
-                size += len(parts[-1])
-            if body.complete or size >= MAX_ERROR_BODY:
-                break
-            sock.settimeout(_wait(x))
-            raw = sock.recv(min(READ_SIZE, MAX_ERROR_BODY - size))
-            if not raw:
-                break
-    except (OSError, StreamError):
-        pass  # the status line already says what failed; keep what arrived
-    return b''.join(parts)[:MAX_ERROR_BODY]
-
-
 def response_head(head: ResponseHead) -> bytes:
     """The status line and headers as received (minus cookies and auth headers), for a capture."""
     lines = [f'HTTP/{head.version} {head.status} {head.reason}']
@@ -1745,26 +1816,28 @@ class Verdict:
         return self.layer is None
 
 
-def judge(x: Exchange) -> Verdict:
-    """Why this run is not ok; the one place that decides, and that sets the completeness flags.
+def judge(reader: ResponseReader, failure: StreamError | None = None) -> Verdict:
+    """Why this response is not a finished answer; the one place that decides, and that sets the
+    completeness flags. ``failure`` is one the reader could not see (no connection, a timeout, a
+    signal); otherwise the reader's own error, if any, is the failure.
 
     A failure that stopped the reading (no connection, a bad status, invalid
     JSON, a timeout...) wins: the layers after it were never seen, so their
     flags are null. A transport failure still says whether the events that
-    arrived ended on a boundary. A run that read its body to the end is
-    judged in the order a response is built: the HTTP framing, then the event
-    stream, then the answer itself.
+    arrived ended on a boundary. A response read to its end is judged in the
+    order a response is built: the HTTP framing, then the event stream, then
+    the answer itself.
     """
-    failure = x.failure
-    outcome = x.validator.outcome_problem()
+    failure = failure if failure is not None else reader.error
+    outcome = reader.validator.outcome_problem()
     application_complete = outcome is None and not (failure is not None and failure.server_error)
     if failure is not None:
         if failure.layer != 'transport':
             return Verdict(failure.layer, failure.message, None, None, application_complete)
-        event_complete = x.events.pending() is None if x.body is not None else None
+        event_complete = reader.events.pending() is None if reader.body is not None else None
         return Verdict('transport', failure.message, False, event_complete, application_complete)
-    transport_problem = x.body.eof_problem()
-    event_problem = x.events.pending()
+    transport_problem = reader.body.eof_problem()
+    event_problem = reader.events.pending()
     layer, message = next(((layer, problem) for layer, problem in
                            (('transport', transport_problem), ('sse', event_problem), ('application', outcome))
                            if problem), (None, None))
@@ -1773,11 +1846,11 @@ def judge(x: Exchange) -> Verdict:
 
 def build_record(x: Exchange) -> dict:
     """The JSON evidence record of a run (never contains the API key)."""
-    verdict = judge(x)
-    timeline, request = x.timeline, x.request
+    verdict = judge(x.reader, x.failure)
+    timeline, request, reader = x.timeline, x.request, x.reader
     ended = timeline.ended if timeline.ended is not None else time.perf_counter()
-    answer = x.validator.fields()
-    head = x.head
+    answer = reader.validator.fields()
+    head = reader.head
     record = {
         'ok': verdict.ok,
         'error_layer': verdict.layer,
@@ -1802,7 +1875,7 @@ def build_record(x: Exchange) -> dict:
         'first_text_ms': timeline.ms(timeline.first_text_at),
         'duration_ms': timeline.ms(ended),
         'event_gaps_ms': [round(gap * 1000, 3) for gap in timeline.gaps],
-        'reads': timeline.reads,
+        'reads': reader.reads,
         'content_reads': timeline.content_reads,
         'max_content_events_per_read': timeline.max_content_events_per_read,
         'content_span_ms': _span_ms(timeline.first_text_at, timeline.last_text_at),
@@ -1810,13 +1883,14 @@ def build_record(x: Exchange) -> dict:
         'response_id': answer['response_id'],
         'request_id': head.get('x-request-id') if head else None,
         'server_error': x.failure.server_error if x.failure is not None else None,
-        'http': _http_facts(head, x.body),
+        'http': _http_facts(head, reader.body),
         'source': _source(head, request.source),
         'url': request.url,
         'request': dict(request.settings),
         'started_at': _utc_iso(timeline.started_wall),
         'client': {'version': __version__, 'python': PYTHON_VERSION, 'platform': PLATFORM},
-        'capture': None if x.capture is None else {'bytes': len(x.capture.data), 'truncated': x.capture.truncated},
+        'capture': None if reader.capture is None else {'bytes': len(reader.capture.data),
+                                                        'truncated': reader.capture.truncated},
     }
     return redact(record, request.token)
 
@@ -2036,6 +2110,7 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
 
 _QUOTED_TEXT = re.compile(r"""b?'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
 _NUMBER = re.compile(r'(?<![\w.])\d+(?:\.\d+)?(?![\w.])')
+_SINGULAR_COUNT = re.compile(r'\bN ((?:content event|body byte|byte))\b(?!s)')  # '1 byte' and '2 bytes' group
 
 
 def error_kind(error: str) -> str:
@@ -2043,7 +2118,7 @@ def error_kind(error: str) -> str:
     'application: EOF before [DONE] after 2 content events' -> '... after N content events'.
     The HTTP status stays."""
     status = re.match(r'http: expected status 200, got (\d{3})', error)
-    kind = _NUMBER.sub('N', _QUOTED_TEXT.sub('...', error))
+    kind = _SINGULAR_COUNT.sub(r'N \1s', _NUMBER.sub('N', _QUOTED_TEXT.sub('...', error)))
     return kind.replace('expected status N, got N', f'expected status 200, got {status[1]}', 1) if status else kind
 
 
@@ -2349,8 +2424,8 @@ class Report:
             return '\n'.join(out + ['<p>None: every run was ok.</p>'])
         for layer in sorted(self.errors):
             counts = sorted(self.errors[layer].items(), key=lambda item: (-item[1], item[0]))
-            out.append(f'<h3>{_e(layer)}: {sum(self.errors[layer].values())} runs, '
-                       f'{len(counts)} distinct messages</h3><table>')
+            out.append(f'<h3>{_e(layer)}: {_count(sum(self.errors[layer].values()), "run")}, '
+                       f'{_count(len(counts), "distinct message")}</h3><table>')
             out += [f'<tr><td class="n">{count}</td><td><code>{_e(message)}</code></td></tr>'
                     for message, count in counts[:REPORT_ERRORS_PER_LAYER]]
             out.append('</table>')
@@ -2670,7 +2745,7 @@ class LiveView:
 def verdict_line(record: dict) -> str:
     """The run at a glance: 'ok: 2 content events, ...' or 'NOT OK [layer]: what went wrong'."""
     if record['ok']:
-        return (f'ok: {record["content_events"]} content events, first text {record["first_text_ms"]:.0f} ms, '
+        return (f'ok: {_count(record["content_events"], "content event")}, first text {record["first_text_ms"]:.0f} ms, '
                 f'done {record["duration_ms"]:.0f} ms')
     layer = record['error_layer']
     return f'NOT OK [{layer}]: {record["error"].removeprefix(layer + ": ")}'

@@ -10,14 +10,18 @@ import random
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
+import types
 import unittest
 from pathlib import Path
 from typing import Iterator, NamedTuple
+from unittest import mock
 
 import fixture_server
 import stream_client
@@ -277,7 +281,7 @@ class ChatChunkTests(unittest.TestCase):
             return chunks.outcome_problem()
         text = chunk_json(delta={'content': 'hi'})
         self.assertIsNone(outcome(text, chunk_json(finish_reason='stop'), '[DONE]'))
-        self.assertIn('EOF before [DONE] after 1 content events', outcome(text, chunk_json(finish_reason='stop')))
+        self.assertIn('EOF before [DONE] after 1 content event', outcome(text, chunk_json(finish_reason='stop')))
         self.assertIn('without a finish_reason', outcome(text, '[DONE]'))
         self.assertIn('finish_reason=length', outcome(text, chunk_json(finish_reason='length'), '[DONE]'))
         self.assertIn('tool call', outcome(text, chunk_json(finish_reason='tool_calls'), '[DONE]'))
@@ -697,14 +701,17 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertEqual((record['text'], record['finish_reason'], record['done']), (ANSWER, 'stop', True))
         self.assertEqual((record['content_events'], record['completion_tokens']), (2, 3))
         self.assertEqual(len(record['event_gaps_ms']), 1)
+        # Orderings that hold however the machine's load merges writes into reads (the exact per-read
+        # accounting is tested without a socket, in test_the_timeline_stamps_each_read_with_its_time).
         self.assertLess(0, record['headers_ms'])
         self.assertLessEqual(record['headers_ms'], record['first_event_ms'])
-        self.assertLess(record['first_event_ms'], record['first_text_ms'])
+        self.assertLessEqual(record['first_event_ms'], record['first_text_ms'])
         self.assertLess(record['first_text_ms'], record['duration_ms'])
         self.assertIsNone(record['buffered_delivery'])  # two content events: too few to tell
-        self.assertGreaterEqual(record['reads'], 2)
-        self.assertEqual((record['content_reads'], record['max_content_events_per_read']), (2, 1))
-        self.assertGreater(record['content_span_ms'], 0)
+        self.assertIn(record['content_reads'], (1, 2))  # the two texts in one read or in two
+        self.assertEqual(record['max_content_events_per_read'], 3 - record['content_reads'])
+        self.assertGreaterEqual(record['reads'], record['content_reads'])
+        self.assertGreaterEqual(record['content_span_ms'], 0)
         http = record['http']
         self.assertEqual((http['status'], http['version'], http['framing'], http['content_length'],
                           http['body_bytes'], http['interim']), (200, '1.1', 'content-length', 445, 445, []))
@@ -718,41 +725,91 @@ class FixtureVerdictTests(unittest.TestCase):
                 record = run_fixture('reasoning', settings={'profile': 'vllm', 'reasoning_field': field})
                 self.assertEqual((record['ok'], record['reasoning_text'], record['text']),
                                  (True, 'The user wants one word.', ANSWER))
-                self.assertLess(record['first_event_ms'], record['first_reasoning_ms'])
-                self.assertLess(record['first_reasoning_ms'], record['first_text_ms'])
+                self.assertLessEqual(record['first_event_ms'], record['first_reasoning_ms'])
+                self.assertLessEqual(record['first_reasoning_ms'], record['first_text_ms'])
 
-    def test_buffered_delivery_is_flagged_and_split_bytes_take_many_reads(self):
+    def test_buffered_delivery_is_flagged_and_split_bytes_decode_exactly(self):
+        # buffered sends the whole body in one write after the delays: one read whatever the load.
         buffered = run_fixture('buffered', settings={'profile': 'vllm'})
         self.assertIs(buffered['buffered_delivery'], True)
         self.assertEqual((buffered['reads'], buffered['content_reads'], buffered['max_content_events_per_read'],
                           buffered['content_span_ms']), (1, 1, 16, 0))
         split = run_fixture('split-utf8', settings={'profile': 'vllm'})
-        self.assertIsNone(split['buffered_delivery'])
-        self.assertGreater(split['reads'], split['data_events'])
-
-    def test_buffering_hint_is_true_only_on_strong_evidence(self):
-        cases = {'paired': ({'profile': 'vllm'}, False),          # two events a read, delayed: not held back
-                 'ok': ({'profile': 'vllm', 'tokens': 3}, None),   # too short to tell
-                 'ok ': ({'profile': 'vllm', 'tokens': 12}, False)}  # paced normally: spread out
-        for mode, (settings, expected) in cases.items():
-            with self.subTest(mode=mode, settings=settings):
-                record = run_fixture(mode.strip(), settings=settings)
-                self.assertTrue(record['ok'], record['error'])
-                self.assertIs(record['buffered_delivery'], expected)
+        self.assertEqual((split['ok'], split['text']), (True, ANSWER))
+        self.assertIsNone(split['buffered_delivery'])  # too few events to tell
+        short = run_fixture('ok', settings={'profile': 'vllm', 'tokens': 3})
+        self.assertEqual((short['ok'], short['buffered_delivery']), (True, None))
         paired = run_fixture('paired', settings={'profile': 'vllm'})
-        self.assertLessEqual(paired['max_content_events_per_read'], 2)
-        self.assertGreaterEqual(paired['content_reads'], 8)
+        self.assertEqual((paired['ok'], paired['content_events']), (True, 16))
 
-    def test_the_clock_starts_at_the_connection_in_a_fresh_process(self):
-        # Measured on this project's 2-core machine, 25 fresh processes each: the code that started its clock
-        # before a watchdog thread and imported encodings.idna inside the timed connect gave headers_ms of
-        # 2.4 to 3.8 ms; now 0.9 to 1.3 ms. The median of five must stay under 2 ms.
-        code = ("import sys; sys.path.insert(0, sys.argv[1]); import stream_client; "
-                "print(stream_client.stream(sys.argv[2], 'm', 'p')['headers_ms'])")
+    def test_the_pacing_modes_group_writes_as_a_proxy_would(self):
+        class Sink:
+            def __init__(self) -> None:
+                self.writes: list[bytes] = []
+                self.write = self.writes.append
+        handler = types.SimpleNamespace(server=types.SimpleNamespace(delay=0), wfile=Sink(),
+                                        connection=types.SimpleNamespace(setsockopt=lambda *option: None))
+        writes = [b'ab', b'cd', b'ef']
+        expected = {'each': writes, 'flat-out': writes, 'burst': [b'abcdef'], 'pairs': [b'abcd', b'ef'],
+                    'bytes': [b'a', b'b', b'c', b'd', b'e', b'f']}
+        self.assertEqual(set(expected), set(fixture_server.PACES))
+        for pace, grouped in expected.items():
+            with self.subTest(pace=pace):
+                handler.wfile = Sink()
+                fixture_server.PACES[pace](handler, iter(writes))
+                self.assertEqual(handler.wfile.writes, grouped)
+
+    def test_the_timeline_stamps_each_read_with_its_time(self):
+        # The reads of one response, each at a made-up time: every event of a read gets that read's time.
+        def event(**delta: str) -> bytes:
+            return f'data: {chunk_json(delta=delta)}\n\n'.encode()
+        reads = [(1.0, SSE_HEAD + b'\r\n' + event(role='assistant')), (2.0, event(reasoning='think')),
+                 (3.0, event(content='a')), (4.0, event(content='b') + event(content='c')),
+                 (5.0, f'data: {chunk_json(finish_reason="stop")}\n\ndata: [DONE]\n\n'.encode())]
+        reader, timeline = stream_client.ResponseReader(ChatChunks()), stream_client.Timeline()
+        timeline.started = 0.0
+        for at, raw in reads:
+            timeline.note_read(at, reader.feed(raw))
+        reader.eof()
+        self.assertIsNone(stream_client.judge(reader).layer)
+        self.assertEqual([timeline.ms(at) for at in (timeline.first_event_at, timeline.first_reasoning_at,
+                                                     timeline.first_text_at, timeline.last_text_at)],
+                         [1000, 2000, 3000, 4000])
+        self.assertEqual(timeline.gaps, [1.0, 0.0])
+        self.assertEqual((reader.reads, timeline.content_reads, timeline.max_content_events_per_read), (5, 2, 2))
+
+    def test_the_clock_starts_just_before_the_connection_in_a_fresh_process(self):
+        # An ordering, not a number of milliseconds: in a fresh process, the last clock start comes before
+        # the connection, and between the two nothing is imported and no thread starts. (An import of
+        # encodings.idna inside the first connect, or a watchdog thread, once cost 1.5 to 2.5 ms here.)
+        code = textwrap.dedent('''
+            import json, socket, sys, threading
+            sys.path.insert(0, sys.argv[1])
+            import stream_client
+            log = []
+            def note(what):
+                log.append((what, sorted(sys.modules), threading.active_count()))
+            start, connect = stream_client.Timeline.start, socket.create_connection
+            def logged_start(self):
+                note('clock')
+                start(self)
+            def logged_connect(*args, **kwargs):
+                sock = connect(*args, **kwargs)
+                note('connected')
+                return sock
+            stream_client.Timeline.start, socket.create_connection = logged_start, logged_connect
+            record = stream_client.stream(sys.argv[2], 'm', 'p')
+            print(json.dumps([record['ok'], log]))
+        ''')
         with Fixture(delay=0) as fixture:
-            values = [float(subprocess.run([sys.executable, '-c', code, str(HERE), fixture.url], capture_output=True,
-                                           text=True, timeout=30, check=True).stdout) for _ in range(5)]
-        self.assertLess(sorted(values)[2], 2.0, values)
+            done = subprocess.run([sys.executable, '-c', code, str(HERE), fixture.url], capture_output=True,
+                                  text=True, timeout=60, check=True)
+        ok, log = json.loads(done.stdout)
+        self.assertTrue(ok)
+        self.assertEqual([what for what, _, _ in log[-2:]], ['clock', 'connected'])
+        (_, modules_at_start, threads_at_start), (_, modules_connected, threads_connected) = log[-2:]
+        self.assertEqual(sorted(set(modules_connected) - set(modules_at_start)), [])
+        self.assertEqual(threads_connected, threads_at_start)
 
     def test_buffering_rule(self):
         self.assertEqual([stream_client.buffered_delivery(events, reads) for events, reads in
@@ -864,15 +921,31 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertIn('overall deadline of 0.001 s', record['error'])
 
     def test_events_are_seen_when_their_bytes_arrive_not_when_a_buffer_fills(self):
-        seen = []
-        with Fixture('ok', delay=0.1) as fixture:  # seven writes, 100 ms apart
-            started = time.monotonic()
-            record = stream(fixture.url, 'm', 'p', on_text=lambda text: seen.append(time.monotonic() - started))
-        self.assertTrue(record['ok'])
-        self.assertGreater(seen[1] - seen[0], 0.07)          # the two texts came one write apart...
-        self.assertGreater(record['duration_ms'] / 1000 - seen[1], 0.2)  # ...and long before the end
+        # The server sends the second text only after the client has shown the first. A client that waited
+        # for a buffer to fill would show nothing until the server gave up waiting and sent the rest.
+        first_shown, order = threading.Event(), []
+        events = [f'data: {chunk_json(delta={"content": "READY "})}\n\n',
+                  f'data: {chunk_json(delta={"content": "go"}, finish_reason="stop")}\n\ndata: [DONE]\n\n']
+        response = sse_response(b''.join(b'%x\r\n%s\r\n' % (len(e), e.encode()) for e in events) + b'0\r\n\r\n',
+                                headers='Transfer-Encoding: chunked\r\n')
+
+        def replay_after_the_first_text(handler, head: bytes, writes: list[bytes]) -> None:
+            handler.wfile.write(head + writes[0])
+            first_shown.wait(30)
+            order.append('second text sent')
+            for data in writes[1:]:
+                handler.wfile.write(data)
+
+        def on_text(text: str) -> None:
+            order.append(text)
+            first_shown.set()
+        with mock.patch.object(fixture_server.Handler, '_replay', replay_after_the_first_text), \
+                Fixture(replay=response) as fixture:
+            record = stream(fixture.url, 'm', 'p', on_text=on_text)
+        self.assertTrue(record['ok'], record['error'])
+        self.assertEqual(order, ['READY ', 'second text sent', 'go'])
         self.assertEqual(len(record['event_gaps_ms']), 1)
-        self.assertGreater(record['event_gaps_ms'][0], 70)
+        self.assertGreater(record['event_gaps_ms'][0], 0)  # two reads, so two clock readings
 
     def test_sixteen_streams_at_once_each_get_their_own_record(self):
         records, texts = {}, {n: [] for n in range(16)}
@@ -1288,34 +1361,19 @@ def rechunk(data: bytes, rng: random.Random) -> list[bytes]:
 
 
 def consume(reads: list[bytes], api: str = 'chat') -> str | None:
-    """Run a whole response through the client's sans-IO layers (head, framing, events, the API's
-    validator); return the first failing layer, or None when the answer is complete.
+    """Feed a whole response to the client's sans-IO ResponseReader, read by read, then close;
+    return the layer of its verdict (None when the answer is complete).
 
     Any exception other than StreamError escapes, which is what the fuzz tests look for.
     """
-    heads, head, body = stream_client.ResponseHeadParser(), None, None
-    chunks = stream_client.VALIDATORS[api]()
-    events = chunks.parser()
-    try:
-        for raw in reads:
-            if head is None:
-                head = heads.feed(raw)
-                if head is None:
-                    continue
-                if head.status != 200:
-                    return 'http'
-                body, raw = stream_client.body_reader(head), heads.rest
-            for data in events.feed(body.feed(raw)):
-                chunks.accept(data)
-            if body.overrun:
-                return 'transport'
-        if head is None or body.eof_problem():
-            return 'transport'
-        if events.pending():
-            return 'sse'
-    except StreamError as exc:
-        return exc.layer
-    return 'application' if chunks.outcome_problem() else None
+    reader = stream_client.ResponseReader(stream_client.VALIDATORS[api]())
+    for raw in reads:
+        reader.feed(raw)
+        if reader.error is not None or reader.message_complete:
+            break
+    else:
+        reader.eof()
+    return stream_client.judge(reader).layer
 
 
 def _edit_head(response: bytes, edit) -> bytes:
@@ -1539,10 +1597,9 @@ class FuzzTests(unittest.TestCase):
                 else:
                     response, truncated = mutate(original, rng), False
                 fixture.instance.replay = (b'', rechunk(response, rng))
-                started = time.monotonic()
                 record = stream(fixture.url, 'tiny', 'hi', idle=1, deadline=2, api=api)
-                self.assertLess(time.monotonic() - started, 2.5)
                 json.dumps(record)
+                self.assertNotEqual(record['error_layer'], 'client', record['error'])
                 if truncated:
                     self.assertFalse(record['ok'], f'case {case}: a truncated response was ok')
 
@@ -1556,22 +1613,23 @@ class TimeoutUnderAttackTests(unittest.TestCase):
     def test_stall_ends_at_the_idle_timeout(self):
         with Fixture('stall') as fixture:
             record, took = self.timed(fixture.url, idle=0.5)
-        self.assertEqual(record['error_layer'], 'timeout')
-        self.assertTrue(0.5 <= took <= 1.0, took)
+        self.assertEqual(record['error'], 'timeout: no bytes for 0.5 s (idle timeout) after 0 content events')
+        self.assertGreaterEqual(took, 0.5)
 
     def test_drip_ends_at_the_deadline_despite_steady_bytes(self):
-        with Fixture('drip', profile='vllm') as fixture:
-            record, took = self.timed(fixture.url, idle=0.3, deadline=0.8)
-        self.assertIn('overall deadline of 0.8 s', record['error'])
-        self.assertTrue(0.8 <= took <= 1.3, took)
-        self.assertGreater(record['reads'], 4)
+        with Fixture('drip', profile='vllm') as fixture:  # a keepalive comment every 0.1 s
+            record, took = self.timed(fixture.url, idle=0.6, deadline=1.2)
+        self.assertEqual(record['error'], 'timeout: overall deadline of 1.2 s reached during the body phase '
+                                          'after 0 content events')
+        self.assertGreaterEqual(took, 1.2)
+        self.assertGreaterEqual(record['reads'], 1)
 
     def test_server_that_never_answers_ends_at_the_idle_timeout(self):
         with socket.create_server(('127.0.0.1', 0)) as silent:
             url = f'http://127.0.0.1:{silent.getsockname()[1]}/v1/chat/completions'
             record, took = self.timed(url, idle=0.5)
         self.assertEqual(record['error'], 'timeout: no response headers within the idle timeout of 0.5 s')
-        self.assertTrue(0.5 <= took <= 1.0, took)
+        self.assertGreaterEqual(took, 0.5)
 
     def test_trickled_headers_end_at_the_deadline(self):
         with Fixture(delay=0.1) as fixture:  # one header byte every 0.1 s: never idle for 0.5 s
@@ -1579,7 +1637,7 @@ class TimeoutUnderAttackTests(unittest.TestCase):
             record, took = self.timed(fixture.url, idle=0.5, deadline=0.8)
         self.assertEqual(record['error'], 'timeout: overall deadline of 0.8 s reached during the headers phase '
                                           'after 0 content events')
-        self.assertTrue(0.8 <= took <= 1.3, took)
+        self.assertGreaterEqual(took, 0.8)
 
     @unittest.skipUnless(Path('/proc/self/status').exists(), 'peak RSS is read from /proc')
     def test_flood_without_line_breaks_ends_at_the_line_bound_in_bounded_memory(self):
@@ -1609,22 +1667,19 @@ class LoadTests(unittest.TestCase):
         self.addCleanup(self.tmp.cleanup)
         self.dir = Path(self.tmp.name)
 
-    def load(self, url: str, settings: stream_client.LoadSettings, **options) -> tuple[list[dict], list[float]]:
-        """Records of a load in the order they ended, and when (seconds after the start)."""
-        records, ended, started = [], [], time.monotonic()
-        def on_record(record: dict) -> None:
-            records.append(record)
-            ended.append(time.monotonic() - started)
+    def load(self, url: str, settings: stream_client.LoadSettings, **options) -> list[dict]:
+        """The records of a load, in the order its runs ended."""
+        records: list[dict] = []
         requests = [stream_client.prepare(url, 'synthetic-fixture', 'READY', **options)]
-        stream_client.run_load(requests, settings, on_record, stream_client.Cancel())
-        return records, ended
+        stream_client.run_load(requests, settings, records.append, stream_client.Cancel())
+        return records
 
     def test_a_mixed_load_counts_exactly_what_the_fixture_served(self):
         layers = {mode: row.verdict.error_layer for mode, row in FixtureVerdictTests.EXPECTED.items()}
         for api in APIS:
             with self.subTest(api=api), Fixture('mixed', seed=7, profile='vllm') as fixture:
                 url = fixture.url.replace('/v1/chat/completions', URL_PATHS[api])
-                records, _ = self.load(url, stream_client.LoadSettings(runs=60, concurrency=8), idle=2)
+                records = self.load(url, stream_client.LoadSettings(runs=60, concurrency=8), idle=2)
                 served = fixture.instance.schedule.served
             summary = stream_client.Summary()
             for record in records:
@@ -1642,11 +1697,19 @@ class LoadTests(unittest.TestCase):
             self.assertEqual({record['load']['concurrency'] for record in records}, {8})
 
     def test_the_fixture_serves_64_streams_at_once(self):
-        with Fixture('ok', delay=0.05) as fixture:  # each stream takes about 0.35 s
-            records, _ = self.load(fixture.url, stream_client.LoadSettings(runs=64, concurrency=64))
-        self.assertTrue(all(record['ok'] for record in records), [r['error'] for r in records if not r['ok']])
-        durations = sorted(record['duration_ms'] for record in records)
-        self.assertLess(durations[-1], 4 * durations[0], durations)  # served one at a time, the last would wait ~64x
+        # Every response waits until all 64 are being answered at once. Served one at a time, the first
+        # would wait alone until the barrier broke, and no run would be ok.
+        together = threading.Barrier(64, timeout=60)
+        answer = fixture_server.Handler._answer
+
+        def answer_together(handler, plan, profile) -> None:
+            together.wait()
+            answer(handler, plan, profile)
+        with mock.patch.object(fixture_server.Handler, '_answer', answer_together), Fixture('ok') as fixture:
+            records = self.load(fixture.url, stream_client.LoadSettings(runs=64, concurrency=64),
+                                   idle=60, deadline=120)
+        self.assertEqual([r['error'] for r in records if not r['ok']], [])
+        self.assertEqual((len(records), together.broken), (64, False))
 
     def test_failed_runs_stay_out_of_the_latency_figures(self):
         summary = stream_client.Summary()
@@ -1671,35 +1734,45 @@ class LoadTests(unittest.TestCase):
         self.assertTrue(10.0 <= result['p90'] <= 10.1, result)
 
     def test_a_stalled_connection_does_not_hold_back_the_others(self):
-        with Fixture('stall') as stalled, Fixture('ok', delay=0) as quick:
-            requests = [stream_client.prepare(stalled.url, 'm', 'p', idle=1.5),
-                        stream_client.prepare(quick.url, 'm', 'p', idle=1.5)]
-            records, ended = [], []
-            started = time.monotonic()
-            def on_record(record: dict) -> None:
-                records.append(record)
-                ended.append(time.monotonic() - started)
-            stream_client.run_load(requests, stream_client.LoadSettings(runs=8, concurrency=8), on_record,
-                                   stream_client.Cancel())
-        by_run = {record['run']: (record, at) for record, at in zip(records, ended)}
-        for index in range(1, 8, 2):  # the quick fixture's runs
-            self.assertTrue(by_run[index][0]['ok'])
-            self.assertLess(by_run[index][1], 1.0)
-        for index in range(0, 8, 2):  # the stalled ones end at their own idle timeout
-            self.assertEqual(by_run[index][0]['error_layer'], 'timeout')
-            self.assertGreaterEqual(by_run[index][1], 1.5)
+        # Runs alternate between a server that never sends a byte of body and a quick one. The stalled runs
+        # would wait far longer than the test; once the four quick runs have their records, the load is
+        # cancelled. Had a stalled run held the others back, no quick run could have ended before it.
+        cancel, records = stream_client.Cancel(), []
 
-    def test_an_open_loop_starts_runs_at_the_rate_and_arrivals_are_seeded(self):
+        def on_record(record: dict) -> None:
+            records.append(record)
+            if sum(record['ok'] for record in records) == 4:
+                cancel.cancel('SIGINT')
+        with Fixture('stall') as stalled, Fixture('ok', delay=0) as quick:
+            requests = [stream_client.prepare(stalled.url, 'm', 'p', idle=60, deadline=120),
+                        stream_client.prepare(quick.url, 'm', 'p')]
+            stream_client.run_load(requests, stream_client.LoadSettings(runs=8, concurrency=8), on_record, cancel)
+        self.assertEqual([(record['run'] % 2, record['ok']) for record in records[:4]], [(1, True)] * 4)
+        self.assertEqual([(record['run'] % 2, record['error_layer']) for record in records[4:]],
+                         [(0, 'interrupted')] * 4)
+
+    def test_an_open_loop_follows_its_seeded_schedule(self):
+        # The schedule is computed, so it is tested without sleeping: evenly spaced or Poisson at the rate.
+        constant = stream_client.LoadSettings(runs=5, rate=20, arrivals='constant')
+        self.assertEqual([round(at, 9) for at in stream_client.arrival_offsets(constant)], [0, .05, .1, .15, .2])
+        poisson = stream_client.LoadSettings(runs=20_000, rate=10, seed=3)
+        offsets = list(stream_client.arrival_offsets(poisson))
+        self.assertEqual(offsets, list(stream_client.arrival_offsets(poisson)))
+        self.assertNotEqual(offsets[:5], list(stream_client.arrival_offsets(dataclasses.replace(poisson, seed=4)))[:5])
+        gaps = [later - earlier for earlier, later in zip(offsets, offsets[1:])]
+        self.assertTrue(all(gap >= 0 for gap in gaps))
+        self.assertAlmostEqual(statistics.mean(gaps) / 0.1, 1, places=1)   # mean gap 1/rate
+        self.assertAlmostEqual(statistics.stdev(gaps) / 0.1, 1, places=1)  # exponential: stdev = mean
+        # The load starts no run before it is due, and says how late each one started.
+        settings = stream_client.LoadSettings(runs=6, rate=20, arrivals='constant')
+        due_ms = [at * 1000 for at in stream_client.arrival_offsets(settings)]
         with Fixture('ok', delay=0) as fixture:
-            records, _ = self.load(fixture.url, stream_client.LoadSettings(runs=6, rate=20, arrivals='constant'))
-        offsets = sorted(record['offset_ms'] for record in records)
-        for earlier, later in zip(offsets, offsets[1:]):
-            self.assertAlmostEqual(later - earlier, 50, delta=25)
-        self.assertTrue(all(record['queued_ms'] is not None and record['queued_ms'] < 25 for record in records))
-        poisson = stream_client.LoadSettings(runs=5, rate=10, seed=3)
-        self.assertEqual(list(stream_client.arrival_offsets(poisson)), list(stream_client.arrival_offsets(poisson)))
-        self.assertNotEqual(list(stream_client.arrival_offsets(poisson)),
-                            list(stream_client.arrival_offsets(dataclasses.replace(poisson, seed=4))))
+            records = self.load(fixture.url, settings)
+        self.assertEqual(sorted(record['run'] for record in records), list(range(6)))
+        for record in records:
+            with self.subTest(run=record['run']):
+                self.assertGreaterEqual(record['offset_ms'] + 0.001, due_ms[record['run']])
+                self.assertAlmostEqual(record['queued_ms'], record['offset_ms'] - due_ms[record['run']], places=2)
 
     def test_the_command_line_writes_one_record_per_line_and_a_summary(self):
         with Fixture('mixed', profile='vllm', seed=5) as fixture:
@@ -1947,7 +2020,7 @@ class ReportTests(unittest.TestCase):
         self.assertEqual(reader.rows, stream_client.REPORT_TIMELINE_ROWS)
         self.assertIn(f'A sample of {stream_client.REPORT_TIMELINE_ROWS} of the 2500 runs', page)
         self.assertEqual(reader.cell('not ok: transport'), '250')
-        self.assertIn('250 runs, 1 distinct messages', page)
+        self.assertIn('250 runs, 1 distinct message', page)
 
     def test_report_rules_on_the_command_line(self):
         (self.dir / 'taken.html').write_text('kept')
