@@ -732,7 +732,7 @@ def describe_server_error(error: dict) -> str:
 # the end of the message, eof_problem() says why a close was premature.
 
 MAX_HEAD_BYTES = 65_536        # status lines and header sections, 1xx responses included
-MAX_CONTENT_LENGTH_DIGITS = 18  # significant digits of a Content-Length (under 10**18 bytes)
+MAX_BODY_SIZE = 2**60 - 1      # the largest Content-Length or chunk size accepted, in bytes (leading zeros are free)
 
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _TEXT = rb'[\t \x21-\x7e\x80-\xff]*'  # visible characters, space and tab: a field value or reason phrase
@@ -890,7 +890,6 @@ class Chunk(enum.Enum):
 
 MAX_CHUNK_LINE = 4096        # bytes of one chunk-size or trailer line
 MAX_TRAILER_BYTES = 16_384   # bytes of the whole trailer section
-MAX_CHUNK_HEX_DIGITS = 15    # significant digits of a chunk size (after leading zeros): under 2**60
 
 # RFC 9112 7.1.1: chunk-ext = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )
 _CHUNK_EXTENSIONS = re.compile(rb'(?:[ \t]*;[ \t]*' + _TOKEN + rb'(?:[ \t]*=[ \t]*(?:' + _TOKEN + b'|' + _QUOTED
@@ -900,8 +899,9 @@ _CHUNK_EXTENSIONS = re.compile(rb'(?:[ \t]*;[ \t]*' + _TOKEN + rb'(?:[ \t]*=[ \t
 class ChunkedBody:
     """A body in chunked transfer coding (RFC 9112, 7.1), ending with its zero chunk and trailer.
 
-    Every chunk-size and trailer line ends in CRLF; the size has no leading
-    whitespace, any number of leading zeros and a bounded value; extensions
+    Every chunk-size line ends in CRLF (a trailer line, like a header line, may
+    also end in a bare LF); the size has no leading
+    whitespace, any number of leading zeros and a value up to MAX_BODY_SIZE; extensions
     are parsed and ignored; trailer lines must be field lines, and the trailer
     section is bounded. Anything else raises StreamError('transport').
     """
@@ -935,7 +935,7 @@ class ChunkedBody:
                     self._keep_partial_line(buf, pos, end)
                     break
                 line = buf[pos:eol]
-                if 1 < len(line) <= MAX_CHUNK_HEX_DIGITS + 1 and line[-1] == 13 and not line[:-1].strip(HEX):
+                if 1 < len(line) <= 16 and line[-1] == 13 and not line[:-1].strip(HEX):  # under 2**60: in bound
                     size = int(line[:-1], 16)  # the usual line: hex digits and CR, nothing else
                 else:
                     size = self._chunk_size(line)
@@ -1009,14 +1009,16 @@ class ChunkedBody:
         if not digits or digits.strip(self._HEX):
             raise StreamError('transport', f'invalid chunk size line {bytes(content[:40])!r}: '
                                            'expected hexadecimal digits')
-        if len(digits.lstrip(b'0')) > MAX_CHUNK_HEX_DIGITS:
-            raise StreamError('transport', f'chunk size {bytes(digits[:40])!r} is over the bound of '
-                                           f'{MAX_CHUNK_HEX_DIGITS} hexadecimal digits')
-        return int(digits, 16)
+        size = int(digits, 16)  # base 16 has no digit limit, and the line is bounded
+        if size > MAX_BODY_SIZE:
+            raise StreamError('transport', f'chunk size 0x{bytes(digits.lstrip(b"0")[:40]).decode()} is over the '
+                                           f'bound of {MAX_BODY_SIZE} bytes')
+        return size
 
     def _trailer_line(self, line: bytes) -> bool:
-        """Check one trailer line; True when it is the blank line that ends the message."""
-        content = self._line_content(line, 'trailer line')
+        """Check one trailer line (up to its LF); True when it is the blank line that ends the message.
+        Like a header line, it may end in CRLF or a bare LF (RFC 9112, 2.2)."""
+        content = line[:-1] if line.endswith(b'\r') else line
         if not content:
             return True
         self._trailer_bytes += len(line) + 1
@@ -1078,16 +1080,29 @@ def body_reader(head: ResponseHead) -> ContentLengthBody | ChunkedBody | CloseDe
         if head.get_all('Content-Length'):
             raise StreamError('http', 'both Transfer-Encoding and Content-Length: the framing is ambiguous')
         return ChunkedBody()
-    lengths = {part.strip() for value in head.get_all('Content-Length') for part in value.split(',')}
-    if not lengths:
-        return CloseDelimitedBody()
-    length = next(iter(lengths))
-    if len(lengths) != 1 or not length.isdigit() or not length.isascii():
-        raise StreamError('http', f'invalid Content-Length {", ".join(sorted(lengths))!r}')
-    if len(length.lstrip('0')) > MAX_CONTENT_LENGTH_DIGITS:
-        raise StreamError('http', f'Content-Length of {len(length)} digits is over the bound of '
-                                  f'{MAX_CONTENT_LENGTH_DIGITS} digits')
-    return ContentLengthBody(int(length))
+    length = content_length(head)
+    return CloseDelimitedBody() if length is None else ContentLengthBody(length)
+
+
+def content_length(head: ResponseHead) -> int | None:
+    """The declared Content-Length, or None when there is none. StreamError('http') when it is not
+    1*DIGIT, when a list of values disagrees, or when its value is over MAX_BODY_SIZE; any number of
+    leading zeros is allowed (RFC 9110, 8.6)."""
+    parts = [part.strip() for value in head.get_all('Content-Length') for part in value.split(',')]
+    if not parts:
+        return None
+    values = set()
+    for part in parts:
+        if not part.isdigit() or not part.isascii():
+            raise StreamError('http', f'invalid Content-Length {_shorten(", ".join(parts))!r}: expected digits')
+        significant = part.lstrip('0') or '0'
+        if len(significant) > len(str(MAX_BODY_SIZE)) or int(significant) > MAX_BODY_SIZE:  # no int() of 4,300 digits
+            raise StreamError('http', f'Content-Length {_shorten(significant, 30)} is over the bound of '
+                                      f'{MAX_BODY_SIZE} bytes')
+        values.add(int(significant))
+    if len(values) != 1:
+        raise StreamError('http', f'Content-Length values disagree: {_shorten(", ".join(parts))!r}')
+    return values.pop()
 
 
 # ---------------------------------------------------------------------------
@@ -1927,10 +1942,11 @@ def _source(head: ResponseHead | None, requested: str) -> str:
 
 
 def _declared_length(head: ResponseHead) -> int | None:
-    lengths = {part.strip() for value in head.get_all('Content-Length') for part in value.split(',')}
-    length = lengths.pop() if len(lengths) == 1 else ''
-    return int(length) if length.isdigit() and length.isascii() and len(length) <= MAX_CONTENT_LENGTH_DIGITS \
-        else None
+    """The Content-Length for the record: None when there is none or it is not usable."""
+    try:
+        return content_length(head)
+    except StreamError:
+        return None
 
 
 def _http_facts(head: ResponseHead | None, body) -> dict | None:

@@ -1477,7 +1477,7 @@ STRICT_CASES = {
     'CR CR LF after the size': StrictCase(sized(b'{n}\r\r\n'), 'transport', 'ending in CR CR LF'),
     'whitespace before the size': StrictCase(sized(b' {n}\r\n'), 'transport', 'expected hexadecimal digits'),
     'a size over the bound': StrictCase(sized(b'1' + b'0' * 15 + b'\r\n'), 'transport',
-                                        'over the bound of 15 hexadecimal digits'),
+                                        'chunk size 0x1000000000000000 is over the bound of 1152921504606846975 bytes'),
     'leading zeros are a size': StrictCase(sized(b'0' * 30 + b'{n}\r\n'), None),
     'extensions after BWS': StrictCase(sized(b'{n} \t; a=1 ;b="q;\\"x"\r\n'), None),
     # 4. trailer lines
@@ -1491,6 +1491,8 @@ STRICT_CASES = {
         'transport', 'trailer section longer than 16384 bytes'),
     'a trailer field is accepted': StrictCase(
         SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + chunked(ANSWER_EVENTS, end=b'0\r\nX-Sum: 1\r\n\r\n'), None),
+    'trailer lines ending in a bare LF, as header lines may': StrictCase(
+        SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + chunked(ANSWER_EVENTS, end=b'0\r\nX-Sum: 1\n\n'), None),
     # 5. interim responses
     '103 then 200': StrictCase(b'HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\n'
                                + SSE_HEAD + b'\r\n' + ANSWER_EVENTS, None),
@@ -1501,7 +1503,17 @@ STRICT_CASES = {
     # 6. an absurd Content-Length
     'a Content-Length of 3000 digits': StrictCase(SSE_HEAD + b'Content-Length: 7' + b'0' * 2999 + b'\r\n\r\n'
                                                   + ANSWER_EVENTS, 'http',
-                                                  'Content-Length of 3000 digits is over the bound'),
+                                                  "is over the bound of 1152921504606846975 bytes"),
+    'a Content-Length one over the bound': StrictCase(SSE_HEAD + b'Content-Length: 1152921504606846976\r\n\r\n'
+                                                      + ANSWER_EVENTS, 'http', 'is over the bound of'),
+    '4400 leading zeros are a Content-Length': StrictCase(
+        SSE_HEAD + b'Content-Length: ' + b'0' * 4400 + str(len(ANSWER_EVENTS)).encode() + b'\r\n\r\n' + ANSWER_EVENTS,
+        None),
+    'a list of one Content-Length value': StrictCase(
+        SSE_HEAD + f'Content-Length: {len(ANSWER_EVENTS)}, 0{len(ANSWER_EVENTS)}\r\n\r\n'.encode() + ANSWER_EVENTS, None),
+    'Content-Length values that disagree': StrictCase(
+        SSE_HEAD + f'Content-Length: {len(ANSWER_EVENTS)}, 1\r\n\r\n'.encode() + ANSWER_EVENTS, 'http',
+        'Content-Length values disagree'),
     # 7. the connection closes inside the head
     'a close inside the head': StrictCase(SSE_HEAD + b'X-Half', 'transport',
                                           'connection closed inside the response head after'),
