@@ -8,30 +8,39 @@ answer ended as its API says a finished answer ends (for chat: visible text,
 finish_reason "stop" and ``data: [DONE]``). Everything else is a failure
 naming the layer where it happened. Standard library only; no retries.
 
-The module reads top to bottom as the layers of a response:
+One file by design: copy it to a GPU host and run it with the Python that is
+there, nothing to install. The public names are in ``__all__``.
+
+The module reads top to bottom as the layers of a response, then what is
+built on them:
 
 1. limits and errors (``StreamError`` carries its layer);
 2. the SSE parser ``Events``: bytes in, event data out (sans-IO);
 3. the protocol seam ``StreamValidator``: event data in, answer text out, and
    the API's own idea of "finished" (sans-IO). ``ChatChunks``,
    ``CompletionChunks`` and ``ResponseEvents`` implement it for the three
-   APIs. The read loop talks to a validator only through ``parser``,
-   ``accept()``, ``done``, ``terminal``, ``content_events``,
-   ``outcome_problem()`` and ``fields()``;
+   APIs, through ``parser``, ``accept()``, ``done``, ``terminal``,
+   ``content_events``, ``outcome_problem()`` and ``fields()``;
 4. HTTP (sans-IO): ``ResponseHeadParser`` reads the status line and headers
    strictly, ``body_reader()`` chooses the framing, and one reader per
    framing knows how its body ends;
-5. the request: ``prepare()`` returns a frozen ``PreparedRequest``, which is
+5. the whole response (sans-IO): ``ResponseReader`` composes 2 to 4, bytes
+   in through ``feed()`` and ``eof()``, the answer's pieces and each
+   layer's state out; tests, fuzzers and offline analysis use it as the
+   transport does;
+6. the request: ``prepare()`` returns a frozen ``PreparedRequest``, which is
    what a run sends;
-6. the transport: ``run()`` connects, sends, and reads one response under the
-   idle timeout and the overall deadline into an ``Exchange``, which is what
-   a run saw;
-7. the verdict: ``judge()`` decides why a run is not ok, in one place, and
+7. the transport: ``run()`` connects, sends, and is the socket loop around a
+   ResponseReader under the idle timeout and the overall deadline, filling
+   an ``Exchange`` (what a run saw) and its ``Timeline``;
+8. the verdict: ``judge()`` decides why a run is not ok, in one place, and
    ``build_record()`` turns an exchange into the evidence record;
-8. many runs: ``run_load()`` runs prepared requests from worker threads, and
-   ``Summary`` aggregates their records (so does ``--summary`` from files);
-9. the report: ``Report`` draws a load as one static HTML page;
-10. the command line.
+9. many runs: ``run_load()`` runs prepared requests from worker threads, and
+   ``Summary`` aggregates their records;
+10. the report: ``Report`` draws a load as one static HTML page;
+11. evidence files: created once and never overwritten, and read back
+    (``iter_records()``, ``summarize()``);
+12. the command line.
 """
 from __future__ import annotations
 
@@ -67,6 +76,17 @@ if sys.version_info < (3, 10):
     sys.exit(f'{os.path.basename(sys.argv[0])}: needs Python 3.10 or newer, not {sys.version.split()[0]}')
 
 __version__ = '0.1.0'
+
+__all__ = [
+    # one run, and the record it returns
+    'stream', 'prepare', 'run', 'PreparedRequest', 'Capture', 'Cancel', 'Interrupted',
+    # judging bytes without a socket
+    'ResponseReader', 'judge', 'Verdict', 'Events', 'TypedEvents', 'StreamValidator', 'ChatChunks',
+    'CompletionChunks', 'ResponseEvents', 'VALIDATORS', 'StreamError', 'SSEError', 'LAYERS',
+    # many runs, and reading saved evidence
+    'run_load', 'LoadSettings', 'arrival_offsets', 'Summary', 'Report', 'iter_records', 'summarize',
+    'main', 'UsageError',
+]
 
 MAX_LINE_CHARS = 65_536       # one SSE line, decoded characters
 MAX_EVENT_CHARS = 1_048_576   # the data of one SSE event
@@ -124,6 +144,11 @@ class Interrupted(KeyboardInterrupt):
         super().__init__(signal_name)
         self.signal_name = signal_name
         self.record = record
+
+
+class UsageError(Exception):
+    """Input from the user that cannot be used (a flag, an output path, a file to read): on the command
+    line, exit status 2 and one line on stderr."""
 
 
 def _shorten(text: str, limit: int = 60) -> str:
@@ -1124,6 +1149,51 @@ class Capture:
             self.truncated = True
 
 
+_PRIVATE_HEADERS = frozenset({'set-cookie', 'set-cookie2', 'cookie', 'authorization',
+                              'proxy-authorization', 'www-authenticate', 'proxy-authenticate'})
+
+
+def _public_headers(head: ResponseHead) -> list[list[str]]:
+    """The response headers worth keeping: no cookies, nothing auth-related."""
+    return [[name, value] for name, value in head.headers if name.lower() not in _PRIVATE_HEADERS]
+
+
+def _check_content_type(value: str | None) -> None:
+    media_type = (value or '').split(';')[0].strip().lower()
+    if media_type != 'text/event-stream':
+        raise StreamError('http', f'expected content-type text/event-stream, got {value or "none"!r}')
+
+
+def _status_failure(head: ResponseHead, body: bytes) -> StreamError:
+    """The unexpected status, with the server's own error message when its body has one."""
+    problem = f'expected status 200, got {head.status} {head.reason}'.rstrip()
+    try:
+        error = server_error_fields(json.loads(body))
+    except (ValueError, RecursionError):
+        text = body.decode('utf-8', 'replace')
+        if 'html' in (head.get('Content-Type') or '').lower():
+            text = re.sub(r'(?is)<head>.*?</head>|<[^>]*>', ' ', text)  # the title repeats the heading
+        text = ' '.join(text.split())
+        return StreamError('http', f'{problem}: {_preview(text, 200)}' if text else problem)
+    return StreamError('http', f'{problem}: {describe_server_error(error)}', server_error=error)
+
+
+def _error_body_reader(head: ResponseHead):
+    """The framing reader of an error response, or None when its framing is unusable too
+    (the status already says what failed)."""
+    try:
+        return body_reader(head)
+    except StreamError:
+        return None
+
+
+def response_head(head: ResponseHead) -> bytes:
+    """The status line and headers as received (minus cookies and auth headers), for a capture."""
+    lines = [f'HTTP/{head.version} {head.status} {head.reason}']
+    lines += [f'{name}: {value}' for name, value in _public_headers(head)]
+    return ('\r\n'.join(lines) + '\r\n\r\n').encode('latin-1', 'replace')
+
+
 class ResponseReader:
     """One streamed response, fed as its bytes arrive: the head parser, the body framing, the SSE
     parser and the API's validator composed into one object, as h11's Connection composes its
@@ -1226,7 +1296,6 @@ class ResponseReader:
         self._error_size += len(part)
         if self.body.complete or self._error_size >= MAX_ERROR_BODY:
             raise self.status_failure()
-
 
 
 # ---------------------------------------------------------------------------
@@ -1765,51 +1834,6 @@ def _timeout_failure(x: Exchange) -> StreamError:
         return _unended_after_terminal(x, f'the idle timeout of {idle}')
     return StreamError('timeout', f'no bytes for {idle} (idle timeout) after '
                                   f'{_count(x.reader.validator.content_events, "content event")}')
-
-
-_PRIVATE_HEADERS = frozenset({'set-cookie', 'set-cookie2', 'cookie', 'authorization',
-                              'proxy-authorization', 'www-authenticate', 'proxy-authenticate'})
-
-
-def _public_headers(head: ResponseHead) -> list[list[str]]:
-    """The response headers worth keeping: no cookies, nothing auth-related."""
-    return [[name, value] for name, value in head.headers if name.lower() not in _PRIVATE_HEADERS]
-
-
-def _check_content_type(value: str | None) -> None:
-    media_type = (value or '').split(';')[0].strip().lower()
-    if media_type != 'text/event-stream':
-        raise StreamError('http', f'expected content-type text/event-stream, got {value or "none"!r}')
-
-
-def _status_failure(head: ResponseHead, body: bytes) -> StreamError:
-    """The unexpected status, with the server's own error message when its body has one."""
-    problem = f'expected status 200, got {head.status} {head.reason}'.rstrip()
-    try:
-        error = server_error_fields(json.loads(body))
-    except (ValueError, RecursionError):
-        text = body.decode('utf-8', 'replace')
-        if 'html' in (head.get('Content-Type') or '').lower():
-            text = re.sub(r'(?is)<head>.*?</head>|<[^>]*>', ' ', text)  # the title repeats the heading
-        text = ' '.join(text.split())
-        return StreamError('http', f'{problem}: {_preview(text, 200)}' if text else problem)
-    return StreamError('http', f'{problem}: {describe_server_error(error)}', server_error=error)
-
-
-def _error_body_reader(head: ResponseHead):
-    """The framing reader of an error response, or None when its framing is unusable too
-    (the status already says what failed)."""
-    try:
-        return body_reader(head)
-    except StreamError:
-        return None
-
-
-def response_head(head: ResponseHead) -> bytes:
-    """The status line and headers as received (minus cookies and auth headers), for a capture."""
-    lines = [f'HTTP/{head.version} {head.status} {head.reason}']
-    lines += [f'{name}: {value}' for name, value in _public_headers(head)]
-    return ('\r\n'.join(lines) + '\r\n\r\n').encode('latin-1', 'replace')
 
 
 # ---------------------------------------------------------------------------
@@ -2479,14 +2503,125 @@ def _histogram(values: list[float], bins: int = 40) -> str:
 
 
 # ---------------------------------------------------------------------------
+# Evidence files: each created once and never overwritten, and read back
+# ---------------------------------------------------------------------------
+
+def reserve_output(path: str) -> int:
+    """Create the evidence file exclusively (mode 0600) before anything is sent."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise UsageError(f'{path} already exists; evidence is never overwritten, choose a new file name') from None
+    except FileNotFoundError:
+        raise UsageError(f'cannot create {path}: its directory does not exist') from None
+    except OSError as exc:
+        raise UsageError(f'cannot create {path}: {exc.strerror or exc}') from None
+
+
+def write_record(fd: int, record: dict) -> None:
+    with os.fdopen(fd, 'w', encoding='utf-8') as output:
+        json.dump(record, output, indent=2, ensure_ascii=False)
+        output.write('\n')
+
+
+def save_capture(fd: int, path: str, capture: Capture, token: str) -> str | None:
+    """Write the raw response to its reserved file and return the path; when nothing at all arrived,
+    remove the empty file instead (so that the name is free again) and return None.
+
+    The API key is masked by asterisks of the same length, so the framing stays valid.
+    """
+    data = bytes(capture.data)
+    if not data:
+        os.close(fd)
+        os.unlink(path)
+        return None
+    if token:
+        data = data.replace(token.encode(), b'*' * len(token.encode()))
+    with os.fdopen(fd, 'wb') as output:
+        output.write(data)
+    return path
+
+
+def write_report(fd: int, report: Report) -> None:
+    with os.fdopen(fd, 'w', encoding='utf-8') as output:
+        output.write(report.html())
+
+
+def _is_record(value: object) -> bool:
+    return isinstance(value, dict) and 'ok' in value and 'started_at' in value
+
+
+def load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
+    """Saved evidence records, one per file; UsageError when one cannot be read, or when records of
+    different sources mix and mixed_sources is not set."""
+    records = []
+    for path in paths:
+        try:
+            with open(path, encoding='utf-8') as file:
+                record = json.load(file)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f'cannot read record {path}: {getattr(exc, "strerror", None) or exc}') from None
+        if not _is_record(record):
+            raise UsageError(f'{path} is not an evidence record')
+        records.append(record)
+    check_sources({record.get('source', 'endpoint') for record in records}, mixed_sources, 'compare')
+    return records
+
+
+def check_sources(sources: set, mixed_sources: bool, verb: str) -> None:
+    """UsageError when records of different sources would mix (fixture and replay timings are synthetic)."""
+    if len(sources) > 1 and not mixed_sources:
+        raise UsageError(f'refusing to {verb} records of different sources ({", ".join(sorted(sources))}): fixture '
+                         'and replay timings say nothing about a live model; add --mixed-sources to do it anyway')
+
+
+def iter_records(path: str):
+    """The records of a saved evidence file: a JSON Lines file of a load, or one pretty-printed record.
+    UsageError names the line that is not a record."""
+    try:
+        with open(path, encoding='utf-8') as file:
+            first = file.readline()
+            if first.strip() == '{':  # one record, as a single run writes it
+                value = json.loads(first + file.read())
+                if not _is_record(value):
+                    raise UsageError(f'{path} is not an evidence record')
+                yield value
+                return
+            for number, line in enumerate(itertools.chain([first], file), 1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except ValueError:
+                    value = None
+                if not _is_record(value):
+                    raise UsageError(f'{path} line {number} is not an evidence record')
+                yield value
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f'cannot read {path}: {getattr(exc, "strerror", None) or exc}') from None
+    except ValueError as exc:
+        raise UsageError(f'{path} is not an evidence record: {exc}') from None
+
+
+def summarize(paths: list[str], mixed_sources: bool = False, report: bool = False) -> tuple[Summary, Report | None]:
+    """The summary (and, if asked, the report) of the records in saved evidence files; UsageError for
+    unreadable files or mixed sources."""
+    summary = Summary()
+    drawing = Report(summary) if report else None
+    for path in paths:
+        for record in iter_records(path):
+            summary.add(record)
+            if drawing is not None:
+                drawing.add(record)
+    check_sources(summary.seen['sources'], mixed_sources, 'summarize')
+    return summary, drawing
+
+
+# ---------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------
 
 SIGNAL_EXIT = {'SIGINT': 130, 'SIGTERM': 143}
-
-
-class UsageError(Exception):
-    """Invalid input from the command line: exit status 2, one line on stderr."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -2663,42 +2798,6 @@ def _extra(args) -> dict | None:
         raise UsageError(f'--extra is not valid JSON: {exc}') from None
 
 
-def reserve_output(path: str) -> int:
-    """Create the evidence file exclusively (mode 0600) before anything is sent."""
-    try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise UsageError(f'{path} already exists; evidence is never overwritten, choose a new file name') from None
-    except FileNotFoundError:
-        raise UsageError(f'cannot create {path}: its directory does not exist') from None
-    except OSError as exc:
-        raise UsageError(f'cannot create {path}: {exc.strerror or exc}') from None
-
-
-def write_record(fd: int, record: dict) -> None:
-    with os.fdopen(fd, 'w', encoding='utf-8') as output:
-        json.dump(record, output, indent=2, ensure_ascii=False)
-        output.write('\n')
-
-
-def save_capture(fd: int, path: str, capture: Capture, token: str) -> str | None:
-    """Write the raw response to its reserved file and return the path; when nothing at all arrived,
-    remove the empty file instead (so that the name is free again) and return None.
-
-    The API key is masked by asterisks of the same length, so the framing stays valid.
-    """
-    data = bytes(capture.data)
-    if not data:
-        os.close(fd)
-        os.unlink(path)
-        return None
-    if token:
-        data = data.replace(token.encode(), b'*' * len(token.encode()))
-    with os.fdopen(fd, 'wb') as output:
-        output.write(data)
-    return path
-
-
 def _terminate(signum, frame):
     raise Interrupted('SIGTERM')
 
@@ -2772,76 +2871,6 @@ COMPARE_COLUMNS = (('file', None), ('source', 'source'), ('model', 'model'), ('o
                    ('1st text ms', 'first_text_ms'), ('duration ms', 'duration_ms'),
                    ('events', 'content_events'), ('tokens', 'completion_tokens'), ('text reads', 'content_reads'),
                    ('buffered', 'buffered_delivery'))
-
-
-def load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
-    """Saved evidence records, one per file; UsageError when one cannot be read, or when records of
-    different sources mix and mixed_sources is not set."""
-    records = []
-    for path in paths:
-        try:
-            with open(path, encoding='utf-8') as file:
-                record = json.load(file)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f'cannot read record {path}: {getattr(exc, "strerror", None) or exc}') from None
-        if not _is_record(record):
-            raise UsageError(f'{path} is not an evidence record')
-        records.append(record)
-    check_sources({record.get('source', 'endpoint') for record in records}, mixed_sources, 'compare')
-    return records
-
-
-def check_sources(sources: set, mixed_sources: bool, verb: str) -> None:
-    """UsageError when records of different sources would mix (fixture and replay timings are synthetic)."""
-    if len(sources) > 1 and not mixed_sources:
-        raise UsageError(f'refusing to {verb} records of different sources ({", ".join(sorted(sources))}): fixture '
-                         'and replay timings say nothing about a live model; add --mixed-sources to do it anyway')
-
-
-def _is_record(value: object) -> bool:
-    return isinstance(value, dict) and 'ok' in value and 'started_at' in value
-
-
-def iter_records(path: str):
-    """The records of a saved evidence file: a JSON Lines file of a load, or one pretty-printed record.
-    UsageError names the line that is not a record."""
-    try:
-        with open(path, encoding='utf-8') as file:
-            first = file.readline()
-            if first.strip() == '{':  # one record, as a single run writes it
-                value = json.loads(first + file.read())
-                if not _is_record(value):
-                    raise UsageError(f'{path} is not an evidence record')
-                yield value
-                return
-            for number, line in enumerate(itertools.chain([first], file), 1):
-                if not line.strip():
-                    continue
-                try:
-                    value = json.loads(line)
-                except ValueError:
-                    value = None
-                if not _is_record(value):
-                    raise UsageError(f'{path} line {number} is not an evidence record')
-                yield value
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f'cannot read {path}: {getattr(exc, "strerror", None) or exc}') from None
-    except ValueError as exc:
-        raise UsageError(f'{path} is not an evidence record: {exc}') from None
-
-
-def summarize(paths: list[str], mixed_sources: bool = False, report: bool = False) -> tuple[Summary, Report | None]:
-    """The summary (and, if asked, the report) of the records in saved evidence files; UsageError for
-    unreadable files or mixed sources."""
-    summary = Summary()
-    drawing = Report(summary) if report else None
-    for path in paths:
-        for record in iter_records(path):
-            summary.add(record)
-            if drawing is not None:
-                drawing.add(record)
-    check_sources(summary.seen['sources'], mixed_sources, 'summarize')
-    return summary, drawing
 
 
 def compare_table(paths: list[str], records: list[dict]) -> str:
@@ -2980,11 +3009,6 @@ def _summary_command(args, prog: str) -> int:
     if not args.quiet and sys.stderr.isatty():
         print(summary_table(result), file=sys.stderr)
     return 0 if result['runs'] and result['ok'] == result['runs'] else 1
-
-
-def write_report(fd: int, report: Report) -> None:
-    with os.fdopen(fd, 'w', encoding='utf-8') as output:
-        output.write(report.html())
 
 
 def _load_settings(args) -> LoadSettings | None:
