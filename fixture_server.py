@@ -128,7 +128,8 @@ class GuideProfile:
     def headers(self) -> list[tuple[str, str]]:
         return [('Content-Type', 'text/event-stream; charset=utf-8'), ('Cache-Control', 'no-store')]
 
-    def error(self, status: int, message: str, kind: str) -> tuple[list[tuple[str, str]], bytes]:
+    def error(self, status: int, message: str, kind: str,
+              param: str | None = None) -> tuple[list[tuple[str, str]], bytes]:
         """Headers and body of an error response: a small HTML page, as the guide's fixture answered with
         html; the status is in the title, the message alone in the body."""
         reason = BaseHTTPRequestHandler.responses.get(status, ('Error',))[0]
@@ -233,9 +234,10 @@ class VllmProfile(GuideProfile):
         return [('date', email.utils.formatdate(usegmt=True)), ('server', SERVER_NAME),
                 ('content-type', 'text/event-stream; charset=utf-8'), ('vary', 'Origin')]
 
-    def error(self, status: int, message: str, kind: str) -> tuple[list[tuple[str, str]], bytes]:
-        """vLLM's JSON error body, with its status as the code."""
-        body = json.dumps({'error': {'message': message, 'type': kind, 'param': None, 'code': status}},
+    def error(self, status: int, message: str, kind: str,
+              param: str | None = None) -> tuple[list[tuple[str, str]], bytes]:
+        """vLLM's JSON error body, with its status as the code (and the request key at fault, if one is)."""
+        body = json.dumps({'error': {'message': message, 'type': kind, 'param': param, 'code': status}},
                           separators=(',', ':')).encode()
         return self._error_headers(len(body), 'application/json', vary=True), body
 
@@ -625,7 +627,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         """The routes a user checks before streaming: the model list and the health check."""
-        profile = PROFILES[self.server.profile]()
+        profile = PROFILES[self.server.profile](self.server.model_name or 'synthetic-fixture')
         answer = {'/v1/models': profile.models, '/health': profile.health,
                   **{path: profile.method_not_allowed for path in API_PATHS}}
         self._send(*answer.get(self.path, profile.not_found)())
@@ -643,6 +645,11 @@ class Handler(BaseHTTPRequestHandler):
         if settings.api_key and self.headers.get('Authorization') != f'Bearer {settings.api_key}':
             self._send(*PROFILES[settings.profile]().unauthorized())  # vLLM's auth middleware answers early
             return
+        model = request.get('model')
+        if settings.model_name is not None and model != settings.model_name:
+            message = f'The model `{model}` does not exist. Valid aliases: {settings.model_name}.'  # vLLM's words
+            self._send(404, *PROFILES[settings.profile]().error(404, message, 'NotFoundError', 'model'))
+            return
         try:
             if settings.replay is not None:
                 self._replay(*settings.replay)
@@ -653,15 +660,17 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _stream(self, mode: str, api: str, request: dict) -> None:
+        origin = f'the fixture was started in {mode} mode'
         if mode == MIXED:
             mode = self.server.schedule.next_mode()
+            origin = f'the fixture in mixed mode served {mode} to this request'
         if not applies(mode, api):
             self._send_error(400, f'mode {mode} does not apply to {self.path}; it applies to '
                                   f'{" and ".join(ONLY_ON[mode])}', 'BadRequestError')
             return
         model = request.get('model') if isinstance(request.get('model'), str) else 'synthetic-fixture'
         profile = BUILDERS[self.server.profile, api](model, self.server.tokens, self.server.reasoning_field)
-        self._answer(MODES[mode](profile), profile)
+        self._answer(MODES[mode](profile), profile, origin)
 
     def _read_request(self) -> dict | None:
         """The JSON request, or None after answering 413 or 400."""
@@ -691,10 +700,10 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
         self.close_connection = True
 
-    def _answer(self, plan: Plan, profile: GuideProfile) -> None:
+    def _answer(self, plan: Plan, profile: GuideProfile, origin: str) -> None:
+        """Send a plan; origin, why its mode was chosen, is the message of an error status."""
         if plan.status != 200:
-            self._send(plan.status, *profile.error(plan.status, 'the fixture was started in http-error mode',
-                                                   'Service Unavailable'))
+            self._send(plan.status, *profile.error(plan.status, origin, 'Service Unavailable'))
             return
         chunked = profile.framing == 'chunked'
         self.send_response_only(200)
@@ -723,48 +732,58 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class FixtureServer(ThreadingHTTPServer):
-    """The HTTP server; a client that drops the connection or fails the TLS handshake is not an error here."""
+    """The fixture's HTTP server on 127.0.0.1, its settings given when it is built (see server()).
+    A client that drops the connection or fails the TLS handshake is not an error here."""
 
     request_queue_size = 128  # the listen backlog: many clients may connect at once
+
+    def __init__(self, port: int = 18080, *, mode: str = 'ok', delay: float = 0.05, profile: str = 'guide',
+                 api_key: str | None = None, tokens: int | None = None, reasoning_field: str = 'reasoning',
+                 replay: bytes | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+                 seed: int = 0, model_name: str | None = None) -> None:
+        if mode not in CHOICES:
+            raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
+        if profile not in PROFILES:
+            raise ValueError(f'unknown profile {profile!r}; choose from {", ".join(PROFILES)}')
+        if not delay >= 0:
+            raise ValueError('delay must be non-negative')
+        if tokens is not None and tokens < 1:
+            raise ValueError('tokens must be at least 1')
+        if reasoning_field not in ('reasoning', 'reasoning_content'):
+            raise ValueError('reasoning_field must be reasoning or reasoning_content')
+        if model_name is not None and not model_name:
+            raise ValueError('model_name must not be empty')
+        self.mode, self.delay, self.profile, self.api_key = mode, delay, profile, api_key
+        self.tokens, self.reasoning_field, self.model_name = tokens, reasoning_field, model_name
+        self.replay = mark_replay(*parse_capture(replay)) if replay is not None else None
+        self.schedule = Schedule(seed)  # the mixed mode's modes, and what it served
+        self.last_request = None  # (headers, JSON body) of the last request answered, for tests
+        self.scheme = 'https' if tls_cert else 'http'
+        super().__init__(('127.0.0.1', port), Handler)
+        if tls_cert:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            try:
+                context.load_cert_chain(tls_cert, tls_key)
+            except BaseException:
+                self.server_close()
+                raise
+            # The handshake happens in the handler's thread, on its first read, not in the accept loop.
+            self.socket = context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
 
     def handle_error(self, request, client_address) -> None:
         if not isinstance(sys.exc_info()[1], OSError):
             super().handle_error(request, client_address)
 
 
-def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, *, profile: str = 'guide',
-           api_key: str | None = None, tokens: int | None = None, reasoning_field: str = 'reasoning',
-           replay: bytes | None = None, tls_cert: str | None = None,
-           tls_key: str | None = None, seed: int = 0) -> ThreadingHTTPServer:
+def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, **settings) -> FixtureServer:
     """A fixture server bound to 127.0.0.1:port (0 picks a free port); call serve_forever().
 
-    replay is a captured response (status line, headers, body) sent instead of the mode.
-    tls_cert and tls_key (PEM files) make it serve HTTPS. seed seeds the mixed mode's schedule,
-    whose counts are in the server's ``schedule.served``.
+    settings are FixtureServer's: profile, api_key, tokens, reasoning_field; replay, a captured
+    response (status line, headers, body) sent instead of the mode; tls_cert and tls_key (PEM files)
+    to serve HTTPS; seed, of the mixed mode's schedule (its counts are in ``schedule.served``);
+    model_name, the one model served (others get vLLM's 404; without it any model is answered).
     """
-    if mode not in CHOICES:
-        raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
-    if profile not in PROFILES:
-        raise ValueError(f'unknown profile {profile!r}; choose from {", ".join(PROFILES)}')
-    if not delay >= 0:
-        raise ValueError('delay must be non-negative')
-    if tokens is not None and tokens < 1:
-        raise ValueError('tokens must be at least 1')
-    if reasoning_field not in ('reasoning', 'reasoning_content'):
-        raise ValueError('reasoning_field must be reasoning or reasoning_content')
-    instance = FixtureServer(('127.0.0.1', port), Handler)
-    if tls_cert:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(tls_cert, tls_key)
-        # The handshake happens in the handler's thread, on its first read, not in the accept loop.
-        instance.socket = context.wrap_socket(instance.socket, server_side=True, do_handshake_on_connect=False)
-    instance.scheme = 'https' if tls_cert else 'http'
-    instance.mode, instance.delay, instance.profile, instance.api_key = mode, delay, profile, api_key
-    instance.tokens, instance.reasoning_field = tokens, reasoning_field
-    instance.replay = mark_replay(*parse_capture(replay)) if replay is not None else None
-    instance.last_request = None  # (headers, JSON body) of the last request answered, for tests
-    instance.schedule = Schedule(seed)
-    return instance
+    return FixtureServer(port, mode=mode, delay=delay, **settings)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -780,6 +799,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="bytes to speak: the guide's fixture or vLLM 0.32 (default guide)")
     parser.add_argument('--delay', type=float, default=0.05, help='seconds before each write (default 0.05)')
     parser.add_argument('--api-key', metavar='KEY', help='answer 401 unless "Authorization: Bearer KEY" is sent')
+    parser.add_argument('--model-name', metavar='NAME',
+                        help='serve only this model: /v1/models lists it, and a request for any other model gets '
+                             "vLLM's 404 (default: answer any model, listed as synthetic-fixture)")
     parser.add_argument('--tokens', type=int, metavar='N', help='send N content events (with --rate)')
     parser.add_argument('--rate', type=float, metavar='R', help='events per second with --tokens')
     parser.add_argument('--reasoning-field', choices=['reasoning', 'reasoning_content'], default='reasoning',
@@ -804,7 +826,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         instance = server(args.port, args.mode, args.delay, profile=args.profile, api_key=args.api_key,
                           tokens=args.tokens, reasoning_field=args.reasoning_field, replay=replay,
-                          tls_cert=args.tls_cert, tls_key=args.tls_key, seed=args.seed)
+                          tls_cert=args.tls_cert, tls_key=args.tls_key, seed=args.seed,
+                          model_name=args.model_name)
     except ValueError as exc:
         parser.error(str(exc))
     except OSError as exc:  # includes ssl.SSLError for an unusable certificate or key

@@ -17,6 +17,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import urllib.request
 import types
 import unittest
 from pathlib import Path
@@ -1011,6 +1012,29 @@ class FixtureVerdictTests(unittest.TestCase):
                         elif status != 200 and profile == 'vllm':
                             self.assertEqual(json.loads(body), {'detail': {404: 'Not Found',
                                                                            405: 'Method Not Allowed'}[status]})
+
+    def test_model_name_is_the_one_model_listed_and_served(self):
+        d2 = json.loads(split_capture(TRACES / 'd2_err_stream_unknown_model.http')[1])
+        for profile in fixture_server.PROFILES:
+            with self.subTest(profile=profile), Fixture(profile=profile, model_name='tiny') as fixture:
+                with urllib.request.urlopen(fixture.url.replace('/chat/completions', '/models'), timeout=30) as answer:
+                    self.assertEqual([card['id'] for card in json.load(answer)['data']], ['tiny'])
+                self.assertTrue(stream(fixture.url, 'tiny', 'p')['ok'])
+                wrong = stream(fixture.url, 'nope', 'p')
+                self.assertEqual(wrong['error_layer'], 'http')
+                self.assertIn('expected status 200, got 404 Not Found', wrong['error'])
+                self.assertIn(d2['error']['message'], wrong['error'])  # "The model `nope` does not exist..."
+                if profile == 'vllm':  # vLLM's body, as capture d2 has it
+                    self.assertEqual(wrong['server_error'], {key: d2['error'][key] for key in ('message', 'type', 'code')})
+        with Fixture(profile='vllm') as anything:  # without it, any model is answered
+            self.assertTrue(stream(anything.url, 'whatever-a-proxy-sends', 'p')['ok'])
+
+    def test_a_mixed_fixtures_error_status_says_mixed_chose_it(self):
+        with Fixture('mixed', profile='vllm', seed=7) as fixture:
+            records = [stream(fixture.url, 'm', 'p') for _ in range(40)]
+        errors = {record['error'] for record in records if record['error_layer'] == 'http'}
+        self.assertEqual(errors, {"http: expected status 200, got 503 Service Unavailable: 'the fixture in mixed "
+                                  "mode served http-error to this request' (Service Unavailable 503)"})
 
     def test_guide_error_page_says_its_message_once(self):
         record = run_fixture('http-error')
