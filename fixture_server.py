@@ -8,7 +8,14 @@ from a seeded schedule, for loads. --profile vllm gives the bytes vLLM 0.32
 sends; --replay answers with a captured response. Only 127.0.0.1 is ever
 bound.
 """
-from __future__ import annotations
+import os
+import sys
+
+# The first statements, so that Python 3.6 to 3.9 stop here with one line (3.5 and older cannot read
+# the f-strings below, and stop with their own SyntaxError before any line runs).
+if sys.version_info < (3, 10):
+    sys.exit(f'{os.path.basename(sys.argv[0])}: needs Python 3.10 or newer, not {sys.version.split()[0]}')
+
 
 import argparse
 import collections
@@ -17,18 +24,13 @@ import email.utils
 import html
 import itertools
 import json
-import os
 import random
 import select
 import socket
 import ssl
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-if sys.version_info < (3, 10):
-    sys.exit(f'{os.path.basename(sys.argv[0])}: needs Python 3.10 or newer, not {sys.version.split()[0]}')
 
 MAX_REQUEST_BYTES = 65_536
 HOLD_LIMIT = 60.0          # seconds a held, stalled or dripping response lasts at most
@@ -541,7 +543,7 @@ def parse_capture(raw: bytes) -> tuple[bytes, list[bytes]]:
     return head, writes
 
 
-def pace_each(handler: Handler, writes) -> None:
+def pace_each(handler: "Handler", writes) -> None:
     """Sleep --delay before each write."""
     delay = handler.server.delay
     for data in writes:
@@ -550,14 +552,14 @@ def pace_each(handler: Handler, writes) -> None:
         handler.wfile.write(data)
 
 
-def pace_burst(handler: Handler, writes) -> None:
+def pace_burst(handler: "Handler", writes) -> None:
     """A buffering proxy: nothing for as long as the writes would take, then everything at once."""
     writes = list(writes)
     time.sleep(handler.server.delay * len(writes))
     handler.wfile.write(b''.join(writes))
 
 
-def pace_bytes(handler: Handler, writes) -> None:
+def pace_bytes(handler: "Handler", writes) -> None:
     """One byte per write (Nagle off), so that UTF-8 characters and line ends arrive split."""
     handler.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     delay = min(handler.server.delay / 20, 0.001)
@@ -568,7 +570,7 @@ def pace_bytes(handler: Handler, writes) -> None:
             handler.wfile.write(data[i:i + 1])
 
 
-def pace_pairs(handler: Handler, writes) -> None:
+def pace_pairs(handler: "Handler", writes) -> None:
     """A proxy that holds the events back and passes them on two at a time (HAProxy without
     option http-no-delay): each pair is written together, four delays after the last."""
     writes = iter(writes)
@@ -577,26 +579,28 @@ def pace_pairs(handler: Handler, writes) -> None:
         handler.wfile.write(b''.join(pair))
 
 
-def pace_flat_out(handler: Handler, writes) -> None:
+def pace_flat_out(handler: "Handler", writes) -> None:
     """No delay at all."""
     for data in writes:
         handler.wfile.write(data)
 
 
-def end_close(handler: Handler, frame) -> None:
+def end_close(handler: "Handler", frame) -> None:
     """Close the connection once the writes are done."""
 
 
-def end_hold(handler: Handler, frame) -> None:
+def end_hold(handler: "Handler", frame) -> None:
     """Keep the connection open and silent until the client leaves (or HOLD_LIMIT)."""
     end = time.monotonic() + HOLD_LIMIT
-    while (left := end - time.monotonic()) > 0:
+    left = HOLD_LIMIT
+    while left > 0:
         readable, _, _ = select.select([handler.connection], [], [], min(left, 0.2))
         if readable and not handler.connection.recv(4096):
             return
+        left = end - time.monotonic()
 
 
-def end_drip(handler: Handler, frame) -> None:
+def end_drip(handler: "Handler", frame) -> None:
     """Send a keepalive comment every DRIP_INTERVAL seconds (for up to HOLD_LIMIT)."""
     end = time.monotonic() + HOLD_LIMIT
     while time.monotonic() < end:

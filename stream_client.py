@@ -42,7 +42,14 @@ built on them:
     (``iter_records()``, ``summarize()``);
 12. the command line.
 """
-from __future__ import annotations
+import os
+import sys
+
+# The first statements, so that Python 3.6 to 3.9 stop here with one line (3.5 and older cannot read
+# the f-strings below, and stop with their own SyntaxError before any line runs).
+if sys.version_info < (3, 10):
+    sys.exit(f'{os.path.basename(sys.argv[0])}: needs Python 3.10 or newer, not {sys.version.split()[0]}')
+
 
 import argparse
 import array
@@ -59,21 +66,16 @@ import itertools
 import ipaddress
 import json
 import math
-import os
 import queue
 import random
 import re
 import signal
 import socket
 import ssl
-import sys
 import threading
 import time
 import typing
 from urllib.parse import urlsplit
-
-if sys.version_info < (3, 10):
-    sys.exit(f'{os.path.basename(sys.argv[0])}: needs Python 3.10 or newer, not {sys.version.split()[0]}')
 
 __version__ = '0.1.0'
 
@@ -1696,7 +1698,8 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
 def _connect(x: Exchange) -> socket.socket:
     """The TCP connection and, for https, the TLS handshake, each under the idle timeout cut to the deadline."""
     request = x.request
-    if stop := x.interruption():
+    stop = x.interruption()
+    if stop:
         raise stop
     sock = socket.create_connection((request.host, request.port), timeout=_wait(x))
     if x.cancel is not None:
@@ -1796,7 +1799,8 @@ def _unended_after_terminal(x: Exchange, bound: str) -> StreamError:
 def _classify(exc: BaseException, x: Exchange) -> StreamError:
     """Turn an exception from the socket, TLS or http.client into a layered failure."""
     request = x.request
-    if stop := x.interruption():
+    stop = x.interruption()
+    if stop:
         return stop
     if isinstance(exc, (TimeoutError, socket.timeout)):
         return _timeout_failure(x)
@@ -2098,7 +2102,7 @@ class _Pool:
             self._threads[-1].start()
 
     def _loop(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        for job in iter(self._jobs.get, None):
             try:
                 self._work(job)
             finally:
@@ -2139,8 +2143,10 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     pool = _Pool(settings.in_flight, one)
     try:
         for index, due in enumerate(arrival_offsets(settings)):
-            while (wait := started + due - time.perf_counter()) > 0 and cancel.reason is None:
+            wait = started + due - time.perf_counter()
+            while wait > 0 and cancel.reason is None:
                 time.sleep(min(wait, 0.05))
+                wait = started + due - time.perf_counter()
             if cancel.reason is not None:
                 break
             pool.submit((index, due))

@@ -1,9 +1,11 @@
 """Protocol tests: no model, no third-party package, loopback only."""
 from __future__ import annotations
 
+import ast
 import collections
 import dataclasses
 import html.parser
+import itertools
 import json
 import os
 import random
@@ -1738,9 +1740,9 @@ class LoadTests(unittest.TestCase):
         together = threading.Barrier(64, timeout=60)
         answer = fixture_server.Handler._answer
 
-        def answer_together(handler, plan, profile) -> None:
+        def answer_together(handler, *plan) -> None:
             together.wait()
-            answer(handler, plan, profile)
+            answer(handler, *plan)
         with mock.patch.object(fixture_server.Handler, '_answer', answer_together), Fixture('ok') as fixture:
             records = self.load(fixture.url, stream_client.LoadSettings(runs=64, concurrency=64),
                                    idle=60, deadline=120)
@@ -2334,17 +2336,24 @@ class CommandLineTests(unittest.TestCase):
                                  text=True, timeout=30, env=dict(os.environ, PYTHONPATH=str(HERE)))
         self.assertEqual(version.stdout.strip(), f'stream-client {stream_client.__version__}')
 
-    def test_python_3_9_gets_one_line_instead_of_a_traceback(self):
-        pythons = sorted(Path(os.environ.get('PYENV_ROOT', Path.home() / '.pyenv'), 'versions').glob('3.9*/bin/python3'))
-        if not pythons:
-            self.skipTest('no Python 3.9 installed under pyenv')
+    def test_python_3_6_to_3_9_get_one_line_instead_of_a_traceback(self):
+        # Each old interpreter must be able to read the whole file for its first statement, the version
+        # check, to run: so the modules use no syntax newer than 3.6 (no walrus, no future import).
         for script in ('stream_client.py', 'fixture_server.py'):
-            with self.subTest(script=script):
-                done = subprocess.run([str(pythons[-1]), str(HERE / script), '--help'], capture_output=True,
+            source = (HERE / script).read_text(encoding='utf-8')
+            ast.parse(source, script, feature_version=(3, 6))
+            self.assertNotIn('from __future__', source)
+        versions = Path(os.environ.get('PYENV_ROOT', Path.home() / '.pyenv'), 'versions')
+        pythons = [python for minor in ('3.6', '3.7', '3.8', '3.9')
+                   for python in sorted(versions.glob(f'{minor}.*/bin/python3'))[-1:]]
+        if not pythons:
+            self.skipTest('no Python 3.6 to 3.9 installed under pyenv')
+        for python, script in itertools.product(pythons, ('stream_client.py', 'fixture_server.py')):
+            with self.subTest(python=python.parts[-3], script=script):
+                done = subprocess.run([str(python), str(HERE / script), '--help'], capture_output=True,
                                       text=True, timeout=30)
-                self.assertEqual(done.returncode, 1)
-                self.assertEqual(done.stdout, '')
-                self.assertRegex(done.stderr, rf'^{script}: needs Python 3.10 or newer, not 3\.9\.\d+\n$')
+                self.assertEqual((done.returncode, done.stdout), (1, ''))
+                self.assertRegex(done.stderr, rf'^{script}: needs Python 3.10 or newer, not 3\.[6-9]\.\d+\n$')
 
     def test_a_closed_stdout_loses_nothing_and_shows_no_traceback(self):
         read, write = os.pipe()
