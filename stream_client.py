@@ -1217,7 +1217,9 @@ class ResponseReader:
         self.head: ResponseHead | None = None
         self.body: ContentLengthBody | ChunkedBody | CloseDelimitedBody | None = None
         self.error: StreamError | None = None
-        self.reads = 0  # feeds that carried body bytes
+        self.received = 0     # bytes fed, head included
+        self.opening = b''    # the first bytes fed, which say what kind of server answered
+        self.reads = 0        # feeds that carried body bytes
         self._heads = ResponseHeadParser()
         self._error_body: list[bytes] | None = None  # the body of a response whose status is not 200
         self._error_size = 0
@@ -1235,6 +1237,9 @@ class ResponseReader:
         pieces: list[tuple[str, str]] = []
         if self.error is not None:
             return pieces
+        if len(self.opening) < 8:
+            self.opening = (self.opening + data)[:8]
+        self.received += len(data)
         try:
             if self.head is None:
                 data = self._feed_head(data)
@@ -1728,10 +1733,22 @@ def _exchange(sock: socket.socket, x: Exchange, on_text, on_reasoning) -> None:
     x.phase = Phase.HEADERS
     try:
         _read_response(sock, x, on_text, on_reasoning)
-    except (OSError, StreamError):
+    except (OSError, StreamError) as exc:
         if x.reader.reading_error_body:  # the status line already says what failed; keep what arrived
             raise x.reader.status_failure() from None
+        if isinstance(exc, StreamError) and _looks_like_tls(x):
+            raise StreamError(exc.layer, f'{exc.message}; is this port TLS? try https://') from None
         raise
+
+
+def _looks_like_tls(x: Exchange) -> bool:
+    """Whether a plain http request that got no response head reached a TLS port: the server closed
+    without a byte (as TLS servers do on a plaintext request), or its bytes start a TLS record."""
+    reader = x.reader
+    if x.request.scheme != 'http' or reader.head is not None:
+        return False
+    opening = reader.opening
+    return reader.received == 0 or (len(opening) >= 2 and 20 <= opening[0] <= 23 and opening[1] == 3)
 
 
 def _read_response(sock: socket.socket, x: Exchange, on_text, on_reasoning) -> None:
@@ -1808,7 +1825,8 @@ def _classify(exc: BaseException, x: Exchange) -> StreamError:
         return StreamError('tls', f'certificate verification failed for {request.host}: '
                                   f'{exc.verify_message or exc.reason}')
     if isinstance(exc, ssl.SSLError):
-        return StreamError('tls', f'TLS failed with {request.host}: {exc.reason or exc}')
+        hint = '; the answer was not TLS: is this port plain http?' if exc.reason in _NOT_TLS else ''
+        return StreamError('tls', f'TLS failed with {request.host}: {exc.reason or exc}{hint}')
     if x.phase is Phase.CONNECT and isinstance(exc, OSError):
         reason = exc.strerror or str(exc) or type(exc).__name__
         return StreamError('connect', f'cannot connect to {request.host}:{request.port}: {reason}')
@@ -1821,6 +1839,11 @@ def _classify(exc: BaseException, x: Exchange) -> StreamError:
         return StreamError('transport', f'connection failed after {_count(received, "body byte")}: '
                                         f'{type(exc).__name__}: {exc}')
     return StreamError('client', f'unexpected {type(exc).__name__} during the {x.phase.value} phase: {exc}')
+
+
+# OpenSSL's reasons for a handshake answered by something that is not TLS (a plain http server's reply).
+_NOT_TLS = frozenset({'WRONG_VERSION_NUMBER', 'RECORD_LAYER_FAILURE', 'PACKET_LENGTH_TOO_LONG', 'UNKNOWN_PROTOCOL',
+                      'HTTP_REQUEST', 'UNEXPECTED_RECORD'})
 
 
 def _timeout_failure(x: Exchange) -> StreamError:
@@ -2123,11 +2146,12 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     run as it ends, one call at a time, from the worker threads.
 
     Each record gains ``run`` (its index), ``offset_ms`` (its start after the load's), ``queued_ms``
-    (open loop: how late it started after it was due) and ``load`` (the settings). Once ``cancel`` is
+    (open loop: how late it started after it was due) and ``load`` (the settings, and an ``id`` of the load). Once ``cancel`` is
     cancelled, no run starts and the runs in flight end as interrupted; this returns when every run
     that started has its record.
     """
-    started, lock, described = time.perf_counter(), threading.Lock(), settings.described()
+    started, lock = time.perf_counter(), threading.Lock()
+    described = {**settings.described(), 'id': os.urandom(8).hex()}  # the id tells merged loads apart
 
     def one(job: tuple[int, float]) -> None:
         index, due = job
@@ -2226,6 +2250,8 @@ class Summary:
         self.first_start: float | None = None
         self.last_end: float | None = None
         self.seen = {'sources': set(), 'apis': set(), 'models': set(), 'expected_finishes': set()}
+        self.planned: dict[str, int] = {}  # runs planned, by load id
+        self.single_runs = 0               # records of runs that were not part of a load
         self._second = ('', 0)  # the last whole second parsed from a started_at, and its epoch
 
     def epoch(self, started_at: str) -> float:
@@ -2245,6 +2271,11 @@ class Summary:
         self.seen['apis'].add(record.get('api', 'chat'))
         self.seen['models'].add(record.get('model'))
         self.seen['expected_finishes'].add((record.get('request') or {}).get('expect_finish', 'stop'))
+        load = record.get('load') or {}
+        if 'id' in load:
+            self.planned[load['id']] = load['runs']
+        else:
+            self.single_runs += 1
         if not record['ok']:
             self.by_layer[record['error_layer']] += 1
             self.by_kind[error_kind(record['error'])] += 1
@@ -2269,6 +2300,7 @@ class Summary:
             return round(count / wall, 3) if wall > 0 else None
         return {
             'runs': self.runs, 'ok': self.ok, 'not_ok': self.runs - self.ok,
+            'planned_runs': sum(self.planned.values()) + self.single_runs,
             'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
             'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
             'latency_ms': {field: percentiles(self.latency[field]) for field in LATENCY_FIELDS},
@@ -2281,9 +2313,14 @@ class Summary:
         }
 
 
+def _unplanned(result: dict) -> str:
+    """'  (of 200 planned)' when fewer runs have records than were planned (an interrupted load), else ''."""
+    return f'  (of {result["planned_runs"]} planned)' if result['planned_runs'] > result['runs'] else ''
+
+
 def summary_table(result: dict) -> str:
     """The summary for a person: counts, kinds of failure, and the latency of ok runs."""
-    lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}']
+    lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)]
     if result['not_ok']:
         lines.append('not ok by layer: ' + ', '.join(f'{layer} {count}' for layer, count
                                                      in result['not_ok_by_layer'].items()))
@@ -2373,13 +2410,14 @@ class Report:
         parts = ['<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
                  f'<title>stream-client report: {result["ok"]} of {result["runs"]} runs ok</title>',
                  f'<style>{_REPORT_CSS}</style></head><body>',
-                 f'<h1>{result["ok"]} of {result["runs"]} runs ok</h1>',
+                 f'<h1>{result["ok"]} of {result["runs"]} runs ok{_e(_unplanned(result))}</h1>',
                  self._summary_section(result), self._timeline(rows), self._histograms(result),
                  self._scatter(rows), self._errors_section(), '</body></html>\n']
         return '\n'.join(parts)
 
     def _summary_section(self, result: dict) -> str:
-        cells = [('runs', result['runs']), ('ok', result['ok']), ('not ok', result['not_ok'])]
+        cells = [('runs planned', result['planned_runs']), ('runs', result['runs']), ('ok', result['ok']),
+                 ('not ok', result['not_ok'])]
         cells += [(f'not ok: {layer}', count) for layer, count in result['not_ok_by_layer'].items()]
         cells += [(f'  {kind}', count) for kind, count in list(result['not_ok_by_kind'].items())[:10]]
         out = ['<h2>Summary</h2><table>'] + [f'<tr><th>{_e(name)}</th><td class="n">{value}</td></tr>'
@@ -2514,14 +2552,17 @@ def _histogram(values: list[float], bins: int = 40) -> str:
 
 def reserve_output(path: str) -> int:
     """Create the evidence file exclusively (mode 0600) before anything is sent."""
+    if not path:
+        raise UsageError("cannot create '': the file name is empty")
     try:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise UsageError(f'{path} already exists; evidence is never overwritten, choose a new file name') from None
+        raise UsageError(f'{path!r} already exists; evidence is never overwritten, choose a new file name') \
+            from None
     except FileNotFoundError:
-        raise UsageError(f'cannot create {path}: its directory does not exist') from None
+        raise UsageError(f'cannot create {path!r}: its directory does not exist') from None
     except OSError as exc:
-        raise UsageError(f'cannot create {path}: {exc.strerror or exc}') from None
+        raise UsageError(f'cannot create {path!r}: {exc.strerror or exc}') from None
 
 
 def write_record(fd: int, record: dict) -> None:
@@ -2562,14 +2603,13 @@ def load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
     different sources mix and mixed_sources is not set."""
     records = []
     for path in paths:
-        try:
-            with open(path, encoding='utf-8') as file:
-                record = json.load(file)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f'cannot read record {path}: {getattr(exc, "strerror", None) or exc}') from None
-        if not _is_record(record):
-            raise UsageError(f'{path} is not an evidence record')
-        records.append(record)
+        reading = iter_records(path)
+        found = list(itertools.islice(reading, 2))
+        reading.close()
+        if len(found) != 1:
+            raise UsageError(f'{path} holds the records of a load, one per line: --compare takes files of one '
+                             f'record each; use --summary {path} to read a load' if found else f'{path} holds no record')
+        records.append(found[0])
     check_sources({record.get('source', 'endpoint') for record in records}, mixed_sources, 'compare')
     return records
 
@@ -2986,8 +3026,6 @@ def _interrupted_before_sending(signal_name: str) -> StreamError:
 
 
 def _compare(args, prog: str) -> int:
-    if args.output or args.fixture or args.url:
-        raise UsageError('--compare only reads records; it takes no --output, --url or --fixture')
     records = load_records(args.compare, args.mixed_sources)
     differ = settings_differ(records)
     if differ:
@@ -2998,8 +3036,6 @@ def _compare(args, prog: str) -> int:
 
 
 def _summary_command(args, prog: str) -> int:
-    if args.output or args.fixture or args.url:
-        raise UsageError('--summary only reads evidence; it takes no --output, --url or --fixture')
     report_fd = reserve_output(args.report) if args.report else None
     try:
         summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None)
@@ -3068,9 +3104,15 @@ class LoadView:
             self.out.write(f'run {record["run"]}: {verdict_line(record)}\n')
             self.out.flush()
 
+    def clear(self) -> None:
+        """Clear the status line, so that what goes to stdout next (on the same terminal) starts a line."""
+        if self.live:
+            self.out.write('\r\x1b[K')
+            self.out.flush()
+
     def finish(self, result: dict) -> None:
         if self.live:
-            self.out.write('\r\x1b[K' + summary_table(result) + '\n')
+            self.out.write(summary_table(result) + '\n')
             self.out.flush()
 
 
@@ -3107,6 +3149,7 @@ def _run_load(args, requests: list[PreparedRequest], settings: LoadSettings, fd:
         write_report(report_fd, report)
     _after_signals(cancel.reason is not None)
     result = summary.result()
+    view.clear()
     emit(json.dumps(result, ensure_ascii=False))
     view.finish(result)
     if write_error:
@@ -3118,6 +3161,28 @@ def _run_load(args, requests: list[PreparedRequest], settings: LoadSettings, fd:
     return 0 if result['ok'] == result['runs'] else 1
 
 
+# What --compare and --summary take besides their files; every other flag is for a run.
+READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
+                 'summary': ('summary', 'report', 'quiet', 'mixed_sources')}
+# prepare()'s and LoadSettings' parameters, by the flag a user typed.
+FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
+                     'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',
+                     'runs': '--runs', 'concurrency': '--concurrency', 'rate': '--rate'}
+
+
+def _given_flags(parser: argparse.ArgumentParser, args, allowed: tuple[str, ...]) -> list[str]:
+    """The flags given (with a value other than their default) that are not among allowed."""
+    return [action.option_strings[-1] for action in parser._actions
+            if action.option_strings and action.dest not in allowed
+            and getattr(args, action.dest, action.default) != action.default]
+
+
+def _in_flag_terms(message: str) -> str:
+    """A message from prepare() or LoadSettings with the parameter it starts with named as its flag."""
+    name, space, rest = message.partition(' ')
+    return FLAG_OF_PARAMETER.get(name, name) + space + rest
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = _parser()
@@ -3125,12 +3190,21 @@ def main(argv: list[str] | None = None) -> int:
     fixture = None
     try:
         try:
-            if args.compare:
-                return _compare(args, parser.prog)
-            if args.summary:
-                return _summary_command(args, parser.prog)
+            if args.compare and args.summary:
+                raise UsageError('--compare and --summary exclude each other: compare single records side '
+                                 'by side, or summarise loads')
+            command = 'compare' if args.compare else 'summary' if args.summary else None
+            if command is not None:
+                extra = _given_flags(parser, args, READING_FLAGS[command])
+                if extra:
+                    raise UsageError(f'--{command} only reads saved evidence; {", ".join(extra)} '
+                                     f'{"is" if len(extra) == 1 else "are"} for runs that send requests')
+                return (_compare if args.compare else _summary_command)(args, parser.prog)
             if args.output is None:
                 raise UsageError('--output is required')
+            if args.output == '-':
+                raise UsageError('--output - is not supported: stdout carries the summary line; '
+                                 'give the evidence a file name')
             settings = _load_settings(args)
             if args.report is not None and settings is None:
                 raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
@@ -3143,7 +3217,8 @@ def main(argv: list[str] | None = None) -> int:
             report_fd = _reserve_report(args, fd)
         except (UsageError, ValueError) as exc:
             _after_signals(False)
-            print(f'{parser.prog}: error: {exc}', file=sys.stderr)
+            message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
+            print(f'{parser.prog}: error: {message}', file=sys.stderr)
             return 2
         if settings is not None:
             return _run_load(args, requests, settings, fd, report_fd, parser.prog)

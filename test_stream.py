@@ -1316,6 +1316,22 @@ class TlsAndSecretTests(unittest.TestCase):
                     record = stream(url, 'm', 'p', ca_file=str(TLS / 'ca.pem'))
                     self.assertTrue(record['ok'], record['error'])
 
+    def test_a_scheme_that_does_not_fit_the_port_gets_a_hint(self):
+        with Fixture() as plain, self.tls_fixture() as tls:
+            https_to_plain = stream(plain.url.replace('http:', 'https:'), 'm', 'p', ca_file=str(TLS / 'ca.pem'))
+            http_to_tls = stream(tls.url, 'm', 'p')
+            plain.instance.replay = (b'', [b'\x15\x03\x01\x00\x02\x02\x46'])  # a TLS alert, as some servers send
+            alert = stream(plain.url, 'm', 'p')
+        self.assertEqual(https_to_plain['error'], 'tls: TLS failed with 127.0.0.1: WRONG_VERSION_NUMBER; '
+                                                  'the answer was not TLS: is this port plain http?')
+        self.assertEqual(http_to_tls['error'], 'transport: connection closed before any response bytes arrived; '
+                                               'is this port TLS? try https://')
+        self.assertEqual(alert['error'], 'transport: connection closed inside the response head after 7 bytes; '
+                                         'is this port TLS? try https://')
+        with Fixture(replay=b'HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n') as fixture:
+            wrong_type = stream(fixture.url, 'm', 'p')  # a response head arrived: no hint
+        self.assertNotIn('TLS', wrong_type['error'])
+
     def test_certificate_for_another_hostname_fails(self):
         with self.tls_fixture('other') as fixture:
             record = stream(fixture.url.replace('http:', 'https:'), 'm', 'p', ca_file=str(TLS / 'ca.pem'))
@@ -1945,6 +1961,9 @@ class LoadTests(unittest.TestCase):
                 self.assertTrue(interrupted)
                 self.assertTrue(all(signum.name in record['error'] for record in interrupted))
                 self.assertEqual(json.loads(stdout)['runs'], len(records))
+                self.assertEqual(json.loads(stdout)['planned_runs'], 200)
+                self.assertEqual({record['load']['runs'] for record in records}, {200})
+                self.assertEqual(len({record['load']['id'] for record in records}), 1)
 
     def test_progress_on_a_terminal_then_the_table(self):
         status, text = run_in_terminal('--fixture', 'mixed', '--runs', '12', '--concurrency', '4', '--output', 'p.jsonl',
@@ -1954,6 +1973,29 @@ class LoadTests(unittest.TestCase):
         self.assertIn('\r\x1b[Kruns 12  ok ', text)
         self.assertIn('over ', text)
         self.assertIn('content-event gaps', text)
+
+    def test_the_summary_line_starts_on_a_cleared_line_when_stdout_is_the_terminal_too(self):
+        status, text = run_in_terminal('--fixture', 'ok', '--runs', '6', '--concurrency', '2', '--output', 'c.jsonl',
+                                       cwd=self.tmp.name, stdout_too=True)
+        self.assertEqual(status, 0, text)
+        self.assertRegex(text, r'p50 first text \d+ ms\r\x1b\[K\{"runs": 6, ')  # not appended to the status line
+        self.assertLess(text.index('{"runs": 6'), text.index('over 6 ok runs'))  # then the table
+
+    def test_a_summary_counts_the_runs_each_load_planned(self):
+        def line(run: int, load_id: str | None, runs: int) -> dict:
+            record = fake_record(run)
+            if load_id:
+                record['load'] = {'runs': runs, 'concurrency': 1, 'rate': None, 'arrivals': None, 'seed': 0,
+                                  'id': load_id}
+            return record
+        summary = stream_client.Summary()
+        for record in [line(0, 'a', 200), line(1, 'a', 200), line(0, 'b', 50), line(0, None, 1)]:
+            summary.add(record)
+        result = summary.result()
+        self.assertEqual((result['runs'], result['planned_runs']), (4, 251))
+        self.assertIn('runs 4  ok 4  not ok 0  (of 251 planned)', stream_client.summary_table(result))
+        report = stream_client.Report(summary)
+        self.assertIn('<h1>4 of 4 runs ok  (of 251 planned)</h1>', report.html())
 
 
 class PageReader(html.parser.HTMLParser):
@@ -2079,13 +2121,14 @@ class ReportTests(unittest.TestCase):
         self.assertEqual((self.dir / 'taken.html').read_text(), 'kept')
 
 
-def run_in_terminal(*args: str, cwd: str) -> tuple[int, str]:
-    """Run the command line with stderr on a pseudo-terminal, as a person would (stdout stays a pipe);
-    return its exit status and what the terminal showed."""
+def run_in_terminal(*args: str, cwd: str, stdout_too: bool = False) -> tuple[int, str]:
+    """Run the command line with stderr on a pseudo-terminal, as a person would (stdout stays a pipe
+    unless stdout_too); return its exit status and what the terminal showed."""
     import pty
     master, slave = pty.openpty()
     process = subprocess.Popen([sys.executable, CLIENT, *args], cwd=cwd, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=slave, env=dict(os.environ, TERM='xterm'))
+                               stdout=slave if stdout_too else subprocess.PIPE, stderr=slave,
+                               env=dict(os.environ, TERM='xterm'))
     os.close(slave)
     screen = b''
     while True:
@@ -2182,6 +2225,34 @@ class CommandLineTests(unittest.TestCase):
                     self.assertEqual(sorted(p.name for p in self.dir.iterdir()), ['taken.json'])
             self.assertIsNone(fixture.last_request)
         self.assertEqual((self.dir / 'taken.json').read_text(), 'kept')
+
+    def test_messages_name_what_the_user_typed(self):
+        load = self.dir / 'load.jsonl'
+        load.write_text(''.join(json.dumps(fake_record(run)) + '\n' for run in range(2)))
+        cases = {
+            ('--fixture', 'ok', '--max-tokens', '0', '--output', 'a.json'):
+                '--max-tokens must be an integer from 1 to 32768, got 0',
+            ('--fixture', 'ok', '--idle', '0', '--output', 'a.json'): '--idle must be a finite number more than 0',
+            ('--fixture', 'ok', '--temperature', '-1', '--output', 'a.json'): '--temperature must be a finite number',
+            ('--fixture', 'ok', '--runs', '0', '--output', 'a.jsonl'): '--runs must be a positive integer, got 0',
+            ('--fixture', 'ok', '--output', ''): "cannot create '': the file name is empty",
+            ('--fixture', 'ok', '--output', '-'): '--output - is not supported: stdout carries the summary line',
+            ('--fixture', 'ok', '--output', 'missing/a.json'): "cannot create 'missing/a.json': its directory does",
+            ('--summary', 'load.jsonl', '--runs', '5', '--concurrency', '3'):
+                '--summary only reads saved evidence; --runs, --concurrency are for runs that send requests',
+            ('--compare', 'load.jsonl', '--capture', 'c.http'):
+                '--compare only reads saved evidence; --capture is for runs that send requests',
+            ('--summary', 'load.jsonl', '--compare', 'load.jsonl'): '--compare and --summary exclude each other',
+            ('--compare', 'load.jsonl'): 'load.jsonl holds the records of a load, one per line: --compare takes '
+                                         'files of one record each; use --summary load.jsonl to read a load',
+        }
+        results = in_threads(lambda args: run_cli(*args, cwd=self.tmp.name), list(cases))
+        for (args, words), done in zip(cases.items(), results):
+            with self.subTest(args=args):
+                self.assertEqual((done.returncode, done.stdout), (2, ''))
+                self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
+                self.assertIn(words, done.stderr)
+        self.assertEqual(sorted(p.name for p in self.dir.iterdir()), ['load.jsonl'])
 
     def test_capture_replays_to_the_same_verdict(self):
         done = self.cli('error-event', '--output', 'run.json', '--capture', 'run.http')
