@@ -233,7 +233,7 @@ class Events:
     def pending(self) -> str | None:
         """What the stream would end inside if it ended now, or None at an event boundary."""
         if self._undecoded:
-            return f'stream ended inside a UTF-8 character ({len(self._undecoded)} bytes pending)'
+            return f'stream ended inside a UTF-8 character ({_count(len(self._undecoded), "byte")} pending)'
         if self._line:
             return f'stream ended inside a line: {_preview(self._line)}'
         if self._data:
@@ -248,7 +248,7 @@ class Events:
         """
         if self._undecoded:
             raise SSEDecodeError(self._undecoded, 0, len(self._undecoded),
-                                 f'stream ended inside a UTF-8 character ({len(self._undecoded)} bytes pending)')
+                                 f'stream ended inside a UTF-8 character ({_count(len(self._undecoded), "byte")} pending)')
 
     def _decode(self, raw: bytes) -> str:
         data = self._undecoded + raw if self._undecoded else raw
@@ -2325,7 +2325,8 @@ def summary_table(result: dict) -> str:
         lines.append('not ok by layer: ' + ', '.join(f'{layer} {count}' for layer, count
                                                      in result['not_ok_by_layer'].items()))
         lines += [f'  {count:5d}  {kind}' for kind, count in list(result['not_ok_by_kind'].items())[:10]]
-    lines.append(f'over {result["latency_runs"]} ok runs ({result["latency_excludes"]} not ok runs excluded):'
+    lines.append(f'over {_count(result["latency_runs"], "ok run")} '
+                 f'({_count(result["latency_excludes"], "not ok run")} excluded):'
                  f'{"p50":>10}{"p90":>10}{"p99":>10}{"max":>10}')
     rows = [(field, result['latency_ms'][field]) for field in LATENCY_FIELDS]
     gaps = result['event_gaps_ms']
@@ -2408,9 +2409,9 @@ class Report:
         result = self.summary.result()
         rows = sorted(self.rows, key=lambda row: (row.start, row.run, row.duration_ms, row.error))
         parts = ['<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
-                 f'<title>stream-client report: {result["ok"]} of {result["runs"]} runs ok</title>',
+                 f'<title>stream-client report: {result["ok"]} of {_count(result["runs"], "run")} ok</title>',
                  f'<style>{_REPORT_CSS}</style></head><body>',
-                 f'<h1>{result["ok"]} of {result["runs"]} runs ok{_e(_unplanned(result))}</h1>',
+                 f'<h1>{result["ok"]} of {_count(result["runs"], "run")} ok{_e(_unplanned(result))}</h1>',
                  self._summary_section(result), self._timeline(rows), self._histograms(result),
                  self._scatter(rows), self._errors_section(), '</body></html>\n']
         return '\n'.join(parts)
@@ -2474,8 +2475,8 @@ class Report:
         return '\n'.join(out) + '</svg>'
 
     def _histograms(self, result: dict) -> str:
-        out = [f'<h2>Distributions over ok runs</h2><p>{result["latency_runs"]} ok runs; '
-               f'{result["latency_excludes"]} runs that were not ok are excluded.</p>']
+        out = [f'<h2>Distributions over ok runs</h2><p>{_count(result["latency_runs"], "ok run")}; '
+               f'{_count(result["latency_excludes"], "run")} not ok, excluded.</p>']
         for field in ('first_text_ms', 'duration_ms'):
             out.append(f'<p>{field}</p>' + _histogram([value for value in self.summary.latency[field]]))
         return '\n'.join(out)
@@ -2541,7 +2542,7 @@ def _histogram(values: list[float], bins: int = 40) -> str:
            f'<text x="{left}" y="{height + 15}">{low:.1f} ms</text>',
            f'<text x="{width}" y="{height + 15}" text-anchor="end">{high:.1f} ms</text>']
     out += [f'<rect x="{left + i * bar:.1f}" y="{height - count / tallest * height:.1f}" width="{bar - 1:.1f}" '
-            f'height="{count / tallest * height:.1f}" fill="#2e7d32"><title>{count} runs from '
+            f'height="{count / tallest * height:.1f}" fill="#2e7d32"><title>{_count(count, "run")} from '
             f'{low + i * width_ms:.1f} ms</title></rect>' for i, count in enumerate(counts) if count]
     return '\n'.join(out) + '</svg>'
 
