@@ -320,31 +320,391 @@ class TypedEvents(Events):
         return self._type or 'message', data
 
     @staticmethod
-    def _untyped(events: list[str]) -> list[tuple[str, str]]:
+    def _untyped(events: list[str]) -> list[tuple[str, str, str]]:
         return [('message', data) for data in events]
+
+
+# ---------------------------------------------------------------------------
+# JSON answers: strict JSON and the JSON Schema subset that tools use (sans-IO)
+# ---------------------------------------------------------------------------
+
+class SchemaError(ValueError):
+    """A schema (of a tool's parameters, or of --json-schema) that is itself invalid."""
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f'{name} is not JSON')
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f'the number {_shorten(text, 30)} is out of range (it would be {value})')
+    return value
+
+
+def _unique_keys(pairs: list) -> dict:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen = set()
+        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f'the key {_shorten(repr(repeated), 40)} appears twice')
+    return value
+
+
+def strict_json(text: str) -> object:
+    """One JSON value and nothing else (RFC 8259): ValueError for NaN, Infinity, a number out of the
+    float range, a repeated key, trailing text or anything json.loads refuses."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                          object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ValueError('nested too deeply') from None
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return 'null'
+    if isinstance(value, bool):
+        return 'boolean'
+    if isinstance(value, int):
+        return 'integer'
+    return {float: 'number', str: 'string', list: 'array', dict: 'object'}[type(value)]
+
+
+def _is_type(value: object, name: str) -> bool:
+    kind = _json_type(value)
+    return kind == name or (name == 'number' and kind == 'integer') or \
+        (name == 'integer' and kind == 'number' and float(value).is_integer())
+
+
+def _json_equal(a: object, b: object) -> bool:
+    """Equality as JSON sees it: true is not 1, and 1.0 is 1."""
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[key], b[key]) for key in a)
+    return type(a) is type(b) and a == b
+
+
+def _child(path: str, key: object) -> str:
+    if isinstance(key, int):
+        return f'{path}[{key}]'
+    return f'{path}.{key}' if re.fullmatch(r'[A-Za-z_][A-Za-z0-9_]*', key) else f'{path}[{json.dumps(key)}]'
+
+
+def _seen(value: object) -> str:
+    return _shorten(json.dumps(value, ensure_ascii=False), 40)
+
+
+JSON_TYPES = ('null', 'boolean', 'integer', 'number', 'string', 'array', 'object')
+# The keywords that are checked, and those that never change whether a value is valid.
+CHECKED_KEYWORDS = frozenset({'type', 'properties', 'required', 'additionalProperties', 'enum', 'const', 'items',
+                              'minItems', 'maxItems', 'minLength', 'maxLength', 'minimum', 'maximum',
+                              'exclusiveMinimum', 'exclusiveMaximum', 'pattern', 'anyOf', 'oneOf', 'allOf', '$ref',
+                              '$defs', 'definitions'})
+ANNOTATIONS = frozenset({'title', 'description', 'default', 'examples', '$schema', '$id', '$comment', 'deprecated',
+                         'readOnly', 'writeOnly', 'strict'})
+
+
+class JsonSchema:
+    """A JSON Schema of the subset tool definitions use, checked when built (SchemaError), that
+    says of a value the first place where it breaks the schema.
+
+    Checked: type (a name or a list), properties, required, additionalProperties, enum, const,
+    items, minItems/maxItems, minLength/maxLength, minimum/maximum and the exclusive bounds,
+    pattern (Python's re, searched), anyOf/oneOf/allOf and $ref to #/$defs/... or
+    #/definitions/.... Any other keyword is listed in ``unchecked`` with where it stands; it is
+    never taken as passed without saying so.
+    """
+
+    def __init__(self, schema: object) -> None:
+        self.root = schema
+        self.unchecked: list[str] = []
+        self._patterns: dict[str, re.Pattern] = {}
+        self._check_schema(schema, '#')
+
+    def problem(self, value: object) -> str | None:
+        """The first violation, as '$.city: expected string, got 3', or None when the value is valid."""
+        return self._problem(self.root, value, '$', 0)
+
+    # -- the schema itself --------------------------------------------------------------------------
+
+    def _check_schema(self, schema: object, where: str) -> None:
+        if isinstance(schema, bool):
+            return
+        if not isinstance(schema, dict):
+            raise SchemaError(f'{where}: a schema must be an object or a boolean, not {_seen(schema)}')
+        for key, value in schema.items():
+            self._check_keyword(key, value, f'{where}/{key}')
+        for key in ('properties', '$defs', 'definitions'):
+            for name, sub in (schema.get(key) or {}).items():
+                self._check_schema(sub, f'{where}/{key}/{name}')
+        for key in ('anyOf', 'oneOf', 'allOf'):
+            for number, sub in enumerate(schema.get(key) or ()):
+                self._check_schema(sub, f'{where}/{key}/{number}')
+        items = schema.get('items')
+        for number, sub in enumerate(items if isinstance(items, list) else [] if items is None else [items]):
+            self._check_schema(sub, f'{where}/items' + (f'/{number}' if isinstance(items, list) else ''))
+        if isinstance(schema.get('additionalProperties'), dict):
+            self._check_schema(schema['additionalProperties'], f'{where}/additionalProperties')
+
+    def _check_keyword(self, key: str, value: object, where: str) -> None:
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise SchemaError(f'{where}: expected {what}, got {_seen(value)}')
+        if key == 'type':
+            names = value if isinstance(value, list) else [value]
+            need(bool(names) and all(name in JSON_TYPES for name in names), f'one of {", ".join(JSON_TYPES)}')
+        elif key in ('properties', '$defs', 'definitions'):
+            need(isinstance(value, dict), 'an object of schemas')
+        elif key == 'required':
+            need(isinstance(value, list) and all(isinstance(name, str) for name in value), 'a list of names')
+        elif key == 'additionalProperties':
+            need(isinstance(value, (bool, dict)), 'a boolean or a schema')
+        elif key == 'enum':
+            need(isinstance(value, list) and bool(value), 'a non-empty list')
+        elif key == 'items':
+            need(isinstance(value, (bool, dict, list)), 'a schema or a list of schemas')
+        elif key in ('minItems', 'maxItems', 'minLength', 'maxLength'):
+            need(isinstance(value, int) and not isinstance(value, bool) and value >= 0, 'a non-negative integer')
+        elif key in ('minimum', 'maximum'):
+            need(isinstance(value, (int, float)) and not isinstance(value, bool), 'a number')
+        elif key in ('exclusiveMinimum', 'exclusiveMaximum'):
+            need(isinstance(value, (int, float)), 'a number (or, as in draft 4, a boolean)')
+        elif key == 'pattern':
+            need(isinstance(value, str), 'a regular expression')
+            try:
+                self._patterns[value] = re.compile(value)
+            except re.error as exc:
+                raise SchemaError(f'{where}: invalid pattern {_seen(value)}: {exc}') from None
+        elif key in ('anyOf', 'oneOf', 'allOf'):
+            need(isinstance(value, list) and bool(value), 'a non-empty list of schemas')
+        elif key == '$ref':
+            need(isinstance(value, str), 'a reference')
+            self._resolve(value, where)
+        elif key not in CHECKED_KEYWORDS and key not in ANNOTATIONS:
+            self.unchecked.append(f'{key} at {where.rpartition("/")[0] or "#"}')
+
+    def _resolve(self, ref: str, where: str) -> object:
+        section, _, name = ref.partition('/')[2].partition('/')
+        target = self.root.get(section, {}).get(name) if isinstance(self.root, dict) and ref.startswith('#/') else None
+        if section not in ('$defs', 'definitions') or not name or '/' in name or target is None:
+            raise SchemaError(f'{where}: $ref {ref!r} is not a local #/$defs/NAME or #/definitions/NAME of this schema')
+        return target
+
+    # -- a value ------------------------------------------------------------------------------------
+
+    def _problem(self, schema: object, value: object, path: str, depth: int) -> str | None:
+        if schema is True:
+            return None
+        if schema is False:
+            return f'{path}: no value is allowed here, got {_seen(value)}'
+        if depth > 64:
+            return f'{path}: the schema refers to itself more than 64 levels deep'
+        if '$ref' in schema:
+            problem = self._problem(self._resolve(schema['$ref'], '$ref'), value, path, depth + 1)
+            if problem:
+                return problem
+        for check in (self._type, self._choices, self._string, self._number, self._array, self._object,
+                      self._combined):
+            problem = check(schema, value, path, depth)
+            if problem:
+                return problem
+        return None
+
+    @staticmethod
+    def _type(schema: dict, value: object, path: str, depth: int) -> str | None:
+        names = schema.get('type')
+        if names is None:
+            return None
+        names = names if isinstance(names, list) else [names]
+        if any(_is_type(value, name) for name in names):
+            return None
+        return f'{path}: expected {" or ".join(names)}, got {_seen(value)}'
+
+    @staticmethod
+    def _choices(schema: dict, value: object, path: str, depth: int) -> str | None:
+        if 'enum' in schema and not any(_json_equal(value, option) for option in schema['enum']):
+            return f'{path}: expected one of {_seen(schema["enum"])}, got {_seen(value)}'
+        if 'const' in schema and not _json_equal(value, schema['const']):
+            return f'{path}: expected {_seen(schema["const"])}, got {_seen(value)}'
+        return None
+
+    def _string(self, schema: dict, value: object, path: str, depth: int) -> str | None:
+        if not isinstance(value, str):
+            return None
+        if len(value) < schema.get('minLength', 0):
+            return f'{path}: expected at least {_count(schema["minLength"], "character")}, got {_seen(value)}'
+        if 'maxLength' in schema and len(value) > schema['maxLength']:
+            return f'{path}: expected at most {_count(schema["maxLength"], "character")}, got {len(value)}'
+        if 'pattern' in schema and not self._patterns[schema['pattern']].search(value):
+            return f'{path}: expected a match of {schema["pattern"]!r}, got {_seen(value)}'
+        return None
+
+    @staticmethod
+    def _number(schema: dict, value: object, path: str, depth: int) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        low, high = schema.get('minimum'), schema.get('maximum')
+        low_open, high_open = schema.get('exclusiveMinimum'), schema.get('exclusiveMaximum')
+        if low_open is True:  # draft 4: a flag on minimum
+            low, low_open = None, low
+        if high_open is True:
+            high, high_open = None, high
+        for bound, fails, word in ((low, lambda b: value < b, 'at least'), (high, lambda b: value > b, 'at most'),
+                                   (low_open if low_open is not False else None, lambda b: value <= b, 'more than'),
+                                   (high_open if high_open is not False else None, lambda b: value >= b, 'less than')):
+            if bound is not None and fails(bound):
+                return f'{path}: expected a number {word} {bound}, got {_seen(value)}'
+        return None
+
+    def _array(self, schema: dict, value: object, path: str, depth: int) -> str | None:
+        if not isinstance(value, list):
+            return None
+        if len(value) < schema.get('minItems', 0):
+            return f'{path}: expected at least {_count(schema["minItems"], "item")}, got {len(value)}'
+        if 'maxItems' in schema and len(value) > schema['maxItems']:
+            return f'{path}: expected at most {_count(schema["maxItems"], "item")}, got {len(value)}'
+        items = schema.get('items')
+        if items is None:
+            return None
+        for number, item in enumerate(value):
+            sub = (items[number] if number < len(items) else True) if isinstance(items, list) else items
+            problem = self._problem(sub, item, _child(path, number), depth + 1)
+            if problem:
+                return problem
+        return None
+
+    def _object(self, schema: dict, value: object, path: str, depth: int) -> str | None:
+        if not isinstance(value, dict):
+            return None
+        for name in schema.get('required', ()):
+            if name not in value:
+                return f'{_child(path, name)}: required, but missing'
+        properties, extra = schema.get('properties', {}), schema.get('additionalProperties', True)
+        for name, item in value.items():
+            sub = properties.get(name, extra)
+            if sub is False and name not in properties:
+                return f'{_child(path, name)}: not allowed (additionalProperties is false)'
+            problem = self._problem(sub, item, _child(path, name), depth + 1)
+            if problem:
+                return problem
+        return None
+
+    def _combined(self, schema: dict, value: object, path: str, depth: int) -> str | None:
+        for sub in schema.get('allOf', ()):
+            problem = self._problem(sub, value, path, depth + 1)
+            if problem:
+                return problem
+        if 'anyOf' in schema:
+            problems = [self._problem(sub, value, path, depth + 1) for sub in schema['anyOf']]
+            if all(problems):
+                return f'{path}: matches none of anyOf ({"; ".join(problems)})'
+        if 'oneOf' in schema:
+            matching = sum(self._problem(sub, value, path, depth + 1) is None for sub in schema['oneOf'])
+            if matching != 1:
+                return f'{path}: matches {matching} of oneOf, expected exactly 1'
+        return None
 
 
 # ---------------------------------------------------------------------------
 # The protocol seam: event data to the answer (sans-IO)
 # ---------------------------------------------------------------------------
 
+TOOL_CHOICES = ('auto', 'required', 'none')  # or the name of one tool
+
+
+@dataclasses.dataclass(frozen=True)
+class AnswerSpec:
+    """What the request asked the answer to be, beyond text: the tools offered (each name with the
+    schema of its parameters, None when it declares none), the tool choice (auto, required, none or
+    a tool's name; None when no tools), and the schema of a JSON answer."""
+
+    tools: tuple[tuple[str, JsonSchema | None], ...] = ()
+    tool_choice: str | None = None
+    json_schema: JsonSchema | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        names = [name for name, _ in self.tools]
+        if len(set(names)) != len(names):
+            raise ValueError('each tool needs a name of its own')
+        if (self.tool_choice is None) != (not self.tools):
+            raise ValueError('a tool choice goes with tools, and tools with a tool choice')
+        if self.tool_choice is not None and self.tool_choice not in TOOL_CHOICES and self.tool_choice not in names:
+            raise ValueError(f'tool_choice {self.tool_choice!r} is none of {", ".join(TOOL_CHOICES)} and '
+                             f'names no tool offered ({", ".join(names)})')
+
+    @property
+    def named(self) -> str | None:
+        """The one tool the choice forces, or None."""
+        return self.tool_choice if self.tool_choice not in (None, *TOOL_CHOICES) else None
+
+    def unchecked(self) -> list[str]:
+        """The schema keywords that are not checked, with the tool or answer whose schema has them."""
+        schemas = [(f'tool {name}', schema) for name, schema in self.tools] + [('json-schema', self.json_schema)]
+        return [f'{owner}: {keyword}' for owner, schema in schemas if schema for keyword in schema.unchecked]
+
+
+class ToolCall:
+    """One tool call as the stream assembles it: opened with an id and a name, then its arguments
+    arrive in pieces."""
+
+    def __init__(self, index: int, call_id: str, name: str) -> None:
+        self.index, self.id, self.name = index, call_id, name
+        self.parts: list[str] = []
+
+    @property
+    def arguments(self) -> str:
+        return ''.join(self.parts)
+
+    def problem(self, spec: AnswerSpec) -> str | None:
+        """Why these arguments cannot be used: not one strict JSON object matching the tool's parameters."""
+        schemas = dict(spec.tools)
+        if self.name not in schemas:
+            return f'{self.name!r} is not a tool the request offered ({", ".join(schemas) or "none"})'
+        arguments = self.arguments
+        if not arguments.strip():
+            return 'the arguments are empty'
+        try:
+            value = strict_json(arguments)
+        except ValueError as exc:
+            return f'the arguments are not JSON ({exc}): {_preview(arguments)}'
+        if not isinstance(value, dict):
+            return f'arguments are not a JSON object: {_preview(arguments)}'
+        problem = schemas[self.name].problem(value) if schemas[self.name] is not None else None
+        return f'the arguments do not match its parameters: {problem}' if problem else None
+
+    def record(self, spec: AnswerSpec) -> dict:
+        return {'index': self.index, 'id': self.id, 'name': self.name, 'arguments': self.arguments,
+                'arguments_problem': self.problem(spec)}
+
+
 class StreamValidator:
     """What the read loop needs from the validator of one streaming API.
 
     The read loop creates the API's ``parser`` and gives each event it
-    returns to ``accept()``, which returns ``(text, reasoning)``, the answer
-    and reasoning text that event carried ('' when none), or raises
-    StreamError. ``done`` says that the API's ``terminal`` marker arrived;
-    ``outcome_problem()`` says why the answer is not finished (None when it
-    is); ``fields()`` are the record's fields that the API decides. A
-    validator never reads a clock or touches a socket.
+    returns to ``accept()``, which returns ``(text, reasoning, call)``: the
+    answer and reasoning text that event carried, and a piece of a tool call
+    for display (its name as it opens, then its arguments); '' when none. It
+    raises StreamError. ``done`` says that the API's ``terminal`` marker
+    arrived; ``outcome_problem()`` says why the answer is not finished (None
+    when it is); ``fields()`` are the record's fields that the API decides. A
+    validator never reads a clock or touches a socket. ``spec`` says what the
+    answer was asked to be: text, tool calls or JSON.
     """
 
     api = ''
     parser = Events
     terminal = '[DONE]'
 
-    def __init__(self) -> None:
+    def __init__(self, spec: AnswerSpec | None = None) -> None:
+        self.spec = spec or AnswerSpec()
+        self.calls: list[ToolCall] = []
         self.text_parts: list[str] = []
         self.text_chars = 0
         self.reasoning_parts: list[str] = []
@@ -355,11 +715,63 @@ class StreamValidator:
         self.completion_tokens: int | None = None
         self.response_id: str | None = None
 
-    def accept(self, event) -> tuple[str, str]:
+    def accept(self, event) -> tuple[str, str, str]:
         raise NotImplementedError
 
     def outcome_problem(self) -> str | None:
         raise NotImplementedError
+
+    @property
+    def answer_kind(self) -> str:
+        """tool_calls when calls arrived, json when a JSON answer was asked for, otherwise text."""
+        return 'tool_calls' if self.calls else 'json' if self.spec.json_schema is not None else 'text'
+
+    def _answer_problem(self, finished_as_calls: bool, finish: str) -> str | None:
+        """Why an answer whose API says it finished (as ``finish`` says) is not a usable one: for tool
+        calls, the finish that calls need (``finished_as_calls``), the tool choice, and each call's
+        arguments; otherwise the tool choice, then a JSON answer's JSON, or visible text."""
+        spec, calls = self.spec, self.calls
+        if calls:
+            if not finished_as_calls:
+                return f'expected finish_reason=tool_calls after {_count(len(calls), "tool call")}, got {finish}'
+            if spec.tool_choice == 'none':
+                return f'tool_choice none, but {_count(len(calls), "tool call")} arrived'
+            for call in calls:
+                problem = (f'tool_choice named {spec.named}' if spec.named and call.name != spec.named
+                           else call.problem(spec))
+                if problem:
+                    return f'tool call {call.index} ({call.name}): {problem}'
+            return None
+        if spec.tool_choice == 'required' or spec.named:
+            return f'tool_choice {spec.tool_choice} asked for a tool call, but none arrived ({finish})'
+        if spec.json_schema is not None:
+            return self._json_problem()
+        if not any(part.strip() for part in self.text_parts):
+            return f'{finish}, but no visible text arrived'
+        return None
+
+    def _json_problem(self) -> str | None:
+        text = self.text
+        try:
+            value = strict_json(text)
+        except ValueError as exc:
+            return f'the answer is not JSON ({exc}): {_preview(text)}'
+        problem = self.spec.json_schema.problem(value)
+        return f'the JSON answer does not match the schema: {problem}' if problem else None
+
+    def _budget_problem(self, problem: str) -> str:
+        """A budget-exhausted problem, saying so when the budget ran out inside a tool call."""
+        if self.calls:
+            call = self.calls[-1]
+            return f'{problem} inside tool call {call.index} ({call.name})'
+        return problem
+
+    def _add_call_arguments(self, call: ToolCall, arguments: str) -> None:
+        self.content_events += 1
+        self.text_chars += len(arguments)
+        if self.text_chars > MAX_TEXT_CHARS:
+            raise StreamError('application', f'answer longer than {MAX_TEXT_CHARS} characters')
+        call.parts.append(arguments)
 
     @property
     def text(self) -> str:
@@ -374,7 +786,8 @@ class StreamValidator:
         return {'text': self.text, 'reasoning_text': self.reasoning, 'done': self.done,
                 'completion_tokens': self.completion_tokens, 'content_events': self.content_events,
                 'data_events': self.data_events, 'response_id': self.response_id,
-                'response_status': None, 'incomplete_reason': None}
+                'response_status': None, 'incomplete_reason': None, 'answer_kind': self.answer_kind,
+                'tool_calls': [call.record(self.spec) for call in self.calls]}
 
     def _add_text(self, text: str) -> None:
         self.content_events += 1
@@ -411,20 +824,21 @@ class _ChoiceChunks(StreamValidator):
     exactly ``max_tokens`` completion tokens.
     """
 
-    def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None) -> None:
-        super().__init__()
+    def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
+                 spec: AnswerSpec | None = None) -> None:
+        super().__init__(spec)
         self.finish_reason: str | None = None
         self.expect_finish = expect_finish
         self.max_tokens = max_tokens
 
-    def accept(self, data: str) -> tuple[str, str]:
-        """Apply one event's data; return the answer and reasoning text it carried."""
+    def accept(self, data: str) -> tuple[str, str, str]:
+        """Apply one event's data; return the answer text, reasoning text and tool-call piece it carried."""
         if self.done:
             raise StreamError('protocol', f'event after [DONE]: {_preview(data)}')
         self.data_events += 1
         if data == '[DONE]':
             self.done = True
-            return '', ''
+            return '', '', ''
         chunk = self._load_object(data)
         if 'error' in chunk:
             error = server_error_fields(chunk)
@@ -437,7 +851,7 @@ class _ChoiceChunks(StreamValidator):
             self.completion_tokens = _token_count(usage, 'completion_tokens')
         choices = chunk.get('choices')
         if choices is None or choices == []:
-            return '', ''
+            return '', '', ''
         if not isinstance(choices, list) or len(choices) != 1:
             count = len(choices) if isinstance(choices, list) else type(choices).__name__
             raise StreamError('protocol', f'expected one choice per chunk (n=1), got {count}')
@@ -447,7 +861,7 @@ class _ChoiceChunks(StreamValidator):
             raise StreamError('protocol', f'expected choice index 0, got {_shorten(repr(seen))}')
         return self._take_choice(choice)
 
-    def _take_choice(self, choice: dict) -> tuple[str, str]:
+    def _take_choice(self, choice: dict) -> tuple[str, str, str]:
         raise NotImplementedError
 
     def _text_field(self, value: object, name: str) -> str | None:
@@ -472,31 +886,32 @@ class _ChoiceChunks(StreamValidator):
         """Why the completion is not a finished answer, or None when it is."""
         if not self.done:
             return f'EOF before [DONE] after {_count(self.content_events, "content event")}'
-        if self.finish_reason is None:
-            return f'[DONE] without a finish_reason after {_count(self.content_events, "content event")}'
-        problem = self._finish_problem()
-        if problem:
-            return problem
-        if not any(part.strip() for part in self.text_parts):
-            return f'finish_reason={self.finish_reason} and [DONE] arrived, but no visible text'
-        return None
-
-    def _finish_problem(self) -> str | None:
         reason = self.finish_reason
+        if reason is None:
+            return f'[DONE] without a finish_reason after {_count(self.content_events, "content event")}'
         if self.expect_finish == 'length':
-            if reason != 'length':
-                return f'expected finish_reason=length (--expect-finish length), got finish_reason={reason}'
-            if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
-                return (f'finish_reason=length after {self.completion_tokens} completion tokens, '
-                        f'not the {self.max_tokens} requested')
-            return None
+            return self._fixed_length_problem()
         if reason == 'length':
-            return 'output budget exhausted (finish_reason=length)'
+            return self._budget_problem('output budget exhausted (finish_reason=length)')
+        finish = f'finish_reason={reason}'
+        if self.calls:  # vLLM says tool_calls, or stop when the choice named the function (as OpenAI does)
+            return self._answer_problem(reason == 'tool_calls' or (reason == 'stop' and self.spec.named is not None),
+                                        finish)
         if reason == 'tool_calls':
-            return ('finish_reason=tool_calls: the answer is a tool call, which this client does not accept '
-                    '(vLLM also reports tool_calls for a tool call cut off by max_tokens)')
+            return 'finish_reason=tool_calls, but no tool call arrived'
         if reason != 'stop':
-            return f'expected finish_reason=stop, got finish_reason={reason}'
+            return f'expected finish_reason=stop, got {finish}'
+        return self._answer_problem(False, f'{finish} and [DONE] arrived')
+
+    def _fixed_length_problem(self) -> str | None:
+        reason = self.finish_reason
+        if reason != 'length':
+            return f'expected finish_reason=length (--expect-finish length), got finish_reason={reason}'
+        if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
+            return (f'finish_reason=length after {self.completion_tokens} completion tokens, '
+                    f'not the {self.max_tokens} requested')
+        if not any(part.strip() for part in self.text_parts) and not self.calls:
+            return 'finish_reason=length and [DONE] arrived, but no visible text'
         return None
 
     def fields(self) -> dict:
@@ -504,32 +919,83 @@ class _ChoiceChunks(StreamValidator):
 
 
 class ChatChunks(_ChoiceChunks):
-    """Validates the events of one streamed chat completion (n=1, text only): the answer is
-    ``delta.content``, reasoning is ``delta.reasoning`` (or the older ``reasoning_content``), and a
-    tool call is refused. A violation raises StreamError: ``protocol`` for a chunk this client
-    cannot accept, ``application`` for a server error event or an answer over the size bound.
+    """Validates the events of one streamed chat completion (n=1): the answer is ``delta.content``,
+    or tool calls assembled from ``delta.tool_calls`` by index when tools were offered; reasoning is
+    ``delta.reasoning`` (or the older ``reasoning_content``). A violation raises StreamError:
+    ``protocol`` for a chunk this client cannot accept, ``application`` for a server error event or
+    an answer over the size bound.
     """
 
     api = 'chat'
 
-    def _take_choice(self, choice: dict) -> tuple[str, str]:
+    def _take_choice(self, choice: dict) -> tuple[str, str, str]:
         delta = choice.get('delta')
         if delta is None:
             delta = {}
         elif not isinstance(delta, dict):
             raise StreamError('protocol', f'expected delta to be an object, got {type(delta).__name__}')
-        if delta.get('tool_calls') or delta.get('function_call'):
-            raise StreamError('protocol', 'tool call deltas arrived; this client accepts text answers only')
+        if delta.get('function_call'):
+            raise StreamError('protocol', 'a legacy function_call delta arrived; this client reads tool_calls')
         text = self._text_field(delta.get('content'), 'delta.content')
         reasoning = self._text_field(delta.get('reasoning'), 'delta.reasoning')
         if reasoning is None:
             reasoning = self._text_field(delta.get('reasoning_content'), 'delta.reasoning_content')
         if text:
+            if self.calls and text.strip():
+                call = self.calls[-1]
+                raise StreamError('protocol', f'content text {_preview(text)} arrived inside tool call {call.index} '
+                                              f'({call.name}), in event {self.data_events}')
             self._add_text(text)
         if reasoning:
             self._add_reasoning(reasoning)
+        call = self._take_tool_deltas(delta['tool_calls']) if delta.get('tool_calls') else ''
         self._take_finish(choice.get('finish_reason'))
-        return text or '', reasoning or ''
+        return text or '', reasoning or '', call
+
+    def _take_tool_deltas(self, deltas: object) -> str:
+        """Assemble delta.tool_calls; return what they add, for display ('name(' as a call opens, then
+        its arguments)."""
+        event = self.data_events
+        if not self.spec.tools:
+            raise StreamError('protocol', f'tool call deltas arrived in event {event}, but the request offered no '
+                                          'tools (--tools)')
+        if not isinstance(deltas, list):
+            raise StreamError('protocol', f'expected delta.tool_calls to be a list in event {event}, '
+                                          f'got {type(deltas).__name__}')
+        shown = []
+        for delta in deltas:
+            index = delta.get('index') if isinstance(delta, dict) else None
+            function = delta.get('function') if isinstance(delta, dict) else None
+            if type(index) is not int or index < 0 or not isinstance(function or {}, dict):
+                raise StreamError('protocol', f'expected a tool call delta with an integer index and a function '
+                                              f'object in event {event}, got {_preview(json.dumps(delta))}')
+            call_id, name, arguments = delta.get('id'), (function or {}).get('name'), (function or {}).get('arguments')
+            for key, value in (('id', call_id), ('function.name', name), ('function.arguments', arguments)):
+                if value is not None and not isinstance(value, str):
+                    raise StreamError('protocol', f'expected tool call {index} {key} to be a string in event '
+                                                  f'{event}, got {type(value).__name__}')
+            if index == len(self.calls):
+                if not call_id or not name:
+                    raise StreamError('protocol', f'tool call {index} got arguments in event {event} but was never '
+                                                  'opened with an id and a name')
+                self.calls.append(ToolCall(index, call_id, name))
+                self.content_events += 1
+                shown.append(('\n' if index else '') + name + '(')
+            elif index > len(self.calls):
+                raise StreamError('protocol', f'tool call index {index} in event {event} skips ahead: the next '
+                                              f'call to open was index {len(self.calls)}')
+            else:
+                call = self.calls[index]
+                if call_id and call_id != call.id:
+                    raise StreamError('protocol', f'tool call {index} ({call.name}) got a second id {call_id!r} in '
+                                                  f'event {event}; it opened as {call.id!r}')
+                if name and name != call.name:
+                    raise StreamError('protocol', f'tool call {index} changed its name from {call.name!r} to '
+                                                  f'{name!r} in event {event}')
+            if arguments:
+                self._add_call_arguments(self.calls[index], arguments)
+                shown.append(arguments)
+        return ''.join(shown)
 
 
 class CompletionChunks(_ChoiceChunks):
@@ -538,12 +1004,12 @@ class CompletionChunks(_ChoiceChunks):
 
     api = 'completions'
 
-    def _take_choice(self, choice: dict) -> tuple[str, str]:
+    def _take_choice(self, choice: dict) -> tuple[str, str, str]:
         text = self._text_field(choice.get('text'), 'text')
         if text:
             self._add_text(text)
         self._take_finish(choice.get('finish_reason'))
-        return text or '', ''
+        return text or '', '', ''
 
 
 def _token_count(usage: object, key: str) -> int:
@@ -558,7 +1024,7 @@ RESPONSE_TERMINALS = ('response.completed', 'response.incomplete', 'response.fai
 
 
 class ResponseEvents(StreamValidator):
-    """Validates one streamed response of the Responses API (/v1/responses, text only).
+    """Validates one streamed response of the Responses API (/v1/responses).
 
     Every event's ``event`` field must name the ``type`` in its data, and
     ``sequence_number`` must count up from 0 by exactly 1, so a lost or
@@ -571,13 +1037,21 @@ class ResponseEvents(StreamValidator):
     event's name is not trusted: vLLM 0.32 ends a budget-exhausted response
     with ``response.completed`` whose status is "incomplete", so the outcome
     is read from ``response.status``.
+
+    A function call (when tools were offered) opens with an output item of
+    type function_call carrying its call_id and name; its arguments arrive as
+    ``response.function_call_arguments.delta`` events, and must equal the
+    arguments of its ``.done`` event, of its ``response.output_item.done``
+    and of the same call in the terminal event's output.
     """
 
     api = 'responses'
     parser = TypedEvents
 
-    def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None) -> None:
-        super().__init__()
+    def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
+                 spec: AnswerSpec | None = None) -> None:
+        super().__init__(spec)
+        self._calls_at: dict[object, ToolCall] = {}  # function calls by output_index
         self.expect_finish = expect_finish
         self.max_tokens = max_tokens
         self.terminal_event: str | None = None
@@ -590,8 +1064,8 @@ class ResponseEvents(StreamValidator):
     def terminal(self) -> str:
         return self.terminal_event or 'the terminal event'
 
-    def accept(self, event: tuple[str, str]) -> tuple[str, str]:
-        """Apply one (type, data) event; return the answer and reasoning text it carried."""
+    def accept(self, event: tuple[str, str]) -> tuple[str, str, str]:
+        """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
         kind, data = event
         if self.done:
             raise StreamError('protocol', f'event {_preview(kind)} after the terminal event {self.terminal_event}')
@@ -606,44 +1080,92 @@ class ResponseEvents(StreamValidator):
                                           f'{_shorten(repr(sequence))} in {kind}: an event was lost or repeated')
         self._sequence += 1
         take = self._TAKE.get(kind)
-        return take(self, body) if take else ('', '')
+        return take(self, body) if take else ('', '', '')
 
-    def _take_started(self, body: dict) -> tuple[str, str]:
+    def _take_started(self, body: dict) -> tuple[str, str, str]:
         response = body.get('response')
         if self.response_id is None and isinstance(response, dict) and isinstance(response.get('id'), str):
             self.response_id = response['id']
-        return '', ''
+        return '', '', ''
 
-    def _take_item(self, body: dict) -> tuple[str, str]:
+    def _take_item(self, body: dict) -> tuple[str, str, str]:
         item = body.get('item')
         kind = item.get('type') if isinstance(item, dict) else None
+        if kind == 'function_call':
+            return '', '', self._open_call(item, body.get('output_index'))
         if kind not in ('message', 'reasoning'):
-            raise StreamError('protocol', f'an output item of type {_shorten(repr(kind))} arrived; '
-                                          'this client accepts text answers only')
-        return '', ''
+            raise StreamError('protocol', f'an output item of type {_shorten(repr(kind))} arrived in event '
+                                          f'{self.data_events}; this client reads messages, reasoning and '
+                                          'function calls')
+        return '', '', ''
 
-    def _take_text_delta(self, body: dict) -> tuple[str, str]:
+    def _open_call(self, item: dict, output_index: object) -> str:
+        event = self.data_events
+        if not self.spec.tools:
+            raise StreamError('protocol', f'a function call arrived in event {event}, but the request offered no '
+                                          'tools (--tools)')
+        call_id, name = item.get('call_id'), item.get('name')
+        if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
+            raise StreamError('protocol', f'a function call opened in event {event} without a call_id and a name')
+        if output_index in self._calls_at:
+            raise StreamError('protocol', f'a second function call opened at output_index {output_index} in event '
+                                          f'{event}')
+        call = ToolCall(len(self.calls), call_id, name)
+        self.calls.append(call)
+        self._calls_at[output_index] = call
+        self.content_events += 1
+        return ('\n' if call.index else '') + name + '('
+
+    def _call_at(self, body: dict) -> ToolCall:
+        call = self._calls_at.get(body.get('output_index'))
+        if call is None:
+            raise StreamError('protocol', f'{body["type"]} in event {self.data_events} is for output_index '
+                                          f'{_shorten(repr(body.get("output_index")))}, where no function call opened')
+        return call
+
+    def _take_arguments_delta(self, body: dict) -> tuple[str, str, str]:
+        call, delta = self._call_at(body), self._string(body, 'delta')
+        if delta:
+            self._add_call_arguments(call, delta)
+        return '', '', delta
+
+    def _take_arguments_done(self, body: dict) -> tuple[str, str, str]:
+        call = self._call_at(body)
+        self._check_arguments('response.function_call_arguments.done', call, self._string(body, 'arguments'))
+        return '', '', ''
+
+    def _take_item_done(self, body: dict) -> tuple[str, str, str]:
+        item = body.get('item')
+        if isinstance(item, dict) and item.get('type') == 'function_call':
+            call = self._call_at(body)
+            self._check_arguments('response.output_item.done', call, item.get('arguments'))
+        return '', '', ''
+
+    def _check_arguments(self, source: str, call: ToolCall, claimed: object) -> None:
+        if claimed != call.arguments:
+            raise StreamError('protocol', f'{source} says tool call {call.index} ({call.name}) has the arguments '
+                                          f'{_preview(str(claimed))}, but its deltas assembled '
+                                          f'{_preview(call.arguments)}')
+
+    def _take_text_delta(self, body: dict) -> tuple[str, str, str]:
         delta = self._string(body, 'delta')
         self._texts.setdefault(self._part(body), []).append(delta)
         if delta:
             self._add_text(delta)
-        return delta, ''
+        return delta, '', ''
 
-    def _take_text_done(self, body: dict) -> tuple[str, str]:
+    def _take_text_done(self, body: dict) -> tuple[str, str, str]:
         assembled = ''.join(self._texts.get(self._part(body), []))
         self._check_same('response.output_text.done', self._string(body, 'text'), assembled)
-        return '', ''
+        return '', '', ''
 
-    def _take_reasoning_delta(self, body: dict) -> tuple[str, str]:
+    def _take_reasoning_delta(self, body: dict) -> tuple[str, str, str]:
         delta = self._string(body, 'delta')
         if delta:
             self._add_reasoning(delta)
-        return '', delta
+        return '', delta, ''
 
-    def _take_function_call(self, body: dict) -> tuple[str, str]:
-        raise StreamError('protocol', 'function call arguments arrived; this client accepts text answers only')
-
-    def _take_terminal(self, body: dict) -> tuple[str, str]:
+    def _take_terminal(self, body: dict) -> tuple[str, str, str]:
         kind = body['type']
         self.terminal_event, self.done = kind, True
         response = body.get('response') if isinstance(body.get('response'), dict) else {}
@@ -663,12 +1185,25 @@ class ResponseEvents(StreamValidator):
         if response.get('usage') is not None:
             self.completion_tokens = _token_count(response['usage'], 'output_tokens')
         self._check_same(kind, _output_text(response.get('output')), self.text)
-        return '', ''
+        self._check_output_calls(kind, response.get('output'))
+        return '', '', ''
+
+    def _check_output_calls(self, kind: str, output: object) -> None:
+        """The terminal event's function calls must be the ones the stream assembled, in order."""
+        claimed = [(item.get('call_id'), item.get('name'), item.get('arguments'))
+                   for item in (output if isinstance(output, list) else [])
+                   if isinstance(item, dict) and item.get('type') == 'function_call']
+        assembled = [(call.id, call.name, call.arguments) for call in self.calls]
+        if claimed != assembled:
+            raise StreamError('protocol', f'{kind} lists the function calls {_preview(json.dumps(claimed))}, but the '
+                                          f'stream assembled {_preview(json.dumps(assembled))}')
 
     _TAKE = {'response.created': _take_started, 'response.in_progress': _take_started,
-             'response.output_item.added': _take_item, 'response.output_text.delta': _take_text_delta,
-             'response.output_text.done': _take_text_done, 'response.reasoning_text.delta': _take_reasoning_delta,
-             'response.function_call_arguments.delta': _take_function_call,
+             'response.output_item.added': _take_item, 'response.output_item.done': _take_item_done,
+             'response.output_text.delta': _take_text_delta, 'response.output_text.done': _take_text_done,
+             'response.reasoning_text.delta': _take_reasoning_delta,
+             'response.function_call_arguments.delta': _take_arguments_delta,
+             'response.function_call_arguments.done': _take_arguments_done,
              **dict.fromkeys(RESPONSE_TERMINALS, _take_terminal)}
 
     @staticmethod
@@ -701,14 +1236,17 @@ class ResponseEvents(StreamValidator):
             if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
                 return (f'the output budget ended the response after {self.completion_tokens} output tokens, '
                         f'not the {self.max_tokens} requested')
-        elif self.status == 'incomplete':
-            what = 'output budget exhausted' if self.incomplete_reason == 'max_output_tokens' else 'not completed'
-            return f'{what}: {carries} (incomplete_details.reason={self.incomplete_reason})'
-        elif self.status != 'completed':
+            if not any(part.strip() for part in self.text_parts) and not self.calls:
+                return f'{carries}, but no visible text arrived'
+            return None
+        if self.status == 'incomplete':
+            if self.incomplete_reason != 'max_output_tokens':
+                return f'not completed: {carries} (incomplete_details.reason={self.incomplete_reason})'
+            return self._budget_problem(f'output budget exhausted: {carries} '
+                                        f'(incomplete_details.reason={self.incomplete_reason})')
+        if self.status != 'completed':
             return f'expected status "completed", but {carries}'
-        if not any(part.strip() for part in self.text_parts):
-            return f'{carries}, but no visible text arrived'
-        return None
+        return self._answer_problem(True, carries)
 
     def fields(self) -> dict:
         return {**super().fields(), 'finish_reason': None, 'response_status': self.status,
@@ -1202,8 +1740,8 @@ class ResponseReader:
     readers. No socket, no clock: run() is the socket loop around it, and tests, fuzzers and
     offline analysis of a capture feed it the same way.
 
-    ``feed(data)`` returns the ``(text, reasoning)`` of each event those bytes completed, in
-    order (either may be ''). ``eof()`` says the connection closed. When a layer breaks, ``error``
+    ``feed(data)`` returns the ``(text, reasoning, call)`` of each event those bytes completed,
+    in order, as the validator's accept() gives them. ``eof()`` says the connection closed. When a layer breaks, ``error``
     holds its StreamError, ``feed`` returns what was accepted before the break, and nothing more
     should be fed. ``message_complete`` says the message ended as its framing promised. A status
     other than 200 becomes an ``http`` error once up to MAX_ERROR_BODY bytes of its body (the
@@ -1232,9 +1770,9 @@ class ResponseReader:
     def reading_error_body(self) -> bool:
         return self._error_body is not None
 
-    def feed(self, data: bytes) -> list[tuple[str, str]]:
+    def feed(self, data: bytes) -> list[tuple[str, str, str]]:
         """Consume the next bytes of the response; return the text and reasoning of each event completed."""
-        pieces: list[tuple[str, str]] = []
+        pieces: list[tuple[str, str, str]] = []
         if self.error is not None:
             return pieces
         if len(self.opening) < 8:
@@ -1287,7 +1825,7 @@ class ResponseReader:
             self.body = body_reader(head)
         return self._heads.rest
 
-    def _feed_body(self, data: bytes, pieces: list[tuple[str, str]]) -> None:
+    def _feed_body(self, data: bytes, pieces: list[tuple[str, str, str]]) -> None:
         accept = self.validator.accept
         for event in self.events.feed(self.body.feed(data)):
             pieces.append(accept(event))
@@ -1317,11 +1855,14 @@ API_PATHS = {'/v1/chat/completions': 'chat', '/v1/completions': 'completions', '
 # Per API, the request keys that have a flag of their own (or no say at all), which --extra may not set.
 RESERVED_KEYS = {
     'chat': {'model': '--model', 'messages': '--prompt/--system', 'stream': None, 'n': None,
-             'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop'},
+             'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop', 'tools': '--tools',
+             'tool_choice': '--tool-choice', 'response_format': '--json-schema'},
     'completions': {'model': '--model', 'prompt': '--prompt', 'stream': None, 'n': None,
-                    'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop'},
+                    'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop',
+                    'response_format': '--json-schema'},
     'responses': {'model': '--model', 'input': '--prompt', 'instructions': '--system', 'stream': None,
-                  'max_output_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop'},
+                  'max_output_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop',
+                  'tools': '--tools', 'tool_choice': '--tool-choice', 'text': '--json-schema'},
 }
 FINISHES = ('stop', 'length')
 
@@ -1363,6 +1904,7 @@ class PreparedRequest:
     source: str = 'endpoint'
     ssl_context: ssl.SSLContext | None = dataclasses.field(default=None, repr=False, compare=False)
     token: str = dataclasses.field(default='', repr=False)
+    spec: AnswerSpec = dataclasses.field(default_factory=AnswerSpec, repr=False)  # tools, tool choice, JSON schema
 
     def __post_init__(self) -> None:
         if self.scheme not in ('http', 'https'):
@@ -1379,7 +1921,7 @@ class PreparedRequest:
             raise ValueError(f'unknown api {self.api!r} or expected finish {self.expect_finish!r}')
 
     def new_validator(self) -> StreamValidator:
-        return VALIDATORS[self.api](self.expect_finish, self.max_tokens)
+        return VALIDATORS[self.api](self.expect_finish, self.max_tokens, self.spec)
 
 
 def _check_url(url: str):
@@ -1460,6 +2002,67 @@ def _request_body(api: str, model: str, prompt: str, system: str | None, max_tok
     return {**body, **(extra or {})}
 
 
+def _answer_spec(api: str, tools: list | None, tool_choice: str | None, json_schema: object) -> AnswerSpec:
+    """What the answer is asked to be, checked: tools in the chat-completions shape, each with a name
+    and optional parameters (a schema), a tool choice, and a JSON schema. ValueError for anything
+    that cannot be sent or checked."""
+    if tools is None:
+        if tool_choice is not None:
+            raise ValueError('tool_choice needs tools')
+        declared: tuple = ()
+    else:
+        if api == 'completions':
+            raise ValueError('the completions API has no tools; use chat completions or the Responses API')
+        if not isinstance(tools, list) or not tools:
+            raise ValueError('tools must be a non-empty JSON array of tools')
+        declared = tuple(_declared_tool(number, tool) for number, tool in enumerate(tools))
+        tool_choice = 'auto' if tool_choice is None else tool_choice
+    schema = None
+    if json_schema is not None:
+        if not isinstance(json_schema, dict):
+            raise ValueError(f'json_schema must be a JSON object (a schema), not {_seen(json_schema)}')
+        try:
+            schema = JsonSchema(json_schema)
+        except SchemaError as exc:
+            raise ValueError(f'json_schema is not a valid schema: {exc}') from None
+    return AnswerSpec(declared, tool_choice, schema)
+
+
+def _declared_tool(number: int, tool: object) -> tuple[str, JsonSchema | None]:
+    function = tool.get('function') if isinstance(tool, dict) else None
+    name = function.get('name') if isinstance(function, dict) else None
+    if not isinstance(tool, dict) or tool.get('type') != 'function' or not isinstance(name, str) or not name:
+        raise ValueError(f'tools[{number}] is not {{"type": "function", "function": {{"name": ..., '
+                         f'"parameters": ...}}}}: {_seen(tool)}')
+    if 'parameters' not in function:
+        return name, None
+    try:
+        return name, JsonSchema(function['parameters'])
+    except SchemaError as exc:
+        raise ValueError(f'tools[{number}] ({name}) has parameters that are not a valid schema: {exc}') from None
+
+
+def _answer_fields(api: str, tools: list | None, spec: AnswerSpec, json_schema: dict | None) -> dict:
+    """The request keys that ask for tool calls or a JSON answer, in the API's own shape."""
+    fields: dict = {}
+    if tools is not None:
+        choice = spec.tool_choice
+        if api == 'responses':  # the Responses API takes the function's keys flattened into the tool
+            fields['tools'] = [{'type': 'function', **tool['function']} for tool in tools]
+            fields['tool_choice'] = choice if choice in TOOL_CHOICES else {'type': 'function', 'name': choice}
+        else:
+            fields['tools'] = tools
+            fields['tool_choice'] = choice if choice in TOOL_CHOICES else {'type': 'function',
+                                                                           'function': {'name': choice}}
+    if json_schema is not None:
+        if api == 'responses':
+            fields['text'] = {'format': {'type': 'json_schema', 'name': 'answer', 'schema': json_schema}}
+        else:
+            fields['response_format'] = {'type': 'json_schema', 'json_schema': {'name': 'answer',
+                                                                                'schema': json_schema}}
+    return fields
+
+
 def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
     try:
         return ssl.create_default_context(cafile=ca_file)
@@ -1471,10 +2074,13 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
             deadline: float = 60.0, ca_file: str | None = None, token: str | None = None,
             system: str | None = None, temperature: float = 0.0, stop: list[str] | None = None,
             extra: dict | None = None, api: str | None = None, expect_finish: str = 'stop',
-            source: str = 'endpoint') -> PreparedRequest:
+            source: str = 'endpoint', tools: list | None = None, tool_choice: str | None = None,
+            json_schema: dict | None = None) -> PreparedRequest:
     """Check the arguments and build the request; raise ValueError before any connection.
 
     The API (chat, completions or responses) follows from the URL path unless ``api`` names it.
+    ``tools`` (in the chat-completions shape) and ``tool_choice`` (auto, required, none or a
+    tool's name; auto by default) ask for tool calls; ``json_schema`` asks for a JSON answer.
     """
     parts, port = _check_url(url)
     api = api_of(parts.path, api)
@@ -1484,6 +2090,8 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     deadline = _check_number('deadline', deadline, 0, False)
     temperature = _check_number('temperature', temperature, 0, True)
     body = _request_body(api, model, prompt, system, max_tokens, temperature, stop, extra)
+    spec = _answer_spec(api, tools, tool_choice, json_schema)
+    body.update(_answer_fields(api, tools, spec, json_schema))
     headers = {'Content-Type': 'application/json', 'Accept': 'text/event-stream',
                'Accept-Encoding': 'identity',  # no compression: a proxy must pass the events as they are
                'User-Agent': f'stream-client/{__version__}'}
@@ -1494,13 +2102,17 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     context = _ssl_context(ca_file) if parts.scheme == 'https' or ca_file else None
     settings = {'max_tokens': max_tokens, 'temperature': temperature, 'stop': stop,
                 'system': system is not None, 'extra_keys': sorted(extra or {}),
-                'prompt_sha256': hashlib.sha256(prompt.encode()).hexdigest(), 'expect_finish': expect_finish}
+                'prompt_sha256': hashlib.sha256(prompt.encode()).hexdigest(), 'expect_finish': expect_finish,
+                'tools': [name for name, _ in spec.tools], 'tool_choice': spec.tool_choice,
+                'json_schema_sha256': None if json_schema is None else hashlib.sha256(
+                    json.dumps(json_schema, sort_keys=True, separators=(',', ':')).encode()).hexdigest()}
     data = json.dumps(body, ensure_ascii=False).encode()
     return PreparedRequest(url=url, scheme=parts.scheme, host=parts.hostname, port=port, path=parts.path or '/',
                            api=api, model=model, body=data, headers=headers,
                            wire=render_request(parts.scheme, parts.hostname, port, parts.path or '/', headers, data),
                            idle=idle, deadline=deadline, settings=settings, max_tokens=max_tokens,
-                           expect_finish=expect_finish, source=source, ssl_context=context, token=token or '')
+                           expect_finish=expect_finish, source=source, ssl_context=context, token=token or '',
+                           spec=spec)
 
 
 class _Recorder:
@@ -1563,14 +2175,15 @@ class Timeline:
     def ms(self, at: float | None) -> float | None:
         return None if at is None else round((at - self.started) * 1000, 3)
 
-    def note_read(self, at: float, pieces: list[tuple[str, str]]) -> None:
-        """Stamp the events of one read, which all arrived at ``at``: the first event, first text and
-        first reasoning, the gaps between content events, and how many content events the read carried."""
+    def note_read(self, at: float, pieces: list[tuple[str, str, str]]) -> None:
+        """Stamp the events of one read, which all arrived at ``at``: the first event, first text (a
+        tool call's name and arguments count as the answer's text) and first reasoning, the gaps
+        between content events, and how many content events the read carried."""
         texts = 0
-        for text, reasoning in pieces:
+        for text, reasoning, call in pieces:
             if self.first_event_at is None:
                 self.first_event_at = at
-            if text:
+            if text or call:
                 texts += 1
                 if self.first_text_at is None:
                     self.first_text_at = at
@@ -1651,23 +2264,33 @@ class Exchange:
 
 def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
            deadline: float = 60.0, ca_file: str | None = None, token: str | None = None,
-           on_text=None, on_reasoning=None, **options) -> dict:
+           on_text=None, on_reasoning=None, on_call=None, **options) -> dict:
     """Stream one answer and return its evidence record.
 
     Invalid arguments raise ValueError before any connection. Everything that
     goes wrong afterwards is reported in the record, never raised; Ctrl+C
     raises Interrupted, which carries the record so far.
     ``on_text(text)`` and ``on_reasoning(text)`` are called with each piece of
-    answer and reasoning text as it arrives.
-    ``options`` are prepare()'s: system, temperature, stop, extra, api, expect_finish.
+    answer and reasoning text as it arrives, and ``on_call(piece)`` with each
+    piece of a tool call (its name and "(" as it opens, then its arguments).
+    ``options`` are prepare()'s: system, temperature, stop, extra, api,
+    expect_finish, tools, tool_choice, json_schema.
     """
     request = prepare(url, model, prompt, max_tokens=max_tokens, idle=idle,
                       deadline=deadline, ca_file=ca_file, token=token, **options)
-    return run(request, on_text, on_reasoning)
+    return run(request, on_text, on_reasoning, on_call=on_call)
+
+
+class _Show(typing.NamedTuple):
+    """Who is shown the answer as it arrives: callbacks for text, reasoning and tool-call pieces."""
+
+    text: typing.Callable | None = None
+    reasoning: typing.Callable | None = None
+    call: typing.Callable | None = None
 
 
 def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capture | None = None,
-        cancel: Cancel | None = None) -> dict:
+        cancel: Cancel | None = None, on_call=None) -> dict:
     """Perform a prepared request; return the record (see stream()).
 
     Safe to call from many threads at once. When ``capture`` is given, the
@@ -1680,7 +2303,7 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
     try:
         x.timeline.start()
         sock = _connect(x)
-        _exchange(sock, x, on_text, on_reasoning)
+        _exchange(sock, x, _Show(on_text, on_reasoning, on_call))
     except StreamError as exc:
         x.fail(exc)
     except KeyboardInterrupt as exc:
@@ -1726,13 +2349,13 @@ def _connect(x: Exchange) -> socket.socket:
     return tls
 
 
-def _exchange(sock: socket.socket, x: Exchange, on_text, on_reasoning) -> None:
+def _exchange(sock: socket.socket, x: Exchange, show: _Show) -> None:
     x.phase = Phase.REQUEST
     sock.settimeout(_wait(x))
     sock.sendall(x.request.wire)
     x.phase = Phase.HEADERS
     try:
-        _read_response(sock, x, on_text, on_reasoning)
+        _read_response(sock, x, show)
     except (OSError, StreamError) as exc:
         if x.reader.reading_error_body:  # the status line already says what failed; keep what arrived
             raise x.reader.status_failure() from None
@@ -1751,13 +2374,14 @@ def _looks_like_tls(x: Exchange) -> bool:
     return reader.received == 0 or (len(opening) >= 2 and 20 <= opening[0] <= 23 and opening[1] == 3)
 
 
-def _read_response(sock: socket.socket, x: Exchange, on_text, on_reasoning) -> None:
+def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
     """Feed the reader until the HTTP message ends or the connection closes, under both time bounds.
 
     The clock is read once per read, right after it returns: every event of one read gets that time,
     so events that arrived together are 0 ms apart.
     """
     reader, timeline = x.reader, x.timeline
+    on_text, on_reasoning, on_call = show
     deadline_at = timeline.started + x.request.deadline
     while True:
         sock.settimeout(_wait(x))
@@ -1779,11 +2403,13 @@ def _read_response(sock: socket.socket, x: Exchange, on_text, on_reasoning) -> N
             x.phase = Phase.BODY
         if pieces:
             timeline.note_read(now, pieces)
-            for text, reasoning in pieces:
+            for text, reasoning, call in pieces:
                 if text and on_text:
                     on_text(text)
                 if reasoning and on_reasoning:
                     on_reasoning(reasoning)
+                if call and on_call:
+                    on_call(call)
         if reader.error is not None:
             raise reader.error
         if reader.message_complete:
@@ -1931,6 +2557,9 @@ def build_record(x: Exchange) -> dict:
         'finish_reason': answer['finish_reason'],
         'response_status': answer['response_status'],
         'incomplete_reason': answer['incomplete_reason'],
+        'answer_kind': answer['answer_kind'],
+        'tool_calls': answer['tool_calls'],
+        'unchecked_schema_keywords': request.spec.unchecked(),
         'done': answer['done'],
         'completion_tokens': answer['completion_tokens'],
         'content_events': answer['content_events'],

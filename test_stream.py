@@ -244,7 +244,7 @@ class ChatChunkTests(unittest.TestCase):
             (['{"choices": [{"index": 0, "delta": {}}, {"index": 1, "delta": {}}]}'], 'protocol', 'one choice'),
             ([chunk_json(index=1)], 'protocol', 'index 0'),
             ([chunk_json(delta={'tool_calls': [{'index': 0}]})], 'protocol', 'tool call'),
-            ([chunk_json(delta={'function_call': {'name': 'f'}})], 'protocol', 'tool call'),
+            ([chunk_json(delta={'function_call': {'name': 'f'}})], 'protocol', 'a legacy function_call delta'),
             ([chunk_json(delta={'content': 7})], 'protocol', 'delta.content to be a string'),
             ([chunk_json(finish_reason='stop'), chunk_json(delta={'content': 'late'})], 'protocol',
              'after finish_reason=stop'),
@@ -294,9 +294,9 @@ class ChatChunkTests(unittest.TestCase):
 
     def test_reasoning_is_kept_apart_from_the_answer(self):
         chunks = ChatChunks()
-        self.assertEqual(chunks.accept(chunk_json(delta={'reasoning': 'think'})), ('', 'think'))
-        self.assertEqual(chunks.accept(chunk_json(delta={'reasoning_content': 'more'})), ('', 'more'))
-        self.assertEqual(chunks.accept(chunk_json(delta={'reasoning': 'a', 'reasoning_content': 'a'})), ('', 'a'))
+        self.assertEqual(chunks.accept(chunk_json(delta={'reasoning': 'think'})), ('', 'think', ''))
+        self.assertEqual(chunks.accept(chunk_json(delta={'reasoning_content': 'more'})), ('', 'more', ''))
+        self.assertEqual(chunks.accept(chunk_json(delta={'reasoning': 'a', 'reasoning_content': 'a'})), ('', 'a', ''))
         self.assertEqual((chunks.text, chunks.reasoning, chunks.content_events), ('', 'thinkmorea', 0))
 
     def test_text_content_finish_in_one_chunk_and_null_fields_are_accepted(self):
@@ -362,10 +362,11 @@ class ResponseEventsTests(unittest.TestCase):
                                             "event 'response.output_text.delta' after the terminal event "
                                             'response.completed'),
             'a function call': (events[:2] + [with_data(events[2], item={**item, 'type': 'function_call'})],
-                                'protocol', "an output item of type 'function_call' arrived"),
+                                'protocol', 'a function call arrived in event 3, but the request offered no tools'),
             'function call arguments': (events[:2] + [('response.function_call_arguments.delta', json.dumps(
                 {'type': 'response.function_call_arguments.delta', 'sequence_number': 2, 'delta': '{}'}))],
-                'protocol', 'function call arguments arrived'),
+                'protocol', 'response.function_call_arguments.delta in event 3 is for output_index None, where no '
+                            'function call opened'),
             'response.failed': (events[:2] + [('response.failed', json.dumps(
                 {'type': 'response.failed', 'sequence_number': 2,
                  'response': {'status': 'failed', 'error': {'code': 'server_error', 'message': 'engine died'}}}))],
@@ -395,7 +396,7 @@ class ResponseEventsTests(unittest.TestCase):
         event = ('response.reasoning_text.delta', '{"type": "response.reasoning_text.delta", "sequence_number": 0, '
                                                   '"delta": "hmm", "output_index": 0, "content_index": 0}')
         validator = stream_client.ResponseEvents()
-        self.assertEqual(validator.accept(event), ('', 'hmm'))
+        self.assertEqual(validator.accept(event), ('', 'hmm', ''))
         self.assertEqual((validator.reasoning, validator.content_events), ('hmm', 0))
 
     def test_a_fixed_length_load_expects_the_budget_to_end_it(self):
@@ -636,7 +637,7 @@ class FixtureVerdictTests(unittest.TestCase):
                                         'response.completed'}, ANSWER),
         'reasoning': row(True, True, True, None, None, ANSWER),
         'tool-call': row(None, None, False, 'protocol',
-                         {'': 'tool call deltas', 'responses': "an output item of type 'function_call' arrived"}, ''),
+                         {'': 'tool call deltas', 'responses': 'a function call arrived'}, ''),
         'error-event': row(None, None, False, 'application', "server sent an error event: 'EngineCore", 'READY '),
         'stall': row(None, None, False, 'timeout', 'no bytes for 0.3 s (idle timeout) after 0 content events', ''),
         'drip': row(None, None, False, 'timeout', 'overall deadline of 0.8 s', '', {'deadline': 0.8}),
