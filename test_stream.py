@@ -1138,6 +1138,21 @@ class VllmFidelityTests(unittest.TestCase):
             self.assertRegex(record['response_id'], r'^chatcmpl-[0-9a-f]{16}$')
 
 
+def answer_options(capture: str) -> dict:
+    """stream()'s api, tools, tool_choice and json_schema, as the request of a capture asked for them."""
+    body = json.loads((TRACES / f'{capture}.request.json').read_text())
+    body = body.get('body', body)
+    api = 'responses' if 'input' in body else 'chat'
+    tools, choice = body.get('tools'), body.get('tool_choice')
+    if tools and api == 'responses':  # back to the chat-completions shape that --tools takes
+        tools = [{'type': 'function', 'function': {k: v for k, v in tool.items() if k != 'type'}} for tool in tools]
+    if isinstance(choice, dict):
+        choice = (choice.get('function') or choice)['name']
+    schema = (((body.get('response_format') or {}).get('json_schema') or {}).get('schema')
+              or ((body.get('text') or {}).get('format') or {}).get('schema'))
+    return {'api': api, 'tools': tools, 'tool_choice': choice, 'json_schema': schema}
+
+
 def header_names(head: bytes) -> list[bytes]:
     return [line.split(b':')[0].lower() for line in head.split(b'\r\n')[1:] if line]
 
@@ -1213,6 +1228,48 @@ class CaptureReplayTests(unittest.TestCase):
         self.assertEqual(r1['response_id'], 'resp_967796df2251c8be')
         r5 = replay((TRACES / 'r5_err_responses_stream_too_many_tokens.http').read_bytes(), api='responses')
         self.assertEqual((r5['server_error']['type'], r5['server_error']['code']), ('BadRequestError', 400))
+
+    def test_real_tool_call_and_json_captures_get_their_verdicts(self):
+        budget = 'application: output budget exhausted (finish_reason=length)'
+        budget_r = ("application: output budget exhausted: response.completed carries status 'incomplete' "
+                    '(incomplete_details.reason=max_output_tokens)')
+        out_of_range = ("application: tool call 0 (get_weather): the arguments are not JSON (the number 26e00008859 is "
+                        "out of range (it would be inf)): '26e00008859'")
+        expected = {  # capture: (error, answer_kind, [(name, arguments) of each call])
+            't1_chat_tool_required_max64_number_cut_by_length': (budget + ' inside tool call 0 (get_weather)',
+                                                                 'tool_calls', 1),
+            't2_chat_tool_required_three_calls_not_objects': (out_of_range, 'tool_calls',
+                                                              [('get_weather', '26e00008859'), ('get_weather', '1'),
+                                                               ('get_weather', 'false')]),
+            't3_chat_tool_named_finish_stop_number_out_of_range': (out_of_range, 'tool_calls', 1),
+            't4_chat_tool_required_max16_no_call_yet': (budget, 'text', []),
+            't5_chat_json_schema_whitespace_runaway': (budget, 'json', []),
+            't6_chat_tool_valid_empty_object': (None, 'tool_calls', [('get_time', '{}')]),
+            't7_chat_tool_args_array': ("application: tool call 0 (get_weather): arguments are not a JSON object: '[]'",
+                                        'tool_calls', [('get_weather', '[]')]),
+            't8_chat_tool_args_missing_required_key': ('application: tool call 0 (get_weather): the arguments do not '
+                                                       'match its parameters: $.city: required, but missing',
+                                                       'tool_calls', [('get_weather', '{}')]),
+            't9_chat_json_schema_ok': (None, 'json', []),
+            'r6_responses_tool_required_incomplete': (budget_r + ' inside tool call 0 (get_weather)', 'tool_calls', 1),
+            'r7_responses_json_schema_runaway_incomplete': (budget_r, 'json', []),
+            'r8_responses_tool_required_completed_not_objects': (out_of_range, 'tool_calls', 3),
+            'r9_responses_tool_valid_empty_object': (None, 'tool_calls', [('get_time', '{}')]),
+            'r10_responses_json_schema_ok': (None, 'json', []),
+        }
+        answers = [path.stem for path in TRACES.glob('*.http')  # every capture of a tool call or JSON answer
+                   if path.stem.startswith('t') or re.match(r'r([6-9]|\d\d)_', path.stem)]
+        self.assertEqual(sorted(expected), sorted(answers))
+        for name, (error, kind, calls) in expected.items():
+            with self.subTest(capture=name):
+                record = replay((TRACES / f'{name}.http').read_bytes(), **answer_options(name))
+                self.assertEqual((record['ok'], record['error'], record['answer_kind']), (error is None, error, kind))
+                seen = [(call['name'], call['arguments']) for call in record['tool_calls']]
+                self.assertEqual(len(seen) if isinstance(calls, int) else seen, calls)
+                self.assertEqual([call['arguments_problem'] is None for call in record['tool_calls']],
+                                 [error is None] * len(seen))
+                if kind == 'json' and error is None:
+                    self.assertEqual(record['text'], '{}')
 
     def test_server_killed_midstream_is_a_transport_failure(self):
         record = replay((TRACES / 'k1_server_killed_midstream.http').read_bytes())
