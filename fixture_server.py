@@ -45,6 +45,12 @@ SERVER_NAME = 'synthetic-fixture/0.1'
 REPLAY_MARK = b'x-synthetic-fixture: replay'  # added to a replayed head, so that its record says source "replay"
 BURST_TOKENS = 16          # content events of the buffered and paired modes, enough for the client's buffering hint
 REASONING = ('The user wants ', 'one word.')
+# The tool and JSON schema of the tool-call and JSON modes, which the client's --fixture uses when none is given.
+TOOLS = [{'type': 'function', 'function': {
+    'name': 'get_weather', 'description': 'The current weather in a city',
+    'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}}, 'required': ['city']}}}]
+JSON_SCHEMA = {'type': 'object', 'properties': {'city': {'type': 'string'}}, 'required': ['city']}
+PARIS = ('{"city": ', '"Paris"}')  # arguments (or a JSON answer) in two pieces
 ENGINE_CRASH = 'EngineCore encountered an issue. See stack trace (above) for the root cause.'
 
 
@@ -55,7 +61,7 @@ class GuideProfile:
     A profile is the wire format (framing, line ends, JSON style, headers,
     error pages); its subclasses per API build that API's events in it. The
     modes call opening(), closing(reason), content(), crash(), and for the
-    API-specific modes reasoning_plan(), tool_call_plan() and multi_choice_plan().
+    API-specific modes reasoning_plan(), tool_calls(...) and multi_choice_plan().
     """
 
     api = 'chat'
@@ -115,11 +121,28 @@ class GuideProfile:
         thoughts = [self.event({self.reasoning_field: text}) for text in REASONING]
         return self.preamble() + thoughts + self.answer() + self.closing('stop')
 
-    def tool_call_plan(self) -> list[bytes]:
-        call = {'id': 'chatcmpl-tool-1', 'type': 'function', 'index': 0, 'function': {'name': 'get_weather'}}
-        arguments = {'index': 0, 'function': {'arguments': '{"city": "Paris"}'}}
-        return (self.preamble() + [self.event({'tool_calls': [call]}), self.event({'tool_calls': [arguments]})]
-                + self.closing('tool_calls'))
+    def tool_calls(self, calls: list[tuple[str, tuple[str, ...]]], finish: str = 'tool_calls',
+                   interleaved: bool = False) -> list[bytes]:
+        """Tool calls, each (name, argument pieces): every call opens with its id, type and name, then
+        its arguments arrive in pieces; interleaved sends the pieces of all calls in turn, by index."""
+        opened = [self.event(self.tool_delta({'id': f'chatcmpl-tool-{index + 1}', 'type': 'function', 'index': index,
+                                              'function': {'name': name}}))
+                  for index, (name, _) in enumerate(calls)]
+        pieces = [[self.event(self.tool_delta({'index': index, 'function': {'arguments': piece}})) for piece in parts]
+                  for index, (_, parts) in enumerate(calls)]
+        if interleaved:
+            writes = opened + [piece for turn in itertools.zip_longest(*pieces) for piece in turn if piece]
+        else:
+            writes = [write for opening, parts in zip(opened, pieces) for write in [opening, *parts]]
+        count = 3 if self.tokens is None else self.tokens
+        return self.preamble() + writes + [self.event(self.finish_delta(), finish), self.usage(count), self.done()]
+
+    def tool_delta(self, call: dict) -> dict:
+        return {'tool_calls': [call]}
+
+    def finish_delta(self) -> dict:
+        """The delta of a finish chunk after tool calls."""
+        return {}
 
     def multi_choice_plan(self) -> list[bytes]:
         """n=2 as vLLM sends it: a role chunk per index, then the text interleaved, one choice per chunk."""
@@ -227,6 +250,9 @@ class VllmProfile(GuideProfile):
 
     def finish(self, reason: str, index: int = 0) -> bytes:
         return self.event({'content': ''}, reason, index)
+
+    def tool_delta(self, call: dict) -> dict:
+        return {'content': None, 'tool_calls': [call]}  # as vLLM 0.32 sends it (captures t6 to t8)
 
     def usage(self, completion_tokens: int) -> bytes:
         usage = {'prompt_tokens': 9, 'total_tokens': 9 + completion_tokens, 'completion_tokens': completion_tokens}
@@ -393,13 +419,42 @@ class _Responses:
         self.items = [done]
         return writes + self.message_opened() + self.answer() + self.closing('stop')
 
-    def tool_call_plan(self) -> list[bytes]:
-        call = {'arguments': '', 'call_id': 'call_1', 'name': 'get_weather', 'type': 'function_call',
-                'id': 'fc_1', 'status': 'in_progress'}
-        return self.started() + [
-            self.emit('response.output_item.added', {'item': call, 'output_index': 0}),
-            self.emit('response.function_call_arguments.delta', {'delta': '{"city": "Paris"}', 'item_id': 'fc_1',
-                                                                 'output_index': 0})]
+    def tool_calls(self, calls: list[tuple[str, tuple[str, ...]]], finish: str = 'tool_calls',
+                   interleaved: bool = False, claimed: str | None = None) -> list[bytes]:
+        """Function calls as vLLM 0.32 streams them (captures r8, r9): each output item opens with its
+        call_id and name, its arguments arrive as deltas, then its .done and output_item.done, and the
+        terminal event lists the calls. claimed, if given, is what the .done events say the first
+        call's arguments were (a stream that contradicts itself)."""
+        items = [{'arguments': '', 'call_id': f'chatcmpl-tool-{index + 1}', 'name': name, 'type': 'function_call',
+                  'id': f'fc_{index + 1}', 'async': None, 'caller': None, 'namespace': None, 'status': 'in_progress'}
+                 for index, (name, _) in enumerate(calls)]
+
+        def opened(index: int) -> bytes:  # emit() numbers events as they are made: make them in sending order
+            return self.emit('response.output_item.added', {'item': items[index], 'output_index': index})
+
+        def delta(index: int, piece: str) -> bytes:
+            return self.emit('response.function_call_arguments.delta',
+                             {'delta': piece, 'item_id': items[index]['id'], 'output_index': index})
+        writes = self.started()
+        if interleaved:
+            writes += [opened(index) for index in range(len(items))]
+            turns = itertools.zip_longest(*[[(index, piece) for piece in parts]
+                                            for index, (_, parts) in enumerate(calls)])
+            writes += [delta(*turn_piece) for turn in turns for turn_piece in turn if turn_piece]
+        else:
+            for index, (_, parts) in enumerate(calls):
+                writes += [opened(index)] + [delta(index, piece) for piece in parts]
+        done = []
+        for index, ((name, parts), item) in enumerate(zip(calls, items)):
+            arguments = claimed if claimed is not None and index == 0 else ''.join(parts)
+            done.append({**item, 'arguments': arguments, 'status': 'completed'})
+            writes += [self.emit('response.function_call_arguments.done', {'arguments': arguments,
+                                                                           'item_id': item['id'],
+                                                                           'output_index': index, 'name': name}),
+                       self.emit('response.output_item.done', {'item': done[-1], 'output_index': index})]
+        self.items = done
+        status, why = ('completed', None) if finish in ('tool_calls', 'stop') else ('incomplete', 'max_output_tokens')
+        return writes + [self.emit('response.completed', {'response': self.response(status, why)})]
 
 
 class GuideResponses(_Responses, GuideProfile):
@@ -456,6 +511,11 @@ def _type_mismatch(p: _Responses) -> Plan:
     return Plan(p.preamble() + [p.content('READY ', event='response.text.delta')] + p.closing('stop'))
 
 
+# The modes whose answer is tool calls, or JSON: the client's --fixture sends TOOLS or JSON_SCHEMA with them.
+TOOL_MODES = ('tool-call', 'tool-args-cut', 'tool-args-empty', 'tool-args-array', 'tool-args-schema', 'tool-parallel',
+              'tool-args-mismatch')
+JSON_MODES = ('json-ok', 'json-invalid')
+
 # Each mode maps a profile to a plan. Add a mode by adding a line (and to ONLY_ON if it is API-specific).
 MODES = {
     'ok': _complete,
@@ -469,7 +529,16 @@ MODES = {
     'held-open': lambda p: Plan(p.opening() + p.closing('stop'), missing=MISSING_BYTES, ending='hold'),
     'after-done': lambda p: Plan(p.opening() + p.closing('stop') + [p.content(' again')]),
     'reasoning': lambda p: Plan(p.reasoning_plan()),
-    'tool-call': lambda p: Plan(p.tool_call_plan()),
+    'tool-call': lambda p: Plan(p.tool_calls([('get_weather', PARIS)])),
+    'tool-args-cut': lambda p: Plan(p.tool_calls([('get_weather', ('{"city": ', '"Par'))])),
+    'tool-args-empty': lambda p: Plan(p.tool_calls([('get_weather', ())])),
+    'tool-args-array': lambda p: Plan(p.tool_calls([('get_weather', ('[]',))])),
+    'tool-args-schema': lambda p: Plan(p.tool_calls([('get_weather', ('{"town": ', '"Paris"}'))])),
+    'tool-parallel': lambda p: Plan(p.tool_calls([('get_weather', PARIS), ('get_weather', ('{"city": ', '"Tokyo"}'))],
+                                                 interleaved=True)),
+    'tool-args-mismatch': lambda p: Plan(p.tool_calls([('get_weather', PARIS)], claimed='{"city": "Lyon"}')),
+    'json-ok': lambda p: Plan(p.preamble() + [p.content(piece) for piece in PARIS] + p.closing('stop')),
+    'json-invalid': lambda p: Plan(p.preamble() + [p.content('{"city": 3}')] + p.closing('stop')),
     'error-event': lambda p: Plan(p.preamble() + [p.content(ANSWER[0])] + p.crash()),
     'stall': lambda p: Plan(missing=MISSING_BYTES, ending='hold'),
     'drip': lambda p: Plan(missing=2**40, ending='drip'),
@@ -485,7 +554,8 @@ MODES = {
     'incomplete': lambda p: Plan(p.opening() + p.closing('length', terminal='response.incomplete')),
 }
 # The modes that only some APIs have; every other mode works on all three.
-ONLY_ON = {'reasoning': ('chat', 'responses'), 'tool-call': ('chat', 'responses'),
+ONLY_ON = {'reasoning': ('chat', 'responses'), **dict.fromkeys(TOOL_MODES, ('chat', 'responses')),
+           'tool-args-mismatch': ('responses',),
            'multi-choice': ('chat', 'completions'), 'sequence-gap': ('responses',), 'type-mismatch': ('responses',),
            'text-mismatch': ('responses',), 'failed': ('responses',), 'incomplete': ('responses',)}
 

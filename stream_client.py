@@ -690,7 +690,7 @@ class StreamValidator:
     The read loop creates the API's ``parser`` and gives each event it
     returns to ``accept()``, which returns ``(text, reasoning, call)``: the
     answer and reasoning text that event carried, and a piece of a tool call
-    for display (its name as it opens, then its arguments); '' when none. It
+    for display (see ``_shown``); '' when none. It
     raises StreamError. ``done`` says that the API's ``terminal`` marker
     arrived; ``outcome_problem()`` says why the answer is not finished (None
     when it is); ``fields()`` are the record's fields that the API decides. A
@@ -705,6 +705,7 @@ class StreamValidator:
     def __init__(self, spec: AnswerSpec | None = None) -> None:
         self.spec = spec or AnswerSpec()
         self.calls: list[ToolCall] = []
+        self._shown_call: ToolCall | None = None  # the call whose pieces were shown last
         self.text_parts: list[str] = []
         self.text_chars = 0
         self.reasoning_parts: list[str] = []
@@ -743,7 +744,7 @@ class StreamValidator:
                     return f'tool call {call.index} ({call.name}): {problem}'
             return None
         if spec.tool_choice == 'required' or spec.named:
-            return f'tool_choice {spec.tool_choice} asked for a tool call, but none arrived ({finish})'
+            return f'tool_choice {spec.tool_choice} asked for a tool call, but the answer is text ({finish})'
         if spec.json_schema is not None:
             return self._json_problem()
         if not any(part.strip() for part in self.text_parts):
@@ -765,6 +766,17 @@ class StreamValidator:
             call = self.calls[-1]
             return f'{problem} inside tool call {call.index} ({call.name})'
         return problem
+
+    def _shown(self, call: ToolCall, piece: str = '', opening: bool = False) -> str:
+        """A tool call's piece for display: ``name(`` as the call opens, then its arguments, so that
+        the pieces of calls that arrive one after the other read ``get_weather({"city": "Paris"}``
+        (the view closes the last). A piece of another call than the last one shown first closes
+        that line and resumes the call as ``name(…`` (calls interleaved by index)."""
+        prefix = ''
+        if opening or call is not self._shown_call:
+            prefix = (')\n' if self._shown_call is not None else '') + call.name + ('(' if opening else '(…')
+        self._shown_call = call
+        return prefix + piece
 
     def _add_call_arguments(self, call: ToolCall, arguments: str) -> None:
         self.content_events += 1
@@ -980,7 +992,7 @@ class ChatChunks(_ChoiceChunks):
                                                   'opened with an id and a name')
                 self.calls.append(ToolCall(index, call_id, name))
                 self.content_events += 1
-                shown.append(('\n' if index else '') + name + '(')
+                shown.append(self._shown(self.calls[-1], opening=True))
             elif index > len(self.calls):
                 raise StreamError('protocol', f'tool call index {index} in event {event} skips ahead: the next '
                                               f'call to open was index {len(self.calls)}')
@@ -994,7 +1006,7 @@ class ChatChunks(_ChoiceChunks):
                                                   f'{name!r} in event {event}')
             if arguments:
                 self._add_call_arguments(self.calls[index], arguments)
-                shown.append(arguments)
+                shown.append(self._shown(self.calls[index], arguments))
         return ''.join(shown)
 
 
@@ -1114,7 +1126,7 @@ class ResponseEvents(StreamValidator):
         self.calls.append(call)
         self._calls_at[output_index] = call
         self.content_events += 1
-        return ('\n' if call.index else '') + name + '('
+        return self._shown(call, opening=True)
 
     def _call_at(self, body: dict) -> ToolCall:
         call = self._calls_at.get(body.get('output_index'))
@@ -1125,9 +1137,10 @@ class ResponseEvents(StreamValidator):
 
     def _take_arguments_delta(self, body: dict) -> tuple[str, str, str]:
         call, delta = self._call_at(body), self._string(body, 'delta')
-        if delta:
-            self._add_call_arguments(call, delta)
-        return '', '', delta
+        if not delta:
+            return '', '', ''
+        self._add_call_arguments(call, delta)
+        return '', '', self._shown(call, delta)
 
     def _take_arguments_done(self, body: dict) -> tuple[str, str, str]:
         call = self._call_at(body)
@@ -3339,6 +3352,14 @@ def _parser() -> OneLineParser:
     send.add_argument('--extra', metavar='JSON',
                       help='a JSON object merged into the request body, e.g. \'{"min_tokens": 3}\'; '
                            'it may not set model, stream, n or a key that has its own flag')
+    send.add_argument('--tools', metavar='FILE',
+                      help='a JSON array of tools in the chat-completions shape ({"type": "function", "function": '
+                           '{"name", "description", "parameters"}}); the answer may then be tool calls, whose '
+                           'arguments must be one JSON object matching their parameters. Not for completions')
+    send.add_argument('--tool-choice', metavar='CHOICE',
+                      help='auto (default with --tools), required, none, or the NAME of one tool to force')
+    send.add_argument('--json-schema', metavar='FILE',
+                      help='ask for a JSON answer matching this JSON Schema; a finished answer parses and matches')
     send.add_argument('--expect-finish', choices=FINISHES, default='stop',
                       help='the finish of a finished answer: stop (default), or length for a fixed-length load '
                            '(with "ignore_eos" in --extra), where the usage must also count --max-tokens tokens')
@@ -3403,11 +3424,36 @@ def _requests_from_args(args, url: str) -> list[PreparedRequest]:
     else:
         prompts = load_prompts(args.prompts, args.system, args.max_tokens)
     extra = _extra(args)
+    tools, json_schema = _answer_files(args)
+    if args.tool_choice is not None and tools is None:
+        raise UsageError('--tool-choice needs --tools')
     return [prepare(url, model, line['prompt'], max_tokens=line['max_tokens'], idle=args.idle,
                     deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get('MODEL_API_KEY'),
                     system=line['system'], temperature=args.temperature, stop=args.stop, extra=extra,
                     api=args.api, expect_finish=args.expect_finish,
-                    source='endpoint' if args.fixture is None else 'fixture') for line in prompts]
+                    source='endpoint' if args.fixture is None else 'fixture', tools=tools,
+                    tool_choice=args.tool_choice, json_schema=json_schema) for line in prompts]
+
+
+def _answer_files(args) -> tuple[list | None, dict | None]:
+    """The --tools and --json-schema files, read; with a --fixture mode that needs them and none
+    given, the fixture's own (its get_weather tool, its city schema)."""
+    fixture = _fixture_server() if args.fixture is not None else None
+    tools = _json_file(args.tools, '--tools') if args.tools is not None else \
+        fixture.TOOLS if fixture and args.fixture in fixture.TOOL_MODES else None
+    schema = _json_file(args.json_schema, '--json-schema') if args.json_schema is not None else \
+        fixture.JSON_SCHEMA if fixture and args.fixture in fixture.JSON_MODES else None
+    return tools, schema
+
+
+def _json_file(path: str, flag: str) -> object:
+    try:
+        with open(path, encoding='utf-8') as file:
+            return json.load(file)
+    except OSError as exc:
+        raise UsageError(f'cannot read {flag} {path!r}: {exc.strerror or exc}') from None
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f'{flag} {path!r} is not JSON: {exc}') from None
 
 
 def load_prompts(path: str, system: str | None, max_tokens: int) -> list[dict]:
@@ -3525,9 +3571,18 @@ class LiveView:
         self.showing = 'text'
         self._write(text)
 
+    def call(self, piece: str) -> None:
+        """A piece of a tool call: 'get_weather(' as it opens, then its arguments as they arrive."""
+        if self.showing and self.showing != 'call':
+            self._write('\n')
+        self.showing = 'call'
+        self._write(piece)
+
     def verdict(self, record: dict) -> None:
         if self.quiet or (record['ok'] and not self.live):
             return
+        if self.showing == 'call':
+            self._write(')')
         if self.showing:
             self._write('\n')
         self._write(verdict_line(record) + '\n')
@@ -3605,13 +3660,13 @@ def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None
     reserved; they are handled again only inside the block that always writes it.
     """
     view = LiveView(sys.stderr, args.quiet)
-    on_text, on_reasoning = (view.text, view.reasoning) if view.live else (None, None)
+    on_text, on_reasoning, on_call = (view.text, view.reasoning, view.call) if view.live else (None, None, None)
     record, status = None, 1
     capture = Capture() if capture_fd is not None else None
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _terminate)
-        record = run(request, on_text, on_reasoning, capture)
+        record = run(request, on_text, on_reasoning, capture, on_call=on_call)
         status = 0 if record['ok'] else 1
     except Interrupted as exc:
         record = exc.record or failed_record(request, _interrupted_before_sending(exc.signal_name))
@@ -3797,7 +3852,8 @@ READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
 # prepare()'s and LoadSettings' parameters, by the flag a user typed.
 FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',
-                     'runs': '--runs', 'concurrency': '--concurrency', 'rate': '--rate'}
+                     'runs': '--runs', 'concurrency': '--concurrency', 'rate': '--rate', 'tools': '--tools',
+                     'tool_choice': '--tool-choice', 'json_schema': '--json-schema'}
 
 
 def _given_flags(parser: argparse.ArgumentParser, args, allowed: tuple[str, ...]) -> list[str]:
@@ -3808,9 +3864,10 @@ def _given_flags(parser: argparse.ArgumentParser, args, allowed: tuple[str, ...]
 
 
 def _in_flag_terms(message: str) -> str:
-    """A message from prepare() or LoadSettings with the parameter it starts with named as its flag."""
-    name, space, rest = message.partition(' ')
-    return FLAG_OF_PARAMETER.get(name, name) + space + rest
+    """A message from prepare() or LoadSettings with the parameter it starts with (tools[0] too)
+    named as its flag."""
+    name, bracket, rest = re.match(r'(\w+)(\[?)(.*)', message, re.S).groups()
+    return FLAG_OF_PARAMETER.get(name, name) + bracket + rest
 
 
 def main(argv: list[str] | None = None) -> int:

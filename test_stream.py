@@ -408,6 +408,186 @@ class ResponseEventsTests(unittest.TestCase):
                       self.outcome(capture_events(R2), expect_finish='length', max_tokens=32)[1])
 
 
+WEATHER = stream_client.AnswerSpec((('get_weather', stream_client.JsonSchema(
+    fixture_server.TOOLS[0]['function']['parameters'])),), 'auto')
+
+
+def opening(index: int = 0, name: str = 'get_weather', call_id: str = 'c1') -> str:
+    return chunk_json(delta={'tool_calls': [{'id': call_id, 'type': 'function', 'index': index,
+                                             'function': {'name': name}}]})
+
+
+def arguments(text: str, index: int = 0, **extra) -> str:
+    return chunk_json(delta={'tool_calls': [{'index': index, 'function': {'arguments': text}, **extra}]})
+
+
+class ToolCallTests(unittest.TestCase):
+    """Tool calls and JSON answers, without a socket: the chat and Responses assembly rules, the
+    finished-answer rules, strict JSON and the schema subset."""
+
+    def outcome(self, spec: stream_client.AnswerSpec, *events: str) -> str | None:
+        chunks = ChatChunks(spec=spec)
+        for data in events:
+            chunks.accept(data)
+        return chunks.outcome_problem()
+
+    def test_each_broken_chat_tool_delta_is_a_protocol_failure_naming_the_index_and_event(self):
+        cases = {
+            'arguments for a call never opened': ([arguments('{}')],
+                                                  'tool call 0 got arguments in event 1 but was never opened'),
+            'an index that skips': ([opening(), opening(2, call_id='c3')],
+                                    'tool call index 2 in event 2 skips ahead: the next call to open was index 1'),
+            'a second id': ([opening(), arguments('{}', id='c9')],
+                            "tool call 0 (get_weather) got a second id 'c9' in event 2; it opened as 'c1'"),
+            'a name that changes': ([opening(), chunk_json(delta={'tool_calls': [{'index': 0, 'function': {
+                'name': 'get_time'}}]})], "tool call 0 changed its name from 'get_weather' to 'get_time' in event 2"),
+            'text inside a call': ([opening(), chunk_json(delta={'content': 'hello'})],
+                                   "content text 'hello' arrived inside tool call 0 (get_weather), in event 2"),
+            'an index that is not a number': ([chunk_json(delta={'tool_calls': [{'index': '0'}]})],
+                                              'expected a tool call delta with an integer index'),
+            'no tools offered': ([opening()], 'tool call deltas arrived in event 1, but the request offered no tools'),
+        }
+        for name, (events, words) in cases.items():
+            with self.subTest(name):
+                chunks = ChatChunks(spec=stream_client.AnswerSpec() if name == 'no tools offered' else WEATHER)
+                with self.assertRaises(StreamError) as caught:
+                    for data in events:
+                        chunks.accept(data)
+                self.assertEqual(caught.exception.layer, 'protocol')
+                self.assertIn(words, caught.exception.message)
+
+    def test_a_finished_tool_answer_keeps_the_tool_choice_and_valid_arguments(self):
+        def spec(choice: str) -> stream_client.AnswerSpec:
+            return dataclasses.replace(WEATHER, tool_choice=choice)
+        stop, calls, done = chunk_json(finish_reason='stop'), chunk_json(finish_reason='tool_calls'), '[DONE]'
+        paris = [opening(), arguments('{"city": '), arguments('"Paris"}')]
+        text = chunk_json(delta={'content': 'It rains.'})
+        cases = {
+            'a call under auto': (spec('auto'), [*paris, calls, done], None),
+            'text under auto: the model may choose not to call': (spec('auto'), [text, stop, done], None),
+            'a named call ends with stop': (spec('get_weather'), [*paris, stop, done], None),
+            'a call ending in stop under auto': (spec('auto'), [*paris, stop, done],
+                                                 'expected finish_reason=tool_calls after 1 tool call, '
+                                                 'got finish_reason=stop'),
+            'text under required': (spec('required'), [text, stop, done],
+                                    'tool_choice required asked for a tool call, but the answer is text '
+                                    '(finish_reason=stop and [DONE] arrived)'),
+            'a call under none': (spec('none'), [*paris, calls, done], 'tool_choice none, but 1 tool call arrived'),
+            'tool_calls without a call': (spec('auto'), [text, calls, done],
+                                          'finish_reason=tool_calls, but no tool call arrived'),
+            'an undeclared tool': (spec('auto'), [opening(name='get_time'), arguments('{}'), calls, done],
+                                   "tool call 0 (get_time): 'get_time' is not a tool the request offered (get_weather)"),
+            'the budget ends inside a call': (spec('auto'), [opening(), arguments('{"ci'),
+                                                             chunk_json(finish_reason='length'), done],
+                                              'output budget exhausted (finish_reason=length) inside tool call 0 '
+                                              '(get_weather)'),
+            'NaN arguments': (spec('auto'), [opening(), arguments('{"city": NaN}'), calls, done],
+                              'tool call 0 (get_weather): the arguments are not JSON (NaN is not JSON)'),
+            'a bare number': (spec('auto'), [opening(), arguments('3'), calls, done],
+                              "tool call 0 (get_weather): arguments are not a JSON object: '3'"),
+            'trailing text': (spec('auto'), [opening(), arguments('{"city": "Paris"} ok'), calls, done],
+                              'tool call 0 (get_weather): the arguments are not JSON (Extra data'),
+            'a second call that fails': (spec('auto'), [*paris, opening(1, call_id='c2'), arguments('{"city": 3}', 1),
+                                                        calls, done],
+                                         'tool call 1 (get_weather): the arguments do not match its parameters: '
+                                         '$.city: expected string, got 3'),
+        }
+        for name, (answer_spec, events, words) in cases.items():
+            with self.subTest(name):
+                problem = self.outcome(answer_spec, *events)
+                self.assertEqual(problem is None, words is None, problem)
+                self.assertTrue((problem or '').startswith(words or ''), problem)
+
+    def test_a_json_answer_parses_strictly_and_matches_its_schema(self):
+        schema = stream_client.AnswerSpec(json_schema=stream_client.JsonSchema(fixture_server.JSON_SCHEMA))
+        stop = chunk_json(finish_reason='stop')
+        cases = {'{"city": "Paris"}': None,
+                 '{"city": 3}': 'the JSON answer does not match the schema: $.city: expected string, got 3',
+                 '{"city": "Paris"': 'the answer is not JSON (Expecting',
+                 '{"city": "Paris", "city": "Rome"}': "the answer is not JSON (the key 'city' appears twice)",
+                 '   ': 'the answer is not JSON'}
+        for text, words in cases.items():
+            with self.subTest(text=text):
+                problem = self.outcome(schema, chunk_json(delta={'content': text}), stop, '[DONE]')
+                self.assertIn(words or '', problem or '')
+                self.assertEqual(problem is None, words is None)
+
+    def test_strict_json_refuses_what_json_loads_lets_through(self):
+        for text in ('NaN', '-Infinity', '{"a": Infinity}', '1e999', '26e00008859', '{"a": 1, "a": 2}', '{} {}'):
+            with self.subTest(text=text), self.assertRaises(ValueError):
+                stream_client.strict_json(text)
+        self.assertEqual(stream_client.strict_json(' {"a": [1, 2.5, null, true]} '), {'a': [1, 2.5, None, True]})
+
+    def test_the_schema_subset(self):
+        JsonSchema = stream_client.JsonSchema
+        defs = {'$defs': {'city': {'type': 'string', 'minLength': 2}}, 'definitions': {'n': {'type': 'integer'}}}
+        cases = [
+            ({'type': ['string', 'null']}, None, None), ({'type': ['string', 'null']}, 1, '$: expected string or null'),
+            ({'type': 'integer'}, 1.0, None), ({'type': 'integer'}, True, '$: expected integer, got true'),
+            ({'enum': [1, 'a']}, True, '$: expected one of [1, "a"], got true'), ({'const': 0}, 0.0, None),
+            ({'items': {'type': 'string'}}, ['a', 2], '$[1]: expected string, got 2'),
+            ({'minItems': 2}, [1], '$: expected at least 2 items, got 1'), ({'maxItems': 1}, [1, 2], 'at most 1 item'),
+            ({'minLength': 2}, 'a', 'at least 2 characters'), ({'maxLength': 1}, 'ab', 'at most 1 character, got 2'),
+            ({'minimum': 1}, 0, 'a number at least 1'), ({'maximum': 1}, 2, 'a number at most 1'),
+            ({'exclusiveMinimum': 1}, 1, 'more than 1'), ({'maximum': 1, 'exclusiveMaximum': True}, 1, 'less than 1'),
+            ({'pattern': '^[A-Z]'}, 'paris', "expected a match of '^[A-Z]'"),
+            ({'anyOf': [{'type': 'string'}, {'type': 'null'}]}, 1, '$: matches none of anyOf'),
+            ({'oneOf': [{'type': 'integer'}, {'type': 'number'}]}, 1, 'matches 2 of oneOf, expected exactly 1'),
+            ({'allOf': [{'type': 'number'}, {'minimum': 5}]}, 4, 'a number at least 5'),
+            ({**defs, 'properties': {'c': {'$ref': '#/$defs/city'}, 'n': {'$ref': '#/definitions/n'}}},
+             {'c': 'X', 'n': 1}, '$.c: expected at least 2 characters'),
+            ({'additionalProperties': False, 'properties': {'a': {}}}, {'a': 1, 'b': 2},
+             '$.b: not allowed (additionalProperties is false)'),
+            ({'additionalProperties': {'type': 'string'}}, {'odd key': 1}, '$["odd key"]: expected string, got 1'),
+            ({'required': ['a']}, {}, '$.a: required, but missing'), (True, 'anything', None),
+            (False, 1, '$: no value is allowed here'),
+        ]
+        for schema, value, words in cases:
+            with self.subTest(schema=schema, value=value):
+                problem = JsonSchema(schema).problem(value)
+                self.assertEqual(problem is None, words is None, problem)
+                self.assertIn(words or '', problem or '')
+        self.assertEqual(JsonSchema({'format': 'date', 'properties': {'a': {'uniqueItems': True}}}).unchecked,
+                         ['format at #', 'uniqueItems at #/properties/a'])
+        for bad in ({'type': 'str'}, {'required': 'a'}, {'pattern': '('}, {'$ref': 'http://x/s.json'},
+                    {'$ref': '#/$defs/none'}, {'minLength': -1}, {'properties': {'a': 3}}, [1]):
+            with self.subTest(bad=bad), self.assertRaises(stream_client.SchemaError):
+                JsonSchema(bad)
+
+    def test_each_broken_responses_function_call_rule_is_a_protocol_failure(self):
+        events = capture_events('r9_responses_tool_valid_empty_object.http')
+        spec = stream_client.AnswerSpec((('get_time', None),), 'required')
+        kinds = [kind for kind, _ in events]
+        item_done, terminal = kinds.index('response.output_item.done'), len(events) - 1
+
+        def changed(at: int, old: str, new: str) -> list:
+            return events[:at] + [(events[at][0], events[at][1].replace(old, new))] + events[at + 1:]
+        cases = {
+            'the real stream': (events, None),
+            'output_item.done disagrees': (changed(item_done, '"arguments":"{}"', '"arguments":"[]"'),
+                                           "response.output_item.done says tool call 0 (get_time) has the arguments "
+                                           "'[]', but its deltas assembled '{}'"),
+            'the terminal output disagrees': (changed(terminal, '"name":"get_time"', '"name":"get_day"'),
+                                              'response.completed lists the function calls'),
+            'no call_id': (changed(2, '"call_id":"chatcmpl-tool-a05e51ffe044707e",', ''),
+                           'a function call opened in event 3 without a call_id and a name'),
+            'a delta for another output': (changed(3, '"output_index":0', '"output_index":1'),
+                                           'is for output_index 1, where no function call opened'),
+        }
+        for name, (stream_events, words) in cases.items():
+            with self.subTest(name):
+                validator = stream_client.ResponseEvents(spec=spec)
+                try:
+                    for event in stream_events:
+                        validator.accept(event)
+                except StreamError as exc:
+                    self.assertEqual((exc.layer, words is not None), ('protocol', True), exc)
+                    self.assertIn(words, exc.message)
+                else:
+                    self.assertIsNone(words, f'{name} was accepted')
+                    self.assertIsNone(validator.outcome_problem())
+
+
 class CompletionChunksTests(unittest.TestCase):
     def test_text_finish_usage_and_done(self):
         chunks = stream_client.CompletionChunks()
@@ -571,6 +751,8 @@ def for_run(value, api: str, profile: str):
 
 
 APIS = ('chat', 'completions', 'responses')
+TOOLS = {'tools': fixture_server.TOOLS}  # the options of a run that offers the fixture's tool
+JSON_ANSWER = {'json_schema': fixture_server.JSON_SCHEMA}  # ... that asks for a JSON answer
 TOKENS16 = ''.join(f'token{i} ' for i in range(16))
 URL_PATHS = {'chat': '/v1/chat/completions', 'completions': '/v1/completions', 'responses': '/v1/responses'}
 
@@ -636,8 +818,22 @@ class FixtureVerdictTests(unittest.TestCase):
                            'responses': "event 'response.output_text.delta' after the terminal event "
                                         'response.completed'}, ANSWER),
         'reasoning': row(True, True, True, None, None, ANSWER),
-        'tool-call': row(None, None, False, 'protocol',
-                         {'': 'tool call deltas', 'responses': 'a function call arrived'}, ''),
+        'tool-call': row(True, True, True, None, None, '', TOOLS),
+        'tool-args-cut': row(True, True, False, 'application', 'tool call 0 (get_weather): the arguments are not JSON '
+                             '(Unterminated string starting at: line 1 column 10 (char 9)): \'{"city": "Par\'', '', TOOLS),
+        'tool-args-empty': row(True, True, False, 'application', 'tool call 0 (get_weather): the arguments are empty',
+                               '', TOOLS),
+        'tool-args-array': row(True, True, False, 'application',
+                               "tool call 0 (get_weather): arguments are not a JSON object: '[]'", '', TOOLS),
+        'tool-args-schema': row(True, True, False, 'application', 'tool call 0 (get_weather): the arguments do not match '
+                                'its parameters: $.city: required, but missing', '', TOOLS),
+        'tool-parallel': row(True, True, True, None, None, '', TOOLS),
+        'tool-args-mismatch': row(None, None, False, 'protocol', 'response.function_call_arguments.done says tool call 0 '
+                                  "(get_weather) has the arguments '{\"city\": \"Lyon\"}', but its deltas assembled "
+                                  '\'{"city": "Paris"}\'', '', TOOLS),
+        'json-ok': row(True, True, True, None, None, '{"city": "Paris"}', JSON_ANSWER),
+        'json-invalid': row(True, True, False, 'application', 'the JSON answer does not match the schema: $.city: '
+                            'expected string, got 3', '{"city": 3}', JSON_ANSWER),
         'error-event': row(None, None, False, 'application', "server sent an error event: 'EngineCore", 'READY '),
         'stall': row(None, None, False, 'timeout', 'no bytes for 0.3 s (idle timeout) after 0 content events', ''),
         'drip': row(None, None, False, 'timeout', 'overall deadline of 0.8 s', '', {'deadline': 0.8}),
@@ -865,6 +1061,34 @@ class FixtureVerdictTests(unittest.TestCase):
         for key in ('model', 'messages', 'stream', 'n', 'max_tokens'):
             with self.subTest(key=key), self.assertRaises(ValueError):
                 stream('http://127.0.0.1:9/v1/chat/completions', 'm', 'p', extra={key: 1})
+
+    def test_tools_and_a_json_schema_go_in_each_apis_own_shape(self):
+        tool = fixture_server.TOOLS[0]
+        cases = {  # (api, options): what the request body carries
+            ('chat', 'auto'): {'tools': [tool], 'tool_choice': 'auto'},
+            ('chat', 'get_weather'): {'tools': [tool],
+                                      'tool_choice': {'type': 'function', 'function': {'name': 'get_weather'}}},
+            ('responses', 'required'): {'tools': [{'type': 'function', **tool['function']}], 'tool_choice': 'required'},
+            ('responses', 'get_weather'): {'tools': [{'type': 'function', **tool['function']}],
+                                           'tool_choice': {'type': 'function', 'name': 'get_weather'}},
+            ('chat', 'schema'): {'response_format': {'type': 'json_schema', 'json_schema': {
+                'name': 'answer', 'schema': fixture_server.JSON_SCHEMA}}},
+            ('completions', 'schema'): {'response_format': {'type': 'json_schema', 'json_schema': {
+                'name': 'answer', 'schema': fixture_server.JSON_SCHEMA}}},
+            ('responses', 'schema'): {'text': {'format': {'type': 'json_schema', 'name': 'answer',
+                                                          'schema': fixture_server.JSON_SCHEMA}}},
+        }
+        with Fixture() as fixture:
+            for (api, choice), expected in cases.items():
+                with self.subTest(api=api, choice=choice):
+                    options = JSON_ANSWER if choice == 'schema' else {**TOOLS, 'tool_choice': choice}
+                    record = stream(fixture.url.replace('/v1/chat/completions', URL_PATHS[api]), 'm', 'p', **options)
+                    body = fixture.last_request[1]
+                    self.assertEqual({key: body.get(key) for key in expected}, expected)
+                    self.assertEqual((record['request']['tools'], record['request']['tool_choice']),
+                                     ([], None) if choice == 'schema' else (['get_weather'], choice))
+                    self.assertEqual(record['request']['json_schema_sha256'] is not None, choice == 'schema')
+                    self.assertEqual(record['unchecked_schema_keywords'], [])
 
     def test_each_api_gets_its_own_field_names(self):
         expected = {
@@ -1823,6 +2047,23 @@ class LoadTests(unittest.TestCase):
         self.assertEqual([r['error'] for r in records if not r['ok']], [])
         self.assertEqual((len(records), together.broken), (64, False))
 
+    def test_a_load_of_tool_call_runs_is_counted_exactly(self):
+        with Fixture('tool-call', profile='vllm') as good, Fixture('tool-args-array', profile='vllm') as bad:
+            requests = [stream_client.prepare(url, 'm', 'p', tools=fixture_server.TOOLS, tool_choice='required')
+                        for url in (good.url, bad.url, good.url)]
+            records: list[dict] = []
+            stream_client.run_load(requests, stream_client.LoadSettings(runs=30, concurrency=6), records.append,
+                                   stream_client.Cancel())
+        summary = stream_client.Summary()
+        for record in records:
+            summary.add(record)
+        result = summary.result()
+        self.assertEqual((result['runs'], result['ok'], result['not_ok_by_layer']), (30, 20, {'application': 10}))
+        self.assertEqual(result['not_ok_by_kind'],
+                         {"application: tool call N (get_weather): arguments are not a JSON object: ...": 10})
+        self.assertEqual({record['run'] % 3 for record in records if not record['ok']}, {1})
+        self.assertEqual(result['latency_runs'], 20)  # the ok runs' first text is their first tool-call piece
+
     def test_failed_runs_stay_out_of_the_latency_figures(self):
         summary = stream_client.Summary()
         base = {'started_at': '2026-11-30T10:00:00.000Z', 'event_gaps_ms': [1.0], 'content_events': 2,
@@ -2311,6 +2552,44 @@ class CommandLineTests(unittest.TestCase):
                 self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
                 self.assertIn(words, done.stderr)
         self.assertEqual(sorted(p.name for p in self.dir.iterdir()), ['load.jsonl'])
+
+    def test_tool_and_json_flags_that_cannot_be_sent_exit_2_before_anything(self):
+        (self.dir / 'tools.json').write_text(json.dumps(fixture_server.TOOLS))
+        (self.dir / 'bad-schema.json').write_text('{"type": "strng"}')
+        (self.dir / 'not-json.json').write_text('[{')
+        (self.dir / 'not-a-tool.json').write_text('[{"name": "get_weather"}]')
+        cases = {
+            ('--api', 'completions', '--tools', 'tools.json'): 'the completions API has no tools',
+            ('--tool-choice', 'required'): '--tool-choice needs --tools',
+            ('--tools', 'tools.json', '--tool-choice', 'get_time'): "--tool-choice 'get_time' is none of auto, "
+                                                                     'required, none and names no tool offered',
+            ('--tools', 'absent.json'): "cannot read --tools 'absent.json': No such file or directory",
+            ('--tools', 'not-json.json'): "--tools 'not-json.json' is not JSON",
+            ('--tools', 'not-a-tool.json'): '--tools[0] is not {"type": "function", "function": {"name": ...',
+            ('--json-schema', 'bad-schema.json'): '--json-schema is not a valid schema: #/type: expected one of null,',
+            ('--extra', '{"tools": []}'): "--extra may not set 'tools'; use --tools",
+        }
+        results = in_threads(lambda args: run_cli('--fixture', 'ok', '--output', 'run.json', *args,
+                                                  cwd=self.tmp.name), list(cases))
+        for (args, words), done in zip(cases.items(), results):
+            with self.subTest(args=args):
+                self.assertEqual((done.returncode, done.stdout, done.stderr.count('\n')), (2, '', 1), done.stderr)
+                self.assertIn(words, done.stderr)
+        self.assertFalse((self.dir / 'run.json').exists())
+
+    def test_the_tool_call_demo_is_ok_and_a_cut_call_is_caught(self):
+        done = run_cli('--fixture', 'tool-call', '--output', 'call.json', cwd=self.tmp.name)  # the fixture's own tool
+        record = json.loads((self.dir / 'call.json').read_text())
+        self.assertEqual((done.returncode, record['ok'], record['answer_kind']), (0, True, 'tool_calls'))
+        self.assertEqual(record['tool_calls'], [{'index': 0, 'id': 'chatcmpl-tool-1', 'name': 'get_weather',
+                                                 'arguments': '{"city": "Paris"}', 'arguments_problem': None}])
+        cut = run_cli('--fixture', 'tool-args-cut', '--output', 'cut.json', cwd=self.tmp.name)
+        self.assertEqual(cut.returncode, 1)
+        self.assertIn('NOT OK [application]: tool call 0 (get_weather): the arguments are not JSON', cut.stderr)
+        status, screen = run_in_terminal('--fixture', 'tool-call', '--api', 'responses', '--output', 'live.json',
+                                         cwd=self.tmp.name)
+        self.assertEqual(status, 0, screen)
+        self.assertIn('get_weather({"city": "Paris"})\r\nok: 3 content events', screen)
 
     def test_capture_replays_to_the_same_verdict(self):
         done = self.cli('error-event', '--output', 'run.json', '--capture', 'run.http')
