@@ -16,31 +16,35 @@ built on them:
 
 1. limits and errors (``StreamError`` carries its layer);
 2. the SSE parser ``Events``: bytes in, event data out (sans-IO);
-3. the protocol seam ``StreamValidator``: event data in, answer text out, and
-   the API's own idea of "finished" (sans-IO). ``ChatChunks``,
-   ``CompletionChunks`` and ``ResponseEvents`` implement it for the three
-   APIs, through ``parser``, ``accept()``, ``done``, ``terminal``,
-   ``content_events``, ``outcome_problem()`` and ``fields()``;
-4. HTTP (sans-IO): ``ResponseHeadParser`` reads the status line and headers
+3. JSON answers (sans-IO): ``strict_json()`` and ``JsonSchema``, the schema
+   subset tool definitions use, for tool-call arguments and JSON answers;
+4. the protocol seam ``StreamValidator``: event data in, the answer's text,
+   reasoning and tool calls out, and the API's own idea of "finished"
+   (sans-IO). ``ChatChunks``, ``CompletionChunks`` and ``ResponseEvents``
+   implement it for the three APIs, through ``parser``, ``accept()``,
+   ``done``, ``terminal``, ``content_events``, ``outcome_problem()`` and
+   ``fields()``; an ``AnswerSpec`` says what the request asked for (text,
+   tool calls, JSON);
+5. HTTP (sans-IO): ``ResponseHeadParser`` reads the status line and headers
    strictly, ``body_reader()`` chooses the framing, and one reader per
    framing knows how its body ends;
-5. the whole response (sans-IO): ``ResponseReader`` composes 2 to 4, bytes
+6. the whole response (sans-IO): ``ResponseReader`` composes 2 to 5, bytes
    in through ``feed()`` and ``eof()``, the answer's pieces and each
    layer's state out; tests, fuzzers and offline analysis use it as the
    transport does;
-6. the request: ``prepare()`` returns a frozen ``PreparedRequest``, which is
+7. the request: ``prepare()`` returns a frozen ``PreparedRequest``, which is
    what a run sends;
-7. the transport: ``run()`` connects, sends, and is the socket loop around a
+8. the transport: ``run()`` connects, sends, and is the socket loop around a
    ResponseReader under the idle timeout and the overall deadline, filling
    an ``Exchange`` (what a run saw) and its ``Timeline``;
-8. the verdict: ``judge()`` decides why a run is not ok, in one place, and
+9. the verdict: ``judge()`` decides why a run is not ok, in one place, and
    ``build_record()`` turns an exchange into the evidence record;
-9. many runs: ``run_load()`` runs prepared requests from worker threads, and
-   ``Summary`` aggregates their records;
-10. the report: ``Report`` draws a load as one static HTML page;
-11. evidence files: created once and never overwritten, and read back
+10. many runs: ``run_load()`` runs prepared requests from worker threads, and
+    ``Summary`` aggregates their records;
+11. the report: ``Report`` draws a load as one static HTML page;
+12. evidence files: created once and never overwritten, and read back
     (``iter_records()``, ``summarize()``);
-12. the command line.
+13. the command line.
 """
 import os
 import sys
@@ -85,6 +89,8 @@ __all__ = [
     # judging bytes without a socket
     'ResponseReader', 'judge', 'Verdict', 'Events', 'TypedEvents', 'StreamValidator', 'ChatChunks',
     'CompletionChunks', 'ResponseEvents', 'VALIDATORS', 'StreamError', 'SSEError', 'LAYERS',
+    # tool calls and JSON answers
+    'AnswerSpec', 'ToolCall', 'JsonSchema', 'SchemaError', 'strict_json',
     # many runs, and reading saved evidence
     'run_load', 'LoadSettings', 'arrival_offsets', 'Summary', 'Report', 'iter_records', 'summarize',
     'main', 'UsageError',

@@ -2,7 +2,8 @@
 
     python3 benchmarks/bench_stream.py
 
-Each figure is compared with a baseline measured in the same run, so a noisy
+The tool-call figure compares verifying a streamed tool call with verifying a
+text answer of as many events. Each figure is compared with a baseline measured in the same run, so a noisy
 machine moves both. Prints every figure and ratio; exits 1 if a target is
 missed. Loopback only; standard library only; about half a minute.
 """
@@ -25,14 +26,15 @@ import stream_client  # noqa: E402
 from _common import PEAK_WRAPPER, report  # noqa: E402
 
 E2E_EVENTS = 50_000
+TOOL_DELTAS = 2_000             # argument deltas of the tool-call stream (and text events of its baseline)
 MEMORY_TEXT_CHARS = 1_048_576   # the answer carried by the memory run: 1 MiB, the answer bound
 READ = 4096                     # parser benchmark read size
 
 
-def vllm_event(text: str, reason: str | None = None) -> bytes:
+def vllm_event(text: str, reason: str | None = None, delta: dict | None = None) -> bytes:
     chunk = {'id': 'chatcmpl-911f8aa92f7e377a', 'object': 'chat.completion.chunk', 'created': 1796034415,
-             'model': 'tiny', 'choices': [{'index': 0, 'delta': {'content': text}, 'logprobs': None,
-                                           'finish_reason': reason, 'token_ids': None}]}
+             'model': 'tiny', 'choices': [{'index': 0, 'delta': {'content': text} if delta is None else delta,
+                                           'logprobs': None, 'finish_reason': reason, 'token_ids': None}]}
     return b'data: ' + json.dumps(chunk, separators=(',', ':')).encode() + b'\n\n'
 
 
@@ -71,12 +73,12 @@ class NaiveEvents:
         return events
 
 
-def best_of(runs: int, work) -> float:
+def best_of(runs: int, work, clock=time.perf_counter) -> float:
     best = float('inf')
     for _ in range(runs):
-        start = time.perf_counter()
+        start = clock()
         work()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return best
 
 
@@ -101,6 +103,43 @@ def bench_parser() -> list[tuple[str, float, float, str]]:
     print(f'  bytes.split(b"\\n\\n")  {megabytes / split:8.0f} MB/s (whole corpus, one call)')
     return [('parser vs naive parser', naive / fast, 25, 'at least'),
             ('parser vs bytes.split', split / fast, 0.5, 'at least')]
+
+
+def tool_call_body(pieces: list[str]) -> bytes:
+    """One get_weather call whose arguments arrive as these deltas, in vLLM's chunked framing."""
+    def call(**fields) -> bytes:
+        return vllm_event('', delta={'content': None, 'tool_calls': [{'index': 0, **fields}]})
+    events = ([call(id='chatcmpl-tool-1', type='function', function={'name': 'get_weather'})]
+              + [call(function={'arguments': piece}) for piece in pieces]
+              + [vllm_event('', 'tool_calls', delta={}), b'data: [DONE]\n\n'])
+    return b''.join(b'%x\r\n%s\r\n' % (len(event), event) for event in events) + b'0\r\n\r\n'
+
+
+def bench_tool_calls() -> list[tuple[str, float, float, str]]:
+    """CPU per event of a tool call whose arguments arrive in TOOL_DELTAS deltas, against a text answer
+    of as many events: the whole verification, from bytes to the verdict (arguments parsed and checked)."""
+    head = b'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n'
+    tools = [{'type': 'function', 'function': {'name': 'get_weather', 'parameters': {
+        'type': 'object', 'properties': {'city': {'type': 'string'}}, 'required': ['city']}}}]
+    spec = stream_client._answer_spec('chat', tools, 'auto', None)
+    streams = {'text': (head + vllm_body([' tok'] * TOOL_DELTAS), stream_client.AnswerSpec()),
+               'tool call': (head + tool_call_body(['{"city": "'] + ['ab'] * (TOOL_DELTAS - 2) + ['"}']), spec)}
+    cpu = {}
+    for name, (response, answer) in streams.items():
+        reads = [response[i:i + READ] for i in range(0, len(response), READ)]
+
+        def verify() -> None:
+            reader = stream_client.ResponseReader(stream_client.ChatChunks(spec=answer))
+            for raw in reads:
+                reader.feed(raw)
+            reader.eof()
+            assert stream_client.judge(reader).ok, stream_client.judge(reader)
+        cpu[name] = best_of(15, verify, clock=time.process_time) / TOOL_DELTAS
+    print(f'tool calls: {TOOL_DELTAS} argument deltas of one call, against {TOOL_DELTAS} text events '
+          f'(vLLM framing, {READ}-byte reads, bytes to verdict)')
+    for name, seconds in cpu.items():
+        print(f'  {name:<10} {seconds * 1e6:6.2f} us CPU per event')
+    return [('tool-call stream vs text stream, CPU per event', cpu['tool call'] / cpu['text'], 1.5, 'at most')]
 
 
 def start_server(kind: str) -> tuple[subprocess.Popen, int]:
@@ -204,7 +243,7 @@ def main() -> int:
         return 0
     print(f'Python {sys.version.split()[0]} on {sys.platform}, {os.cpu_count()} CPUs\n')
     results = []
-    for bench in (bench_parser, bench_end_to_end, bench_memory):
+    for bench in (bench_parser, bench_tool_calls, bench_end_to_end, bench_memory):
         results += bench()
         print()
     return report(results)
