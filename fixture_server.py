@@ -457,6 +457,91 @@ class _Responses:
         return writes + [self.emit('response.completed', {'response': self.response(status, why)})]
 
 
+class _Messages:
+    """The Anthropic Messages API's events, as vLLM 0.32 streams them (captures m1 to m5): each has an event
+    field naming its type, and that type first in its data; message_start, then content blocks numbered
+    from 0 (content_block_start, deltas, content_block_stop), a message_delta with the stop_reason and
+    the usage, and message_stop."""
+
+    api = 'messages'
+    STOP_REASONS = {'stop': 'end_turn', 'length': 'max_tokens', 'tool_calls': 'tool_use'}
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.message_id = f'chatcmpl-{os.urandom(8).hex()}'
+        self.block = -1  # the index of the last block started
+
+    def emit(self, kind: str, body: dict | None = None) -> bytes:
+        return self.sse(self.dumps({'type': kind, **(body or {})}), kind)
+
+    def started(self) -> list[bytes]:
+        message = {'id': self.message_id, 'type': 'message', 'role': 'assistant', 'content': [], 'model': self.model,
+                   'stop_reason': None, 'stop_sequence': None, 'usage': {'input_tokens': 9, 'output_tokens': 0}}
+        return self.comments() + [self.emit('message_start', {'message': message})]
+
+    def block_start(self, block: dict) -> bytes:
+        self.block += 1
+        return self.emit('content_block_start', {'content_block': block, 'index': self.block})
+
+    def block_stop(self) -> bytes:
+        return self.emit('content_block_stop', {'index': self.block})
+
+    def delta(self, delta: dict, index: int | None = None) -> bytes:
+        return self.emit('content_block_delta', {'delta': delta, 'index': self.block if index is None else index})
+
+    def preamble(self) -> list[bytes]:
+        return self.started() + [self.block_start({'type': 'text', 'text': ''})]
+
+    def content(self, text: str, index: int = 0) -> bytes:
+        return self.delta({'type': 'text_delta', 'text': text})
+
+    def ending(self, reason: str) -> list[bytes]:
+        """The message_delta with the stop_reason (end_turn, max_tokens or tool_use), then message_stop."""
+        usage = {'input_tokens': 9, 'output_tokens': 3 if self.tokens is None else self.tokens}
+        return [self.emit('message_delta', {'delta': {'stop_reason': self.STOP_REASONS[reason], 'stop_sequence': None},
+                                            'usage': usage}),
+                self.emit('message_stop')]
+
+    def closing(self, reason: str) -> list[bytes]:
+        return [self.block_stop()] + self.ending(reason)
+
+    def crash(self) -> list[bytes]:
+        """Anthropic's error event, as its API reports an overloaded server after the 200."""
+        return [self.emit('error', {'error': {'type': 'overloaded_error', 'message': 'Overloaded'}})]
+
+    def reasoning_plan(self) -> list[bytes]:
+        writes = self.started() + [self.block_start({'type': 'thinking', 'thinking': ''})]  # in sending order:
+        writes += [self.delta({'type': 'thinking_delta', 'thinking': text}) for text in REASONING]  # a delta
+        writes += [self.block_stop(), self.block_start({'type': 'text', 'text': ''})]  # takes the open block
+        return writes + self.answer() + self.closing('stop')
+
+    def tool_calls(self, calls: list[tuple[str, tuple[str, ...]]], finish: str = 'tool_calls',
+                   interleaved: bool = False) -> list[bytes]:
+        """tool_use blocks, one after another (the Messages API never interleaves blocks), their input
+        in input_json_delta pieces."""
+        writes = self.started()
+        for index, (name, parts) in enumerate(calls):
+            writes.append(self.block_start({'type': 'tool_use', 'id': f'chatcmpl-tool-{index + 1}', 'name': name,
+                                            'input': {}}))
+            writes += [self.delta({'type': 'input_json_delta', 'partial_json': piece}) for piece in parts]
+            writes.append(self.block_stop())
+        return writes + self.ending(finish)
+
+
+class GuideMessages(_Messages, GuideProfile):
+    """The Messages API in the guide's bytes (CRLF, Content-Length, a comment first, HTML errors)."""
+
+
+class VllmMessages(_Messages, VllmProfile):
+    """The Messages API as vLLM 0.32 streams it, with its error body {"type": "error", "error": {...}}."""
+
+    def error(self, status: int, message: str, kind: str,
+              param: str | None = None) -> tuple[list[tuple[str, str]], bytes]:
+        body = json.dumps({'type': 'error', 'error': {'type': kind, 'message': message}},
+                          separators=(',', ':')).encode()
+        return self._error_headers(len(body), 'application/json', vary=True), body
+
+
 class GuideResponses(_Responses, GuideProfile):
     """The Responses API in the guide's bytes (CRLF, Content-Length, a comment first)."""
 
@@ -466,10 +551,12 @@ class VllmResponses(_Responses, VllmProfile):
 
 
 PROFILES = {'guide': GuideProfile, 'vllm': VllmProfile}
-API_PATHS = {'/v1/chat/completions': 'chat', '/v1/completions': 'completions', '/v1/responses': 'responses'}
+API_PATHS = {'/v1/chat/completions': 'chat', '/v1/completions': 'completions', '/v1/responses': 'responses',
+             '/v1/messages': 'messages'}
 BUILDERS = {('guide', 'chat'): GuideProfile, ('guide', 'completions'): GuideCompletions,
             ('guide', 'responses'): GuideResponses, ('vllm', 'chat'): VllmProfile,
-            ('vllm', 'completions'): VllmCompletions, ('vllm', 'responses'): VllmResponses}
+            ('vllm', 'completions'): VllmCompletions, ('vllm', 'responses'): VllmResponses,
+            ('guide', 'messages'): GuideMessages, ('vllm', 'messages'): VllmMessages}
 
 
 @dataclasses.dataclass
@@ -539,6 +626,10 @@ MODES = {
     'tool-args-mismatch': lambda p: Plan(p.tool_calls([('get_weather', PARIS)], claimed='{"city": "Lyon"}')),
     'json-ok': lambda p: Plan(p.preamble() + [p.content(piece) for piece in PARIS] + p.closing('stop')),
     'json-invalid': lambda p: Plan(p.preamble() + [p.content('{"city": 3}')] + p.closing('stop')),
+    'block-unclosed': lambda p: Plan(p.preamble() + p.answer() + p.ending('stop')),
+    'block-unknown-index': lambda p: Plan(p.preamble() + [p.content(ANSWER[0]), p.delta({'type': 'text_delta',
+                                                                                         'text': ANSWER[1]}, 5)]
+                                          + p.closing('stop')),
     'error-event': lambda p: Plan(p.preamble() + [p.content(ANSWER[0])] + p.crash()),
     'stall': lambda p: Plan(missing=MISSING_BYTES, ending='hold'),
     'drip': lambda p: Plan(missing=2**40, ending='drip'),
@@ -554,8 +645,8 @@ MODES = {
     'incomplete': lambda p: Plan(p.opening() + p.closing('length', terminal='response.incomplete')),
 }
 # The modes that only some APIs have; every other mode works on all three.
-ONLY_ON = {'reasoning': ('chat', 'responses'), **dict.fromkeys(TOOL_MODES, ('chat', 'responses')),
-           'tool-args-mismatch': ('responses',),
+ONLY_ON = {'reasoning': ('chat', 'responses', 'messages'), **dict.fromkeys(TOOL_MODES, ('chat', 'responses', 'messages')),
+           'tool-args-mismatch': ('responses',), 'block-unclosed': ('messages',), 'block-unknown-index': ('messages',),
            'multi-choice': ('chat', 'completions'), 'sequence-gap': ('responses',), 'type-mismatch': ('responses',),
            'text-mismatch': ('responses',), 'failed': ('responses',), 'incomplete': ('responses',)}
 
@@ -722,7 +813,7 @@ class Handler(BaseHTTPRequestHandler):
         model = request.get('model')
         if settings.model_name is not None and model != settings.model_name:
             message = f'The model `{model}` does not exist. Valid aliases: {settings.model_name}.'  # vLLM's words
-            self._send(404, *PROFILES[settings.profile]().error(404, message, 'NotFoundError', 'model'))
+            self._send(404, *BUILDERS[settings.profile, api]().error(404, message, 'NotFoundError', 'model'))
             return
         try:
             if settings.replay is not None:

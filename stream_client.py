@@ -733,6 +733,8 @@ class StreamValidator:
         """tool_calls when calls arrived, json when a JSON answer was asked for, otherwise text."""
         return 'tool_calls' if self.calls else 'json' if self.spec.json_schema is not None else 'text'
 
+    calls_finish = 'finish_reason=tool_calls'  # what a finished tool answer ends with, in this API's words
+
     def _answer_problem(self, finished_as_calls: bool, finish: str) -> str | None:
         """Why an answer whose API says it finished (as ``finish`` says) is not a usable one: for tool
         calls, the finish that calls need (``finished_as_calls``), the tool choice, and each call's
@@ -740,7 +742,7 @@ class StreamValidator:
         spec, calls = self.spec, self.calls
         if calls:
             if not finished_as_calls:
-                return f'expected finish_reason=tool_calls after {_count(len(calls), "tool call")}, got {finish}'
+                return f'expected {self.calls_finish} after {_count(len(calls), "tool call")}, got {finish}'
             if spec.tool_choice == 'none':
                 return f'tool_choice none, but {_count(len(calls), "tool call")} arrived'
             for call in calls:
@@ -1280,7 +1282,199 @@ def _output_text(output: object) -> str:
                    if isinstance(part, dict) and part.get('type') == 'output_text')
 
 
-VALIDATORS = {'chat': ChatChunks, 'completions': CompletionChunks, 'responses': ResponseEvents}
+MESSAGE_STOP_REASONS = ('end_turn', 'stop_sequence', 'tool_use', 'max_tokens')
+_BLOCK_DELTAS = {'text': ('text_delta',), 'thinking': ('thinking_delta', 'signature_delta'),
+                 'redacted_thinking': (), 'tool_use': ('input_json_delta',)}
+
+
+class _Block:
+    """One content block of a Messages stream: its type, whether it is still open, and its tool call."""
+
+    __slots__ = ('kind', 'open', 'call')
+
+    def __init__(self, kind: str, call: ToolCall | None) -> None:
+        self.kind, self.open, self.call = kind, True, call
+
+
+class MessagesEvents(StreamValidator):
+    """Validates one streamed answer of the Anthropic Messages API (/v1/messages), as vLLM serves it.
+
+    Every event's ``event`` field must name the ``type`` in its data. The
+    stream is message_start, then content blocks numbered from 0, each
+    content_block_start, its deltas and content_block_stop, then a
+    message_delta with the ``stop_reason`` and the usage, then message_stop;
+    ``ping`` may come anywhere. An event before message_start, a second
+    message_start, a block index that skips, a delta for a block that never
+    started or already stopped, a delta of the wrong type for its block
+    (text_delta in a tool_use block), a block still open at message_stop and
+    anything after message_stop are ``protocol`` failures naming the event;
+    an ``error`` event keeps the server's type and message. The answer is the
+    text blocks; thinking blocks go to the reasoning; a tool_use block is a
+    tool call whose input is its input_json_delta pieces joined.
+    """
+
+    api = 'messages'
+    parser = TypedEvents
+    terminal = 'message_stop'
+    calls_finish = 'stop_reason=tool_use'
+
+    def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
+                 spec: AnswerSpec | None = None) -> None:
+        super().__init__(spec)
+        self.expect_finish = expect_finish
+        self.max_tokens = max_tokens
+        self.started = False
+        self.stop_reason: str | None = None
+        self.blocks: list[_Block] = []
+
+    def accept(self, event: tuple[str, str]) -> tuple[str, str, str]:
+        """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
+        kind, data = event
+        if self.done:
+            raise StreamError('protocol', f'event {_preview(kind)} after message_stop')
+        self.data_events += 1
+        body = self._load_object(data)
+        if body.get('type') != kind:
+            raise StreamError('protocol', f'event {self.data_events}: its event field says {_preview(kind)} but '
+                                          f'its data says type {_shorten(repr(body.get("type")))}')
+        if kind == 'ping':
+            return '', '', ''
+        if kind == 'error':
+            error = server_error_fields(body)
+            raise StreamError('application', 'server sent an error event: ' + describe_server_error(error),
+                              server_error=error)
+        if not self.started and kind != 'message_start':
+            raise StreamError('protocol', f'{kind} arrived in event {self.data_events}, before message_start')
+        take = self._TAKE.get(kind)
+        return take(self, body) if take else ('', '', '')
+
+    def _take_message_start(self, body: dict) -> tuple[str, str, str]:
+        if self.started:
+            raise StreamError('protocol', f'a second message_start in event {self.data_events}')
+        self.started = True
+        message = body.get('message')
+        if isinstance(message, dict) and isinstance(message.get('id'), str):
+            self.response_id = message['id']
+        return '', '', ''
+
+    def _take_block_start(self, body: dict) -> tuple[str, str, str]:
+        index, block = body.get('index'), body.get('content_block')
+        kind = block.get('type') if isinstance(block, dict) else None
+        if index != len(self.blocks):
+            raise StreamError('protocol', f'content_block_start for block {_shorten(repr(index))} in event '
+                                          f'{self.data_events}: the next block was {len(self.blocks)}')
+        if kind not in _BLOCK_DELTAS:
+            raise StreamError('protocol', f'a content block of type {_shorten(repr(kind))} in event '
+                                          f'{self.data_events}; this client reads text, thinking and tool_use blocks')
+        call = None
+        if kind == 'tool_use':
+            call_id, name = block.get('id'), block.get('name')
+            if not self.spec.tools:
+                raise StreamError('protocol', f'a tool_use block arrived in event {self.data_events}, but the '
+                                              'request offered no tools (--tools)')
+            if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
+                raise StreamError('protocol', f'a tool_use block started in event {self.data_events} without an id '
+                                              'and a name')
+            call = ToolCall(len(self.calls), call_id, name)
+            self.calls.append(call)
+            self.content_events += 1
+        self.blocks.append(_Block(kind, call))
+        return '', '', self._shown(call, opening=True) if call else ''
+
+    def _open_block(self, body: dict, what: str) -> _Block:
+        index = body.get('index')
+        if type(index) is not int or not 0 <= index < len(self.blocks):
+            raise StreamError('protocol', f'{what} for block {_shorten(repr(index))} in event {self.data_events}, '
+                                          'which never started')
+        block = self.blocks[index]
+        if not block.open:
+            raise StreamError('protocol', f'{what} for block {index} in event {self.data_events}, after its '
+                                          'content_block_stop')
+        return block
+
+    def _take_block_delta(self, body: dict) -> tuple[str, str, str]:
+        block = self._open_block(body, 'content_block_delta')
+        delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
+        kind = delta.get('type')
+        if kind not in _BLOCK_DELTAS[block.kind]:
+            raise StreamError('protocol', f'a {_shorten(str(kind))} in event {self.data_events} for block '
+                                          f'{body["index"]}, a {block.kind} block')
+        field = {'text_delta': 'text', 'thinking_delta': 'thinking', 'input_json_delta': 'partial_json'}.get(kind)
+        if field is None:  # a signature_delta: nothing to show
+            return '', '', ''
+        piece = delta.get(field)
+        if not isinstance(piece, str):
+            raise StreamError('protocol', f'expected {kind}.{field} to be a string in event {self.data_events}, '
+                                          f'got {type(piece).__name__}')
+        if not piece:
+            return '', '', ''
+        if kind == 'text_delta':
+            self._add_text(piece)
+            return piece, '', ''
+        if kind == 'thinking_delta':
+            self._add_reasoning(piece)
+            return '', piece, ''
+        self._add_call_arguments(block.call, piece)
+        return '', '', self._shown(block.call, piece)
+
+    def _take_block_stop(self, body: dict) -> tuple[str, str, str]:
+        self._open_block(body, 'content_block_stop').open = False
+        return '', '', ''
+
+    def _take_message_delta(self, body: dict) -> tuple[str, str, str]:
+        delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
+        reason = delta.get('stop_reason')
+        if reason is not None and not isinstance(reason, str):
+            raise StreamError('protocol', f'expected stop_reason to be a string in event {self.data_events}, '
+                                          f'got {type(reason).__name__}')
+        self.stop_reason = reason if reason is not None else self.stop_reason
+        if body.get('usage') is not None:
+            self.completion_tokens = _token_count(body['usage'], 'output_tokens')
+        return '', '', ''
+
+    def _take_message_stop(self, body: dict) -> tuple[str, str, str]:
+        still_open = [index for index, block in enumerate(self.blocks) if block.open]
+        if still_open:
+            raise StreamError('protocol', f'message_stop in event {self.data_events} while block {still_open[0]} '
+                                          'was still open (no content_block_stop)')
+        self.done = True
+        return '', '', ''
+
+    _TAKE = {'message_start': _take_message_start, 'content_block_start': _take_block_start,
+             'content_block_delta': _take_block_delta, 'content_block_stop': _take_block_stop,
+             'message_delta': _take_message_delta, 'message_stop': _take_message_stop}
+
+    def outcome_problem(self) -> str | None:
+        """Why the message is not a finished answer, or None when it is."""
+        if not self.done:
+            return f'EOF before message_stop after {_count(self.content_events, "content event")}'
+        reason = self.stop_reason
+        if reason is None:
+            return 'message_stop arrived, but no message_delta said its stop_reason'
+        finish = f'stop_reason={reason}'
+        if self.expect_finish == 'length':
+            if reason != 'max_tokens':
+                return f'expected stop_reason=max_tokens (--expect-finish length), got {finish}'
+            if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
+                return (f'stop_reason=max_tokens after {self.completion_tokens} output tokens, '
+                        f'not the {self.max_tokens} requested')
+            return None
+        if reason == 'max_tokens':
+            return self._budget_problem('output budget exhausted (stop_reason=max_tokens)')
+        if reason not in MESSAGE_STOP_REASONS:
+            return f'expected stop_reason end_turn, stop_sequence or tool_use, got {finish}'
+        if self.calls:  # vLLM says tool_use also when the choice named the tool
+            return self._answer_problem(reason == 'tool_use', finish)
+        if reason == 'tool_use':
+            return 'stop_reason=tool_use, but no tool_use block arrived'
+        return self._answer_problem(False, f'{finish} and message_stop arrived')
+
+    def fields(self) -> dict:
+        return {**super().fields(), 'finish_reason': self.stop_reason}
+
+
+VALIDATORS = {'chat': ChatChunks, 'completions': CompletionChunks, 'responses': ResponseEvents,
+              'messages': MessagesEvents}
 
 
 def server_error_fields(body: object) -> dict:
@@ -1870,7 +2064,8 @@ DEFAULT_URL = 'http://127.0.0.1:8000/v1/chat/completions'
 DEFAULT_PROMPT = 'Reply with exactly the word READY.'
 
 # The APIs, by the end of the URL path that serves them.
-API_PATHS = {'/v1/chat/completions': 'chat', '/v1/completions': 'completions', '/v1/responses': 'responses'}
+API_PATHS = {'/v1/chat/completions': 'chat', '/v1/completions': 'completions', '/v1/responses': 'responses',
+             '/v1/messages': 'messages'}
 # Per API, the request keys that have a flag of their own (or no say at all), which --extra may not set.
 RESERVED_KEYS = {
     'chat': {'model': '--model', 'messages': '--prompt/--system', 'stream': None, 'n': None,
@@ -1882,8 +2077,12 @@ RESERVED_KEYS = {
     'responses': {'model': '--model', 'input': '--prompt', 'instructions': '--system', 'stream': None,
                   'max_output_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop',
                   'tools': '--tools', 'tool_choice': '--tool-choice', 'text': '--json-schema'},
+    'messages': {'model': '--model', 'messages': '--prompt', 'system': '--system', 'stream': None,
+                 'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop_sequences': '--stop',
+                 'tools': '--tools', 'tool_choice': '--tool-choice', 'output_config': '--json-schema'},
 }
 FINISHES = ('stop', 'length')
+ANTHROPIC_VERSION = '2023-06-01'  # the anthropic-version header of a /v1/messages request
 
 
 def _is_loopback(host: str) -> bool:
@@ -2011,13 +2210,18 @@ def _request_body(api: str, model: str, prompt: str, system: str | None, max_tok
             raise ValueError('the completions API has no system message; put it in the prompt')
         body = {'model': model, 'prompt': prompt, 'stream': True, 'stream_options': {'include_usage': True},
                 'max_tokens': max_tokens, 'temperature': temperature, 'n': 1}
-    else:  # responses: no n, no stream_options (the usage comes with the terminal event)
+    elif api == 'responses':  # no n, no stream_options (the usage comes with the terminal event)
         body = {'model': model, 'input': prompt, 'stream': True, 'max_output_tokens': max_tokens,
                 'temperature': temperature}
         if system is not None:
             body['instructions'] = system
+    else:  # messages: the Anthropic shape, system apart from the messages, stop strings as stop_sequences
+        body = {'model': model, 'messages': [{'role': 'user', 'content': prompt}], 'max_tokens': max_tokens,
+                'temperature': temperature, 'stream': True}
+        if system is not None:
+            body['system'] = system
     if stop:
-        body['stop'] = stop
+        body['stop_sequences' if api == 'messages' else 'stop'] = stop
     return {**body, **(extra or {})}
 
 
@@ -2066,7 +2270,14 @@ def _answer_fields(api: str, tools: list | None, spec: AnswerSpec, json_schema: 
     fields: dict = {}
     if tools is not None:
         choice = spec.tool_choice
-        if api == 'responses':  # the Responses API takes the function's keys flattened into the tool
+        if api == 'messages':  # Anthropic's names: input_schema, and any for required
+            fields['tools'] = [{key: value for key, value in (('name', tool['function']['name']),
+                                                               ('description', tool['function'].get('description')),
+                                                               ('input_schema', tool['function'].get('parameters')))
+                                if value is not None} for tool in tools]
+            fields['tool_choice'] = ({'type': {'required': 'any'}.get(choice, choice)} if choice in TOOL_CHOICES
+                                     else {'type': 'tool', 'name': choice})
+        elif api == 'responses':  # the Responses API takes the function's keys flattened into the tool
             fields['tools'] = [{'type': 'function', **tool['function']} for tool in tools]
             fields['tool_choice'] = choice if choice in TOOL_CHOICES else {'type': 'function', 'name': choice}
         else:
@@ -2074,7 +2285,9 @@ def _answer_fields(api: str, tools: list | None, spec: AnswerSpec, json_schema: 
             fields['tool_choice'] = choice if choice in TOOL_CHOICES else {'type': 'function',
                                                                            'function': {'name': choice}}
     if json_schema is not None:
-        if api == 'responses':
+        if api == 'messages':
+            fields['output_config'] = {'format': {'type': 'json_schema', 'schema': json_schema}}
+        elif api == 'responses':
             fields['text'] = {'format': {'type': 'json_schema', 'name': 'answer', 'schema': json_schema}}
         else:
             fields['response_format'] = {'type': 'json_schema', 'json_schema': {'name': 'answer',
@@ -2114,9 +2327,12 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     headers = {'Content-Type': 'application/json', 'Accept': 'text/event-stream',
                'Accept-Encoding': 'identity',  # no compression: a proxy must pass the events as they are
                'User-Agent': f'stream-client/{__version__}'}
+    if api == 'messages':
+        headers['anthropic-version'] = ANTHROPIC_VERSION
     if token:
         if not token.isprintable() or not token.isascii() or ' ' in token:
             raise ValueError('MODEL_API_KEY holds characters that cannot go into an HTTP header')
+        # vLLM's --api-key checks only this header, on /v1/messages too (not x-api-key): sent once, here
         headers['Authorization'] = 'Bearer ' + token
     context = _ssl_context(ca_file) if parts.scheme == 'https' or ca_file else None
     settings = {'max_tokens': max_tokens, 'temperature': temperature, 'stop': stop,

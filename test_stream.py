@@ -588,6 +588,120 @@ class ToolCallTests(unittest.TestCase):
                     self.assertIsNone(validator.outcome_problem())
 
 
+def message_event(kind: str, **body) -> tuple[str, str]:
+    return kind, json.dumps({'type': kind, **body})
+
+
+def text_delta(text: str, index: int = 0) -> tuple[str, str]:
+    return message_event('content_block_delta', delta={'type': 'text_delta', 'text': text}, index=index)
+
+
+MESSAGE_START = message_event('message_start', message={'id': 'msg_1', 'type': 'message', 'content': []})
+TEXT_BLOCK = message_event('content_block_start', content_block={'type': 'text', 'text': ''}, index=0)
+TOOL_BLOCK = message_event('content_block_start', content_block={'type': 'tool_use', 'id': 'toolu_1',
+                                                                 'name': 'get_weather', 'input': {}}, index=0)
+
+
+def message_end(reason: str = 'end_turn', index: int = 0, tokens: int = 2) -> list[tuple[str, str]]:
+    return [message_event('content_block_stop', index=index),
+            message_event('message_delta', delta={'stop_reason': reason, 'stop_sequence': None},
+                          usage={'output_tokens': tokens}),
+            message_event('message_stop')]
+
+
+class MessagesEventsTests(unittest.TestCase):
+    """The Anthropic Messages API's stream rules, without a socket."""
+
+    def run_events(self, events: list, spec: stream_client.AnswerSpec | None = None) -> stream_client.MessagesEvents:
+        validator = stream_client.MessagesEvents(spec=spec)
+        for event in events:
+            validator.accept(event)
+        return validator
+
+    def test_a_finished_text_answer_and_what_the_record_takes_from_it(self):
+        ping = message_event('ping')
+        thinking = [message_event('content_block_start', content_block={'type': 'thinking', 'thinking': ''}, index=0),
+                    message_event('content_block_delta', delta={'type': 'thinking_delta', 'thinking': 'hmm'}, index=0),
+                    message_event('content_block_delta', delta={'type': 'signature_delta', 'signature': 'x'}, index=0),
+                    message_event('content_block_stop', index=0)]
+        text = [message_event('content_block_start', content_block={'type': 'text', 'text': ''}, index=1),
+                text_delta('READY ', 1), ping, text_delta('\u2713', 1)]
+        validator = self.run_events([ping, MESSAGE_START] + thinking + text + message_end(index=1, tokens=3))
+        self.assertIsNone(validator.outcome_problem())
+        fields = validator.fields()
+        self.assertEqual((fields['text'], fields['reasoning_text'], fields['finish_reason'], fields['completion_tokens'],
+                          fields['response_id'], fields['content_events']),
+                         (ANSWER, 'hmm', 'end_turn', 3, 'msg_1', 2))
+
+    def test_each_broken_rule_is_a_protocol_failure_naming_the_event(self):
+        tools = WEATHER
+        cases = {
+            'the event line differs from the type': ([MESSAGE_START, ('content_block_start', TEXT_BLOCK[1]
+                                                                      .replace('content_block_start', 'ping'))],
+                                                     "event 2: its event field says 'content_block_start' but its data "
+                                                     "says type 'ping'"),
+            'an event before message_start': ([TEXT_BLOCK], 'content_block_start arrived in event 1, before '
+                                                            'message_start'),
+            'a second message_start': ([MESSAGE_START, MESSAGE_START], 'a second message_start in event 2'),
+            'a delta for a block never started': ([MESSAGE_START, text_delta('x')],
+                                                  'content_block_delta for block 0 in event 2, which never started'),
+            'a delta after its block stopped': ([MESSAGE_START, TEXT_BLOCK, message_event('content_block_stop', index=0),
+                                                 text_delta('x')], 'content_block_delta for block 0 in event 4, after '
+                                                                   'its content_block_stop'),
+            'a block index that skips': ([MESSAGE_START, TEXT_BLOCK[0:1] + (TEXT_BLOCK[1].replace('"index": 0',
+                                                                                                  '"index": 2'),)],
+                                         'content_block_start for block 2 in event 2: the next block was 0'),
+            'a text_delta in a tool_use block': ([MESSAGE_START, TOOL_BLOCK, text_delta('x')],
+                                                 'a text_delta in event 3 for block 0, a tool_use block'),
+            'a block still open at message_stop': ([MESSAGE_START, TEXT_BLOCK, text_delta('x')] + message_end()[1:],
+                                                   'message_stop in event 5 while block 0 was still open'),
+            'an event after message_stop': ([MESSAGE_START, TEXT_BLOCK, text_delta('x')] + message_end() + [message_event('ping')],
+                                            "event 'ping' after message_stop"),
+            'a tool_use block nobody asked for': ([MESSAGE_START, TOOL_BLOCK], 'a tool_use block arrived in event 2, '
+                                                                              'but the request offered no tools'),
+        }
+        for name, (events, words) in cases.items():
+            with self.subTest(name):
+                with self.assertRaises(StreamError) as caught:
+                    self.run_events(events, None if 'nobody' in name else tools)
+                self.assertEqual(caught.exception.layer, 'protocol')
+                self.assertIn(words, caught.exception.message)
+
+    def test_an_error_event_keeps_the_servers_type_and_message(self):
+        error = message_event('error', error={'type': 'overloaded_error', 'message': 'Overloaded'})
+        with self.assertRaises(StreamError) as caught:
+            self.run_events([MESSAGE_START, TEXT_BLOCK, text_delta('x'), error])
+        self.assertEqual((caught.exception.layer, caught.exception.server_error),
+                         ('application', {'message': 'Overloaded', 'type': 'overloaded_error', 'code': None}))
+
+    def test_when_a_messages_answer_is_finished(self):
+        text = [MESSAGE_START, TEXT_BLOCK, text_delta('hi')]
+        call = [MESSAGE_START, TOOL_BLOCK, message_event('content_block_delta', delta={
+            'type': 'input_json_delta', 'partial_json': '{"city": "Paris"}'}, index=0)]
+        cases = {
+            'end_turn with text': (text + message_end('end_turn'), None, None),
+            'stop_sequence with text': (text + message_end('stop_sequence'), None, None),
+            'max_tokens': (text + message_end('max_tokens'), None, 'output budget exhausted (stop_reason=max_tokens)'),
+            'no message_stop': (text + message_end()[:2], None, 'EOF before message_stop after 1 content event'),
+            'no message_delta': (text + [message_end()[0], message_end()[2]], None,
+                                 'message_stop arrived, but no message_delta said its stop_reason'),
+            'a tool call': (call + message_end('tool_use'), WEATHER, None),
+            'a tool call cut by the budget': (call[:2] + message_end('max_tokens'), WEATHER,
+                                              'output budget exhausted (stop_reason=max_tokens) inside tool call 0 '
+                                              '(get_weather)'),
+            'a tool call that ends as end_turn': (call + message_end('end_turn'), WEATHER,
+                                                  'expected stop_reason=tool_use after 1 tool call, got '
+                                                  'stop_reason=end_turn'),
+            'tool_use without a block': (text + message_end('tool_use'), WEATHER,
+                                         'stop_reason=tool_use, but no tool_use block arrived'),
+            'a refusal': (text + message_end('refusal'), None,
+                          'expected stop_reason end_turn, stop_sequence or tool_use, got stop_reason=refusal'),
+        }
+        for name, (events, spec, problem) in cases.items():
+            with self.subTest(name):
+                self.assertEqual(self.run_events(events, spec).outcome_problem(), problem)
+
+
 class CompletionChunksTests(unittest.TestCase):
     def test_text_finish_usage_and_done(self):
         chunks = stream_client.CompletionChunks()
@@ -750,11 +864,12 @@ def for_run(value, api: str, profile: str):
     return next(value[key] for key in (f'{api}/{profile}', api, profile, '') if key in value)
 
 
-APIS = ('chat', 'completions', 'responses')
+APIS = ('chat', 'completions', 'responses', 'messages')
 TOOLS = {'tools': fixture_server.TOOLS}  # the options of a run that offers the fixture's tool
 JSON_ANSWER = {'json_schema': fixture_server.JSON_SCHEMA}  # ... that asks for a JSON answer
 TOKENS16 = ''.join(f'token{i} ' for i in range(16))
-URL_PATHS = {'chat': '/v1/chat/completions', 'completions': '/v1/completions', 'responses': '/v1/responses'}
+URL_PATHS = {'chat': '/v1/chat/completions', 'completions': '/v1/completions', 'responses': '/v1/responses',
+             'messages': '/v1/messages'}
 
 
 def mode_runs() -> list[tuple[str, str, str]]:
@@ -796,27 +911,31 @@ class FixtureVerdictTests(unittest.TestCase):
         'ok': row(True, True, True, None, None, ANSWER),
         'broken': row(True, True, False, 'application',
                       {'': 'EOF before [DONE] after 2 content events',
-                       'responses': 'EOF before a terminal event (response.completed) after 2 content events'}, ANSWER),
+                       'responses': 'EOF before a terminal event (response.completed) after 2 content events',
+                       'messages': 'EOF before message_stop after 2 content events'}, ANSWER),
         'length': row(True, True, False, 'application',
                       {'': 'output budget exhausted (finish_reason=length)',
                        'responses': "output budget exhausted: response.completed carries status 'incomplete' "
-                                    "(incomplete_details.reason=max_output_tokens)"}, ANSWER),
+                                    "(incomplete_details.reason=max_output_tokens)",
+                       'messages': 'output budget exhausted (stop_reason=max_tokens)'}, ANSWER),
         'malformed': row(None, None, False, 'protocol', 'malformed JSON', ANSWER),
         'http-error': row(None, None, False, 'http', 'expected status 200, got 503', ''),
         'truncated': row(False, True, True, 'transport',
                          {'guide': 'connection closed after 445 of 509 body bytes',
                           'vllm': 'chunked body ended without its terminating chunk'}, ANSWER),
-        'no-done': row(True, True, False, 'application', {'': 'EOF before [DONE]', 'responses': 'EOF before a terminal'},
-                       ANSWER),
+        'no-done': row(True, True, False, 'application', {'': 'EOF before [DONE]', 'responses': 'EOF before a terminal',
+                                                          'messages': 'EOF before message_stop'}, ANSWER),
         'unterminated': row(True, False, False, 'sse', 'inside an event', ANSWER),
         'held-open': row(False, True, True, 'transport',
                          {'': 'did not end within the idle timeout of 0.3 s after [DONE]',
-                          'responses': 'did not end within the idle timeout of 0.3 s after response.completed'},
+                          'responses': 'did not end within the idle timeout of 0.3 s after response.completed',
+                          'messages': 'did not end within the idle timeout of 0.3 s after message_stop'},
                          ANSWER),
         'after-done': row(None, None, True, 'protocol',
                           {'': 'event after [DONE]',
                            'responses': "event 'response.output_text.delta' after the terminal event "
-                                        'response.completed'}, ANSWER),
+                                        'response.completed',
+                           'messages': "event 'content_block_delta' after message_stop"}, ANSWER),
         'reasoning': row(True, True, True, None, None, ANSWER),
         'tool-call': row(True, True, True, None, None, '', TOOLS),
         'tool-args-cut': row(True, True, False, 'application', 'tool call 0 (get_weather): the arguments are not JSON '
@@ -831,10 +950,16 @@ class FixtureVerdictTests(unittest.TestCase):
         'tool-args-mismatch': row(None, None, False, 'protocol', 'response.function_call_arguments.done says tool call 0 '
                                   "(get_weather) has the arguments '{\"city\": \"Lyon\"}', but its deltas assembled "
                                   '\'{"city": "Paris"}\'', '', TOOLS),
+        'block-unclosed': row(None, None, False, 'protocol', 'message_stop in event 6 while block 0 was still open '
+                              '(no content_block_stop)', ANSWER),
+        'block-unknown-index': row(None, None, False, 'protocol', 'content_block_delta for block 5 in event 4, which '
+                                   'never started', 'READY '),
         'json-ok': row(True, True, True, None, None, '{"city": "Paris"}', JSON_ANSWER),
         'json-invalid': row(True, True, False, 'application', 'the JSON answer does not match the schema: $.city: '
                             'expected string, got 3', '{"city": 3}', JSON_ANSWER),
-        'error-event': row(None, None, False, 'application', "server sent an error event: 'EngineCore", 'READY '),
+        'error-event': row(None, None, False, 'application',
+                           {'': "server sent an error event: 'EngineCore",
+                            'messages': "server sent an error event: 'Overloaded' (overloaded_error)"}, 'READY '),
         'stall': row(None, None, False, 'timeout', 'no bytes for 0.3 s (idle timeout) after 0 content events', ''),
         'drip': row(None, None, False, 'timeout', 'overall deadline of 0.8 s', '', {'deadline': 0.8}),
         'buffered': row(True, True, True, None, None, TOKENS16),
@@ -1089,6 +1214,31 @@ class FixtureVerdictTests(unittest.TestCase):
                                      ([], None) if choice == 'schema' else (['get_weather'], choice))
                     self.assertEqual(record['request']['json_schema_sha256'] is not None, choice == 'schema')
                     self.assertEqual(record['unchecked_schema_keywords'], [])
+
+    def test_a_messages_request_speaks_anthropic_and_sends_the_key_once(self):
+        with Fixture(api_key='sk-test-1234') as fixture:
+            url = fixture.url.replace('/v1/chat/completions', '/v1/messages')
+            record = stream(url, 'm', 'p', token='sk-test-1234', system='be brief', stop=['e'], max_tokens=20,
+                            tools=fixture_server.TOOLS, tool_choice='required', json_schema={'type': 'object'})
+            headers, body = fixture.last_request
+            named = stream(url, 'm', 'p', tools=fixture_server.TOOLS, tool_choice='get_weather')
+            named_body = fixture.last_request[1]
+        self.assertEqual((record['api'], record['error']),  # accepted: the key went where vLLM looks for it
+                         ('messages', 'application: tool_choice required asked for a tool call, but the answer is '
+                                      'text (stop_reason=end_turn and message_stop arrived)'))
+        lowered = {name.lower(): value for name, value in headers.items()}
+        self.assertEqual((lowered['anthropic-version'], lowered['authorization']), ('2023-06-01', 'Bearer sk-test-1234'))
+        self.assertNotIn('x-api-key', lowered)
+        self.assertEqual({key: body[key] for key in ('messages', 'system', 'stop_sequences', 'max_tokens', 'tool_choice',
+                                                     'output_config')},
+                         {'messages': [{'role': 'user', 'content': 'p'}], 'system': 'be brief', 'stop_sequences': ['e'],
+                          'max_tokens': 20, 'tool_choice': {'type': 'any'},
+                          'output_config': {'format': {'type': 'json_schema', 'schema': {'type': 'object'}}}})
+        self.assertEqual(body['tools'], [{'name': 'get_weather', 'description': 'The current weather in a city',
+                                          'input_schema': fixture_server.TOOLS[0]['function']['parameters']}])
+        self.assertEqual(named_body['tool_choice'], {'type': 'tool', 'name': 'get_weather'})
+        self.assertEqual(named['error'], 'http: expected status 200, got 401 Unauthorized: '
+                                         "'Unauthorized'")  # no key: vLLM's middleware answers before the route
 
     def test_each_api_gets_its_own_field_names(self):
         expected = {
@@ -1349,6 +1499,17 @@ class VllmFidelityTests(unittest.TestCase):
         for body in (ours_body, real_body):  # one event per HTTP chunk, LF line ends
             self.assertEqual(len(body.split(b'\r\n')) // 2 - 1, len(ours if body is ours_body else real))
 
+    def test_messages_profile_matches_a_real_capture_event_skeleton(self):
+        ours_head, ours_body = self.fixture_response('/v1/messages').split(b'\r\n\r\n', 1)
+        real_head, real_body = split_capture(TRACES / 'm1_messages_stream_stop_sequence.http')
+        self.assertEqual(header_names(ours_head), header_names(real_head))
+        ours, real = (stream_client.TypedEvents().feed(dechunk(body)) for body in (ours_body, real_body))
+        self.assertEqual(event_skeleton(ours), event_skeleton(real))
+        for body, events in ((ours_body, ours), (real_body, real)):  # one event per HTTP chunk, LF line ends
+            self.assertEqual(len(body.split(b'\r\n')) // 2 - 1, len(events))
+            self.assertEqual([json.loads(data)['type'] for _, data in events][:2],
+                             ['message_start', 'content_block_start'])
+
     def test_client_records_for_fixture_and_capture_agree(self):
         fixture_record = run_fixture('ok', settings={'profile': 'vllm'})
         capture_record = replay(self.CAPTURE.read_bytes())
@@ -1364,12 +1525,16 @@ class VllmFidelityTests(unittest.TestCase):
 
 def answer_options(capture: str) -> dict:
     """stream()'s api, tools, tool_choice and json_schema, as the request of a capture asked for them."""
-    body = json.loads((TRACES / f'{capture}.request.json').read_text())
-    body = body.get('body', body)
-    api = 'responses' if 'input' in body else 'chat'
+    request = json.loads((TRACES / f'{capture}.request.json').read_text())
+    body = request.get('body', request)
+    api = stream_client.API_PATHS.get(request.get('path'), 'chat')
     tools, choice = body.get('tools'), body.get('tool_choice')
     if tools and api == 'responses':  # back to the chat-completions shape that --tools takes
         tools = [{'type': 'function', 'function': {k: v for k, v in tool.items() if k != 'type'}} for tool in tools]
+    if tools and api == 'messages':
+        tools = [{'type': 'function', 'function': {'name': tool['name'], 'parameters': tool['input_schema']}}
+                 for tool in tools]
+        choice = {'any': 'required'}.get(choice['type'], choice.get('name') or choice['type'])
     if isinstance(choice, dict):
         choice = (choice.get('function') or choice)['name']
     schema = (((body.get('response_format') or {}).get('json_schema') or {}).get('schema')
@@ -1481,7 +1646,7 @@ class CaptureReplayTests(unittest.TestCase):
             'r9_responses_tool_valid_empty_object': (None, 'tool_calls', [('get_time', '{}')]),
             'r10_responses_json_schema_ok': (None, 'json', []),
         }
-        answers = [path.stem for path in TRACES.glob('*.http')  # every capture of a tool call or JSON answer
+        answers = [path.stem for path in TRACES.glob('*.http')  # every chat or Responses tool call or JSON answer
                    if path.stem.startswith('t') or re.match(r'r([6-9]|\d\d)_', path.stem)]
         self.assertEqual(sorted(expected), sorted(answers))
         for name, (error, kind, calls) in expected.items():
@@ -1494,6 +1659,31 @@ class CaptureReplayTests(unittest.TestCase):
                                  [error is None] * len(seen))
                 if kind == 'json' and error is None:
                     self.assertEqual(record['text'], '{}')
+
+    def test_real_messages_captures_get_their_verdicts(self):
+        expected = {  # capture: (error, finish_reason, text, tool-call arguments)
+            'm1_messages_stream_stop_sequence': (None, 'stop_sequence', 'Ex7rEx7untrgExp', []),
+            'm2_messages_stream_max8_max_tokens': ('application: output budget exhausted (stop_reason=max_tokens)',
+                                                   'max_tokens', 'Ex7rEx7untrgEx', []),
+            'm3_err_messages_unknown_model': ("http: expected status 200, got 404 Not Found: 'The model `nope` does not "
+                                              "exist. Valid aliases: tiny.' (NotFoundError)", None, '', []),
+            'm4_messages_tool_any_not_an_object': ("application: tool call 0 (get_weather): arguments are not a JSON "
+                                                   "object: '10532112110000'", 'tool_use', '', ['10532112110000']),
+            'm5_messages_tool_any_empty_string': ("application: tool call 0 (get_weather): arguments are not a JSON "
+                                                  "object: '\"\"'", 'tool_use', '', ['""']),
+        }
+        self.assertEqual(sorted(expected), sorted(path.stem for path in TRACES.glob('m*.http')))
+        for name, (error, finish, text, arguments) in expected.items():
+            with self.subTest(capture=name):
+                record = replay((TRACES / f'{name}.http').read_bytes(), **answer_options(name))
+                self.assertEqual((record['api'], record['ok'], record['error'], record['finish_reason'], record['text']),
+                                 ('messages', error is None, error, finish, text))
+                self.assertEqual([call['arguments'] for call in record['tool_calls']], arguments)
+        m3 = replay((TRACES / 'm3_err_messages_unknown_model.http').read_bytes(), api='messages')
+        self.assertEqual(m3['server_error'], {'message': 'The model `nope` does not exist. Valid aliases: tiny.',
+                                              'type': 'NotFoundError', 'code': None})
+        m1 = replay((TRACES / 'm1_messages_stream_stop_sequence.http').read_bytes(), api='messages')
+        self.assertEqual((m1['completion_tokens'], m1['response_id']), (9, 'chatcmpl-a61c05345a434ea5'))
 
     def test_server_killed_midstream_is_a_transport_failure(self):
         record = replay((TRACES / 'k1_server_killed_midstream.http').read_bytes())
