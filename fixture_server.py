@@ -1,6 +1,7 @@
 """Synthetic OpenAI-compatible streaming server for testing clients on loopback.
 
-It streams chat completions, completions and the Responses API, and contains
+It streams chat completions, completions, the Responses API and the
+Anthropic-compatible Messages API, and contains
 no model and no GPU code: every mode sends fixed bytes, paced by --delay, so
 each way a stream can end (complete, cut short, malformed, held open,
 stalled...) can be reproduced on demand; mode mixed gives each request a mode
@@ -1000,7 +1001,7 @@ def main(argv: list[str] | None = None) -> int:
                        f'{exc.strerror or exc}\n')
     with instance:
         what = f'replay of {args.replay}' if args.replay else f'{args.mode}, {args.profile} profile'
-        print(f'Synthetic fixture ({what}; /v1/completions and /v1/responses too) listening on '
+        print(f'Synthetic fixture ({what}; /v1/completions, /v1/responses and /v1/messages too) listening on '
               f'{instance.scheme}://127.0.0.1:{instance.server_port}/v1/chat/completions', flush=True)
         try:
             instance.serve_forever()

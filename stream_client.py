@@ -1,7 +1,7 @@
-"""Strict client for streamed OpenAI-compatible answers, as vLLM serves them.
+"""Strict client for the streamed answers vLLM serves.
 
-It sends a request with ``stream: true`` to chat completions, completions or
-the Responses API, shows the answer as it arrives and writes an evidence
+It sends a request with ``stream: true`` to chat completions, completions,
+the Responses API or the Anthropic-compatible Messages API, shows the answer as it arrives and writes an evidence
 record that says whether the answer really finished: the HTTP message ended
 as its framing promised, the event stream ended on an event boundary, and the
 answer ended as its API says a finished answer ends (for chat: visible text,
@@ -3553,8 +3553,8 @@ def _fixture_server():
 def _parser() -> OneLineParser:
     fixture = _fixture_server()
     parser = OneLineParser(
-        description='Stream answers from an OpenAI-compatible server (chat completions, completions or the '
-                    'Responses API) and save evidence of whether each really finished: one run, or many at '
+        description='Stream answers from vLLM or another compatible server (chat completions, completions, the '
+                    'Responses API or the Anthropic Messages API) and save evidence of whether each really finished: one run, or many at '
                     'once with a summary built from their verdicts. Exit status: 0 every run ok, 1 a run not ok, '
                     '2 bad arguments or output path, 130/143 interrupted.',
         epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
