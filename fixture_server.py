@@ -34,6 +34,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_REQUEST_BYTES = 65_536
+KEEP_ALIVE_TIMEOUT = 5.0   # seconds a kept-alive connection may wait for its next request (uvicorn's default)
 HOLD_LIMIT = 60.0          # seconds a held, stalled or dripping response lasts at most
 DRIP_INTERVAL = 0.1        # seconds between keepalive comments in drip mode
 MISSING_BYTES = 64         # how far a truncated or held-open body falls short of its Content-Length
@@ -788,6 +789,12 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
     server_version = SERVER_NAME
 
+    def setup(self) -> None:
+        # The socket timeout is how long a kept-alive connection waits for its next request: when it runs
+        # out, BaseHTTPRequestHandler closes the connection without a word (--idle-close).
+        self.timeout = self.server.idle_close
+        super().setup()
+
     def log_message(self, format, *args):
         pass
 
@@ -802,7 +809,7 @@ class Handler(BaseHTTPRequestHandler):
         settings = self.server
         api = API_PATHS.get(self.path)
         if api is None:
-            self._send_error(404, f'only {", ".join(API_PATHS)} are served', 'NotFoundError')
+            self._send_error(404, f'only {", ".join(API_PATHS)} are served', 'NotFoundError', keep_alive=False)
             return
         request = self._read_request()
         if request is None:
@@ -819,11 +826,11 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if settings.replay is not None:
                 self._replay(*settings.replay)
+                self.close_connection = True  # a capture's framing is whatever it was
             else:
                 self._stream(settings.mode, api, request)
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the client left; nothing to report to it
-        self.close_connection = True
+            self.close_connection = True  # the client left; nothing to report to it
 
     def _stream(self, mode: str, api: str, request: dict) -> None:
         origin = f'the fixture was started in {mode} mode'
@@ -842,7 +849,8 @@ class Handler(BaseHTTPRequestHandler):
         """The JSON request, or None after answering 413 or 400."""
         length = self.headers.get('Content-Length', '')
         if not length.isdigit() or not 0 < int(length) <= MAX_REQUEST_BYTES:
-            self._send_error(413, f'expected a JSON body of 1 to {MAX_REQUEST_BYTES} bytes', 'BadRequestError')
+            self._send_error(413, f'expected a JSON body of 1 to {MAX_REQUEST_BYTES} bytes', 'BadRequestError',
+                             keep_alive=False)  # the body was not read
             return None
         try:
             request = json.loads(self.rfile.read(int(length)))
@@ -854,17 +862,22 @@ class Handler(BaseHTTPRequestHandler):
             return None
         return request
 
-    def _send_error(self, status: int, message: str, kind: str) -> None:
-        self._send(status, *PROFILES[self.server.profile]().error(status, message, kind))
+    def _send_error(self, status: int, message: str, kind: str, keep_alive: bool = True) -> None:
+        self._send(status, *PROFILES[self.server.profile]().error(status, message, kind), keep_alive=keep_alive)
 
-    def _send(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        """A complete response with a Content-Length body, then close."""
+    def _send(self, status: int, headers: list[tuple[str, str]], body: bytes, keep_alive: bool = True) -> None:
+        """A complete response with a Content-Length body. The connection stays open for the next request
+        unless keep_alive is false or the headers say Connection: close, and then it says so."""
+        closing = not keep_alive or ('connection', 'close') in {(n.lower(), v.lower()) for n, v in headers}
         self.send_response_only(status)
         for name, value in headers:
             self.send_header(name, value)
+        if closing and not any(name.lower() == 'connection' for name, _ in headers):
+            self.send_header('connection', 'close')
         self.end_headers()
         self.wfile.write(body)
-        self.close_connection = True
+        if closing:
+            self.close_connection = True
 
     def _answer(self, plan: Plan, profile: GuideProfile, origin: str) -> None:
         """Send a plan; origin, why its mode was chosen, is the message of an error status."""
@@ -889,6 +902,8 @@ class Handler(BaseHTTPRequestHandler):
             writes = itertools.chain(writes, [b'0\r\n\r\n'])
         PACES[plan.pace](self, writes)
         ENDINGS[plan.ending](self, frame)
+        if plan.missing or plan.ending != 'close':  # the message did not end as framed: the connection cannot go on
+            self.close_connection = True
 
     def _replay(self, head: bytes, writes: list[bytes]) -> None:
         self.wfile.write(head)
@@ -906,7 +921,7 @@ class FixtureServer(ThreadingHTTPServer):
     def __init__(self, port: int = 18080, *, mode: str = 'ok', delay: float = 0.05, profile: str = 'guide',
                  api_key: str | None = None, tokens: int | None = None, reasoning_field: str = 'reasoning',
                  replay: bytes | None = None, tls_cert: str | None = None, tls_key: str | None = None,
-                 seed: int = 0, model_name: str | None = None) -> None:
+                 seed: int = 0, model_name: str | None = None, idle_close: float = KEEP_ALIVE_TIMEOUT) -> None:
         if mode not in CHOICES:
             raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
         if profile not in PROFILES:
@@ -919,8 +934,11 @@ class FixtureServer(ThreadingHTTPServer):
             raise ValueError('reasoning_field must be reasoning or reasoning_content')
         if model_name is not None and not model_name:
             raise ValueError('model_name must not be empty')
+        if not idle_close > 0:
+            raise ValueError('idle_close must be a positive number of seconds')
         self.mode, self.delay, self.profile, self.api_key = mode, delay, profile, api_key
         self.tokens, self.reasoning_field, self.model_name = tokens, reasoning_field, model_name
+        self.idle_close = idle_close  # seconds a kept-alive connection waits for its next request
         self.replay = mark_replay(*parse_capture(replay)) if replay is not None else None
         self.schedule = Schedule(seed)  # the mixed mode's modes, and what it served
         self.last_request = None  # (headers, JSON body) of the last request answered, for tests
@@ -947,7 +965,9 @@ def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, **settings)
     settings are FixtureServer's: profile, api_key, tokens, reasoning_field; replay, a captured
     response (status line, headers, body) sent instead of the mode; tls_cert and tls_key (PEM files)
     to serve HTTPS; seed, of the mixed mode's schedule (its counts are in ``schedule.served``);
-    model_name, the one model served (others get vLLM's 404; without it any model is answered).
+    model_name, the one model served (others get vLLM's 404; without it any model is answered);
+    idle_close, the seconds after which a kept-alive connection with no new request is closed
+    without a word (default KEEP_ALIVE_TIMEOUT).
     """
     return FixtureServer(port, mode=mode, delay=delay, **settings)
 
@@ -973,6 +993,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--reasoning-field', choices=['reasoning', 'reasoning_content'], default='reasoning',
                         help='delta field of reasoning mode (reasoning_content: vLLM before 0.11.1)')
     parser.add_argument('--replay', metavar='FILE', help='answer with a captured response (a .http file)')
+    parser.add_argument('--idle-close', type=float, default=KEEP_ALIVE_TIMEOUT, metavar='S',
+                        help='close a kept-alive connection after S idle seconds without a word, as proxies and load '
+                             f'balancers do (default {KEEP_ALIVE_TIMEOUT:g}); the race that SDKs meet as "server '
+                             'disconnected" on a reused connection')
     parser.add_argument('--tls-cert', metavar='PEM', help='serve HTTPS with this certificate (chain)')
     parser.add_argument('--tls-key', metavar='PEM', help='the private key of --tls-cert')
     args = parser.parse_args(argv)
@@ -993,7 +1017,7 @@ def main(argv: list[str] | None = None) -> int:
         instance = server(args.port, args.mode, args.delay, profile=args.profile, api_key=args.api_key,
                           tokens=args.tokens, reasoning_field=args.reasoning_field, replay=replay,
                           tls_cert=args.tls_cert, tls_key=args.tls_key, seed=args.seed,
-                          model_name=args.model_name)
+                          model_name=args.model_name, idle_close=args.idle_close)
     except ValueError as exc:
         parser.error(str(exc))
     except OSError as exc:  # includes ssl.SSLError for an unusable certificate or key

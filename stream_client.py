@@ -57,6 +57,7 @@ if sys.version_info < (3, 10):
 
 import argparse
 import array
+import base64
 import calendar
 import codecs
 import collections
@@ -79,7 +80,7 @@ import ssl
 import threading
 import time
 import typing
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 __version__ = '0.1.0'
 
@@ -107,7 +108,7 @@ DATA_PREFIX = 'data: '        # the usual start of an SSE data line (the space i
 REPLAY_HEADER = 'x-synthetic-fixture'  # fixture_server.py adds "x-synthetic-fixture: replay" to a replayed capture
 
 # Where a run failed, in the order a response is received.
-LAYERS = ('connect', 'tls', 'http', 'transport', 'sse', 'protocol',
+LAYERS = ('connect', 'proxy', 'tls', 'http', 'transport', 'sse', 'protocol',
           'application', 'timeout', 'interrupted', 'client')
 
 
@@ -143,6 +144,15 @@ class SSEDecodeError(SSEError, UnicodeDecodeError):
     def __init__(self, data: bytes, start: int, end: int, message: str) -> None:
         UnicodeDecodeError.__init__(self, 'utf-8', data, start, end, message)
         self.layer, self.message, self.server_error = 'sse', message, None
+
+
+class StaleConnectionError(StreamError):
+    """A reused connection that ended before any response byte: the server or a proxy closed it while
+    it was idle (layer ``transport``). Not retried: the load counts these apart."""
+
+    def __init__(self, requests: int, idle_s: float) -> None:
+        super().__init__('transport', f'the reused connection (request {requests} on it, idle {idle_s:.2f} s) '
+                                      'closed before any response byte; the server or a proxy closed it while idle')
 
 
 class Interrupted(KeyboardInterrupt):
@@ -2097,6 +2107,87 @@ def _positive_finite(value: float) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
+class Proxy:
+    """A forward proxy to tunnel https through (CONNECT): where it is, and the Proxy-Authorization that
+    the credentials of its URL make. The credentials stay out of its repr and of every output."""
+
+    host: str
+    port: int
+    authorization: str = dataclasses.field(default='', repr=False)
+    secrets: tuple[str, ...] = dataclasses.field(default=(), repr=False)  # what the outputs must never hold
+
+    @property
+    def address(self) -> str:
+        return f'[{self.host}]:{self.port}' if ':' in self.host else f'{self.host}:{self.port}'
+
+    def connect_request(self, host: str, port: int) -> bytes:
+        target = f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
+        lines = [f'CONNECT {target} HTTP/1.1', f'Host: {target}', f'User-Agent: stream-client/{__version__}']
+        if self.authorization:
+            lines.append(f'Proxy-Authorization: {self.authorization}')
+        return ('\r\n'.join(lines) + '\r\n\r\n').encode('ascii')
+
+    def facts(self) -> dict:
+        """What the record says of the proxy: where it is and whether credentials were used, never which."""
+        return {'address': self.address, 'credentials': bool(self.authorization)}
+
+
+def proxy_from_environment(scheme: str, host: str, environ: typing.Mapping[str, str]) -> Proxy | None:
+    """The proxy that HTTPS_PROXY/https_proxy (HTTP_PROXY/http_proxy for http; lower case first, as
+    curl reads them, and an empty one as unset) names for this host, unless NO_PROXY/no_proxy covers
+    it; loopback never goes through a proxy. ValueError for a proxy URL this client cannot use."""
+    if _is_loopback(host):
+        return None
+    names = ('https_proxy', 'HTTPS_PROXY') if scheme == 'https' else ('http_proxy', 'HTTP_PROXY')
+    url = next((environ[name] for name in names if environ.get(name)), None)
+    no_proxy = next((environ[name] for name in ('no_proxy', 'NO_PROXY') if environ.get(name)), '')
+    if url is None or bypasses_proxy(host, no_proxy):
+        return None
+    parts = urlsplit(url if '://' in url else 'http://' + url)
+    if parts.scheme != 'http' or not parts.hostname:
+        raise ValueError(f'the proxy in {names[1]} must be an http:// URL (CONNECT over plain TCP), not '
+                         f'{parts.scheme or "(none)"}://...')
+    try:
+        port = parts.port or 80
+    except ValueError:
+        raise ValueError(f'the proxy in {names[1]} has an invalid port') from None
+    user, password = unquote(parts.username or ''), unquote(parts.password or '')
+    if not (user or password):
+        return Proxy(parts.hostname, port)
+    pair = f'{user}:{password}'
+    if not pair.isascii() or not pair.isprintable():
+        raise ValueError(f'the proxy credentials in {names[1]} hold characters that cannot go into a header')
+    authorization = 'Basic ' + base64.b64encode(pair.encode()).decode()
+    return Proxy(parts.hostname, port, authorization, tuple(secret for secret in (authorization, pair, password)
+                                                            if secret))
+
+
+def bypasses_proxy(host: str, no_proxy: str) -> bool:
+    """Whether NO_PROXY covers host, as curl matches it: '*' covers every host; a name covers itself and the
+    hosts of its domain (a leading dot is ignored); an IP address covers itself, a CIDR block its addresses."""
+    host = host.lower().strip('[]').rstrip('.')
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in (part.strip().lower() for part in no_proxy.split(',')):
+        if entry == '*':
+            return True
+        if not entry:
+            continue
+        try:
+            network = ipaddress.ip_network(entry.strip('[]'), strict=False)
+        except ValueError:
+            name = entry.lstrip('.').rstrip('.')
+            if name and (host == name or host.endswith('.' + name)):
+                return True
+            continue
+        if address is not None and address.version == network.version and address in network:
+            return True
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
 class PreparedRequest:
     """One checked request: where it goes, what it sends and how long it may take.
 
@@ -2123,20 +2214,30 @@ class PreparedRequest:
     ssl_context: ssl.SSLContext | None = dataclasses.field(default=None, repr=False, compare=False)
     token: str = dataclasses.field(default='', repr=False)
     spec: AnswerSpec = dataclasses.field(default_factory=AnswerSpec, repr=False)  # tools, tool choice, JSON schema
+    proxy: Proxy | None = None  # the forward proxy https goes through, if one does
 
     def __post_init__(self) -> None:
         if self.scheme not in ('http', 'https'):
             raise ValueError(f'expected scheme http or https, got {self.scheme!r}')
         if self.scheme == 'https' and self.ssl_context is None:
             raise ValueError('an https request needs an SSL context')
-        if self.scheme == 'http' and not _is_loopback(self.host):
-            raise ValueError(f'plain http is allowed only to loopback addresses, not {self.host!r}')
+        if self.scheme == 'http' and self.proxy is not None:
+            raise ValueError('plain http goes to loopback only, and loopback never goes through a proxy')
         if not 0 < self.port < 65536:
             raise ValueError(f'port must be 1 to 65535, got {self.port}')
         if not (_positive_finite(self.idle) and _positive_finite(self.deadline)):
             raise ValueError('idle and deadline must be positive finite numbers')
         if self.api not in VALIDATORS or self.expect_finish not in FINISHES:
             raise ValueError(f'unknown api {self.api!r} or expected finish {self.expect_finish!r}')
+
+    @property
+    def origin(self) -> tuple:
+        """Where a connection of this request leads: requests with the same origin may share one."""
+        return self.scheme, self.host, self.port, self.proxy
+
+    def secrets(self) -> tuple[str, ...]:
+        """The strings no output may hold: the API key and the proxy's credentials."""
+        return ((self.token,) if self.token else ()) + (self.proxy.secrets if self.proxy else ())
 
     def new_validator(self) -> StreamValidator:
         return VALIDATORS[self.api](self.expect_finish, self.max_tokens, self.spec)
@@ -2157,10 +2258,28 @@ def _check_url(url: str):
         port = parts.port or (443 if parts.scheme == 'https' else 80)
     except ValueError:
         raise ValueError(f'the URL has an invalid port: {parts.netloc!r}') from None
-    if parts.scheme == 'http' and not _is_loopback(parts.hostname):
-        raise ValueError(f'plain http is allowed only to loopback addresses, not {parts.hostname!r}; '
-                         'use https or an SSH tunnel to 127.0.0.1')
+    if parts.scheme == 'http':
+        _check_plain_host(parts.hostname, port)
     return parts, port
+
+
+def _check_plain_host(host: str, port: int) -> None:
+    """Plain http only to loopback: an IP address must be one, and a name must resolve only to loopback
+    addresses (the connection checks again the address it really reached)."""
+    try:
+        addresses = [ipaddress.ip_address(host)]
+    except ValueError:
+        try:
+            found = {info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+        except (OSError, UnicodeError) as exc:
+            raise ValueError(f'cannot resolve {host!r} for plain http: '
+                             f'{getattr(exc, "strerror", None) or exc}') from None
+        addresses = [ipaddress.ip_address(address.partition('%')[0]) for address in found]
+    outside = sorted(str(address) for address in addresses if not address.is_loopback)
+    if outside:
+        resolved = '' if outside == [host] else f', but {host!r} resolves to {", ".join(outside)}'
+        raise ValueError(f'plain http is allowed only to loopback addresses{resolved or f", not {host!r}"}; '
+                         'use https or an SSH tunnel to 127.0.0.1')
 
 
 def _check_number(name: str, value, low: float, low_ok: bool) -> float:
@@ -2307,12 +2426,13 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
             system: str | None = None, temperature: float = 0.0, stop: list[str] | None = None,
             extra: dict | None = None, api: str | None = None, expect_finish: str = 'stop',
             source: str = 'endpoint', tools: list | None = None, tool_choice: str | None = None,
-            json_schema: dict | None = None) -> PreparedRequest:
+            json_schema: dict | None = None, trust_env: bool = True) -> PreparedRequest:
     """Check the arguments and build the request; raise ValueError before any connection.
 
     The API (chat, completions or responses) follows from the URL path unless ``api`` names it.
     ``tools`` (in the chat-completions shape) and ``tool_choice`` (auto, required, none or a
     tool's name; auto by default) ask for tool calls; ``json_schema`` asks for a JSON answer.
+    ``trust_env`` honours HTTPS_PROXY and NO_PROXY (see proxy_from_environment()).
     """
     parts, port = _check_url(url)
     api = api_of(parts.path, api)
@@ -2347,7 +2467,8 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
                            wire=render_request(parts.scheme, parts.hostname, port, parts.path or '/', headers, data),
                            idle=idle, deadline=deadline, settings=settings, max_tokens=max_tokens,
                            expect_finish=expect_finish, source=source, ssl_context=context, token=token or '',
-                           spec=spec)
+                           spec=spec, proxy=proxy_from_environment(parts.scheme, parts.hostname, os.environ)
+                           if trust_env else None)
 
 
 class _Recorder:
@@ -2381,6 +2502,7 @@ class Phase(enum.Enum):
     """The part of the exchange a run is in; failures name it."""
 
     CONNECT = 'connect'
+    PROXY = 'proxy CONNECT'
     TLS = 'TLS handshake'
     REQUEST = 'request'
     HEADERS = 'headers'
@@ -2470,6 +2592,39 @@ def _shut(sock: socket.socket) -> None:
         pass
 
 
+class Connection:
+    """An open connection: its socket, the address it really reached, and how often it has been used."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        host, port = sock.getpeername()[:2]
+        self.peer = f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
+        self.peer_ip = host
+        self.local_port = sock.getsockname()[1]
+        self.requests = 0                     # requests sent on it so far
+        self.idle_since: float | None = None  # monotonic time at which its last response ended
+
+
+class KeptConnections:
+    """The connections one worker keeps alive between its runs (--keep-alive), one per origin. Used by one
+    thread at a time."""
+
+    def __init__(self) -> None:
+        self._by_origin: dict[tuple, Connection] = {}
+
+    def take(self, origin: tuple) -> Connection | None:
+        return self._by_origin.pop(origin, None)
+
+    def keep(self, origin: tuple, connection: Connection) -> None:
+        connection.idle_since = time.monotonic()
+        self._by_origin[origin] = connection
+
+    def close(self) -> None:
+        for connection in self._by_origin.values():
+            connection.sock.close()
+        self._by_origin.clear()
+
+
 class Exchange:
     """What one run saw: the timeline, owned by the transport, and the response reader, which owns the
     head, the body framing, the events and the answer. ``failure`` is the first failure, whichever
@@ -2483,6 +2638,9 @@ class Exchange:
         self.phase = Phase.CONNECT
         self.reader = ResponseReader(request.new_validator(), capture)
         self.failure: StreamError | None = None
+        self.connection: Connection | None = None
+        self.reused = False            # the connection was kept from an earlier run
+        self.idle_s: float | None = None  # how long a reused connection had been idle
 
     def fail(self, error: StreamError) -> None:
         if self.failure is None:
@@ -2525,20 +2683,28 @@ class _Show(typing.NamedTuple):
 
 
 def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capture | None = None,
-        cancel: Cancel | None = None, on_call=None) -> dict:
+        cancel: Cancel | None = None, on_call=None, kept: KeptConnections | None = None) -> dict:
     """Perform a prepared request; return the record (see stream()).
 
     Safe to call from many threads at once. When ``capture`` is given, the
     raw response is kept in it (see Capture). A ``cancel`` shared with
-    other runs lets another thread interrupt this one.
+    other runs lets another thread interrupt this one. With ``kept`` (one
+    per worker), a connection kept from an earlier run to the same origin
+    is reused, and this run's connection is kept if its response ended
+    cleanly on a framing that lets the connection go on.
     """
     x = Exchange(request, capture, cancel)
     interrupted = None
-    sock = None
+    connection = kept.take(request.origin) if kept is not None else None
     try:
         x.timeline.start()
-        sock = _connect(x)
-        _exchange(sock, x, _Show(on_text, on_reasoning, on_call))
+        if connection is None:
+            connection = _connect(x)
+        else:
+            _reuse(x, connection)
+        x.connection = connection
+        connection.requests += 1
+        _exchange(connection.sock, x, _Show(on_text, on_reasoning, on_call))
     except StreamError as exc:
         x.fail(exc)
     except KeyboardInterrupt as exc:
@@ -2547,10 +2713,13 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
     except Exception as exc:  # a server must never crash the run: keep the evidence
         x.fail(_classify(exc, x))
     finally:
-        if sock is not None:
+        if connection is not None:
             if cancel is not None:
-                cancel.detach(sock)
-            sock.close()
+                cancel.detach(connection.sock)
+            if kept is not None and interrupted is None and _reusable(x):
+                kept.keep(request.origin, connection)
+            else:
+                connection.sock.close()
         x.timeline.ended = time.perf_counter()
     record = build_record(x)
     if interrupted:
@@ -2558,19 +2727,26 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
     return record
 
 
-def _connect(x: Exchange) -> socket.socket:
-    """The TCP connection and, for https, the TLS handshake, each under the idle timeout cut to the deadline."""
-    request = x.request
+def _connect(x: Exchange) -> Connection:
+    """The TCP connection (to the proxy, when one is used, then a tunnel through it) and, for https,
+    the TLS handshake, each step under the idle timeout cut to the deadline."""
+    request, proxy = x.request, x.request.proxy
     stop = x.interruption()
     if stop:
         raise stop
-    sock = socket.create_connection((request.host, request.port), timeout=_wait(x))
+    sock = socket.create_connection((proxy.host, proxy.port) if proxy else (request.host, request.port),
+                                    timeout=_wait(x))
     if x.cancel is not None:
         x.cancel.attach(sock)
-    if request.scheme == 'http':
-        return sock
-    x.phase = Phase.TLS
     try:
+        if proxy is not None:
+            x.phase = Phase.PROXY
+            _open_tunnel(sock, x)
+        if request.scheme == 'http':
+            connection = Connection(sock)
+            _check_plain_peer(connection, request)
+            return connection
+        x.phase = Phase.TLS
         sock.settimeout(_wait(x))
         tls = request.ssl_context.wrap_socket(sock, server_hostname=request.host)
     except BaseException:
@@ -2581,22 +2757,82 @@ def _connect(x: Exchange) -> socket.socket:
     if x.cancel is not None:  # the TLS socket took over the connection
         x.cancel.detach(sock)
         x.cancel.attach(tls)
-    return tls
+    return Connection(tls)
+
+
+def _check_plain_peer(connection: Connection, request: PreparedRequest) -> None:
+    """Plain http only to loopback, judged by the address really connected to, not by the name."""
+    if not ipaddress.ip_address(connection.peer_ip.partition('%')[0]).is_loopback:
+        raise StreamError('connect', f'plain http is allowed only to loopback addresses, but {request.host} '
+                                     f'connected to {connection.peer}; nothing was sent')
+
+
+def _open_tunnel(sock: socket.socket, x: Exchange) -> None:
+    """CONNECT through the proxy to the origin (RFC 9110, 9.3.6); StreamError('proxy') unless it answers 2xx."""
+    request, proxy = x.request, x.request.proxy
+    sock.settimeout(_wait(x))
+    sock.sendall(proxy.connect_request(request.host, request.port))
+    heads = ResponseHeadParser()
+    head = None
+    while head is None:
+        sock.settimeout(_wait(x))
+        raw = sock.recv(READ_SIZE)
+        if not raw:
+            raise StreamError('proxy', f'the proxy {proxy.address} closed the connection before answering CONNECT '
+                                       f'{request.host}:{request.port}')
+        try:
+            head = heads.feed(raw)
+        except StreamError as exc:
+            raise StreamError('proxy', f'the proxy {proxy.address} answered CONNECT with {exc.message}') from None
+    if not 200 <= head.status < 300:
+        raise StreamError('proxy', f'the proxy {proxy.address} refused the tunnel to {request.host}:{request.port}: '
+                                   f'{head.status} {head.reason}'.rstrip())
+    if heads.rest:
+        raise StreamError('proxy', f'the proxy {proxy.address} sent {_count(len(heads.rest), "byte")} after its '
+                                   '2xx to CONNECT, before the tunnel was used')
+
+
+def _reuse(x: Exchange, connection: Connection) -> None:
+    """Take up a kept connection: the clock starts now, as the request goes out on it."""
+    x.reused, x.idle_s = True, time.monotonic() - connection.idle_since
+    if x.cancel is not None:
+        x.cancel.attach(connection.sock)
+
+
+def _reusable(x: Exchange) -> bool:
+    """Whether a connection may carry the next request: its response ended cleanly on a framing that says
+    where it ends (Content-Length, or chunked and read to its last chunk), in HTTP/1.1, without
+    Connection: close, and nothing went wrong below the event stream."""
+    head, body, failure = x.reader.head, x.reader.body, x.failure
+    if failure is not None and failure.layer not in ('http', 'sse', 'protocol', 'application'):
+        return False
+    return (head is not None and body is not None and body.complete and body.framing != 'close'
+            and not body.overrun and head.version == '1.1' and 'close' not in head.field_list('Connection'))
 
 
 def _exchange(sock: socket.socket, x: Exchange, show: _Show) -> None:
-    x.phase = Phase.REQUEST
-    sock.settimeout(_wait(x))
-    sock.sendall(x.request.wire)
-    x.phase = Phase.HEADERS
     try:
+        x.phase = Phase.REQUEST
+        sock.settimeout(_wait(x))
+        sock.sendall(x.request.wire)
+        x.phase = Phase.HEADERS
         _read_response(sock, x, show)
     except (OSError, StreamError) as exc:
         if x.reader.reading_error_body:  # the status line already says what failed; keep what arrived
             raise x.reader.status_failure() from None
+        if _closed_while_idle(x, exc):
+            raise StaleConnectionError(x.connection.requests, x.idle_s) from None
         if isinstance(exc, StreamError) and _looks_like_tls(x):
             raise StreamError(exc.layer, f'{exc.message}; is this port TLS? try https://') from None
         raise
+
+
+def _closed_while_idle(x: Exchange, exc: BaseException) -> bool:
+    """Whether a reused connection ended (closed or reset) before any response byte: not a timeout, and
+    not a failure of a later layer."""
+    if not x.reused or x.reader.received or isinstance(exc, TimeoutError):
+        return False
+    return isinstance(exc, OSError) or exc.layer == 'transport'
 
 
 def _looks_like_tls(x: Exchange) -> bool:
@@ -2690,7 +2926,12 @@ def _classify(exc: BaseException, x: Exchange) -> StreamError:
         return StreamError('tls', f'TLS failed with {request.host}: {exc.reason or exc}{hint}')
     if x.phase is Phase.CONNECT and isinstance(exc, OSError):
         reason = exc.strerror or str(exc) or type(exc).__name__
+        if request.proxy is not None:
+            return StreamError('proxy', f'cannot connect to the proxy {request.proxy.address}: {reason}')
         return StreamError('connect', f'cannot connect to {request.host}:{request.port}: {reason}')
+    if x.phase is Phase.PROXY and isinstance(exc, OSError):
+        return StreamError('proxy', f'the tunnel through the proxy {request.proxy.address} failed: '
+                                    f'{type(exc).__name__}: {exc}')
     if x.phase is Phase.TLS and isinstance(exc, OSError):
         return StreamError('tls', f'TLS handshake with {request.host} failed: {type(exc).__name__}: {exc}')
     if x.phase in (Phase.REQUEST, Phase.HEADERS) and isinstance(exc, (OSError, http.client.HTTPException)):
@@ -2713,7 +2954,10 @@ def _timeout_failure(x: Exchange) -> StreamError:
         return _deadline_failure(x)
     idle = f'{request.idle:g} s'
     if x.phase is Phase.CONNECT:
-        return StreamError('timeout', f'no connection to {request.host}:{request.port} within {idle}')
+        where = f'the proxy {request.proxy.address}' if request.proxy else f'{request.host}:{request.port}'
+        return StreamError('timeout', f'no connection to {where} within {idle}')
+    if x.phase is Phase.PROXY:
+        return StreamError('timeout', f'no answer to CONNECT from the proxy {request.proxy.address} within {idle}')
     if x.phase is Phase.TLS:
         return StreamError('timeout', f'TLS handshake with {request.host} not finished within {idle}')
     if x.phase is not Phase.BODY:
@@ -2814,6 +3058,8 @@ def build_record(x: Exchange) -> dict:
         'request_id': head.get('x-request-id') if head else None,
         'server_error': x.failure.server_error if x.failure is not None else None,
         'http': _http_facts(head, reader.body),
+        'connection': _connection_facts(x),
+        'proxy': request.proxy.facts() if request.proxy is not None else None,
         'source': _source(head, request.source),
         'url': request.url,
         'request': dict(request.settings),
@@ -2822,7 +3068,7 @@ def build_record(x: Exchange) -> dict:
         'capture': None if reader.capture is None else {'bytes': len(reader.capture.data),
                                                         'truncated': reader.capture.truncated},
     }
-    return redact(record, request.token)
+    return redact(record, request.secrets())
 
 
 MIN_EVENTS_FOR_BUFFERING_HINT = 8   # fewer content events than this: too short to tell
@@ -2840,6 +3086,16 @@ def buffered_delivery(content_events: int, content_reads: int) -> bool | None:
     if content_events < MIN_EVENTS_FOR_BUFFERING_HINT:
         return None
     return content_events >= BUFFERED_EVENTS_PER_READ * content_reads
+
+
+def _connection_facts(x: Exchange) -> dict | None:
+    """What the record says of the connection: whether it was kept from an earlier run, how many requests
+    it has carried, the address really reached (the proxy's, through one) and the local port."""
+    connection = x.connection
+    if connection is None:
+        return None
+    return {'reused': x.reused, 'request_on_connection': connection.requests, 'peer': connection.peer,
+            'local_port': connection.local_port, 'stale': isinstance(x.failure, StaleConnectionError)}
 
 
 def _span_ms(first: float | None, last: float | None) -> float | None:
@@ -2894,16 +3150,18 @@ PYTHON_VERSION = sys.version.split()[0]
 PLATFORM = _platform()  # constant for the life of the process
 
 
-def redact(value, secret: str):
-    """A copy of value with every occurrence of secret in its strings replaced."""
-    if not secret:
+def redact(value, secrets: tuple[str, ...]):
+    """A copy of value with every occurrence of each secret in its strings replaced."""
+    if not secrets:
         return value
     if isinstance(value, str):
-        return value.replace(secret, '[redacted]')
+        for secret in secrets:
+            value = value.replace(secret, '[redacted]')
+        return value
     if isinstance(value, dict):
-        return {key: redact(item, secret) for key, item in value.items()}
+        return {key: redact(item, secrets) for key, item in value.items()}
     if isinstance(value, list):
-        return [redact(item, secret) for item in value]
+        return [redact(item, secrets) for item in value]
     return value
 
 
@@ -2933,6 +3191,7 @@ class LoadSettings:
     rate: float | None = None
     arrivals: str = 'poisson'
     seed: int = 0
+    keep_alive: bool = False  # each worker reuses its connection while the responses allow it
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
@@ -2953,7 +3212,8 @@ class LoadSettings:
 
     def described(self) -> dict:
         return {'runs': self.runs, 'concurrency': self.in_flight, 'rate': self.rate,
-                'arrivals': self.arrivals if self.rate is not None else None, 'seed': self.seed}
+                'arrivals': self.arrivals if self.rate is not None else None, 'seed': self.seed,
+                'keep_alive': self.keep_alive}
 
 
 def arrival_offsets(settings: LoadSettings):
@@ -3010,19 +3270,30 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     run as it ends, one call at a time, from the worker threads.
 
     Each record gains ``run`` (its index), ``offset_ms`` (its start after the load's), ``queued_ms``
-    (open loop: how late it started after it was due) and ``load`` (the settings, and an ``id`` of the load). Once ``cancel`` is
-    cancelled, no run starts and the runs in flight end as interrupted; this returns when every run
-    that started has its record.
+    (open loop: how late it started after it was due) and ``load`` (the settings, and an ``id`` of the
+    load). With ``settings.keep_alive`` each worker thread keeps its connections between its runs (see
+    run()) and closes them when the load ends. Once ``cancel`` is cancelled, no run starts and the runs
+    in flight end as interrupted; this returns when every run that started has its record.
     """
     started, lock = time.perf_counter(), threading.Lock()
     described = {**settings.described(), 'id': os.urandom(8).hex()}  # the id tells merged loads apart
+    workers, kept_by_worker = threading.local(), []
+
+    def kept() -> KeptConnections | None:
+        if not settings.keep_alive:
+            return None
+        if not hasattr(workers, 'kept'):
+            workers.kept = KeptConnections()
+            with lock:
+                kept_by_worker.append(workers.kept)
+        return workers.kept
 
     def one(job: tuple[int, float]) -> None:
         index, due = job
         if cancel.reason is not None:
             return  # cancelled before it started: no run, no record
         begun = time.perf_counter()
-        record = run(requests[index % len(requests)], cancel=cancel)
+        record = run(requests[index % len(requests)], cancel=cancel, kept=kept())
         record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
                   'load': described}
@@ -3040,6 +3311,8 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
             pool.submit((index, due))
     finally:
         pool.close()
+        for connections in kept_by_worker:
+            connections.close()
 
 
 _QUOTED_TEXT = re.compile(r"""b?'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
@@ -3115,6 +3388,7 @@ class Summary:
         self.last_end: float | None = None
         self.seen = {'sources': set(), 'apis': set(), 'models': set(), 'expected_finishes': set()}
         self.planned: dict[str, int] = {}  # runs planned, by load id
+        self.stale = 0                     # runs whose reused connection had been closed while idle
         self.single_runs = 0               # records of runs that were not part of a load
         self._second = ('', 0)  # the last whole second parsed from a started_at, and its epoch
 
@@ -3141,6 +3415,7 @@ class Summary:
         else:
             self.single_runs += 1
         if not record['ok']:
+            self.stale += bool((record.get('connection') or {}).get('stale'))
             self.by_layer[record['error_layer']] += 1
             self.by_kind[error_kind(record['error'])] += 1
             return
@@ -3165,6 +3440,7 @@ class Summary:
         return {
             'runs': self.runs, 'ok': self.ok, 'not_ok': self.runs - self.ok,
             'planned_runs': sum(self.planned.values()) + self.single_runs,
+            'stale_connection_failures': self.stale,
             'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
             'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
             'latency_ms': {field: percentiles(self.latency[field]) for field in LATENCY_FIELDS},
@@ -3185,6 +3461,9 @@ def _unplanned(result: dict) -> str:
 def summary_table(result: dict) -> str:
     """The summary for a person: counts, kinds of failure, and the latency of ok runs."""
     lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)]
+    if result['stale_connection_failures']:
+        lines.append(f'stale connections: {result["stale_connection_failures"]} runs sent on a kept connection that '
+                     'the server or a proxy had closed while idle')
     if result['not_ok']:
         lines.append('not ok by layer: ' + ', '.join(f'{layer} {count}' for layer, count
                                                      in result['not_ok_by_layer'].items()))
@@ -3213,7 +3492,7 @@ def summary_table(result: dict) -> str:
 
 REPORT_TIMELINE_ROWS = 2000  # runs drawn in the timeline at most (a bounded sample beyond)
 REPORT_ERRORS_PER_LAYER = 5  # distinct error messages shown per layer
-LAYER_COLOURS = {None: '#2e7d32', 'connect': '#6a1b9a', 'tls': '#8e24aa', 'http': '#7b1fa2', 'transport': '#c62828',
+LAYER_COLOURS = {None: '#2e7d32', 'connect': '#6a1b9a', 'proxy': '#4a148c', 'tls': '#8e24aa', 'http': '#7b1fa2', 'transport': '#c62828',
                  'sse': '#ad1457', 'protocol': '#6d4c41', 'application': '#ef6c00', 'timeout': '#546e7a',
                  'interrupted': '#212121', 'client': '#000000'}
 _REPORT_CSS = """
@@ -3436,19 +3715,19 @@ def write_record(fd: int, record: dict) -> None:
         output.write('\n')
 
 
-def save_capture(fd: int, path: str, capture: Capture, token: str) -> str | None:
+def save_capture(fd: int, path: str, capture: Capture, secrets: tuple[str, ...]) -> str | None:
     """Write the raw response to its reserved file and return the path; when nothing at all arrived,
     remove the empty file instead (so that the name is free again) and return None.
 
-    The API key is masked by asterisks of the same length, so the framing stays valid.
+    The API key and proxy credentials are masked by asterisks of the same length, so the framing stays valid.
     """
     data = bytes(capture.data)
     if not data:
         os.close(fd)
         os.unlink(path)
         return None
-    if token:
-        data = data.replace(token.encode(), b'*' * len(token.encode()))
+    for secret in secrets:
+        data = data.replace(secret.encode(), b'*' * len(secret.encode()))
     with os.fdopen(fd, 'wb') as output:
         output.write(data)
     return path
@@ -3590,6 +3869,8 @@ def _parser() -> OneLineParser:
     send.add_argument('--deadline', type=float, default=60.0, metavar='S',
                       help='seconds one run may take (default 60)')
     send.add_argument('--ca-file', metavar='PEM', help='extra trusted CA certificates for https')
+    send.add_argument('--no-proxy', action='store_true',
+                      help='ignore HTTPS_PROXY, HTTP_PROXY and NO_PROXY: connect directly')
     load = parser.add_argument_group('many runs')
     load.add_argument('--runs', type=int, default=1, metavar='N', help='how many runs (default 1)')
     load.add_argument('--concurrency', type=int, metavar='C',
@@ -3600,6 +3881,10 @@ def _parser() -> OneLineParser:
     load.add_argument('--arrivals', choices=ARRIVALS, default='poisson',
                       help='how --rate spaces the starts (default poisson, seeded by --seed)')
     load.add_argument('--seed', type=int, default=0, help='seed of the arrivals and of --fixture mixed (default 0)')
+    load.add_argument('--keep-alive', action='store_true',
+                      help='each worker sends its next run on its kept connection while the responses allow it '
+                           '(needs --runs of 2 or more); a kept connection closed while idle is a failure counted '
+                           'as stale_connection_failures')
     load.add_argument('--prompts', metavar='FILE',
                       help='JSON Lines of prompts, each a string or {"prompt", "system", "max_tokens"}; '
                            'the runs cycle through them')
@@ -3654,7 +3939,8 @@ def _requests_from_args(args, url: str) -> list[PreparedRequest]:
                     system=line['system'], temperature=args.temperature, stop=args.stop, extra=extra,
                     api=args.api, expect_finish=args.expect_finish,
                     source='endpoint' if args.fixture is None else 'fixture', tools=tools,
-                    tool_choice=args.tool_choice, json_schema=json_schema) for line in prompts]
+                    tool_choice=args.tool_choice, json_schema=json_schema, trust_env=not args.no_proxy)
+            for line in prompts]
 
 
 def _answer_files(args) -> tuple[list | None, dict | None]:
@@ -3901,7 +4187,7 @@ def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None
         if record is None:  # a bug in this client: still leave a valid record, then show the traceback
             record = failed_record(request, StreamError('client', 'the client failed before finishing its record'))
         if capture_fd is not None:
-            kept = save_capture(capture_fd, args.capture, capture, request.token)
+            kept = save_capture(capture_fd, args.capture, capture, request.secrets())
             record = {**record, 'capture': {**(record['capture'] or {'bytes': 0, 'truncated': False}), 'file': kept}}
         write_record(fd, record)
     _after_signals(status in SIGNAL_EXIT.values())  # the evidence is safe on disk now
@@ -3962,12 +4248,14 @@ def _summary_command(args, prog: str) -> int:
 
 def _load_settings(args) -> LoadSettings | None:
     """The load the command line asks for, or None for a single run as before (--runs 1, no load flags)."""
+    if args.keep_alive and args.runs < 2:
+        raise UsageError('--keep-alive needs --runs of 2 or more: one run uses one connection')
     if args.runs == 1 and args.concurrency is None and args.rate is None and args.prompts is None:
         return None
     if args.capture is not None:
         raise UsageError('--capture keeps the raw bytes of one run; it does not go with --runs, --concurrency, '
                          '--rate or --prompts')
-    return LoadSettings(args.runs, args.concurrency, args.rate, args.arrivals, args.seed)
+    return LoadSettings(args.runs, args.concurrency, args.rate, args.arrivals, args.seed, args.keep_alive)
 
 
 def _reserve_report(args, output_fd: int) -> int | None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import base64
 import collections
 import dataclasses
 import html.parser
@@ -10,6 +11,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import socket
 import statistics
@@ -1443,6 +1445,7 @@ class FixtureCommandLineTests(unittest.TestCase):
 
     def test_bad_flags_exit_2(self):
         for args in (['--rate', '5'], ['--tokens', '3', '--rate', '0'], ['--delay', '-1'], ['--tokens', '0'],
+                     ['--idle-close', '0'],
                      ['--tls-cert', 'a.pem'], ['--replay', 'absent.http'], ['--mode', 'nope']):
             with self.subTest(args=args):
                 done = subprocess.run([sys.executable, str(HERE / 'fixture_server.py'), '--port', '0', *args],
@@ -1458,8 +1461,8 @@ class VllmFidelityTests(unittest.TestCase):
         with Fixture(profile='vllm') as fixture, socket.create_connection(
                 ('127.0.0.1', fixture.instance.server_port)) as conn:
             body = b'{"model": "tiny", "stream": true}'
-            conn.sendall(b'POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s'
-                         % (path.encode(), len(body), body))
+            conn.sendall(b'POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s'
+                         % (path.encode(), len(body), body))  # as the captures were requested
             received = b''
             while data := conn.recv(65536):
                 received += data
@@ -1827,6 +1830,178 @@ class TlsAndSecretTests(unittest.TestCase):
             with self.subTest(output=name):
                 self.assertNotIn(key, text)
                 self.assertNotIn('8c1f7e', text)
+
+
+class ConnectProxy:
+    """A small forward proxy on loopback, for the tests. It answers CONNECT with ``answer`` (a whole
+    response, None to close without a word, or 'stall' to say nothing); after a 2xx it relays bytes both
+    ways to the port CONNECT named, on 127.0.0.1 whatever the name. ``seen`` holds each request head."""
+
+    ESTABLISHED = b'HTTP/1.1 200 Connection established\r\n\r\n'
+
+    def __init__(self, answer: bytes | str | None = ESTABLISHED) -> None:
+        self.answer, self.seen = answer, []
+        self.listener = socket.create_server(('127.0.0.1', 0))
+        self.address = f'127.0.0.1:{self.listener.getsockname()[1]}'
+        self.closing = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> ConnectProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.closing.set()
+        self.thread.join()
+        self.listener.close()
+
+    def _serve(self) -> None:
+        while not self.closing.is_set():  # a blocked accept() would not wake when the listener closes
+            if select.select([self.listener], [], [], 0.05)[0]:
+                conn, _ = self.listener.accept()
+                threading.Thread(target=self._tunnel, args=(conn,), daemon=True).start()
+
+    def _tunnel(self, conn: socket.socket) -> None:
+        with conn:
+            head = b''
+            while b'\r\n\r\n' not in head:
+                data = conn.recv(4096)
+                if not data:
+                    return
+                head += data
+            self.seen.append(head)
+            if self.answer == 'stall':
+                self.closing.wait(30)
+            if not isinstance(self.answer, bytes):
+                return
+            conn.sendall(self.answer)
+            if not self.answer.startswith(b'HTTP/1.1 200'):
+                return
+            port = int(head.split(b'\r\n')[0].split()[1].rsplit(b':', 1)[1])
+            with socket.create_connection(('127.0.0.1', port)) as upstream:
+                while True:
+                    readable, _, _ = select.select([conn, upstream], [], [], 30)
+                    for side in readable:
+                        data = side.recv(65536)
+                        if not data:
+                            return
+                        (upstream if side is conn else conn).sendall(data)
+                    if not readable:
+                        return
+
+
+def resolving_llm_test_to_loopback():
+    """socket.getaddrinfo with llm.test (a name that never resolves) answering 127.0.0.1, in this process."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        return real('127.0.0.1' if host == 'llm.test' else host, *args, **kwargs)
+    return mock.patch('socket.getaddrinfo', getaddrinfo)
+
+
+class ProxyTests(unittest.TestCase):
+    """https through a forward proxy (HTTPS_PROXY, CONNECT), NO_PROXY and --no-proxy, and the proxy layer."""
+
+    def setUp(self) -> None:
+        self.origin = Fixture(profile='vllm', tls_cert=str(TLS / 'proxied.pem'), tls_key=str(TLS / 'proxied.key'))
+        self.origin.__enter__()
+        self.addCleanup(self.origin.__exit__)
+        self.url = f'https://llm.test:{self.origin.instance.server_port}/v1/chat/completions'
+
+    def environment(self, proxy: ConnectProxy | str, **more: str):
+        address = proxy.address if isinstance(proxy, ConnectProxy) else proxy
+        variables = {'HTTPS_PROXY': f'http://alice:s3cret-pw@{address}', **more}
+        cleared = {name: '' for name in ('https_proxy', 'http_proxy', 'no_proxy', 'NO_PROXY')}
+        return mock.patch.dict(os.environ, {**cleared, **variables})
+
+    def test_https_through_a_proxy_is_ok_names_it_and_keeps_its_credentials_out(self):
+        with ConnectProxy() as proxy, self.environment(proxy):
+            record = stream(self.url, 'm', 'p', ca_file=str(TLS / 'ca.pem'))
+            with tempfile.TemporaryDirectory() as tmp:
+                done = run_cli('--url', self.url, '--model', 'm', '--ca-file', str(TLS / 'ca.pem'), '--output', 'r.json',
+                               '--capture', 'r.http', cwd=tmp, env=dict(os.environ))
+                outputs = [done.stdout, done.stderr] + [(Path(tmp) / name).read_bytes().decode('latin-1')
+                                                        for name in ('r.json', 'r.http')]
+        self.assertTrue(record['ok'], record['error'])
+        self.assertEqual((record['proxy'], record['connection']['peer']),
+                         ({'address': proxy.address, 'credentials': True}, proxy.address))
+        basic = base64.b64encode(b'alice:s3cret-pw').decode()
+        self.assertTrue(proxy.seen[0].startswith(f'CONNECT llm.test:{self.origin.instance.server_port} HTTP/1.1\r\n'
+                                                 .encode()))
+        self.assertIn(f'Proxy-Authorization: Basic {basic}\r\n'.encode(), proxy.seen[0])
+        self.assertEqual(done.returncode, 0, done.stderr)
+        for text in [json.dumps(record)] + outputs:
+            for secret in ('alice', 's3cret-pw', basic):
+                self.assertNotIn(secret, text)
+        self.assertNotIn('s3cret', repr(stream_client.prepare(self.url, 'm', 'p')))  # nor in a request's repr
+
+    def test_no_proxy_and_the_flag_go_around_it(self):
+        with ConnectProxy() as proxy, resolving_llm_test_to_loopback():
+            for variables, options in (({'NO_PROXY': 'llm.test'}, {}), ({'no_proxy': '.test'}, {}),
+                                       ({'NO_PROXY': '*'}, {}), ({}, {'trust_env': False})):
+                with self.subTest(variables=variables, options=options), self.environment(proxy, **variables):
+                    record = stream(self.url, 'm', 'p', ca_file=str(TLS / 'ca.pem'), **options)
+                    self.assertTrue(record['ok'], record['error'])
+                    self.assertEqual((record['proxy'], record['connection']['peer']),
+                                     (None, f'127.0.0.1:{self.origin.instance.server_port}'))
+            self.assertEqual(proxy.seen, [])
+
+    def test_a_refused_closed_or_silent_tunnel_is_a_proxy_failure(self):
+        target = f'llm.test:{self.origin.instance.server_port}'
+        cases = {b'HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic\r\n\r\n':
+                 f'proxy: the proxy {{}} refused the tunnel to {target}: 407 Proxy Authentication Required',
+                 b'HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n':
+                 f'proxy: the proxy {{}} refused the tunnel to {target}: 502 Bad Gateway',
+                 None: f'proxy: the proxy {{}} closed the connection before answering CONNECT {target}',
+                 'stall': 'timeout: no answer to CONNECT from the proxy {} within 0.3 s'}
+        for answer, error in cases.items():
+            with self.subTest(answer=answer), ConnectProxy(answer) as proxy, self.environment(proxy):
+                record = stream(self.url, 'm', 'p', ca_file=str(TLS / 'ca.pem'), idle=0.3)
+                self.assertEqual(record['error'], error.format(proxy.address))
+                self.assertEqual(record['proxy']['address'], proxy.address)
+        with socket.socket() as unused:
+            unused.bind(('127.0.0.1', 0))
+            address = f'127.0.0.1:{unused.getsockname()[1]}'  # nothing listens there
+            with self.environment(address):
+                record = stream(self.url, 'm', 'p', ca_file=str(TLS / 'ca.pem'))
+        self.assertEqual(record['error_layer'], 'proxy')
+        self.assertIn(f'cannot connect to the proxy {address}', record['error'])
+
+    def test_kept_alive_runs_share_one_tunnel(self):
+        with ConnectProxy() as proxy, self.environment(proxy):
+            request = stream_client.prepare(self.url, 'm', 'p', ca_file=str(TLS / 'ca.pem'))
+            records: list[dict] = []
+            stream_client.run_load([request], stream_client.LoadSettings(runs=3, keep_alive=True), records.append,
+                                   stream_client.Cancel())
+        self.assertEqual([(r['ok'], r['connection']['reused'], r['connection']['request_on_connection'])
+                          for r in sorted(records, key=lambda r: r['run'])], [(True, False, 1), (True, True, 2),
+                                                                               (True, True, 3)])
+        self.assertEqual(len(proxy.seen), 1)
+
+    def test_which_proxy_the_environment_names(self):
+        from_env = stream_client.proxy_from_environment
+        self.assertIsNone(from_env('https', '127.0.0.1', {'HTTPS_PROXY': 'http://p:3128'}))  # loopback: never
+        self.assertIsNone(from_env('https', 'localhost', {'HTTPS_PROXY': 'http://p:3128'}))
+        self.assertEqual(from_env('https', 'llm.test', {'HTTPS_PROXY': 'http://upper:1', 'https_proxy': 'lower:2'}).address,
+                         'lower:2')  # lower case first, as curl reads it; the scheme defaults to http://
+        self.assertEqual(from_env('https', 'llm.test', {'HTTPS_PROXY': 'http://p'}).port, 80)
+        self.assertIsNone(from_env('https', 'llm.test', {'HTTP_PROXY': 'http://p:1'}))  # http_proxy is for http
+        with self.assertRaises(ValueError):
+            from_env('https', 'llm.test', {'HTTPS_PROXY': 'socks5://p:1080'})
+        proxy = from_env('https', 'llm.test', {'HTTPS_PROXY': 'http://us%40er:p%3Ass@p:1'})
+        self.assertEqual(proxy.authorization, 'Basic ' + base64.b64encode(b'us@er:p:ss').decode())
+        self.assertNotIn('p:ss', repr(proxy))
+
+    def test_no_proxy_matches_as_curl_does(self):
+        cases = [('*', 'anything.example', True), ('example.com', 'example.com', True),
+                 ('example.com', 'www.example.com', True), ('.example.com', 'www.example.com', True),
+                 ('example.com', 'notexample.com', False), ('example.com', 'example.com.evil', False),
+                 (' Example.COM , other', 'EXAMPLE.com', True), ('10.1.2.3', '10.1.2.3', True),
+                 ('10.0.0.0/8', '10.9.9.9', True), ('10.0.0.0/8', '11.0.0.1', False), ('fd00::/8', '[fd12::1]', True),
+                 ('::1', '::1', True), ('', 'example.com', False), ('10.0.0.0/8', 'ten.example', False)]
+        for no_proxy, host, bypasses in cases:
+            with self.subTest(no_proxy=no_proxy, host=host):
+                self.assertIs(stream_client.bypasses_proxy(host, no_proxy), bypasses)
 
 
 def capture_api(name: str) -> str:
@@ -2253,6 +2428,79 @@ class LoadTests(unittest.TestCase):
                          {"application: tool call N (get_weather): arguments are not a JSON object: ...": 10})
         self.assertEqual({record['run'] % 3 for record in records if not record['ok']}, {1})
         self.assertEqual(result['latency_runs'], 20)  # the ok runs' first text is their first tool-call piece
+
+    def test_keep_alive_reuses_each_workers_connection(self):
+        for profile in fixture_server.PROFILES:
+            with self.subTest(profile=profile), Fixture(profile=profile) as fixture:
+                records = self.load(fixture.url, stream_client.LoadSettings(runs=12, concurrency=3, keep_alive=True))
+            connections = {record['connection']['local_port'] for record in records}
+            self.assertTrue(all(record['ok'] for record in records), [r['error'] for r in records])
+            self.assertLessEqual(len(connections), 3)
+            self.assertEqual(sum(not record['connection']['reused'] for record in records), len(connections))
+            carried = collections.Counter()  # each connection carried as many requests as its last one counts
+            for record in records:
+                port, count = record['connection']['local_port'], record['connection']['request_on_connection']
+                carried[port] = max(carried[port], count)
+            self.assertEqual(sum(carried.values()), 12)
+            self.assertEqual({record['load']['keep_alive'] for record in records}, {True})
+        with Fixture() as fixture:  # without --keep-alive, one connection per run
+            records = self.load(fixture.url, stream_client.LoadSettings(runs=4, concurrency=2))
+        self.assertEqual([record['connection']['reused'] for record in records], [False] * 4)
+
+    def test_a_response_that_ends_its_connection_is_not_reused(self):
+        body = ANSWER_EVENTS
+        cases = {'Connection: close': sse_response(body, headers=f'Content-Length: {len(body)}\r\nConnection: close\r\n'),
+                 'HTTP/1.0': sse_response(body, headers=f'Content-Length: {len(body)}\r\n', status='200 OK')
+                 .replace(b'HTTP/1.1', b'HTTP/1.0', 1),
+                 'a body ended by closing': sse_response(body)}
+        for name, response in cases.items():
+            with self.subTest(name), Fixture(replay=response) as fixture:
+                records = self.load(fixture.url, stream_client.LoadSettings(runs=3, keep_alive=True))
+                self.assertEqual([(record['ok'], record['connection']['reused']) for record in records],
+                                 [(True, False)] * 3, [record['error'] for record in records])
+
+    def test_a_kept_connection_closed_while_idle_is_named_and_not_retried(self):
+        with Fixture(profile='vllm', idle_close=0.05) as fixture:
+            request = stream_client.prepare(fixture.url, 'm', 'p')
+            kept = stream_client.KeptConnections()
+            first = stream_client.run(request, kept=kept)
+            connection = kept.take(request.origin)
+            self.assertTrue(select.select([connection.sock], [], [], 30)[0])  # the server's close has arrived
+            kept.keep(request.origin, connection)
+            stale = stream_client.run(request, kept=kept)
+            after = stream_client.run(request, kept=kept)
+            kept.close()
+        self.assertTrue(first['ok'])
+        self.assertRegex(stale['error'], r'^transport: the reused connection \(request 2 on it, idle \d+\.\d\d s\) closed '
+                                         r'before any response byte; the server or a proxy closed it while idle$')
+        self.assertEqual((stale['connection']['reused'], stale['connection']['stale'], stale['headers_ms']),
+                         (True, True, None))
+        self.assertEqual((after['ok'], after['connection']['reused'], after['connection']['request_on_connection']),
+                         (True, False, 1))  # not retried: the next run opens a new connection
+        summary = stream_client.Summary()
+        for record in (first, stale, after):
+            summary.add(record)
+        self.assertEqual(summary.result()['stale_connection_failures'], 1)
+
+    def test_plain_http_is_judged_by_the_address_a_name_resolves_to(self):
+        real = socket.getaddrinfo
+
+        def getaddrinfo(host, port, *args, **kwargs):  # llm.test resolves to a documentation address
+            if host == 'llm.test':
+                return [(socket.AF_INET, socket.SOCK_STREAM, 6, '', ('192.0.2.7', port))]
+            return real(host, port, *args, **kwargs)
+        with mock.patch('socket.getaddrinfo', getaddrinfo), self.assertRaises(ValueError) as caught:
+            stream_client.prepare('http://llm.test:8000/v1/chat/completions', 'm', 'p')
+        self.assertEqual(str(caught.exception), "plain http is allowed only to loopback addresses, but 'llm.test' "
+                                                'resolves to 192.0.2.7; use https or an SSH tunnel to 127.0.0.1')
+        with Fixture() as fixture, resolving_llm_test_to_loopback():  # a name that resolves to loopback is fine
+            record = stream(fixture.url.replace('127.0.0.1', 'llm.test'), 'm', 'p')
+        self.assertEqual((record['ok'], record['connection']['peer'][:10]), (True, '127.0.0.1:'))
+        reached = types.SimpleNamespace(peer_ip='192.0.2.7', peer='192.0.2.7:8000')  # as if DNS changed meanwhile
+        with self.assertRaises(StreamError) as caught:
+            stream_client._check_plain_peer(reached, types.SimpleNamespace(host='llm.test'))
+        self.assertEqual(str(caught.exception), 'connect: plain http is allowed only to loopback addresses, but '
+                                                'llm.test connected to 192.0.2.7:8000; nothing was sent')
 
     def test_failed_runs_stay_out_of_the_latency_figures(self):
         summary = stream_client.Summary()
@@ -2732,6 +2980,7 @@ class CommandLineTests(unittest.TestCase):
             ('--compare', 'load.jsonl', '--capture', 'c.http'):
                 '--compare only reads saved evidence; --capture is for runs that send requests',
             ('--summary', 'load.jsonl', '--compare', 'load.jsonl'): '--compare and --summary exclude each other',
+            ('--fixture', 'ok', '--keep-alive', '--output', 'a.jsonl'): '--keep-alive needs --runs of 2 or more',
             ('--compare', 'load.jsonl'): 'load.jsonl holds the records of a load, one per line: --compare takes '
                                          'files of one record each; use --summary load.jsonl to read a load',
         }
@@ -2796,7 +3045,7 @@ class CommandLineTests(unittest.TestCase):
         fd = os.open(self.dir / 'c.http', os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         capture = stream_client.Capture()
         capture.keep(b'5\r\nsk-ab\r\n')
-        self.assertEqual(stream_client.save_capture(fd, str(self.dir / 'c.http'), capture, 'sk-ab'),
+        self.assertEqual(stream_client.save_capture(fd, str(self.dir / 'c.http'), capture, ('sk-ab',)),
                          str(self.dir / 'c.http'))
         self.assertEqual((self.dir / 'c.http').read_bytes(), b'5\r\n*****\r\n')
 
