@@ -417,6 +417,16 @@ def _seen(value: object) -> str:
     return _shorten(json.dumps(value, ensure_ascii=False), 40)
 
 
+def _size_problem(schema: dict, keywords: tuple[str, str], size: int, noun: str, path: str) -> str | None:
+    """A length under its minimum or over its maximum keyword (minLength/maxLength, minItems/maxItems)."""
+    low, high = keywords
+    if size < schema.get(low, 0):
+        return f'{path}: expected at least {_count(schema[low], noun)}, got {_count(size, noun)}'
+    if high in schema and size > schema[high]:
+        return f'{path}: expected at most {_count(schema[high], noun)}, got {_count(size, noun)}'
+    return None
+
+
 JSON_TYPES = ('null', 'boolean', 'integer', 'number', 'string', 'array', 'object')
 # The keywords that are checked, and those that never change whether a value is valid.
 CHECKED_KEYWORDS = frozenset({'type', 'properties', 'required', 'additionalProperties', 'enum', 'const', 'items',
@@ -554,10 +564,9 @@ class JsonSchema:
     def _string(self, schema: dict, value: object, path: str, depth: int) -> str | None:
         if not isinstance(value, str):
             return None
-        if len(value) < schema.get('minLength', 0):
-            return f'{path}: expected at least {_count(schema["minLength"], "character")}, got {_seen(value)}'
-        if 'maxLength' in schema and len(value) > schema['maxLength']:
-            return f'{path}: expected at most {_count(schema["maxLength"], "character")}, got {len(value)}'
+        problem = _size_problem(schema, ('minLength', 'maxLength'), len(value), 'character', path)
+        if problem:
+            return problem
         if 'pattern' in schema and not self._patterns[schema['pattern']].search(value):
             return f'{path}: expected a match of {schema["pattern"]!r}, got {_seen(value)}'
         return None
@@ -582,10 +591,9 @@ class JsonSchema:
     def _array(self, schema: dict, value: object, path: str, depth: int) -> str | None:
         if not isinstance(value, list):
             return None
-        if len(value) < schema.get('minItems', 0):
-            return f'{path}: expected at least {_count(schema["minItems"], "item")}, got {len(value)}'
-        if 'maxItems' in schema and len(value) > schema['maxItems']:
-            return f'{path}: expected at most {_count(schema["maxItems"], "item")}, got {len(value)}'
+        problem = _size_problem(schema, ('minItems', 'maxItems'), len(value), 'item', path)
+        if problem:
+            return problem
         items = schema.get('items')
         if items is None:
             return None
@@ -831,6 +839,20 @@ class StreamValidator:
         if self.reasoning_chars > MAX_TEXT_CHARS:
             raise StreamError('application', f'reasoning longer than {MAX_TEXT_CHARS} characters')
         self.reasoning_parts.append(text)
+
+    def _typed_body(self, event: tuple[str, str], ended_by: str) -> tuple[str, dict]:
+        """The type and JSON body of a typed event, after the checks both typed APIs make: nothing may
+        follow the event that ended the stream (``ended_by`` names it), and the event field must name
+        the type its data says."""
+        kind, data = event
+        if self.done:
+            raise StreamError('protocol', f'event {_preview(kind)} after {ended_by}')
+        self.data_events += 1
+        body = self._load_object(data)
+        if body.get('type') != kind:
+            raise StreamError('protocol', f'event {self.data_events}: its event field says {_preview(kind)} but '
+                                          f'its data says type {_shorten(repr(body.get("type")))}')
+        return kind, body
 
     def _load_object(self, data: str) -> dict:
         """One event's JSON object, or StreamError('protocol')."""
@@ -1096,14 +1118,7 @@ class ResponseEvents(StreamValidator):
 
     def accept(self, event: tuple[str, str]) -> tuple[str, str, str]:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
-        kind, data = event
-        if self.done:
-            raise StreamError('protocol', f'event {_preview(kind)} after the terminal event {self.terminal_event}')
-        self.data_events += 1
-        body = self._load_object(data)
-        if body.get('type') != kind:
-            raise StreamError('protocol', f'event {self.data_events}: its event field says {_preview(kind)} but '
-                                          f'its data says type {_shorten(repr(body.get("type")))}')
+        kind, body = self._typed_body(event, f'the terminal event {self.terminal_event}')
         sequence = body.get('sequence_number')
         if type(sequence) is not int or sequence != self._sequence:
             raise StreamError('protocol', f'expected sequence_number {self._sequence}, got '
@@ -1339,14 +1354,7 @@ class MessagesEvents(StreamValidator):
 
     def accept(self, event: tuple[str, str]) -> tuple[str, str, str]:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
-        kind, data = event
-        if self.done:
-            raise StreamError('protocol', f'event {_preview(kind)} after message_stop')
-        self.data_events += 1
-        body = self._load_object(data)
-        if body.get('type') != kind:
-            raise StreamError('protocol', f'event {self.data_events}: its event field says {_preview(kind)} but '
-                                          f'its data says type {_shorten(repr(body.get("type")))}')
+        kind, body = self._typed_body(event, 'message_stop')
         if kind == 'ping':
             return '', '', ''
         if kind == 'error':
