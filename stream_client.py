@@ -2129,6 +2129,7 @@ class Proxy:
         return f'[{self.host}]:{self.port}' if ':' in self.host else f'{self.host}:{self.port}'
 
     def connect_request(self, host: str, port: int) -> bytes:
+        host = host if host.isascii() else host.encode('idna').decode('ascii')  # as DNS and TLS name it
         target = f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
         lines = [f'CONNECT {target} HTTP/1.1', f'Host: {target}', f'User-Agent: stream-client/{__version__}']
         if self.authorization:

@@ -1988,6 +1988,8 @@ class ProxyTests(unittest.TestCase):
         self.assertIsNone(from_env('https', 'llm.test', {'HTTP_PROXY': 'http://p:1'}))  # http_proxy is for http
         with self.assertRaises(ValueError):
             from_env('https', 'llm.test', {'HTTPS_PROXY': 'socks5://p:1080'})
+        self.assertTrue(from_env('https', 'bücher.test', {'HTTPS_PROXY': 'http://p:1'})
+                        .connect_request('bücher.test', 443).startswith(b'CONNECT xn--bcher-kva.test:443 HTTP/1.1\r\n'))
         proxy = from_env('https', 'llm.test', {'HTTPS_PROXY': 'http://us%40er:p%3Ass@p:1'})
         self.assertEqual(proxy.authorization, 'Basic ' + base64.b64encode(b'us@er:p:ss').decode())
         self.assertNotIn('p:ss', repr(proxy))
