@@ -4385,7 +4385,7 @@ def _given_flags(parser: argparse.ArgumentParser, args, allowed: tuple[str, ...]
 def _in_flag_terms(message: str) -> str:
     """A message from prepare() or LoadSettings with the parameter it starts with (tools[0] too)
     named as its flag."""
-    name, bracket, rest = re.match(r'(\w+)(\[?)(.*)', message, re.S).groups()
+    name, bracket, rest = re.match(r'(\w*)(\[?)(.*)', message, re.S).groups()  # always matches
     return FLAG_OF_PARAMETER.get(name, name) + bracket + rest
 
 
