@@ -264,7 +264,8 @@ class Events:
         """
         if self._undecoded:
             raise SSEDecodeError(self._undecoded, 0, len(self._undecoded),
-                                 f'stream ended inside a UTF-8 character ({_count(len(self._undecoded), "byte")} pending)')
+                                 f'stream ended inside a UTF-8 character '
+                                 f'({_count(len(self._undecoded), "byte")} pending)')
 
     def _decode(self, raw: bytes) -> str:
         data = self._undecoded + raw if self._undecoded else raw
@@ -960,7 +961,7 @@ class _ChoiceChunks(StreamValidator):
         if reason != 'length':
             return f'expected finish_reason=length (--expect-finish length), got finish_reason={reason}'
         if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
-            return (f'finish_reason=length after {self.completion_tokens} completion tokens, '
+            return (f'finish_reason=length after {_count(self.completion_tokens, "completion token")}, '
                     f'not the {self.max_tokens} requested')
         if not any(part.strip() for part in self.text_parts) and not self.calls:
             return 'finish_reason=length and [DONE] arrived, but no visible text'
@@ -1273,14 +1274,15 @@ class ResponseEvents(StreamValidator):
     def outcome_problem(self) -> str | None:
         """Why the response is not a finished answer, or None when it is."""
         if not self.done:
-            return f'EOF before a terminal event (response.completed) after {_count(self.content_events, "content event")}'
+            return (f'EOF before a terminal event (response.completed) after '
+                    f'{_count(self.content_events, "content event")}')
         carries = f'{self.terminal_event} carries status {self.status!r}'
         if self.expect_finish == 'length':
             if self.status != 'incomplete' or self.incomplete_reason != 'max_output_tokens':
                 return (f'expected status "incomplete" with incomplete_details.reason=max_output_tokens '
                         f'(--expect-finish length), but {carries}')
             if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
-                return (f'the output budget ended the response after {self.completion_tokens} output tokens, '
+                return (f'the output budget ended the response after {_count(self.completion_tokens, "output token")}, '
                         f'not the {self.max_tokens} requested')
             if not any(part.strip() for part in self.text_parts) and not self.calls:
                 return f'{carries}, but no visible text arrived'
@@ -1474,8 +1476,10 @@ class MessagesEvents(StreamValidator):
             if reason != 'max_tokens':
                 return f'expected stop_reason=max_tokens (--expect-finish length), got {finish}'
             if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
-                return (f'stop_reason=max_tokens after {self.completion_tokens} output tokens, '
+                return (f'stop_reason=max_tokens after {_count(self.completion_tokens, "output token")}, '
                         f'not the {self.max_tokens} requested')
+            if not any(part.strip() for part in self.text_parts) and not self.calls:
+                return 'stop_reason=max_tokens and message_stop arrived, but no visible text'
             return None
         if reason == 'max_tokens':
             return self._budget_problem('output budget exhausted (stop_reason=max_tokens)')
@@ -1972,9 +1976,9 @@ class ResponseReader:
     offline analysis of a capture feed it the same way.
 
     ``feed(data)`` returns the ``(text, reasoning, call)`` of each event those bytes completed,
-    in order, as the validator's accept() gives them. ``eof()`` says the connection closed. When a layer breaks, ``error``
-    holds its StreamError, ``feed`` returns what was accepted before the break, and nothing more
-    should be fed. ``message_complete`` says the message ended as its framing promised. A status
+    in order, as the validator's accept() gives them. ``eof()`` says the connection closed. When
+    a layer breaks, ``error`` holds its StreamError, ``feed`` returns what was accepted before
+    the break, and nothing more should be fed. ``message_complete`` says the message ended as its framing promised. A status
     other than 200 becomes an ``http`` error once up to MAX_ERROR_BODY bytes of its body (the
     server's own message) have arrived, or the connection closed. judge() gives the verdict.
     """
@@ -2002,7 +2006,7 @@ class ResponseReader:
         return self._error_body is not None
 
     def feed(self, data: bytes) -> list[tuple[str, str, str]]:
-        """Consume the next bytes of the response; return the text and reasoning of each event completed."""
+        """Consume the next bytes of the response; return the (text, reasoning, call) of each event completed."""
         pieces: list[tuple[str, str, str]] = []
         if self.error is not None:
             return pieces
@@ -2862,6 +2866,7 @@ def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
     """
     reader, timeline = x.reader, x.timeline
     on_text, on_reasoning, on_call = show
+    showing = any(show)  # a load shows nothing: no second pass over its events
     deadline_at = timeline.started + x.request.deadline
     while True:
         sock.settimeout(_wait(x))
@@ -2883,6 +2888,7 @@ def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
             x.phase = Phase.BODY
         if pieces:
             timeline.note_read(now, pieces)
+        if pieces and showing:
             for text, reasoning, call in pieces:
                 if text and on_text:
                     on_text(text)
@@ -3326,7 +3332,8 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
 
 _QUOTED_TEXT = re.compile(r"""b?'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
 _NUMBER = re.compile(r'(?<![\w.])\d+(?:\.\d+)?(?![\w.])')
-_SINGULAR_COUNT = re.compile(r'\bN ((?:content event|body byte|byte))\b(?!s)')  # '1 byte' and '2 bytes' group
+# '1 byte' and '2 bytes' are one kind of error: a singular after N becomes plural
+_SINGULAR_COUNT = re.compile(r'\bN (content event|body byte|byte|output token|completion token)\b(?!s)')
 
 
 def error_kind(error: str) -> str:
@@ -3501,8 +3508,8 @@ def summary_table(result: dict) -> str:
 
 REPORT_TIMELINE_ROWS = 2000  # runs drawn in the timeline at most (a bounded sample beyond)
 REPORT_ERRORS_PER_LAYER = 5  # distinct error messages shown per layer
-LAYER_COLOURS = {None: '#2e7d32', 'connect': '#6a1b9a', 'proxy': '#4a148c', 'tls': '#8e24aa', 'http': '#7b1fa2', 'transport': '#c62828',
-                 'sse': '#ad1457', 'protocol': '#6d4c41', 'application': '#ef6c00', 'timeout': '#546e7a',
+LAYER_COLOURS = {None: '#2e7d32', 'connect': '#6a1b9a', 'proxy': '#4a148c', 'tls': '#8e24aa', 'http': '#7b1fa2',
+                 'transport': '#c62828', 'sse': '#ad1457', 'protocol': '#6d4c41', 'application': '#ef6c00', 'timeout': '#546e7a',
                  'interrupted': '#212121', 'client': '#000000'}
 _REPORT_CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #111; max-width: 1100px; }
@@ -3761,7 +3768,8 @@ def load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
         reading.close()
         if len(found) != 1:
             raise UsageError(f'{path} holds the records of a load, one per line: --compare takes files of one '
-                             f'record each; use --summary {path} to read a load' if found else f'{path} holds no record')
+                             f'record each; use --summary {path} to read a load' if found
+                             else f'{path} holds no record')
         records.append(found[0])
     check_sources({record.get('source', 'endpoint') for record in records}, mixed_sources, 'compare')
     return records

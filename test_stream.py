@@ -676,6 +676,22 @@ class MessagesEventsTests(unittest.TestCase):
         self.assertEqual((caught.exception.layer, caught.exception.server_error),
                          ('application', {'message': 'Overloaded', 'type': 'overloaded_error', 'code': None}))
 
+    def test_a_fixed_length_messages_load_expects_the_budget_to_end_it(self):
+        text = [MESSAGE_START, TEXT_BLOCK, text_delta('hi')]
+        cases = {'the whole budget': (text + message_end('max_tokens', tokens=2), None),
+                 'a short count': (text + message_end('max_tokens', tokens=1),
+                                   'stop_reason=max_tokens after 1 output token, not the 2 requested'),
+                 'an end_turn': (text + message_end('end_turn', tokens=2),
+                                 'expected stop_reason=max_tokens (--expect-finish length), got stop_reason=end_turn'),
+                 'no text': ([MESSAGE_START, TEXT_BLOCK] + message_end('max_tokens', tokens=2),
+                             'stop_reason=max_tokens and message_stop arrived, but no visible text')}
+        for name, (events, problem) in cases.items():
+            with self.subTest(name):
+                validator = stream_client.MessagesEvents('length', 2)
+                for event in events:
+                    validator.accept(event)
+                self.assertEqual(validator.outcome_problem(), problem)
+
     def test_when_a_messages_answer_is_finished(self):
         text = [MESSAGE_START, TEXT_BLOCK, text_delta('hi')]
         call = [MESSAGE_START, TOOL_BLOCK, message_event('content_block_delta', delta={
