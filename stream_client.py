@@ -64,6 +64,7 @@ import collections
 import dataclasses
 import encodings.idna  # noqa: F401 -- the first connect() of a process needs it; imported here, not in the timed run
 import enum
+import fractions
 import hashlib
 import html
 import http.client
@@ -71,6 +72,7 @@ import itertools
 import ipaddress
 import json
 import math
+import operator
 import queue
 import random
 import re
@@ -80,7 +82,9 @@ import ssl
 import threading
 import time
 import typing
-from urllib.parse import unquote, urlsplit
+import unicodedata
+import warnings
+from urllib.parse import unquote, urljoin, urlsplit
 
 __version__ = '0.1.0'
 
@@ -342,11 +346,18 @@ class TypedEvents(Events):
 
 
 # ---------------------------------------------------------------------------
-# JSON answers: strict JSON and the JSON Schema subset that tools use (sans-IO)
+# JSON answers: strict JSON and JSON Schema, drafts 2020-12 and 7 (sans-IO)
 # ---------------------------------------------------------------------------
 
 class SchemaError(ValueError):
-    """A schema (of a tool's parameters, or of --json-schema) that is itself invalid."""
+    """A schema (of a tool's parameters, or of --json-schema) that cannot be checked. ``kind`` says why:
+    'invalid' (the schema breaks its draft's rules), 'remote' (it needs another document, which is never
+    fetched) or 'unsupported' (a construct that cannot be checked faithfully, e.g. a pattern Python's re
+    cannot express with ECMA-262's meaning)."""
+
+    def __init__(self, message: str, kind: str = 'invalid') -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _reject_constant(name: str) -> None:
@@ -395,17 +406,40 @@ def _is_type(value: object, name: str) -> bool:
         (name == 'integer' and kind == 'number' and float(value).is_integer())
 
 
+def _json_key(value: object) -> tuple:
+    """A hashable stand-in that is equal exactly when the values are equal as JSON: 1 and 1.0 are
+    equal, true and 1 are not, and the order of an object's members does not matter."""
+    if isinstance(value, bool) or value is None:
+        return ('literal', value)
+    if isinstance(value, (int, float)):
+        return ('number', value)  # Python's 1 == 1.0 and hash(1) == hash(1.0), exactly as JSON means it
+    if isinstance(value, str):
+        return ('string', value)
+    if isinstance(value, list):
+        return ('array', tuple(_json_key(item) for item in value))
+    return ('object', frozenset((name, _json_key(item)) for name, item in value.items()))
+
+
 def _json_equal(a: object, b: object) -> bool:
     """Equality as JSON sees it: true is not 1, and 1.0 is 1."""
-    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_equal(a[key], b[key]) for key in a)
-    return type(a) is type(b) and a == b
+    return _json_key(a) == _json_key(b)
+
+
+def _exact(number: int | float) -> fractions.Fraction:
+    """The number as its shortest decimal text says it, exactly: 0.1 is 1/10, not the binary float."""
+    return fractions.Fraction(number if isinstance(number, int) else repr(number))
+
+
+def _where(path: tuple | None) -> str:
+    """An instance location, kept as (parent, key) pairs while checking, in the user's terms: $.tags[2]."""
+    keys = []
+    while path is not None:
+        path, key = path
+        keys.append(key)
+    text = '$'
+    for key in reversed(keys):
+        text = _child(text, key)
+    return text
 
 
 def _child(path: str, key: object) -> str:
@@ -418,223 +452,956 @@ def _seen(value: object) -> str:
     return _shorten(json.dumps(value, ensure_ascii=False), 40)
 
 
-def _size_problem(schema: dict, keywords: tuple[str, str], size: int, noun: str, path: str) -> str | None:
-    """A length under its minimum or over its maximum keyword (minLength/maxLength, minItems/maxItems)."""
-    low, high = keywords
-    if size < schema.get(low, 0):
-        return f'{path}: expected at least {_count(schema[low], noun)}, got {_count(size, noun)}'
-    if high in schema and size > schema[high]:
-        return f'{path}: expected at most {_count(schema[high], noun)}, got {_count(size, noun)}'
+# -- ECMA-262 patterns in Python's re -----------------------------------------------------------------
+# JSON Schema patterns are ECMA-262 regular expressions with Unicode semantics. Each one is translated
+# construct by construct; what has no faithful translation is refused, never given a looser meaning.
+# Compiled with re.ASCII, \d, \w and \b keep ECMA's ASCII meaning; the rest is spelled out here.
+
+ECMA_SPACE = '\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff'  # \s: WhiteSpace, LineTerminator
+ECMA_NOT_NEWLINE = '[^\n\r\u2028\u2029]'  # what . matches
+CONTROL_ESCAPES = {'t': '\t', 'n': '\n', 'v': '\x0b', 'f': '\x0c', 'r': '\r'}
+# General_Category names and aliases ECMA-262 accepts in \p{...}, each to the categories it covers.
+GENERAL_CATEGORIES = {
+    'L': 'Lu Ll Lt Lm Lo', 'Letter': 'Lu Ll Lt Lm Lo', 'LC': 'Lu Ll Lt', 'Cased_Letter': 'Lu Ll Lt',
+    'Lu': 'Lu', 'Uppercase_Letter': 'Lu', 'Ll': 'Ll', 'Lowercase_Letter': 'Ll', 'Lt': 'Lt',
+    'Titlecase_Letter': 'Lt', 'Lm': 'Lm', 'Modifier_Letter': 'Lm', 'Lo': 'Lo', 'Other_Letter': 'Lo',
+    'M': 'Mn Mc Me', 'Mark': 'Mn Mc Me', 'Combining_Mark': 'Mn Mc Me', 'Mn': 'Mn', 'Nonspacing_Mark': 'Mn',
+    'Mc': 'Mc', 'Spacing_Mark': 'Mc', 'Me': 'Me', 'Enclosing_Mark': 'Me',
+    'N': 'Nd Nl No', 'Number': 'Nd Nl No', 'Nd': 'Nd', 'Decimal_Number': 'Nd', 'digit': 'Nd', 'Nl': 'Nl',
+    'Letter_Number': 'Nl', 'No': 'No', 'Other_Number': 'No',
+    'P': 'Pc Pd Ps Pe Pi Pf Po', 'Punctuation': 'Pc Pd Ps Pe Pi Pf Po', 'punct': 'Pc Pd Ps Pe Pi Pf Po',
+    'Pc': 'Pc', 'Connector_Punctuation': 'Pc', 'Pd': 'Pd', 'Dash_Punctuation': 'Pd', 'Ps': 'Ps',
+    'Open_Punctuation': 'Ps', 'Pe': 'Pe', 'Close_Punctuation': 'Pe', 'Pi': 'Pi', 'Initial_Punctuation': 'Pi',
+    'Pf': 'Pf', 'Final_Punctuation': 'Pf', 'Po': 'Po', 'Other_Punctuation': 'Po',
+    'S': 'Sm Sc Sk So', 'Symbol': 'Sm Sc Sk So', 'Sm': 'Sm', 'Math_Symbol': 'Sm', 'Sc': 'Sc',
+    'Currency_Symbol': 'Sc', 'Sk': 'Sk', 'Modifier_Symbol': 'Sk', 'So': 'So', 'Other_Symbol': 'So',
+    'Z': 'Zs Zl Zp', 'Separator': 'Zs Zl Zp', 'Zs': 'Zs', 'Space_Separator': 'Zs', 'Zl': 'Zl',
+    'Line_Separator': 'Zl', 'Zp': 'Zp', 'Paragraph_Separator': 'Zp',
+    'C': 'Cc Cf Cs Co Cn', 'Other': 'Cc Cf Cs Co Cn', 'Cc': 'Cc', 'Control': 'Cc', 'cntrl': 'Cc', 'Cf': 'Cf',
+    'Format': 'Cf', 'Cs': 'Cs', 'Surrogate': 'Cs', 'Co': 'Co', 'Private_Use': 'Co', 'Cn': 'Cn', 'Unassigned': 'Cn',
+}
+_CATEGORY_RANGES: dict[str, list[tuple[int, int]]] = {}  # filled once, on the first \p{...}
+_PATTERNS: dict[str, re.Pattern] = {}  # each pattern source, translated and compiled once per process
+
+
+def _category_ranges(category: str) -> list[tuple[int, int]]:
+    """The code point ranges of one General_Category, from this Python's Unicode database."""
+    if not _CATEGORY_RANGES:
+        start, current = 0, unicodedata.category('\0')
+        for point in range(1, 0x110000):
+            kind = unicodedata.category(chr(point))
+            if kind != current:
+                _CATEGORY_RANGES.setdefault(current, []).append((start, point - 1))
+                start, current = point, kind
+        _CATEGORY_RANGES.setdefault(current, []).append((start, 0x10FFFF))
+    return _CATEGORY_RANGES.get(category, [])
+
+
+def _property_members(name: str) -> str:
+    """The members of a class for \\p{name}; SchemaError for a property that has no faithful translation."""
+    key = name.split('=', 1)[1] if name.startswith(('General_Category=', 'gc=')) else name
+    if key == 'Any':
+        return '\\x00-\\U0010ffff'
+    if key == 'ASCII':
+        return '\\x00-\\x7f'
+    if key not in GENERAL_CATEGORIES:
+        raise SchemaError(f'the property class \\p{{{name}}} is not supported (only General_Category '
+                          'values, ASCII and Any are)', 'unsupported')
+    ranges = sorted(piece for category in GENERAL_CATEGORIES[key].split() for piece in _category_ranges(category))
+    return ''.join(f'\\U{low:08x}' if low == high else f'\\U{low:08x}-\\U{high:08x}' for low, high in ranges)
+
+
+class _EcmaPattern:
+    """One ECMA-262 pattern read left to right and written out as a Python pattern of the same meaning."""
+
+    QUANTIFIER = re.compile(r'\{(\d+)(,(\d*))?\}')
+
+    def __init__(self, source: str) -> None:
+        self.source, self.at, self.out = source, 0, []
+        self.groups = 0
+        self.quantifiable = False  # whether the last piece written may take a quantifier
+
+    def refuse(self, what: str, kind: str = 'unsupported') -> typing.NoReturn:
+        raise SchemaError(f'pattern {_seen(self.source)}: {what}', kind)
+
+    def translate(self) -> str:
+        source = self.source
+        while self.at < len(source):
+            char = source[self.at]
+            self.at += 1
+            if char == '\\':
+                self.out.append(self.escape(in_class=False))
+                self.quantifiable = self.out[-1] not in ('\\b', '\\B')
+            elif char == '[':
+                self.out.append(self.character_class())
+                self.quantifiable = True
+            elif char == '(':
+                self.out.append(self.group_opening())
+            elif char in '*+?{':
+                self.quantifier(char)
+            elif char in ')|^':
+                self.out.append(char)
+                self.quantifiable = char == ')'
+            elif char == '$':
+                self.out.append('\\Z')  # end of input only: Python's $ also matches before a final newline
+                self.quantifiable = False
+            elif char == '.':
+                self.out.append(ECMA_NOT_NEWLINE)
+                self.quantifiable = True
+            else:
+                self.out.append(re.escape(char))
+                self.quantifiable = True
+        return ''.join(self.out)
+
+    def quantifier(self, char: str) -> None:
+        if char == '{':
+            match = self.QUANTIFIER.match(self.source, self.at - 1)
+            if match is None:
+                self.out.append('\\{')  # not a quantifier: the character itself
+                self.quantifiable = True
+                return
+            low, comma, high = match.groups()
+            if high and int(high) < int(low):
+                self.refuse(f'the quantifier {match.group()} has its numbers out of order', 'invalid')
+            self.at = match.end()
+            char = match.group()
+        if not self.quantifiable:
+            self.refuse(f'nothing to repeat before {char}', 'invalid')
+        self.out.append(char)
+        if self.source.startswith('?', self.at):  # lazy
+            self.out.append('?')
+            self.at += 1
+        self.quantifiable = False
+
+    def group_opening(self) -> str:
+        self.quantifiable = False
+        rest = self.source[self.at:]
+        for opening in ('?:', '?=', '?!', '?<=', '?<!'):
+            if rest.startswith(opening):
+                self.at += len(opening)
+                return '(' + opening
+        name = re.match(r'\?<([A-Za-z_$][A-Za-z0-9_$]*)>', rest)
+        if name:
+            self.at += name.end()
+            self.groups += 1
+            return f'(?P<{name.group(1)}>'
+        if rest.startswith('?'):
+            self.refuse(f'the group ({_shorten(rest, 4)} is not ECMA-262', 'invalid')
+        self.groups += 1
+        return '('
+
+    def code_point(self) -> int:
+        """After \\u: XXXX, a surrogate pair \\uXXXX\\uXXXX (one code point), or {X...}."""
+        braces = re.match(r'\{([0-9A-Fa-f]{1,6})\}', self.source[self.at:])
+        if braces:
+            self.at += braces.end()
+            point = int(braces.group(1), 16)
+            if point > 0x10FFFF:
+                self.refuse(f'\\u{{{braces.group(1)}}} is beyond U+10FFFF', 'invalid')
+            return point
+        four = re.match(r'[0-9A-Fa-f]{4}', self.source[self.at:])
+        if not four:
+            self.refuse('\\u needs four hex digits or {...}', 'invalid')
+        self.at += 4
+        point = int(four.group(), 16)
+        low = re.match(r'\\u(d[c-f][0-9a-f]{2})', self.source[self.at:], re.I)
+        if 0xD800 <= point <= 0xDBFF and low:
+            self.at += 6
+            point = 0x10000 + ((point - 0xD800) << 10) + (int(low.group(1), 16) - 0xDC00)
+        return point
+
+    def escape(self, in_class: bool) -> str:
+        """The Python for the escape after a backslash: a class member when in_class, else a piece."""
+        if self.at >= len(self.source):
+            self.refuse('it ends with a lone backslash', 'invalid')
+        char = self.source[self.at]
+        self.at += 1
+        if char in 'dDwW' or (char == 'B' and not in_class):
+            return '\\' + char  # ASCII-only under re.ASCII, as in ECMA-262
+        if char == 'b':
+            return '\\x08' if in_class else '\\b'
+        if char == 's':
+            return ECMA_SPACE if in_class else f'[{ECMA_SPACE}]'
+        if char == 'S':
+            return f'[^{ECMA_SPACE}]'
+        if char in CONTROL_ESCAPES:
+            return re.escape(CONTROL_ESCAPES[char])
+        if char == 'c':
+            letter = self.source[self.at:self.at + 1]
+            if not ('A' <= letter <= 'Z' or 'a' <= letter <= 'z'):
+                self.refuse('\\c needs a letter', 'invalid')
+            self.at += 1
+            return f'\\x{ord(letter) % 32:02x}'
+        if char == 'x':
+            digits = self.source[self.at:self.at + 2]
+            if not re.fullmatch(r'[0-9A-Fa-f]{2}', digits):
+                self.refuse('\\x needs two hex digits', 'invalid')
+            self.at += 2
+            return f'\\x{digits}'
+        if char == 'u':
+            return f'\\U{self.code_point():08x}'
+        if char == '0' and not self.source[self.at:self.at + 1].isdigit():
+            return '\\x00'
+        if char.isdigit():
+            self.refuse(f'the backreference \\{char} is not supported (a reference to a group that has not '
+                        'matched matches nothing in Python, the empty string in ECMA-262)')
+        if char == 'k':
+            self.refuse('the named backreference \\k is not supported')
+        if char in 'pP':
+            name = re.match(r'\{([A-Za-z_=]+)\}', self.source[self.at:])
+            if not name:
+                self.refuse(f'\\{char} needs a property name in braces', 'invalid')
+            self.at += name.end()
+            members = _property_members(name.group(1))
+            return (members if in_class else f'[{members}]') if char == 'p' else f'[^{members}]'
+        if char.isalnum() or char == '_':
+            self.refuse(f'the escape \\{char} is not ECMA-262', 'invalid')
+        return re.escape(char)
+
+    def character_class(self) -> str:
+        """A [...] class. Members that are themselves negated (\\S, \\P{...}) become alternatives."""
+        negated = self.source.startswith('^', self.at)
+        self.at += negated
+        members, complements = [], []
+        while True:
+            if self.at >= len(self.source):
+                self.refuse('a [ is never closed', 'invalid')
+            char = self.source[self.at]
+            self.at += 1
+            if char == ']':
+                break
+            member = self.escape(in_class=True) if char == '\\' else re.escape(char)
+            if member.startswith('[^'):
+                complements.append(member)
+                continue
+            if self.source.startswith('-', self.at) and not self.source.startswith('-]', self.at):
+                self.at += 1
+                high_char = self.source[self.at]
+                self.at += 1
+                high = self.escape(in_class=True) if high_char == '\\' else re.escape(high_char)
+                if not (_single(member) and _single(high)):
+                    self.refuse('a range in a class must go from one character to another', 'invalid')
+                if _single(member) > _single(high):
+                    self.refuse('a range in a class has its ends out of order', 'invalid')
+                member = f'{member}-{high}'
+            members.append(member)
+        alternatives = ([f'[{"".join(members)}]'] if members else []) + complements
+        if not negated:
+            return alternatives[0] if len(alternatives) == 1 else f'(?:{"|".join(alternatives) or "(?!)"})'
+        if not alternatives:
+            return '(?s:.)'
+        if not complements:
+            return f'[^{"".join(members)}]'
+        return f'(?:(?!{"|".join(alternatives)})(?s:.))'
+
+
+def _single(member: str) -> str | None:
+    """The one character a translated class member stands for, or None when it stands for a set."""
+    if len(member) == 1:
+        return member
+    if re.fullmatch(r'\\x[0-9a-fA-F]{2}|\\U[0-9a-f]{8}', member):
+        return chr(int(member[2:], 16))
+    if len(member) == 2 and member[0] == '\\' and not member[1].isalnum():
+        return member[1]
     return None
 
 
+def ecma_pattern(source: str) -> re.Pattern:
+    """The compiled Python pattern with the meaning of an ECMA-262 pattern, cached; SchemaError
+    (naming the construct) when there is no faithful translation."""
+    compiled = _PATTERNS.get(source)
+    if compiled is None:
+        python = _EcmaPattern(source).translate()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')
+                compiled = re.compile(python, re.ASCII)
+        except re.error as exc:
+            raise SchemaError(f'pattern {_seen(source)} cannot be checked here ({exc})', 'unsupported') from None
+        except RecursionError:
+            raise SchemaError(f'pattern {_seen(source)} nests too deeply', 'unsupported') from None
+        _PATTERNS[source] = compiled
+    return compiled
+
+
+# -- the schema ---------------------------------------------------------------------------------------
+
 JSON_TYPES = ('null', 'boolean', 'integer', 'number', 'string', 'array', 'object')
-# The keywords that are checked, and those that never change whether a value is valid.
-CHECKED_KEYWORDS = frozenset({'type', 'properties', 'required', 'additionalProperties', 'enum', 'const', 'items',
-                              'minItems', 'maxItems', 'minLength', 'maxLength', 'minimum', 'maximum',
-                              'exclusiveMinimum', 'exclusiveMaximum', 'pattern', 'anyOf', 'oneOf', 'allOf', '$ref',
-                              '$defs', 'definitions'})
+DRAFTS = {'https://json-schema.org/draft/2020-12/schema': '2020-12', 'http://json-schema.org/draft-07/schema': '7',
+          'http://json-schema.org/draft-06/schema': '7', 'http://json-schema.org/draft-04/schema': '7'}
+# Keywords that never change whether a value is valid, and are not reported.
 ANNOTATIONS = frozenset({'title', 'description', 'default', 'examples', '$schema', '$id', '$comment', 'deprecated',
-                         'readOnly', 'writeOnly', 'strict'})
+                         'readOnly', 'writeOnly', 'strict', '$vocabulary', '$anchor', '$dynamicAnchor', '$defs',
+                         'definitions'})
+# Annotations that some tools assert: reported in ``unchecked`` as not asserted.
+NOT_ASSERTED = frozenset({'format', 'contentMediaType', 'contentEncoding', 'contentSchema'})
+COMMON_KEYWORDS = frozenset({
+    '$ref', 'type', 'enum', 'const', 'minLength', 'maxLength', 'pattern', 'minimum', 'maximum', 'exclusiveMinimum',
+    'exclusiveMaximum', 'multipleOf', 'minItems', 'maxItems', 'uniqueItems', 'items', 'contains', 'required',
+    'minProperties', 'maxProperties', 'properties', 'patternProperties', 'additionalProperties', 'propertyNames',
+    'allOf', 'anyOf', 'oneOf', 'not', 'if', 'then', 'else'})
+CHECKED_KEYWORDS = {
+    '2020-12': COMMON_KEYWORDS | {'$dynamicRef', 'prefixItems', 'minContains', 'maxContains', 'dependentRequired',
+                                  'dependentSchemas', 'unevaluatedItems', 'unevaluatedProperties'},
+    '7': COMMON_KEYWORDS | {'additionalItems', 'dependencies'},
+}
+# Where subschemas sit: keyword -> 'one' (a schema), 'list' (schemas), 'map' (name -> schema).
+SUBSCHEMAS = {
+    'additionalProperties': 'one', 'propertyNames': 'one', 'not': 'one', 'if': 'one', 'then': 'one', 'else': 'one',
+    'contains': 'one', 'unevaluatedItems': 'one', 'unevaluatedProperties': 'one', 'additionalItems': 'one',
+    'allOf': 'list', 'anyOf': 'list', 'oneOf': 'list', 'prefixItems': 'list',
+    'properties': 'map', 'patternProperties': 'map', '$defs': 'map', 'definitions': 'map', 'dependentSchemas': 'map',
+}
+MAX_REFERENCES = 256  # references followed within one check, beyond which a schema is taken to loop
+ROOT_URI = 'urn:stream-client:schema'  # the base URI of a schema without $id
+
+
+def _join(base: str, ref: str) -> str:
+    """A reference resolved against a base URI (RFC 3986), URNs included."""
+    if ref.startswith('#'):
+        return base.partition('#')[0] + ref
+    if urlsplit(ref).scheme:
+        return ref
+    return urljoin(base, ref)
+
+
+def _pointer_tokens(fragment: str) -> list[str]:
+    """The reference tokens of a JSON pointer fragment, with %-escapes, ~1 and ~0 undone."""
+    return [token.replace('~1', '/').replace('~0', '~') for token in unquote(fragment).split('/')[1:]]
+
+
+class _Seen:
+    """What the keywords applied so far evaluated at one instance location (for unevaluated*):
+    property names, and array items as a leading count plus single indices."""
+
+    __slots__ = ('names', 'upto', 'indices')
+
+    def __init__(self) -> None:
+        self.names: set = set()
+        self.upto = 0
+        self.indices: set = set()
+
+    def add(self, other: '_Seen') -> None:
+        self.names |= other.names
+        self.upto = max(self.upto, other.upto)
+        self.indices |= other.indices
+
+
+class _Node:
+    """One compiled schema: the checks of its keywords, in a fixed order, and its schema resource.
+    Each check takes (value, path, seen, scope) and returns a problem or None; ``final`` holds the
+    unevaluated* checks, which run after the others with what they evaluated."""
+
+    __slots__ = ('checks', 'final', 'resource')
+
+    def __init__(self, resource: str) -> None:
+        self.checks: list = []
+        self.final: list = []
+        self.resource = resource
+
+    def problem(self, value: object, path: tuple | None, seen: _Seen | None, scope: tuple) -> str | None:
+        if self.resource != scope[0]:
+            scope = (self.resource, scope, scope[2])
+        if not self.final:
+            for check in self.checks:
+                problem = check(value, path, seen, scope)
+                if problem:
+                    return problem
+            return None
+        own = _Seen()
+        for check in itertools.chain(self.checks, self.final):
+            problem = check(value, path, own, scope)
+            if problem:
+                return problem
+        if seen is not None:
+            seen.add(own)
+        return None
 
 
 class JsonSchema:
-    """A JSON Schema of the subset tool definitions use, checked when built (SchemaError), that
-    says of a value the first place where it breaks the schema.
+    """A JSON Schema (draft 2020-12, or draft 7 and older when ``$schema`` names them), checked when
+    built (SchemaError), that says of a value the first place where it breaks the schema.
 
-    Checked: type (a name or a list), properties, required, additionalProperties, enum, const,
-    items, minItems/maxItems, minLength/maxLength, minimum/maximum and the exclusive bounds,
-    pattern (Python's re, searched), anyOf/oneOf/allOf and $ref to #/$defs/... or
-    #/definitions/.... Any other keyword is listed in ``unchecked`` with where it stands; it is
-    never taken as passed without saying so.
+    Every keyword of the applicator and validation vocabularies is checked, with boolean schemas,
+    $ref to any JSON pointer or $anchor of the same document (and $id-relative references within
+    it), $dynamicRef, and unevaluatedProperties/unevaluatedItems. Patterns are ECMA-262 and are
+    translated faithfully or refused. ``format`` and the content keywords are annotations: they
+    are listed in ``unchecked`` as not asserted, with any keyword this draft does not know.
+    A reference to another document is refused (kind 'remote'): nothing is ever fetched.
     """
 
     def __init__(self, schema: object) -> None:
         self.root = schema
         self.unchecked: list[str] = []
-        self._patterns: dict[str, re.Pattern] = {}
-        self._check_schema(schema, '#')
+        self.draft = self._draft(schema)
+        self.keywords = CHECKED_KEYWORDS[self.draft]
+        self._resources: dict[str, object] = {}       # absolute URI (no fragment) -> schema
+        self._anchors: dict[str, object] = {}         # absolute URI with #name -> schema
+        self._dynamic: set[str] = set()               # the anchors of those that are $dynamicAnchor
+        self._base_of: dict[int, str] = {}            # id(schema) -> the base URI it sits under
+        self._nodes: dict[int, _Node] = {}
+        self._resources[ROOT_URI] = schema
+        self._register(schema, ROOT_URI, '#')
+        self._node = self._compile(schema, ROOT_URI, '#')
 
     def problem(self, value: object) -> str | None:
         """The first violation, as '$.city: expected string, got 3', or None when the value is valid."""
-        return self._problem(self.root, value, '$', 0)
+        return self._node.problem(value, None, None, (ROOT_URI, None, 0))
 
-    # -- the schema itself --------------------------------------------------------------------------
+    # -- the document: drafts, resources and anchors -------------------------------------------------
 
-    def _check_schema(self, schema: object, where: str) -> None:
-        if isinstance(schema, bool):
+    @staticmethod
+    def _draft(schema: object) -> str:
+        named = schema.get('$schema') if isinstance(schema, dict) else None
+        if named is None:
+            return '2020-12'
+        if not isinstance(named, str):
+            raise SchemaError(f'#/$schema: expected a URI, got {_seen(named)}')
+        draft = DRAFTS.get(named.rstrip('#'))
+        if draft is None:
+            raise SchemaError(f'#/$schema: {named!r} is neither draft 2020-12 nor draft 7 (or older); another '
+                              'meta-schema is another document, which is never fetched', 'remote')
+        return draft
+
+    def _register(self, schema: object, base: str, where: str) -> None:
+        """Record the resources ($id) and anchors of the document, with the base URI of each schema."""
+        if not isinstance(schema, dict):
             return
+        if where != '#' and '$schema' in schema and DRAFTS.get(str(schema['$schema']).rstrip('#')) != self.draft:
+            raise SchemaError(f'{where}: $schema {_seen(schema["$schema"])} differs from the document\'s; '
+                              'one draft per document is supported', 'unsupported')
+        ignore_siblings = self.draft == '7' and '$ref' in schema
+        identifier = schema.get('$id') if not ignore_siblings else None
+        if identifier is not None:
+            if not isinstance(identifier, str):
+                raise SchemaError(f'{where}/$id: expected a URI reference, got {_seen(identifier)}')
+            resolved = _join(base, identifier)
+            uri, _, fragment = resolved.partition('#')
+            if fragment and self.draft == '7' and identifier.startswith('#'):
+                self._anchors[resolved] = schema  # draft 7: "$id": "#name" names a location
+            elif fragment:
+                raise SchemaError(f'{where}/$id: {identifier!r} has a fragment; use $anchor', 'invalid')
+            else:
+                base = uri
+                self._resources[uri] = schema
+        self._base_of[id(schema)] = base
+        for keyword in ('$anchor', '$dynamicAnchor') if self.draft == '2020-12' else ():
+            name = schema.get(keyword)
+            if name is None:
+                continue
+            if not isinstance(name, str) or not re.fullmatch(r'[A-Za-z_][-A-Za-z0-9._]*', name):
+                raise SchemaError(f'{where}/{keyword}: expected a plain name, got {_seen(name)}')
+            self._anchors[f'{base}#{name}'] = schema
+            if keyword == '$dynamicAnchor':
+                self._dynamic.add(f'{base}#{name}')
+        if ignore_siblings:
+            return
+        for keyword, sub, at in self._subschemas(schema, where):
+            self._register(sub, base, at)
+
+    def _subschemas(self, schema: dict, where: str):
+        """(keyword, subschema, where) for each subschema this draft reads, known keywords only."""
+        for keyword, value in schema.items():
+            shape = SUBSCHEMAS.get(keyword)
+            if keyword == 'items':
+                shape = 'list' if isinstance(value, list) and self.draft == '7' else 'one'
+            elif keyword == 'dependencies':
+                shape = 'map'
+            if shape == 'one':
+                yield keyword, value, f'{where}/{keyword}'
+            elif shape == 'list' and isinstance(value, list):
+                for number, sub in enumerate(value):
+                    yield keyword, sub, f'{where}/{keyword}/{number}'
+            elif shape == 'map' and isinstance(value, dict):
+                for name, sub in value.items():
+                    if not (keyword == 'dependencies' and isinstance(sub, list)):
+                        yield keyword, sub, f'{where}/{keyword}/{name}'
+
+    def _target(self, ref: str, base: str, where: str) -> tuple[object, str]:
+        """The schema a reference names, and its base URI; SchemaError when it is not in this document."""
+        resolved = _join(base, ref)
+        uri, _, fragment = resolved.partition('#')
+        if resolved in self._anchors:
+            found = self._anchors[resolved]
+            return found, self._base_of.get(id(found), uri)
+        if uri not in self._resources:
+            raise SchemaError(f'{where}: $ref {ref!r} is another document, which is never fetched; only '
+                              'references within the schema are checked', 'remote')
+        found = self._resources[uri]
+        if fragment and not fragment.startswith('/'):
+            raise SchemaError(f'{where}: $ref {ref!r} names no $anchor of this schema')
+        for token in _pointer_tokens(fragment) if fragment else ():
+            if isinstance(found, dict) and token in found:
+                found = found[token]
+            elif isinstance(found, list) and re.fullmatch(r'0|[1-9][0-9]*', token) and int(token) < len(found):
+                found = found[int(token)]
+            else:
+                raise SchemaError(f'{where}: $ref {ref!r} points to nothing in this schema')
+            if isinstance(found, dict) and isinstance(found.get('$id'), str) and id(found) not in self._base_of:
+                uri = _join(uri, found['$id']).partition('#')[0]
+        if not isinstance(found, (bool, dict)):
+            raise SchemaError(f'{where}: $ref {ref!r} points to {_seen(found)}, which is not a schema')
+        return found, self._base_of.get(id(found), uri)
+
+    # -- compiling: the schema's keywords to checks ---------------------------------------------------
+
+    def _compile(self, schema: object, base: str, where: str) -> _Node:
+        node = self._nodes.get(id(schema))
+        if node is not None:
+            return node
+        if isinstance(schema, bool):
+            node = _Node(base)
+            if not schema:
+                node.checks.append(lambda value, path, seen, scope: f'{_where(path)}: no value is allowed here, '
+                                                                    f'got {_seen(value)}')
+            return node
         if not isinstance(schema, dict):
             raise SchemaError(f'{where}: a schema must be an object or a boolean, not {_seen(schema)}')
-        for key, value in schema.items():
-            self._check_keyword(key, value, f'{where}/{key}')
-        for key in ('properties', '$defs', 'definitions'):
-            for name, sub in (schema.get(key) or {}).items():
-                self._check_schema(sub, f'{where}/{key}/{name}')
-        for key in ('anyOf', 'oneOf', 'allOf'):
-            for number, sub in enumerate(schema.get(key) or ()):
-                self._check_schema(sub, f'{where}/{key}/{number}')
-        items = schema.get('items')
-        for number, sub in enumerate(items if isinstance(items, list) else [] if items is None else [items]):
-            self._check_schema(sub, f'{where}/items' + (f'/{number}' if isinstance(items, list) else ''))
-        if isinstance(schema.get('additionalProperties'), dict):
-            self._check_schema(schema['additionalProperties'], f'{where}/additionalProperties')
+        base = self._base_of.get(id(schema), base)
+        node = self._nodes[id(schema)] = _Node(base)  # before its keywords, so that a schema may refer to itself
+        keywords = {'$ref'} if self.draft == '7' and '$ref' in schema else schema.keys()
+        for key in keywords:
+            if key not in self.keywords and key not in ANNOTATIONS:
+                note = ' (an annotation, not asserted)' if key in NOT_ASSERTED else ''
+                self.unchecked.append(f'{key} at {where}{note}')
+        for keyword in ('$defs', 'definitions'):
+            if keyword in schema and not isinstance(schema[keyword], dict):
+                raise SchemaError(f'{where}/{keyword}: expected an object of schemas, got {_seen(schema[keyword])}')
+        for build in self._BUILDERS:
+            check = build(self, {key: schema[key] for key in keywords}, base, where)
+            if check is not None:
+                (node.final if build in self._FINAL else node.checks).append(check)
+        for keyword, sub, at in self._subschemas(schema, where) if self.draft != '7' or '$ref' not in schema else ():
+            self._compile(sub, base, at)  # the schemas under $defs too, so that every error shows now
+        return node
 
-    def _check_keyword(self, key: str, value: object, where: str) -> None:
-        def need(ok: bool, what: str) -> None:
-            if not ok:
-                raise SchemaError(f'{where}: expected {what}, got {_seen(value)}')
-        if key == 'type':
-            names = value if isinstance(value, list) else [value]
-            need(bool(names) and all(name in JSON_TYPES for name in names), f'one of {", ".join(JSON_TYPES)}')
-        elif key in ('properties', '$defs', 'definitions'):
-            need(isinstance(value, dict), 'an object of schemas')
-        elif key == 'required':
-            need(isinstance(value, list) and all(isinstance(name, str) for name in value), 'a list of names')
-        elif key == 'additionalProperties':
-            need(isinstance(value, (bool, dict)), 'a boolean or a schema')
-        elif key == 'enum':
-            need(isinstance(value, list) and bool(value), 'a non-empty list')
-        elif key == 'items':
-            need(isinstance(value, (bool, dict, list)), 'a schema or a list of schemas')
-        elif key in ('minItems', 'maxItems', 'minLength', 'maxLength'):
-            need(isinstance(value, int) and not isinstance(value, bool) and value >= 0, 'a non-negative integer')
-        elif key in ('minimum', 'maximum'):
-            need(isinstance(value, (int, float)) and not isinstance(value, bool), 'a number')
-        elif key in ('exclusiveMinimum', 'exclusiveMaximum'):
-            need(isinstance(value, (int, float)), 'a number (or, as in draft 4, a boolean)')
-        elif key == 'pattern':
-            need(isinstance(value, str), 'a regular expression')
-            try:
-                self._patterns[value] = re.compile(value)
-            except re.error as exc:
-                raise SchemaError(f'{where}: invalid pattern {_seen(value)}: {exc}') from None
-        elif key in ('anyOf', 'oneOf', 'allOf'):
-            need(isinstance(value, list) and bool(value), 'a non-empty list of schemas')
-        elif key == '$ref':
-            need(isinstance(value, str), 'a reference')
-            self._resolve(value, where)
-        elif key not in CHECKED_KEYWORDS and key not in ANNOTATIONS:
-            self.unchecked.append(f'{key} at {where.rpartition("/")[0] or "#"}')
+    def _sub(self, schema: dict, keyword: str, base: str, where: str) -> _Node:
+        return self._compile(schema[keyword], base, f'{where}/{keyword}')
 
-    def _resolve(self, ref: str, where: str) -> object:
-        section, _, name = ref.partition('/')[2].partition('/')
-        target = self.root.get(section, {}).get(name) if isinstance(self.root, dict) and ref.startswith('#/') else None
-        if section not in ('$defs', 'definitions') or not name or '/' in name or target is None:
-            raise SchemaError(f'{where}: $ref {ref!r} is not a local #/$defs/NAME or #/definitions/NAME of this schema')
-        return target
+    def _subs(self, schema: dict, keyword: str, base: str, where: str, non_empty: bool = True) -> list[_Node]:
+        value = schema[keyword]
+        if not isinstance(value, list) or (non_empty and not value):
+            raise SchemaError(f'{where}/{keyword}: expected a {"non-empty " if non_empty else ""}list of schemas, '
+                              f'got {_seen(value)}')
+        return [self._compile(sub, base, f'{where}/{keyword}/{number}') for number, sub in enumerate(value)]
 
-    # -- a value ------------------------------------------------------------------------------------
-
-    def _problem(self, schema: object, value: object, path: str, depth: int) -> str | None:
-        if schema is True:
-            return None
-        if schema is False:
-            return f'{path}: no value is allowed here, got {_seen(value)}'
-        if depth > 64:
-            return f'{path}: the schema refers to itself more than 64 levels deep'
-        if '$ref' in schema:
-            problem = self._problem(self._resolve(schema['$ref'], '$ref'), value, path, depth + 1)
-            if problem:
-                return problem
-        for check in (self._type, self._choices, self._string, self._number, self._array, self._object,
-                      self._combined):
-            problem = check(schema, value, path, depth)
-            if problem:
-                return problem
-        return None
+    def _schema_map(self, schema: dict, keyword: str, base: str, where: str) -> dict[str, _Node]:
+        value = schema.get(keyword, {})
+        if not isinstance(value, dict):
+            raise SchemaError(f'{where}/{keyword}: expected an object of schemas, got {_seen(value)}')
+        return {name: self._compile(sub, base, f'{where}/{keyword}/{name}') for name, sub in value.items()}
 
     @staticmethod
-    def _type(schema: dict, value: object, path: str, depth: int) -> str | None:
-        names = schema.get('type')
-        if names is None:
-            return None
-        names = names if isinstance(names, list) else [names]
-        if any(_is_type(value, name) for name in names):
-            return None
-        return f'{path}: expected {" or ".join(names)}, got {_seen(value)}'
+    def _count_of(schema: dict, keyword: str, where: str, default: int | None = None) -> int | None:
+        """A non-negative integer keyword (2.0 is 2, as the spec says), or the default when absent."""
+        if keyword not in schema:
+            return default
+        value = schema[keyword]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+            raise SchemaError(f'{where}/{keyword}: expected a non-negative integer, got {_seen(value)}')
+        return int(value)
 
     @staticmethod
-    def _choices(schema: dict, value: object, path: str, depth: int) -> str | None:
-        if 'enum' in schema and not any(_json_equal(value, option) for option in schema['enum']):
-            return f'{path}: expected one of {_seen(schema["enum"])}, got {_seen(value)}'
-        if 'const' in schema and not _json_equal(value, schema['const']):
-            return f'{path}: expected {_seen(schema["const"])}, got {_seen(value)}'
-        return None
+    def _number_of(schema: dict, keyword: str, where: str) -> int | float | None:
+        value = schema.get(keyword)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise SchemaError(f'{where}/{keyword}: expected a number, got {_seen(value)}')
+        return value
 
-    def _string(self, schema: dict, value: object, path: str, depth: int) -> str | None:
-        if not isinstance(value, str):
+    def _build_ref(self, schema: dict, base: str, where: str):
+        if '$ref' not in schema:
             return None
-        problem = _size_problem(schema, ('minLength', 'maxLength'), len(value), 'character', path)
-        if problem:
-            return problem
-        if 'pattern' in schema and not self._patterns[schema['pattern']].search(value):
-            return f'{path}: expected a match of {schema["pattern"]!r}, got {_seen(value)}'
-        return None
+        ref = schema['$ref']
+        if not isinstance(ref, str):
+            raise SchemaError(f'{where}/$ref: expected a reference, got {_seen(ref)}')
+        target, target_base = self._target(ref, base, f'{where}/$ref')
+        node = self._compile(target, target_base, f'{where}/$ref')
 
-    @staticmethod
-    def _number(schema: dict, value: object, path: str, depth: int) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        def check(value, path, seen, scope):
+            if scope[2] >= MAX_REFERENCES:
+                return f'{_where(path)}: the schema refers to itself more than {MAX_REFERENCES} times here'
+            return node.problem(value, path, seen, (scope[0], scope[1], scope[2] + 1))
+        return check
+
+    def _build_dynamic_ref(self, schema: dict, base: str, where: str):
+        if '$dynamicRef' not in schema or self.draft == '7':
             return None
-        low, high = schema.get('minimum'), schema.get('maximum')
+        ref = schema['$dynamicRef']
+        if not isinstance(ref, str):
+            raise SchemaError(f'{where}/$dynamicRef: expected a reference, got {_seen(ref)}')
+        target, target_base = self._target(ref, base, f'{where}/$dynamicRef')
+        initial = self._compile(target, target_base, f'{where}/$dynamicRef')
+        resolved = _join(base, ref)
+        name = resolved.partition('#')[2]
+        dynamic = resolved in self._dynamic  # else it behaves as $ref
+        candidates = {uri: self._compile(found, uri.partition('#')[0], f'{where}/$dynamicRef')
+                      for uri, found in self._anchors.items() if uri in self._dynamic and uri.endswith('#' + name)}
+
+        def check(value, path, seen, scope):
+            if scope[2] >= MAX_REFERENCES:
+                return f'{_where(path)}: the schema refers to itself more than {MAX_REFERENCES} times here'
+            node = initial
+            if dynamic:
+                resources, link = [], scope
+                while link is not None:
+                    resources.append(link[0])
+                    link = link[1]
+                for resource in reversed(resources):  # the outermost dynamic scope first
+                    if f'{resource}#{name}' in candidates:
+                        node = candidates[f'{resource}#{name}']
+                        break
+            return node.problem(value, path, seen, (scope[0], scope[1], scope[2] + 1))
+        return check
+
+    def _build_type(self, schema: dict, base: str, where: str):
+        if 'type' not in schema:
+            return None
+        names = schema['type'] if isinstance(schema['type'], list) else [schema['type']]
+        if not names or any(name not in JSON_TYPES for name in names) or len(set(names)) != len(names):
+            raise SchemaError(f'{where}/type: expected one of {", ".join(JSON_TYPES)}, got {_seen(schema["type"])}')
+
+        def check(value, path, seen, scope):
+            if any(_is_type(value, name) for name in names):
+                return None
+            return f'{_where(path)}: expected {" or ".join(names)}, got {_seen(value)}'
+        return check
+
+    def _build_choices(self, schema: dict, base: str, where: str):
+        if 'enum' not in schema and 'const' not in schema:
+            return None
+        options = schema.get('enum')
+        if options is not None and not isinstance(options, list):
+            raise SchemaError(f'{where}/enum: expected a list, got {_seen(options)}')
+        allowed = None if options is None else {_json_key(option) for option in options}
+        constant = _json_key(schema['const']) if 'const' in schema else None
+
+        def check(value, path, seen, scope):
+            key = _json_key(value)
+            if allowed is not None and key not in allowed:
+                return f'{_where(path)}: expected one of {_seen(options)}, got {_seen(value)}'
+            if constant is not None and key != constant:
+                return f'{_where(path)}: expected {_seen(schema["const"])}, got {_seen(value)}'
+            return None
+        return check
+
+    def _build_string(self, schema: dict, base: str, where: str):
+        low, high = self._count_of(schema, 'minLength', where), self._count_of(schema, 'maxLength', where)
+        source = schema.get('pattern')
+        if source is not None and not isinstance(source, str):
+            raise SchemaError(f'{where}/pattern: expected a regular expression, got {_seen(source)}')
+        pattern = ecma_pattern(source) if source is not None else None
+        if low is None and high is None and pattern is None:
+            return None
+
+        def check(value, path, seen, scope):
+            if not isinstance(value, str):
+                return None
+            if low is not None and len(value) < low:
+                return f'{_where(path)}: expected at least {_count(low, "character")}, got {_count(len(value), "character")}'
+            if high is not None and len(value) > high:
+                return f'{_where(path)}: expected at most {_count(high, "character")}, got {_count(len(value), "character")}'
+            if pattern is not None and not pattern.search(value):
+                return f'{_where(path)}: expected a match of {source!r}, got {_seen(value)}'
+            return None
+        return check
+
+    def _build_number(self, schema: dict, base: str, where: str):
+        low, high = self._number_of(schema, 'minimum', where), self._number_of(schema, 'maximum', where)
         low_open, high_open = schema.get('exclusiveMinimum'), schema.get('exclusiveMaximum')
+        for keyword, value in (('exclusiveMinimum', low_open), ('exclusiveMaximum', high_open)):
+            if value is not None and not isinstance(value, (int, float)):
+                raise SchemaError(f'{where}/{keyword}: expected a number (or, as in draft 4, a boolean), got '
+                                  f'{_seen(value)}')
         if low_open is True:  # draft 4: a flag on minimum
             low, low_open = None, low
         if high_open is True:
             high, high_open = None, high
-        for bound, fails, word in ((low, lambda b: value < b, 'at least'), (high, lambda b: value > b, 'at most'),
-                                   (low_open if low_open is not False else None, lambda b: value <= b, 'more than'),
-                                   (high_open if high_open is not False else None, lambda b: value >= b, 'less than')):
-            if bound is not None and fails(bound):
-                return f'{path}: expected a number {word} {bound}, got {_seen(value)}'
+        divisor = self._number_of(schema, 'multipleOf', where)
+        if divisor is not None and divisor <= 0:
+            raise SchemaError(f'{where}/multipleOf: expected a number above 0, got {_seen(divisor)}')
+        bounds = [(bound, fails, word) for bound, fails, word in (
+            (low, operator.lt, 'at least'), (high, operator.gt, 'at most'),
+            (low_open if low_open is not False else None, operator.le, 'more than'),
+            (high_open if high_open is not False else None, operator.ge, 'less than')) if bound is not None]
+        exact_divisor = _exact(divisor) if divisor is not None else None
+        if not bounds and divisor is None:
+            return None
+
+        def check(value, path, seen, scope):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return None
+            for bound, fails, word in bounds:
+                if fails(value, bound):
+                    return f'{_where(path)}: expected a number {word} {bound}, got {_seen(value)}'
+            if exact_divisor is not None and (_exact(value) / exact_divisor).denominator != 1:
+                return f'{_where(path)}: expected a multiple of {divisor}, got {_seen(value)}'
+            return None
+        return check
+
+    def _build_array(self, schema: dict, base: str, where: str):
+        low, high = self._count_of(schema, 'minItems', where), self._count_of(schema, 'maxItems', where)
+        unique = schema.get('uniqueItems', False)
+        if not isinstance(unique, bool):
+            raise SchemaError(f'{where}/uniqueItems: expected a boolean, got {_seen(unique)}')
+        prefix: list[_Node] = []
+        rest = None
+        if self.draft == '7' and isinstance(schema.get('items'), list):
+            prefix = self._subs(schema, 'items', base, where, non_empty=False)
+            rest = self._sub(schema, 'additionalItems', base, where) if 'additionalItems' in schema else None
+        else:
+            if 'prefixItems' in schema and self.draft != '7':
+                prefix = self._subs(schema, 'prefixItems', base, where)
+            if 'items' in schema:
+                if isinstance(schema['items'], list):
+                    raise SchemaError(f'{where}/items: a list of schemas is draft 7; in 2020-12 use prefixItems')
+                rest = self._sub(schema, 'items', base, where)
+        contains = self._sub(schema, 'contains', base, where) if 'contains' in schema else None
+        fewest = self._count_of(schema, 'minContains', where, 1) if self.draft != '7' else 1
+        most = self._count_of(schema, 'maxContains', where) if self.draft != '7' else None
+        if low is None and high is None and not unique and not prefix and rest is None and contains is None:
+            return None
+
+        def check(value, path, seen, scope):
+            if not isinstance(value, list):
+                return None
+            size = len(value)
+            if low is not None and size < low:
+                return f'{_where(path)}: expected at least {_count(low, "item")}, got {_count(size, "item")}'
+            if high is not None and size > high:
+                return f'{_where(path)}: expected at most {_count(high, "item")}, got {_count(size, "item")}'
+            for number, item in enumerate(value):
+                sub = prefix[number] if number < len(prefix) else rest
+                if sub is None:
+                    break
+                problem = sub.problem(item, (path, number), None, scope)
+                if problem:
+                    return problem
+            if seen is not None:
+                seen.upto = max(seen.upto, size if rest is not None else min(len(prefix), size))
+            if contains is not None:
+                problem = self._contains_problem(contains, fewest, most, value, path, seen, scope)
+                if problem:
+                    return problem
+            return _duplicate(value, path) if unique else None
+        return check
+
+    @staticmethod
+    def _contains_problem(contains: _Node, fewest: int, most: int | None, value: list, path, seen, scope):
+        matched = [number for number, item in enumerate(value)
+                   if contains.problem(item, (path, number), None, scope) is None]
+        if seen is not None:
+            seen.indices.update(matched)
+        if len(matched) < fewest:
+            return (f'{_where(path)}: expected at least {_count(fewest, "item")} matching "contains", '
+                    f'got {len(matched)}')
+        if most is not None and len(matched) > most:
+            return f'{_where(path)}: expected at most {_count(most, "item")} matching "contains", got {len(matched)}'
         return None
 
-    def _array(self, schema: dict, value: object, path: str, depth: int) -> str | None:
-        if not isinstance(value, list):
+    def _build_object(self, schema: dict, base: str, where: str):
+        required = schema.get('required', [])
+        if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+            raise SchemaError(f'{where}/required: expected a list of names, got {_seen(required)}')
+        low, high = self._count_of(schema, 'minProperties', where), self._count_of(schema, 'maxProperties', where)
+        properties = self._schema_map(schema, 'properties', base, where)
+        patterns = [(ecma_pattern(source), node) for source, node in
+                    self._schema_map(schema, 'patternProperties', base, where).items()]
+        extra = self._sub(schema, 'additionalProperties', base, where) if 'additionalProperties' in schema else None
+        extra_false = schema.get('additionalProperties') is False
+        names = self._sub(schema, 'propertyNames', base, where) if 'propertyNames' in schema else None
+        needs, dependents = self._dependencies(schema, base, where)
+        if not (required or low is not None or high is not None or properties or patterns or extra or names or
+                needs or dependents):
             return None
-        problem = _size_problem(schema, ('minItems', 'maxItems'), len(value), 'item', path)
-        if problem:
-            return problem
-        items = schema.get('items')
-        if items is None:
-            return None
-        for number, item in enumerate(value):
-            sub = (items[number] if number < len(items) else True) if isinstance(items, list) else items
-            problem = self._problem(sub, item, _child(path, number), depth + 1)
-            if problem:
-                return problem
-        return None
 
-    def _object(self, schema: dict, value: object, path: str, depth: int) -> str | None:
-        if not isinstance(value, dict):
+        def check(value, path, seen, scope):
+            if not isinstance(value, dict):
+                return None
+            for name in required:
+                if name not in value:
+                    return f'{_where((path, name))}: required, but missing'
+            if low is not None and len(value) < low:
+                return f'{_where(path)}: expected at least {_count(low, "property")}, got {len(value)}'
+            if high is not None and len(value) > high:
+                return f'{_where(path)}: expected at most {_count(high, "property")}, got {len(value)}'
+            for name, item in value.items():
+                here = (path, name)
+                node = properties.get(name)
+                matched = node is not None
+                if matched:
+                    problem = node.problem(item, here, None, scope)
+                    if problem:
+                        return problem
+                for pattern, sub in patterns:
+                    if pattern.search(name):
+                        matched = True
+                        problem = sub.problem(item, here, None, scope)
+                        if problem:
+                            return problem
+                if not matched and extra is not None:
+                    if extra_false:
+                        return f'{_where(here)}: not allowed (additionalProperties is false)'
+                    problem = extra.problem(item, here, None, scope)
+                    if problem:
+                        return problem
+                if matched or extra is not None:
+                    if seen is not None:
+                        seen.names.add(name)
+                if names is not None:
+                    problem = names.problem(name, None, None, scope)
+                    if problem:
+                        return f'the name of {_where(here)}: {problem.partition(": ")[2]}'
+            for name, wanted in needs:
+                if name in value:
+                    for other in wanted:
+                        if other not in value:
+                            return f'{_where((path, other))}: required when {_where((path, name))} is present, but missing'
+            for name, node in dependents:
+                if name in value:
+                    problem = node.problem(value, path, seen, scope)
+                    if problem:
+                        return problem
             return None
-        for name in schema.get('required', ()):
-            if name not in value:
-                return f'{_child(path, name)}: required, but missing'
-        properties, extra = schema.get('properties', {}), schema.get('additionalProperties', True)
-        for name, item in value.items():
-            sub = properties.get(name, extra)
-            if sub is False and name not in properties:
-                return f'{_child(path, name)}: not allowed (additionalProperties is false)'
-            problem = self._problem(sub, item, _child(path, name), depth + 1)
-            if problem:
-                return problem
-        return None
+        return check
 
-    def _combined(self, schema: dict, value: object, path: str, depth: int) -> str | None:
-        for sub in schema.get('allOf', ()):
-            problem = self._problem(sub, value, path, depth + 1)
-            if problem:
-                return problem
-        if 'anyOf' in schema:
-            problems = [self._problem(sub, value, path, depth + 1) for sub in schema['anyOf']]
-            if all(problems):
-                return f'{path}: matches none of anyOf ({"; ".join(problems)})'
-        if 'oneOf' in schema:
-            matching = sum(self._problem(sub, value, path, depth + 1) is None for sub in schema['oneOf'])
-            if matching != 1:
-                return f'{path}: matches {matching} of oneOf, expected exactly 1'
-        return None
+    def _dependencies(self, schema: dict, base: str, where: str) -> tuple[list, list]:
+        """(name, names it requires) and (name, schema applied when it is present), from
+        dependentRequired/dependentSchemas (2020-12) or dependencies (draft 7)."""
+        needs, dependents = [], []
+        for keyword in ('dependencies',) if self.draft == '7' else ('dependentRequired', 'dependentSchemas'):
+            value = schema.get(keyword)
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise SchemaError(f'{where}/{keyword}: expected an object, got {_seen(value)}')
+            for name, sub in value.items():
+                if keyword != 'dependentSchemas' and isinstance(sub, list):
+                    if not all(isinstance(other, str) for other in sub):
+                        raise SchemaError(f'{where}/{keyword}/{name}: expected a list of names, got {_seen(sub)}')
+                    needs.append((name, sub))
+                elif keyword == 'dependentRequired':
+                    raise SchemaError(f'{where}/{keyword}/{name}: expected a list of names, got {_seen(sub)}')
+                else:
+                    dependents.append((name, self._compile(sub, base, f'{where}/{keyword}/{name}')))
+        return needs, dependents
+
+    def _build_combined(self, schema: dict, base: str, where: str):
+        every = self._subs(schema, 'allOf', base, where) if 'allOf' in schema else []
+        some = self._subs(schema, 'anyOf', base, where) if 'anyOf' in schema else None
+        one = self._subs(schema, 'oneOf', base, where) if 'oneOf' in schema else None
+        negated = self._sub(schema, 'not', base, where) if 'not' in schema else None
+        condition = self._sub(schema, 'if', base, where) if 'if' in schema else None
+        then = self._sub(schema, 'then', base, where) if 'then' in schema and condition else None
+        otherwise = self._sub(schema, 'else', base, where) if 'else' in schema and condition else None
+        if not every and some is None and one is None and negated is None and condition is None:
+            return None
+
+        def check(value, path, seen, scope):
+            for node in every:
+                problem = node.problem(value, path, seen, scope)
+                if problem:
+                    return problem
+            if some is not None:
+                problem = _any_of_problem(some, value, path, seen, scope)
+                if problem:
+                    return problem
+            if one is not None:
+                problem = _one_of_problem(one, value, path, seen, scope)
+                if problem:
+                    return problem
+            if negated is not None and negated.problem(value, path, None, scope) is None:
+                return f'{_where(path)}: expected not to match the schema under "not", got {_seen(value)}'
+            if condition is not None and (then or otherwise or seen is not None):
+                own = _Seen() if seen is not None else None
+                branch = then if condition.problem(value, path, own, scope) is None else otherwise
+                if own is not None and branch is then:
+                    seen.add(own)
+                if branch is not None:
+                    return branch.problem(value, path, seen, scope)
+            return None
+        return check
+
+    def _build_unevaluated_items(self, schema: dict, base: str, where: str):
+        if 'unevaluatedItems' not in schema or self.draft == '7':
+            return None
+        node = self._sub(schema, 'unevaluatedItems', base, where)
+
+        def check(value, path, seen, scope):
+            if not isinstance(value, list):
+                return None
+            for number in range(seen.upto, len(value)):
+                if number not in seen.indices:
+                    problem = node.problem(value[number], (path, number), None, scope)
+                    if problem:
+                        return problem
+            seen.upto = len(value)
+            return None
+        return check
+
+    def _build_unevaluated_properties(self, schema: dict, base: str, where: str):
+        if 'unevaluatedProperties' not in schema or self.draft == '7':
+            return None
+        node = self._sub(schema, 'unevaluatedProperties', base, where)
+        refused = schema['unevaluatedProperties'] is False
+
+        def check(value, path, seen, scope):
+            if not isinstance(value, dict):
+                return None
+            for name, item in value.items():
+                if name not in seen.names:
+                    if refused:
+                        return f'{_where((path, name))}: not allowed (unevaluatedProperties is false)'
+                    problem = node.problem(item, (path, name), None, scope)
+                    if problem:
+                        return problem
+            seen.names.update(value)
+            return None
+        return check
+
+    _BUILDERS = (_build_ref, _build_dynamic_ref, _build_type, _build_choices, _build_string, _build_number,
+                 _build_array, _build_object, _build_combined, _build_unevaluated_items,
+                 _build_unevaluated_properties)
+    _FINAL = (_build_unevaluated_items, _build_unevaluated_properties)
+
+
+def _duplicate(value: list, path) -> str | None:
+    """The second of two equal items, as JSON equality sees them, in linear time."""
+    first: dict = {}
+    for number, item in enumerate(value):
+        key = _json_key(item)
+        if key in first:
+            return f'{_where((path, number))}: expected unique items, got {_seen(item)} twice'
+        first[key] = number
+    return None
+
+
+def _any_of_problem(nodes: list[_Node], value, path, seen, scope) -> str | None:
+    """None when a schema of anyOf matches; with ``seen``, every one is tried, for what it evaluates."""
+    problems, matched = [], False
+    for node in nodes:
+        own = _Seen() if seen is not None else None
+        problem = node.problem(value, path, own, scope)
+        if problem is None:
+            matched = True
+            if seen is None:
+                return None
+            seen.add(own)
+        else:
+            problems.append(problem)
+    return None if matched else f'{_where(path)}: matches none of anyOf ({"; ".join(problems)})'
+
+
+def _one_of_problem(nodes: list[_Node], value, path, seen, scope) -> str | None:
+    matching = []
+    for node in nodes:
+        own = _Seen() if seen is not None else None
+        if node.problem(value, path, own, scope) is None:
+            matching.append(own)
+    if len(matching) != 1:
+        return f'{_where(path)}: matches {len(matching)} of oneOf, expected exactly 1'
+    if seen is not None:
+        seen.add(matching[0])
+    return None
 
 
 # ---------------------------------------------------------------------------
