@@ -742,7 +742,8 @@ COMMON_KEYWORDS = frozenset({
     'allOf', 'anyOf', 'oneOf', 'not', 'if', 'then', 'else'})
 CHECKED_KEYWORDS = {
     '2020-12': COMMON_KEYWORDS | {'$dynamicRef', 'prefixItems', 'minContains', 'maxContains', 'dependentRequired',
-                                  'dependentSchemas', 'unevaluatedItems', 'unevaluatedProperties'},
+                                  'dependentSchemas', 'unevaluatedItems', 'unevaluatedProperties',
+                                  'dependencies'},  # draft 7's, still read by 2020-12 validators for compatibility
     '7': COMMON_KEYWORDS | {'additionalItems', 'dependencies'},
 }
 # Where subschemas sit: keyword -> 'one' (a schema), 'list' (schemas), 'map' (name -> schema).
@@ -925,8 +926,7 @@ class JsonSchema:
             found = self._anchors[resolved]
             return found, self._base_of.get(id(found), uri)
         if uri not in self._resources:
-            raise SchemaError(f'{where}: $ref {ref!r} is another document, which is never fetched; only '
-                              'references within the schema are checked', 'remote')
+            raise SchemaError(f'{where}: $ref {ref!r} is another document, which is never fetched', 'remote')
         found = self._resources[uri]
         if fragment and not fragment.startswith('/'):
             raise SchemaError(f'{where}: $ref {ref!r} names no $anchor of this schema')
@@ -1153,7 +1153,8 @@ class JsonSchema:
                 prefix = self._subs(schema, 'prefixItems', base, where)
             if 'items' in schema:
                 if isinstance(schema['items'], list):
-                    raise SchemaError(f'{where}/items: a list of schemas is draft 7; in 2020-12 use prefixItems')
+                    raise SchemaError(f'{where}/items: a list of schemas is draft 7\'s items; name draft 7 in '
+                                      '$schema, or use prefixItems (draft 2020-12)')
                 rest = self._sub(schema, 'items', base, where)
         contains = self._sub(schema, 'contains', base, where) if 'contains' in schema else None
         fewest = self._count_of(schema, 'minContains', where, 1) if self.draft != '7' else 1
@@ -1266,9 +1267,10 @@ class JsonSchema:
 
     def _dependencies(self, schema: dict, base: str, where: str) -> tuple[list, list]:
         """(name, names it requires) and (name, schema applied when it is present), from
-        dependentRequired/dependentSchemas (2020-12) or dependencies (draft 7)."""
+        dependentRequired/dependentSchemas (2020-12) and dependencies (draft 7, and 2020-12 too)."""
         needs, dependents = [], []
-        for keyword in ('dependencies',) if self.draft == '7' else ('dependentRequired', 'dependentSchemas'):
+        for keyword in ('dependencies',) if self.draft == '7' else ('dependentRequired', 'dependentSchemas',
+                                                                     'dependencies'):
             value = schema.get(keyword)
             if value is None:
                 continue
@@ -3124,6 +3126,10 @@ def _request_body(api: str, model: str, prompt: str, system: str | None, max_tok
     return {**body, **(extra or {})}
 
 
+SCHEMA_REFUSALS = {'invalid': 'not a valid schema', 'remote': 'a schema that needs another document',
+                   'unsupported': 'a schema that cannot be checked faithfully'}  # SchemaError.kind, in a sentence
+
+
 def _answer_spec(api: str, tools: list | None, tool_choice: str | None, json_schema: object) -> AnswerSpec:
     """What the answer is asked to be, checked: tools in the chat-completions shape, each with a name
     and optional parameters (a schema), a tool choice, and a JSON schema. ValueError for anything
@@ -3141,12 +3147,12 @@ def _answer_spec(api: str, tools: list | None, tool_choice: str | None, json_sch
         tool_choice = 'auto' if tool_choice is None else tool_choice
     schema = None
     if json_schema is not None:
-        if not isinstance(json_schema, dict):
-            raise ValueError(f'json_schema must be a JSON object (a schema), not {_seen(json_schema)}')
+        if not isinstance(json_schema, (dict, bool)):
+            raise ValueError(f'json_schema must be a JSON object or a boolean (a schema), not {_seen(json_schema)}')
         try:
             schema = JsonSchema(json_schema)
         except SchemaError as exc:
-            raise ValueError(f'json_schema is not a valid schema: {exc}') from None
+            raise ValueError(f'json_schema is {SCHEMA_REFUSALS[exc.kind]}: {exc}') from None
     return AnswerSpec(declared, tool_choice, schema)
 
 
@@ -3161,7 +3167,7 @@ def _declared_tool(number: int, tool: object) -> tuple[str, JsonSchema | None]:
     try:
         return name, JsonSchema(function['parameters'])
     except SchemaError as exc:
-        raise ValueError(f'tools[{number}] ({name}) has parameters that are not a valid schema: {exc}') from None
+        raise ValueError(f'tools[{number}] ({name}) has parameters that are {SCHEMA_REFUSALS[exc.kind]}: {exc}') from None
 
 
 def _answer_fields(api: str, tools: list | None, spec: AnswerSpec, json_schema: dict | None) -> dict:
@@ -4738,6 +4744,24 @@ def _answer_files(args) -> tuple[list | None, dict | None]:
     return tools, schema
 
 
+def _unchecked_line(spec: AnswerSpec, shown: int = 4) -> str:
+    """The schema keywords that are not checked, in one line (the record lists them all)."""
+    unchecked = spec.unchecked()
+    more = f' and {len(unchecked) - shown} more (see unchecked_schema_keywords)' if len(unchecked) > shown else ''
+    return f'not checked against the schema: {"; ".join(unchecked[:shown])}{more}'
+
+
+def _checked_line(spec: AnswerSpec, record: dict) -> str | None:
+    """What a run checked against a schema and found matching: the JSON answer, or each tool call
+    whose tool declares parameters; None when nothing was."""
+    schemas = dict(spec.tools)
+    calls = [f'tool call {call["index"]} ({call["name"]})' for call in record.get('tool_calls') or ()
+             if schemas.get(call['name']) is not None and call['arguments_problem'] is None]
+    if record['ok'] and record.get('answer_kind') == 'json' and spec.json_schema is not None:
+        calls.append('the JSON answer')
+    return f'checked against its schema, and matching: {", ".join(calls)}' if calls else None
+
+
 def _json_file(path: str, flag: str) -> object:
     try:
         with open(path, encoding='utf-8') as file:
@@ -5201,12 +5225,17 @@ def main(argv: list[str] | None = None) -> int:
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
             print(f'{parser.prog}: error: {message}', file=sys.stderr)
             return 2
+        if not args.quiet and requests[0].spec.unchecked():
+            print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if settings is not None:
             return _run_load(args, requests, settings, fd, report_fd, parser.prog)
         record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:
             fixture.close()
+    checked = _checked_line(requests[0].spec, record)
+    if checked and not args.quiet:
+        print(f'{parser.prog}: {checked}', file=sys.stderr)
     summary = {key: record[key] for key in ('ok', 'error_layer', 'api', 'first_text_ms', 'duration_ms',
                                             'finish_reason', 'response_status', 'error')}
     emit(json.dumps(summary, ensure_ascii=False))
