@@ -1367,13 +1367,15 @@ class JsonSchema:
 
 
 def _duplicate(value: list, path) -> str | None:
-    """The second of two equal items, as JSON equality sees them, in linear time."""
-    first: dict = {}
+    """The second of two equal items, as JSON equality sees them, in linear time. Only the hash of
+    each item's key is kept (a large array of keys would crowd memory); equal hashes are compared."""
+    first: dict[int, list[int]] = {}
     for number, item in enumerate(value):
         key = _json_key(item)
-        if key in first:
+        earlier = first.setdefault(hash(key), [])
+        if any(_json_key(value[other]) == key for other in earlier):
             return f'{_where((path, number))}: expected unique items, got {_seen(item)} twice'
-        first[key] = number
+        earlier.append(number)
     return None
 
 
