@@ -448,6 +448,10 @@ def _child(path: str, key: object) -> str:
     return f'{path}.{key}' if re.fullmatch(r'[A-Za-z_][A-Za-z0-9_]*', key) else f'{path}[{json.dumps(key)}]'
 
 
+def _properties(number: int) -> str:
+    return f'{number} {"property" if number == 1 else "properties"}'
+
+
 def _seen(value: object) -> str:
     return _shorten(json.dumps(value, ensure_ascii=False), 40)
 
@@ -586,7 +590,7 @@ class _EcmaPattern:
             self.groups += 1
             return f'(?P<{name.group(1)}>'
         if rest.startswith('?'):
-            self.refuse(f'the group ({_shorten(rest, 4)} is not ECMA-262', 'invalid')
+            self.refuse(f'the group ({rest[:2]} is not ECMA-262', 'invalid')
         self.groups += 1
         return '('
 
@@ -1222,9 +1226,9 @@ class JsonSchema:
                 if name not in value:
                     return f'{_where((path, name))}: required, but missing'
             if low is not None and len(value) < low:
-                return f'{_where(path)}: expected at least {_count(low, "property")}, got {len(value)}'
+                return f'{_where(path)}: expected at least {_properties(low)}, got {len(value)}'
             if high is not None and len(value) > high:
-                return f'{_where(path)}: expected at most {_count(high, "property")}, got {len(value)}'
+                return f'{_where(path)}: expected at most {_properties(high)}, got {len(value)}'
             for name, item in value.items():
                 here = (path, name)
                 node = properties.get(name)
