@@ -680,7 +680,7 @@ class JsonSchemaTests(unittest.TestCase):
             (schema, {'kind': 'x', 'a': 1, 'b': 2, 'c1': 3, 'd': 4, 'x': 5}, None),
             (schema, {'kind': 'y', 'x': 5}, '$.x: not allowed (unevaluatedProperties is false)'),
             (schema, {'e': 1}, '$.e: not allowed (unevaluatedProperties is false)'),
-            ({'anyOf': [{'properties': {'a': {'type': 'string'}}}, {'properties': {'b': {}}}],
+            ({'anyOf': [{'properties': {'a': {}}, 'allOf': [False]}, {'properties': {'b': {}}}],
               'unevaluatedProperties': False}, {'a': 1, 'b': 2}, '$.a: not allowed'),  # a failed branch evaluates nothing
             ({'not': {'not': {'properties': {'a': {}}}}, 'unevaluatedProperties': False}, {'a': 1}, '$.a: not allowed'),
             ({'prefixItems': [{}], 'allOf': [{'contains': {'const': 'z'}}], 'unevaluatedItems': {'type': 'integer'}},
@@ -706,6 +706,11 @@ class JsonSchemaTests(unittest.TestCase):
              '$: expected boolean, got 1'),
             ({'$ref': '#/$defs/loop', '$defs': {'loop': {'$ref': '#/$defs/loop'}}}, 1,
              'the schema refers to itself more than 256 times here'),
+            ({'$id': 'https://example.com/root', '$ref': 'list',  # the outermost $dynamicAnchor "items" wins
+              '$defs': {'items': {'$dynamicAnchor': 'items', 'type': 'string'},
+                        'list': {'$id': 'list', 'items': {'$dynamicRef': '#items'},
+                                 '$defs': {'items': {'$dynamicAnchor': 'items'}}}}}, ['a', 1],
+             '$[1]: expected string, got 1'),
             ({'$dynamicAnchor': 'node', 'properties': {'kids': {'items': {'$dynamicRef': '#node'}}},
               'type': 'object'}, {'kids': [{'kids': [3]}]}, '$.kids[0].kids[0]: expected object, got 3'),
         ])
