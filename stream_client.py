@@ -16,8 +16,9 @@ built on them:
 
 1. limits and errors (``StreamError`` carries its layer);
 2. the SSE parser ``Events``: bytes in, event data out (sans-IO);
-3. JSON answers (sans-IO): ``strict_json()`` and ``JsonSchema``, the schema
-   subset tool definitions use, for tool-call arguments and JSON answers;
+3. JSON answers (sans-IO): ``strict_json()`` and ``JsonSchema`` (drafts 2020-12
+   and 7, ECMA-262 patterns; docs/json-schema.md), for tool-call arguments and
+   JSON answers;
 4. the protocol seam ``StreamValidator``: event data in, the answer's text,
    reasoning and tool calls out, and the API's own idea of "finished"
    (sans-IO). ``ChatChunks``, ``CompletionChunks`` and ``ResponseEvents``
@@ -491,13 +492,15 @@ _PATTERNS: dict[str, re.Pattern] = {}  # each pattern source, translated and com
 def _category_ranges(category: str) -> list[tuple[int, int]]:
     """The code point ranges of one General_Category, from this Python's Unicode database."""
     if not _CATEGORY_RANGES:
+        found: dict[str, list[tuple[int, int]]] = {}
         start, current = 0, unicodedata.category('\0')
         for point in range(1, 0x110000):
             kind = unicodedata.category(chr(point))
             if kind != current:
-                _CATEGORY_RANGES.setdefault(current, []).append((start, point - 1))
+                found.setdefault(current, []).append((start, point - 1))
                 start, current = point, kind
-        _CATEGORY_RANGES.setdefault(current, []).append((start, 0x10FFFF))
+        found.setdefault(current, []).append((start, 0x10FFFF))
+        _CATEGORY_RANGES.update(found)  # whole, at once: another thread never sees a part
     return _CATEGORY_RANGES.get(category, [])
 
 
@@ -710,7 +713,7 @@ def _single(member: str) -> str | None:
     return None
 
 
-def ecma_pattern(source: str) -> re.Pattern:
+def _ecma_pattern(source: str) -> re.Pattern:
     """The compiled Python pattern with the meaning of an ECMA-262 pattern, cached; SchemaError
     (naming the construct) when there is no faithful translation."""
     compiled = _PATTERNS.get(source)
@@ -846,12 +849,18 @@ class JsonSchema:
         self._base_of: dict[int, str] = {}            # id(schema) -> the base URI it sits under
         self._nodes: dict[int, _Node] = {}
         self._resources[ROOT_URI] = schema
-        self._register(schema, ROOT_URI, '#')
-        self._node = self._compile(schema, ROOT_URI, '#')
+        try:
+            self._register(schema, ROOT_URI, '#')
+            self._node = self._compile(schema, ROOT_URI, '#')
+        except RecursionError:
+            raise SchemaError('the schema is nested too deeply to be checked', 'unsupported') from None
 
     def problem(self, value: object) -> str | None:
         """The first violation, as '$.city: expected string, got 3', or None when the value is valid."""
-        return self._node.problem(value, None, None, (ROOT_URI, None, 0))
+        try:
+            return self._node.problem(value, None, None, (ROOT_URI, None, 0))
+        except RecursionError:  # a value nested deeper than Python's stack: not shown to be valid
+            return '$: nested too deeply to be checked against the schema'
 
     # -- the document: drafts, resources and anchors -------------------------------------------------
 
@@ -1093,7 +1102,7 @@ class JsonSchema:
         source = schema.get('pattern')
         if source is not None and not isinstance(source, str):
             raise SchemaError(f'{where}/pattern: expected a regular expression, got {_seen(source)}')
-        pattern = ecma_pattern(source) if source is not None else None
+        pattern = _ecma_pattern(source) if source is not None else None
         if low is None and high is None and pattern is None:
             return None
 
@@ -1209,7 +1218,7 @@ class JsonSchema:
             raise SchemaError(f'{where}/required: expected a list of names, got {_seen(required)}')
         low, high = self._count_of(schema, 'minProperties', where), self._count_of(schema, 'maxProperties', where)
         properties = self._schema_map(schema, 'properties', base, where)
-        patterns = [(ecma_pattern(source), node) for source, node in
+        patterns = [(_ecma_pattern(source), node) for source, node in
                     self._schema_map(schema, 'patternProperties', base, where).items()]
         extra = self._sub(schema, 'additionalProperties', base, where) if 'additionalProperties' in schema else None
         extra_false = schema.get('additionalProperties') is False
