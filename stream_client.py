@@ -916,7 +916,8 @@ class JsonSchema:
     def _subschemas(self, schema: dict, where: str):
         """(keyword, subschema, where) for each subschema this draft reads, known keywords only."""
         for keyword, value in schema.items():
-            shape = SUBSCHEMAS.get(keyword)
+            shape = SUBSCHEMAS.get(keyword) if keyword in self.keywords or keyword in ('$defs', 'definitions') \
+                else None
             if keyword == 'items':
                 shape = 'list' if isinstance(value, list) and self.draft == '7' else 'one'
             elif keyword == 'dependencies':
@@ -973,8 +974,10 @@ class JsonSchema:
         base = self._base_of.get(id(schema), base)
         node = self._nodes[id(schema)] = _Node(base)  # before its keywords, so that a schema may refer to itself
         keywords = {'$ref'} if self.draft == '7' and '$ref' in schema else schema.keys()
-        for key in keywords:
-            if key not in self.keywords and key not in ANNOTATIONS:
+        for key in schema:
+            if key in self.keywords and key not in keywords:
+                self.unchecked.append(f'{key} at {where} (ignored beside $ref, as draft 7 says)')
+            elif key not in self.keywords and key not in ANNOTATIONS:
                 note = ' (an annotation, not asserted)' if key in NOT_ASSERTED else ''
                 self.unchecked.append(f'{key} at {where}{note}')
         for keyword in ('$defs', 'definitions'):
