@@ -525,7 +525,6 @@ class _EcmaPattern:
 
     def __init__(self, source: str) -> None:
         self.source, self.at, self.out = source, 0, []
-        self.groups = 0
         self.quantifiable = False  # whether the last piece written may take a quantifier
 
     def refuse(self, what: str, kind: str = 'unsupported') -> typing.NoReturn:
@@ -567,7 +566,7 @@ class _EcmaPattern:
                 self.out.append('\\{')  # not a quantifier: the character itself
                 self.quantifiable = True
                 return
-            low, comma, high = match.groups()
+            low, _, high = match.groups()
             if high and int(high) < int(low):
                 self.refuse(f'the quantifier {match.group()} has its numbers out of order', 'invalid')
             self.at = match.end()
@@ -590,11 +589,9 @@ class _EcmaPattern:
         name = re.match(r'\?<([A-Za-z_$][A-Za-z0-9_$]*)>', rest)
         if name:
             self.at += name.end()
-            self.groups += 1
             return f'(?P<{name.group(1)}>'
         if rest.startswith('?'):
             self.refuse(f'the group ({rest[:2]} is not ECMA-262', 'invalid')
-        self.groups += 1
         return '('
 
     def code_point(self) -> int:
