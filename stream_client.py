@@ -421,11 +421,6 @@ def _json_key(value: object) -> tuple:
     return ('object', frozenset((name, _json_key(item)) for name, item in value.items()))
 
 
-def _json_equal(a: object, b: object) -> bool:
-    """Equality as JSON sees it: true is not 1, and 1.0 is 1."""
-    return _json_key(a) == _json_key(b)
-
-
 def _exact(number: int | float) -> fractions.Fraction:
     """The number as its shortest decimal text says it, exactly: 0.1 is 1/10, not the binary float."""
     return fractions.Fraction(number if isinstance(number, int) else repr(number))
