@@ -965,9 +965,10 @@ class JsonSchema:
             raise SchemaError(f'{where}: a schema must be an object or a boolean, not {_seen(schema)}')
         base = self._base_of.get(id(schema), base)
         node = self._nodes[id(schema)] = _Node(base)  # before its keywords, so that a schema may refer to itself
-        keywords = {'$ref'} if self.draft == '7' and '$ref' in schema else schema.keys()
+        overridden = self.draft == '7' and '$ref' in schema  # draft 7: $ref alone counts
+        applied = {'$ref': schema['$ref']} if overridden else schema
         for key in schema:
-            if key in self.keywords and key not in keywords:
+            if key in self.keywords and key not in applied:
                 self.unchecked.append(f'{key} at {where} (ignored beside $ref, as draft 7 says)')
             elif key not in self.keywords and key not in ANNOTATIONS:
                 note = ' (an annotation, not asserted)' if key in NOT_ASSERTED else ''
@@ -976,10 +977,10 @@ class JsonSchema:
             if keyword in schema and not isinstance(schema[keyword], dict):
                 raise SchemaError(f'{where}/{keyword}: expected an object of schemas, got {_seen(schema[keyword])}')
         for build in self._BUILDERS:
-            check = build(self, {key: schema[key] for key in keywords}, base, where)
+            check = build(self, applied, base, where)
             if check is not None:
                 (node.final if build in self._FINAL else node.checks).append(check)
-        for keyword, sub, at in self._subschemas(schema, where) if self.draft != '7' or '$ref' not in schema else ():
+        for keyword, sub, at in self._subschemas(schema, where) if not overridden else ():
             self._compile(sub, base, at)  # the schemas under $defs too, so that every error shows now
         return node
 
