@@ -4101,6 +4101,7 @@ class SingleFlight:
         self._idle = threading.Condition(self._lock)
         self._flights: dict[str, _Flight] = {}
         self._slots = threading.BoundedSemaphore(limit)
+        self.joined: collections.Counter = collections.Counter()  # calls that joined a run in flight, by key
 
     def do(self, key: str, work: typing.Callable[[float], object], wait: float) -> tuple[object, bool]:
         """(the result of work(seconds waited for a slot), or None if none came within ``wait`` seconds;
@@ -4109,7 +4110,9 @@ class SingleFlight:
         with self._lock:
             flight = self._flights.get(key)
             joined = flight is not None
-            if not joined:
+            if joined:
+                self.joined[key] += 1
+            else:
                 flight = self._flights[key] = _Flight()
         if joined:
             flight.done.wait(wait)
@@ -4166,10 +4169,26 @@ class Exporter:
         self._lock = threading.Lock()
         self.runs = collections.Counter({(name, result): 0 for name in requests for result in ('ok', 'failed')})
         self.failures: collections.Counter = collections.Counter()
-        self.joined = collections.Counter(dict.fromkeys(requests, 0))
         self.scrape_errors: collections.Counter = collections.Counter()
         self.write_errors = 0
         self.last: dict[str, dict] = {}
+
+    routes = {'/probe': 'probe', '/metrics': 'metrics', '/': 'page'}
+
+    def answer(self, target: str, scrape_timeout: str | None) -> Answer:
+        """The answer to GET target (a path and query), with ``scrape_timeout`` the value of Prometheus's
+        X-Prometheus-Scrape-Timeout-Seconds header if sent; an error is counted and logged."""
+        path, _, query = target.partition('?')
+        route = self.routes.get(path)
+        if route is None:
+            answer = _one_line(404, f'no such page {_preview(path)}; try /probe?target=NAME, /metrics or /',
+                               'not_found')
+        else:
+            answer = self.probe(query, scrape_timeout) if route == 'probe' else getattr(self, route)()
+        if answer.problem is not None:
+            self.scrape_error(answer.problem)
+            self.log(f'{answer.status} for GET {_shorten(target, 100)}: {answer.body.strip()}')
+        return answer
 
     def probe(self, query: str, scrape_timeout: str | None) -> Answer:
         """One scrape of /probe: a run of the target the query names (or the result of the one in flight)."""
@@ -4180,9 +4199,6 @@ class Exporter:
         request = self.requests[name]
         budget = probe_deadline(request.deadline, scrape_timeout)
         record, joined = self.flights.do(name, lambda waited: self._run(name, request, budget - waited), budget)
-        if joined:
-            with self._lock:
-                self.joined[name] += 1
         if record is None:
             return _one_line(503, f'no result for {name} within {budget:g} s: '
                              + ('its run in flight has not ended' if joined else 'too many runs in flight'), 'busy')
@@ -4222,7 +4238,7 @@ class Exporter:
                                       for (name, layer, kind), count in sorted(self.failures.items())]),
                 Family('stream_exporter_joined_scrapes_total', 'counter', 'Scrapes answered with the result of '
                        'a run of their target already in flight, by target',
-                       [({'target': name}, count) for name, count in sorted(self.joined.items())]),
+                       [({'target': name}, self.flights.joined[name]) for name in sorted(self.requests)]),
                 Family('stream_exporter_scrape_errors_total', 'counter', 'Requests to the exporter answered '
                        'with an error instead of metrics, by reason',
                        [({'reason': reason}, count) for reason, count in sorted(self.scrape_errors.items())]),
@@ -4261,7 +4277,6 @@ class _ExporterHandler(http.server.BaseHTTPRequestHandler):
 
     server_version = f'stream-client-exporter/{__version__}'
     timeout = EXPORTER_READ_TIMEOUT
-    routes = {'/probe': 'probe', '/metrics': 'metrics', '/': 'page'}
     problems = {400: 'bad_request', 404: 'not_found', 405: 'method', 413: 'too_large', 414: 'too_large',
                 431: 'too_large'}
 
@@ -4280,21 +4295,8 @@ class _ExporterHandler(http.server.BaseHTTPRequestHandler):
         return True
 
     def do_GET(self) -> None:
-        exporter = self.server.exporter
-        path, _, query = self.path.partition('?')
-        route = self.routes.get(path)
         with self.server.serving():
-            if route is None:
-                answer = _one_line(404, f'no such page {_preview(path)}; try /probe?target=NAME, /metrics or /',
-                                   'not_found')
-            elif route == 'probe':
-                answer = exporter.probe(query, self.headers.get(SCRAPE_TIMEOUT_HEADER))
-            else:
-                answer = getattr(exporter, route)()
-            if answer.problem is not None:
-                exporter.scrape_error(answer.problem)
-                exporter.log(f'{answer.status} for GET {_shorten(self.path, 100)}: {answer.body.strip()}')
-            self._answer(answer)
+            self._answer(self.server.exporter.answer(self.path, self.headers.get(SCRAPE_TIMEOUT_HEADER)))
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The base class's errors (malformed, too large, timed out) and ours: one line of text."""
