@@ -4331,6 +4331,7 @@ class ExporterServer(http.server.ThreadingHTTPServer):
     a short 503) and counts the requests it is answering, so that a stop can wait for them."""
 
     daemon_threads = True
+    request_queue_size = 128  # connections the kernel holds until they are accepted
 
     def __init__(self, address: tuple[str, int], exporter: Exporter) -> None:
         self.address_family = socket.AF_INET6 if ':' in address[0] else socket.AF_INET
@@ -4482,7 +4483,10 @@ def _exporter_command(args, parser: argparse.ArgumentParser) -> int:
             with lock:
                 print(line, file=sys.stderr, flush=True)
     try:
-        requests = prepare_targets(targets, fixture_url)
+        try:
+            requests = prepare_targets(targets, fixture_url)
+        except UsageError as exc:
+            raise UsageError(f'--targets {args.targets}: {exc}') from None
         fd = append_output(args.output)
         evidence, cancel = _EvidenceLog(fd), Cancel()
 
