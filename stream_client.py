@@ -4208,7 +4208,13 @@ class Exporter:
         """One run of a target under ``deadline`` seconds, its record kept and counted (None: no time left)."""
         if deadline <= 0:
             return None
-        record = {**self.run_one(dataclasses.replace(request, deadline=deadline)), 'target': name}
+        request = dataclasses.replace(request, deadline=deadline)
+        try:
+            record = self.run_one(request)
+        except Exception as exc:  # a bug in this client: the run still leaves its record, saying so
+            record = failed_record(request, StreamError('client', f'the client failed during the run: '
+                                                                  f'{type(exc).__name__}: {exc}'))
+        record = {**record, 'target': name}
         with self._lock:
             self.runs[name, 'ok' if record['ok'] else 'failed'] += 1
             if not record['ok']:
@@ -4441,12 +4447,13 @@ EXPORTER_FLAGS = ('exporter', 'targets', 'output', 'concurrency', 'quiet')
 
 
 def _read_targets(path: str, parser: argparse.ArgumentParser) -> dict[str, Target]:
+    """The targets of --targets, checked (strict JSON: no NaN, no repeated key); UsageError names the file."""
     try:
         with open(path, encoding='utf-8') as file:
-            data = json.loads(file.read(), object_pairs_hook=_unique_keys)
+            data = strict_json(file.read())
     except OSError as exc:
         raise UsageError(f'cannot read --targets {path!r}: {exc.strerror or exc}') from None
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:  # UnicodeDecodeError too
         raise UsageError(f'--targets {path} is not JSON: {exc}') from None
     try:
         return parse_targets(data, parser)
@@ -4462,8 +4469,8 @@ def _exporter_command(args, parser: argparse.ArgumentParser) -> int:
         raise UsageError('--exporter and --targets go together')
     extra = _given_flags(parser, args, EXPORTER_FLAGS)
     if extra:
-        raise UsageError(f'--exporter takes each run\'s settings from --targets; {", ".join(extra)} '
-                         f'{"goes" if len(extra) == 1 else "go"} in the targets file')
+        raise UsageError(f'{", ".join(extra)} {"does" if len(extra) == 1 else "do"} not go with --exporter: '
+                         'the settings of its runs go in the targets file')
     if args.output is None:
         raise UsageError('--output is required: every run\'s record is appended to it')
     if args.concurrency is not None and args.concurrency < 1:

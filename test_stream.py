@@ -3757,7 +3757,7 @@ class ExporterTests(unittest.TestCase):
             'a missing tools file': ({'a': {'fixture': 'ok', 'tools': 'absent.json'}}, [],
                                      "target a: cannot read tools 'absent.json'"),
             'a fixture mode of another API': ({'a': {'fixture': 'sequence-gap'}}, [], 'target a: fixture mode'),
-            'a run flag beside it': ({'a': {'fixture': 'ok'}}, ['--model', 'm'], '--model goes in the targets file'),
+            'a run flag beside it': ({'a': {'fixture': 'ok'}}, ['--model', 'm'], '--model does not go with --exporter'),
             'a host name to bind': ({'a': {'fixture': 'ok'}}, ['--exporter', 'example.com:0'],
                                     'needs an IP address to bind'),
         }
