@@ -3974,23 +3974,30 @@ def probe_deadline(target_deadline: float, scrape_timeout: str | None) -> float:
     return min(target_deadline, budget)
 
 
-def probe_target(query: str, names: typing.Container[str]) -> tuple[str | None, str | None]:
-    """(the target a /probe query names, None) or (None, why it names none, in one line)."""
+class Refusal(typing.NamedTuple):
+    """Why a request gets no metrics: a stable reason (a label of the scrape-error counter) and one line."""
+
+    reason: str
+    message: str
+
+
+def probe_target(query: str, names: typing.Container[str]) -> str | Refusal:
+    """The target a /probe query names, or why it names none."""
     try:
         fields = parse_qsl(query, keep_blank_values=True, strict_parsing=True) if query else []
     except ValueError:
-        return None, 'malformed query; expected target=NAME'
+        return Refusal('bad_query', 'malformed query; expected target=NAME')
     unknown = sorted({key for key, _ in fields} - {'target'})
     if unknown:
-        return None, f'unknown parameter {_preview(unknown[0])}; /probe takes target=NAME only'
+        return Refusal('bad_query', f'unknown parameter {_preview(unknown[0])}; /probe takes target=NAME only')
     values = [value for _, value in fields]
     if len(values) != 1:
-        return None, 'expected target=NAME exactly once'
+        return Refusal('bad_query', 'expected target=NAME exactly once')
     if ':' in values[0] or '/' in values[0]:
-        return None, 'target must be the name of a target in the targets file, not a URL'
+        return Refusal('url_target', 'target must be the name of a target in the targets file, not a URL')
     if values[0] not in names:
-        return None, f'unknown target {_preview(values[0])}'
-    return values[0], None
+        return Refusal('unknown_target', f'unknown target {_preview(values[0])}')
+    return values[0]
 
 
 # ---- the text exposition format, version 0.0.4 ----
@@ -4118,10 +4125,7 @@ class SingleFlight:
             flight.done.wait(wait)
             return flight.result, True
         try:
-            began, acquired = time.monotonic(), self._slots.acquire(blocking=False)
-            waited = 0.0 if acquired else None
-            if not acquired and self._slots.acquire(timeout=max(wait, 0)):
-                waited = time.monotonic() - began
+            waited = self._take_slot(wait)
             if waited is not None:
                 try:
                     flight.result = work(waited)
@@ -4134,7 +4138,15 @@ class SingleFlight:
             flight.done.set()
         return flight.result, False
 
+    def _take_slot(self, wait: float) -> float | None:
+        """The seconds waited for a slot (0 when one was free), or None when none came within ``wait``."""
+        if self._slots.acquire(blocking=False):
+            return 0.0
+        began = time.monotonic()
+        return time.monotonic() - began if self._slots.acquire(timeout=max(wait, 0)) else None
+
     def in_flight(self) -> int:
+        """Keys with a run in flight (or waiting for a slot)."""
         with self._lock:
             return len(self._flights)
 
@@ -4192,10 +4204,9 @@ class Exporter:
 
     def probe(self, query: str, scrape_timeout: str | None) -> Answer:
         """One scrape of /probe: a run of the target the query names (or the result of the one in flight)."""
-        name, problem = probe_target(query, self.requests)
-        if name is None:
-            return _one_line(400, problem, 'url_target' if 'not a URL' in problem else
-                             'unknown_target' if problem.startswith('unknown target') else 'bad_query')
+        name = probe_target(query, self.requests)
+        if isinstance(name, Refusal):
+            return _one_line(400, name.message, name.reason)
         request = self.requests[name]
         budget = probe_deadline(request.deadline, scrape_timeout)
         record, joined = self.flights.do(name, lambda waited: self._run(name, request, budget - waited), budget)
@@ -4250,7 +4261,7 @@ class Exporter:
                        [({'reason': reason}, count) for reason, count in sorted(self.scrape_errors.items())]),
                 Family('stream_exporter_evidence_write_errors_total', 'counter', 'Records that could not be '
                        'appended to the evidence file', [({}, self.write_errors)]),
-                Family('stream_exporter_runs_in_flight', 'gauge', 'Runs in flight now',
+                Family('stream_exporter_runs_in_flight', 'gauge', 'Runs in flight now (those waiting for a slot too)',
                        [({}, self.flights.in_flight())]),
                 Family('stream_exporter_targets', 'gauge', 'Targets in the targets file',
                        [({}, len(self.requests))]),

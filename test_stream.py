@@ -3509,20 +3509,20 @@ class ExporterCoreTests(unittest.TestCase):
 
     def test_the_probe_query_names_a_target_of_the_file_and_never_a_url(self):
         names = {'ok', 'prod-eu'}
-        cases = {'target=ok': ('ok', None), 'target=prod-eu': ('prod-eu', None),
-                 'target=nope': (None, "unknown target 'nope'"),
-                 'target=http%3A%2F%2F10.0.0.1%2Fv1': (None, 'not a URL'),
-                 'target=127.0.0.1:8000': (None, 'not a URL'), '': (None, 'expected target=NAME exactly once'),
-                 'target=ok&target=ok': (None, 'exactly once'), 'target=ok&module=x': (None, 'unknown parameter'),
-                 '%zz': (None, 'malformed query')}
-        for query, (name, problem) in cases.items():
+        refused = {'target=nope': ('unknown_target', "unknown target 'nope'"),
+                   'target=http%3A%2F%2F10.0.0.1%2Fv1': ('url_target', 'not a URL'),
+                   'target=127.0.0.1:8000': ('url_target', 'not a URL'),
+                   '': ('bad_query', 'expected target=NAME exactly once'),
+                   'target=ok&target=ok': ('bad_query', 'exactly once'),
+                   'target=ok&module=x': ('bad_query', 'unknown parameter'), '%zz': ('bad_query', 'malformed query')}
+        for query, name in {'target=ok': 'ok', 'target=prod-eu': 'prod-eu'}.items():
             with self.subTest(query):
-                found, why = stream_client.probe_target(query, names)
-                self.assertEqual(found, name)
-                if problem is None:
-                    self.assertIsNone(why)
-                else:
-                    self.assertIn(problem, why)
+                self.assertEqual(stream_client.probe_target(query, names), name)
+        for query, (reason, message) in refused.items():
+            with self.subTest(query):
+                refusal = stream_client.probe_target(query, names)
+                self.assertEqual(refusal.reason, reason)
+                self.assertIn(message, refusal.message)
 
     def test_exporter_addresses_are_loopback_unless_spelled_out(self):
         cases = {'9116': ('127.0.0.1', 9116), ':9116': ('127.0.0.1', 9116), 'localhost:9116': ('127.0.0.1', 9116),
