@@ -4105,7 +4105,6 @@ class SingleFlight:
 
     def __init__(self, limit: int) -> None:
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
         self._flights: dict[str, _Flight] = {}
         self._slots = threading.BoundedSemaphore(limit)
         self.joined: collections.Counter = collections.Counter()  # calls that joined a run in flight, by key
@@ -4134,7 +4133,6 @@ class SingleFlight:
         finally:
             with self._lock:
                 del self._flights[key]
-                self._idle.notify_all()
             flight.done.set()
         return flight.result, False
 
@@ -4149,11 +4147,6 @@ class SingleFlight:
         """Keys with a run in flight (or waiting for a slot)."""
         with self._lock:
             return len(self._flights)
-
-    def wait_idle(self) -> None:
-        """Until no run is in flight."""
-        with self._lock:
-            self._idle.wait_for(lambda: not self._flights)
 
 
 class Answer(typing.NamedTuple):
@@ -4184,6 +4177,7 @@ class Exporter:
         self.scrape_errors: collections.Counter = collections.Counter()
         self.write_errors = 0
         self.last: dict[str, dict] = {}
+        self.stopping = False  # set once a signal came: a probe that arrives later starts no run
 
     routes = {'/probe': 'probe', '/metrics': 'metrics', '/': 'page'}
 
@@ -4207,6 +4201,8 @@ class Exporter:
         name = probe_target(query, self.requests)
         if isinstance(name, Refusal):
             return _one_line(400, name.message, name.reason)
+        if self.stopping:
+            return _one_line(503, 'the exporter is stopping', 'stopping')
         request = self.requests[name]
         budget = probe_deadline(request.deadline, scrape_timeout)
         record, joined = self.flights.do(name, lambda waited: self._run(name, request, budget - waited), budget)
@@ -4546,11 +4542,11 @@ def _serve_until_signal(server: ExporterServer, exporter: Exporter, cancel: Canc
         f'records appended to {args.output}')
     while not stopping:
         time.sleep(0.1)
+    exporter.stopping = True
     log(f'exporter: {stopping[0]}: ending {_count(exporter.flights.in_flight(), "run")} in flight')
     server.shutdown()
     server.server_close()
-    exporter.flights.wait_idle()
-    server.wait_answered()
+    server.wait_answered()  # every run is inside a request being answered: their records are kept by then
     _after_signals(True)  # the records are on disk: a further signal changes nothing
     return SIGNAL_EXIT[stopping[0]]
 
