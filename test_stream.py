@@ -3628,6 +3628,23 @@ class ExporterCoreTests(unittest.TestCase):
         self.assertEqual(value_of(parse_exposition(exporter.metrics().body), 'stream_exporter_scrape_errors_total',
                                   reason='unknown_target'), 1)
 
+    def test_a_run_that_fails_in_the_client_keeps_a_record_and_a_probe_after_sigterm_starts_none(self):
+        request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
+        kept, runs = [], []
+
+        def broken_client(prepared):
+            runs.append(prepared)
+            raise RuntimeError('a bug')
+        exporter = stream_client.Exporter({'a': request}, 1, broken_client,
+                                          lambda name, record: kept.append(record), lambda line: None)
+        answer = exporter.answer('/probe?target=a', None)
+        self.assertEqual(value_of(parse_exposition(answer.body), 'stream_probe_failed', layer='client'), 1)
+        self.assertEqual([(record['target'], record['error']) for record in kept],
+                         [('a', 'client: the client failed during the run: RuntimeError: a bug')])
+        exporter.stopping = True
+        self.assertEqual(exporter.answer('/probe?target=a', None).status, 503)
+        self.assertEqual(len(runs), 1)
+
     def test_appending_is_only_to_a_file_of_whole_record_lines(self):
         with tempfile.TemporaryDirectory() as tmp:
             lines = Path(tmp, 'lines.jsonl')
