@@ -1636,21 +1636,29 @@ def tool_markup_in_text(answer: Answer, spec: AnswerSpec) -> str | None:
             'did not extract a call')
 
 
-def answer_problem(validator: StreamValidator) -> tuple[str | None, str | None]:
+def answer_problem(validator: StreamValidator, cross_check: dict | None = None) -> tuple[str | None, str | None]:
     """Why the streamed answer is not a finished one, as (kind, message); (None, None) when it is. The
     validator's outcome, and the two signals of a finished stream: the whole budget used by a tool-call
-    finish comes first (it explains arguments cut short), markup in the text after the outcome."""
+    finish comes first (it explains arguments cut short), markup in the text after the outcome. A
+    comparable cross-check whose unstreamed twin finished by itself clears the budget signal: the
+    generation ended on its last allowed token."""
     outcome = validator.outcome_problem()
     if not validator.done:
         return None, outcome
     answer = streamed_answer(validator)
     budget = budget_used_by_tool_call(answer, validator.max_tokens) if validator.expect_finish == 'stop' else None
-    if budget:
+    if budget and not _finished_alike(cross_check):
         return 'budget_used_by_tool_call', budget
     if outcome:
         return None, outcome
     markup = tool_markup_in_text(answer, validator.spec)
     return ('tool_markup_in_text', markup) if markup else (None, None)
+
+
+def _finished_alike(cross_check: dict | None) -> bool:
+    """Whether a cross-check shows the same tokens finishing by themselves, unstreamed."""
+    return bool(cross_check and cross_check['comparable']
+                and ENDED_AS.get(cross_check['unstreamed_finish']) in ('stop', 'tool_calls'))
 
 
 def tokens_per_event(validator: StreamValidator) -> dict | None:
@@ -1792,24 +1800,35 @@ def _text_difference(what: str, streamed: str, unstreamed: str) -> str:
             f'and {_preview(unstreamed[window])}')
 
 
+def _same_json(streamed: str, unstreamed: str) -> bool:
+    try:
+        return _json_equal(strict_json(streamed), strict_json(unstreamed))
+    except ValueError:
+        return False
+
+
 def _call_difference(index: int, streamed: AnsweredCall, unstreamed: AnsweredCall) -> str | None:
+    """How two tool calls differ: by name, or by arguments as JSON. Arguments equal as JSON but not as text
+    are the same call: vLLM 0.32's unstreamed path re-serializes them (json.dumps), whitespace and all."""
     if streamed.name != unstreamed.name:
         return f'streamed tool call {index} is {streamed.name!r} and unstreamed {unstreamed.name!r}'
-    try:
-        same_json = _json_equal(strict_json(streamed.arguments), strict_json(unstreamed.arguments))
-    except ValueError:
-        same_json = False
-    if same_json and (streamed.arguments == unstreamed.arguments or not unstreamed.textual):
+    if streamed.arguments == unstreamed.arguments or _same_json(streamed.arguments, unstreamed.arguments):
         return None
-    words = f'streamed tool call {index} has arguments {_shorten(streamed.arguments, 80)} and unstreamed ' \
-            f'{_shorten(unstreamed.arguments, 80)}'
-    return words + (' (equal as JSON, not as text)' if same_json else '')
+    return (f'streamed tool call {index} has arguments {_shorten(streamed.arguments, 80)} and unstreamed '
+            f'{_shorten(unstreamed.arguments, 80)}')
+
+
+def _text_only_differences(streamed: Answer, unstreamed: Answer) -> list[str]:
+    """The tool calls whose arguments are equal as JSON but not as text: kept in the record, not a difference."""
+    return [f'tool call {index} has arguments equal as JSON, not as text' for index, (a, b)
+            in enumerate(zip(streamed.calls, unstreamed.calls))
+            if a.name == b.name and b.textual and a.arguments != b.arguments and _same_json(a.arguments, b.arguments)]
 
 
 def compare_answers(streamed: Answer, unstreamed: Answer) -> list[str]:
     """The differences between a streamed answer and its unstreamed twin in the user's terms, the first
-    first: text and reasoning, the tool calls (names and order, arguments as JSON and as text; ids may
-    differ), the finish and the completion-token count. Empty when they are the same answer."""
+    first: text and reasoning, the tool calls (names and order, arguments as JSON; ids may differ), the
+    finish and the completion-token count. Empty when they are the same answer."""
     differences = [_text_difference(what, a, b) for what, a, b in (('text', streamed.text, unstreamed.text),
                                                                     ('reasoning', streamed.reasoning,
                                                                      unstreamed.reasoning)) if a != b]
@@ -1838,6 +1857,7 @@ def cross_check_record(streamed: Answer, status: int | None, unstreamed: Answer 
     differences = compare_answers(streamed, unstreamed) if unstreamed is not None else []
     return {'comparable': comparable, 'same': None if unstreamed is None else not differences,
             'differences': differences,
+            'notes': _text_only_differences(streamed, unstreamed) if unstreamed is not None else [],
             'diverged_at_token': first_divergence(streamed_ids, unstreamed_ids) if comparable is False else None,
             'token_ids': {'streamed': None if streamed_ids is None else len(streamed_ids),
                           'unstreamed': None if unstreamed_ids is None else len(unstreamed_ids)},
@@ -3495,7 +3515,7 @@ def judge(reader: ResponseReader, failure: StreamError | None = None, cross_chec
     the answer itself.
     """
     failure = failure if failure is not None else reader.error
-    kind, outcome = answer_problem(reader.validator)
+    kind, outcome = answer_problem(reader.validator, cross_check)
     application_complete = outcome is None and not (failure is not None and failure.server_error)
     if failure is not None:
         if failure.layer != 'transport':
