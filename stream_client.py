@@ -24,19 +24,24 @@ built on them:
    implement it for the three APIs, through ``parser``, ``accept()``,
    ``done``, ``terminal``, ``content_events``, ``outcome_problem()`` and
    ``fields()``; an ``AnswerSpec`` says what the request asked for (text,
-   tool calls, JSON);
+   tool calls, JSON); then the answer as a whole (sans-IO): the signals one
+   finished stream shows (``answer_problem()``: the whole budget used by a
+   tool-call finish, tool-call markup in the text), the parser of an
+   unstreamed answer (``unstreamed_answer()``) and ``compare_answers()``,
+   the ``--cross-check`` of the two;
 5. HTTP (sans-IO): ``ResponseHeadParser`` reads the status line and headers
    strictly, ``body_reader()`` chooses the framing, and one reader per
    framing knows how its body ends;
 6. the whole response (sans-IO): ``ResponseReader`` composes 2 to 5, bytes
    in through ``feed()`` and ``eof()``, the answer's pieces and each
    layer's state out; tests, fuzzers and offline analysis use it as the
-   transport does;
+   transport does; ``UnstreamedReader`` reads the cross-check's unstreamed twin;
 7. the request: ``prepare()`` returns a frozen ``PreparedRequest``, which is
    what a run sends;
 8. the transport: ``run()`` connects, sends, and is the socket loop around a
    ResponseReader under the idle timeout and the overall deadline, filling
-   an ``Exchange`` (what a run saw) and its ``Timeline``;
+   an ``Exchange`` (what a run saw) and its ``Timeline``; with ``--cross-check``
+   it then sends the unstreamed twin;
 9. the verdict: ``judge()`` decides why a run is not ok, in one place, and
    ``build_record()`` turns an exchange into the evidence record;
 10. many runs: ``run_load()`` runs prepared requests from worker threads, and
@@ -92,6 +97,9 @@ __all__ = [
     'CompletionChunks', 'ResponseEvents', 'VALIDATORS', 'StreamError', 'SSEError', 'LAYERS',
     # tool calls and JSON answers
     'AnswerSpec', 'ToolCall', 'JsonSchema', 'SchemaError', 'strict_json',
+    # --cross-check: the unstreamed twin and the comparison
+    'Answer', 'AnsweredCall', 'UnstreamedReader', 'unstreamed_answer', 'compare_answers', 'cross_check_record',
+    'ANSWER_CHECK_KINDS',
     # many runs, and reading saved evidence
     'run_load', 'LoadSettings', 'arrival_offsets', 'Summary', 'Report', 'iter_records', 'summarize',
     'main', 'UsageError',
@@ -3150,7 +3158,9 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
     other runs lets another thread interrupt this one. With ``kept`` (one
     per worker), a connection kept from an earlier run to the same origin
     is reused, and this run's connection is kept if its response ended
-    cleanly on a framing that lets the connection go on.
+    cleanly on a framing that lets the connection go on. A request built
+    with ``cross_check`` then sends its unstreamed twin on a connection of
+    its own, and the record's ``cross_check`` compares the two answers.
     """
     x = Exchange(request, capture, cancel)
     interrupted = None
