@@ -3466,7 +3466,7 @@ class CrossCheckTests(unittest.TestCase):
                              'chat', unstreamed).token_ids))
         self.assertEqual(len(stream_client.unstreamed_answer('chat', unstreamed).token_ids), 39)
         responses = stream_client.unstreamed_answer('responses',
-                                                    split_capture(TRACES / 'r11_responses_unstreamed_tool_call.http')[1])
+                                                    split_capture(TRACES / 'x4_responses_tool_call_unstreamed.http')[1])
         self.assertEqual(responses, answer('', (('get_time', '{}'),), 'completed', 39, None))
         self.assertEqual(responses.ended_as, 'tool_calls')
         completion = {'choices': [{'index': 0, 'text': 'hi', 'finish_reason': 'length', 'token_ids': [4, 5]}],
