@@ -3622,6 +3622,23 @@ class CrossCheckTests(unittest.TestCase):
         self.assertEqual((record['completion_tokens'], record['cross_check']['completion_tokens']['unstreamed']),
                          (40, 40))
 
+    def test_a_load_cancelled_during_the_unstreamed_request_says_so(self):
+        with Fixture('pair-honest', profile='vllm') as fixture:
+            request = stream_client.prepare(fixture.url, 'm', 'p', tools=fixture_server.TOOLS, cross_check=True)
+            cancel = stream_client.Cancel()
+            sent = fixture_server.pair_unstreamed
+
+            def slow_twin(*args):  # the unstreamed answer waits until the load has been cancelled
+                cancel.cancel('SIGTERM')
+                return sent(*args)
+            with mock.patch.object(fixture_server, 'pair_unstreamed', slow_twin):
+                record = stream_client.run(request, cancel=cancel)
+        self.assertTrue(record['ok'], record['error'])
+        cross = record['cross_check']
+        self.assertEqual(cross['same'], None)
+        self.assertTrue(cross['unstreamed_problem'].startswith('interrupted: interrupted by SIGTERM'),
+                        cross['unstreamed_problem'])
+
     def test_summary_and_report_count_the_pairs(self):
         records = []
         for mode in ('pair-honest', 'pair-args-dropped', 'pair-diverged'):
