@@ -1672,9 +1672,9 @@ def _finished_alike(cross_check: dict | None) -> bool:
 def tokens_per_event(validator: StreamValidator) -> dict | None:
     """How many token ids the events that carried any had (several per event is the known trigger of
     streaming bugs), or None when the server sent no token ids."""
-    counts = sorted(validator.tokens_per_event)
     if validator.token_ids is None:
         return None
+    counts = sorted(validator.tokens_per_event)
     return {'events': len(counts), 'tokens': len(validator.token_ids), 'most': counts[-1] if counts else None,
             'median': counts[(len(counts) - 1) // 2] if counts else None}
 
@@ -1878,9 +1878,10 @@ def cross_check_record(streamed: Answer, status: int | None, unstreamed: Answer 
                                       for call in unstreamed.calls] if unstreamed else None}
 
 
-def unstreamed_problem(answer: Answer) -> str | None:
-    """Why an unstreamed answer is not a finished one, judged by its finish alone."""
-    if answer.ended_as in ('stop', 'tool_calls'):
+def unstreamed_problem(answer: Answer, expect_finish: str = 'stop') -> str | None:
+    """Why an unstreamed answer is not a finished one, judged by its finish alone (a fixed-length load
+    expects the budget to end it)."""
+    if answer.ended_as in (('length',) if expect_finish == 'length' else ('stop', 'tool_calls')):
         return None
     return f'the unstreamed answer did not finish: its finish is {answer.finish}'
 
@@ -3214,7 +3215,7 @@ def _cross_check(x: Exchange, cancel: Cancel | None) -> dict:
         answer = reader.answer(x.request.api)
     except StreamError as exc:
         return cross_check_record(streamed, status, None, str(exc))
-    return cross_check_record(streamed, status, answer, unstreamed_problem(answer))
+    return cross_check_record(streamed, status, answer, unstreamed_problem(answer, x.request.expect_finish))
 
 
 def _fetch_unstreamed(x: Exchange) -> UnstreamedReader:
@@ -3851,7 +3852,7 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
 _QUOTED_TEXT = re.compile(r"""b?'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
 _NUMBER = re.compile(r'(?<![\w.])\d+(?:\.\d+)?(?![\w.])')
 # '1 byte' and '2 bytes' are one kind of error: a singular after N becomes plural
-_SINGULAR_COUNT = re.compile(r'\bN (content event|body byte|byte|output token|completion token)\b(?!s)')
+_SINGULAR_COUNT = re.compile(r'\bN (content event|body byte|byte|output token|completion token|tool call)\b(?!s)')
 
 
 def error_kind(error: str) -> str:

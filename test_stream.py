@@ -3365,7 +3365,10 @@ class CrossCheckTests(unittest.TestCase):
                 self.assertEqual(len(records), 2)
                 for record in records:
                     self.check_pair(mode, record)
-                pairs = json.loads(load.stdout)['cross_check']
+                summary = json.loads(load.stdout)
+                if expected.layer:
+                    self.assertEqual(summary['not_ok_by_layer'], {expected.layer: 2})
+                pairs = summary['cross_check']
                 self.assertEqual(pairs, {'pairs': 2, 'compared': 2, 'same': 2 * expected.same,
                                          'different': 2 * (not expected.same),
                                          'not_comparable': 2 * (expected.comparable is False), 'without_token_ids': 0,
@@ -3561,6 +3564,9 @@ class CrossCheckTests(unittest.TestCase):
         failed = stream_client.cross_check_record(cut, 503, None, 'http: expected status 200, got 503')
         self.assertEqual((failed['comparable'], failed['same'], failed['unstreamed_status']), (None, None, 503))
         self.assertIsNone(stream_client.cross_check_failure(failed))
+        self.assertIsNone(stream_client.unstreamed_problem(answer(finish='length'), 'length'))
+        self.assertEqual(stream_client.unstreamed_problem(answer(finish='length')),
+                         'the unstreamed answer did not finish: its finish is length')
         self.assertEqual(stream_client.first_divergence((1, 2), (1, 2, 3)), 2)
         self.assertIsNone(stream_client.first_divergence((1, 2), (1, 2)))
 
