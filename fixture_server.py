@@ -6,8 +6,10 @@ no model and no GPU code: every mode sends fixed bytes, paced by --delay, so
 each way a stream can end (complete, cut short, malformed, held open,
 stalled...) can be reproduced on demand; mode mixed gives each request a mode
 from a seeded schedule, for loads. --profile vllm gives the bytes vLLM 0.32
-sends; --replay answers with a captured response. Only 127.0.0.1 is ever
-bound.
+sends; --replay answers with a captured response. The pair modes (pair-*)
+also answer the same request unstreamed (stream false), as the client's
+--cross-check sends it, and --replay-twin gives a replay its unstreamed
+capture. Only 127.0.0.1 is ever bound.
 """
 import os
 import sys

@@ -1802,7 +1802,7 @@ def first_divergence(streamed: tuple[int, ...], unstreamed: tuple[int, ...]) -> 
 
 
 def _text_difference(what: str, streamed: str, unstreamed: str) -> str:
-    at = first_divergence(tuple(streamed), tuple(unstreamed))
+    at = len(os.path.commonprefix([streamed, unstreamed]))
     window = slice(max(0, at - 20), at + 40)
     return (f'streamed {what} and unstreamed differ from character {at}: {_preview(streamed[window])} '
             f'and {_preview(unstreamed[window])}')
@@ -3209,7 +3209,7 @@ def _cross_check(x: Exchange, cancel: Cancel | None) -> dict:
     streamed = streamed_answer(x.reader.validator)
     if x.reader.head is None or x.reader.head.status != 200:
         return cross_check_record(streamed, None, None, 'not sent: the streamed request got no answer with status 200')
-    reader = _fetch_unstreamed(Exchange(x.request.twin, cancel=cancel))
+    reader = _fetch_unstreamed(Exchange(x.request.twin, cancel=cancel))  # an exchange for its phase and clock
     status = reader.head.status if reader.head is not None else None
     try:
         answer = reader.answer(x.request.api)
