@@ -1473,7 +1473,9 @@ class FixtureCommandLineTests(unittest.TestCase):
     def test_bad_flags_exit_2(self):
         for args in (['--rate', '5'], ['--tokens', '3', '--rate', '0'], ['--delay', '-1'], ['--tokens', '0'],
                      ['--idle-close', '0'],
-                     ['--tls-cert', 'a.pem'], ['--replay', 'absent.http'], ['--mode', 'nope']):
+                     ['--tls-cert', 'a.pem'], ['--replay', 'absent.http'], ['--mode', 'nope'],
+                     ['--replay-twin', str(TRACES / 'x1_chat_pair_tool_call_unstreamed.http')],
+                     ['--replay', str(TRACES / 'x1_chat_pair_tool_call_stream.http'), '--replay-twin', 'absent.http']):
             with self.subTest(args=args):
                 done = subprocess.run([sys.executable, str(HERE / 'fixture_server.py'), '--port', '0', *args],
                                       capture_output=True, text=True, timeout=30)
