@@ -3445,6 +3445,21 @@ class CrossCheckTests(unittest.TestCase):
         self.assertEqual(record['tokens_per_event'], {'events': 11, 'tokens': 39, 'most': 4, 'median': 4})
         self.assertIsNone(replay_pair('x1_chat_pair_tool_call', cross_check=False)['cross_check'])
 
+    def test_a_pair_without_token_ids_is_compared_and_never_fails(self):
+        streamed, unstreamed, body = pair_capture('x1_chat_pair_tool_call')
+        head, answer_body = unstreamed.split(b'\r\n\r\n', 1)
+        answer_body = re.sub(rb',"token_ids":\[[0-9,]*\]', b'', answer_body)
+        answer_body = answer_body.replace(b'"arguments":"{}"', b'"arguments":"{\\"a\\": 1}"')  # another answer
+        head = re.sub(rb'content-length: \d+', b'content-length: %d' % len(answer_body), head)
+        with Fixture(replay=streamed, replay_twin=head + b'\r\n\r\n' + answer_body) as fixture:
+            record = stream(fixture.url, 'tiny', 'hi', idle=2, tools=body['tools'], tool_choice='required',
+                            temperature=1, extra={'seed': 19}, cross_check=True)
+        cross = record['cross_check']
+        self.assertTrue(record['ok'], record['error'])
+        self.assertEqual((cross['comparable'], cross['same'], cross['token_ids']), (None, False,
+                                                                                    {'streamed': 39, 'unstreamed': None}))
+        self.assertEqual(cross['differences'], ['streamed tool call 0 has arguments {} and unstreamed {"a": 1}'])
+
     def test_a_real_budget_cut_is_explained_once_and_its_twin_shows_the_raw_markup(self):
         record = replay_pair('x2_chat_pair_cut_by_length')
         self.assertEqual((record['error_layer'], record['error_kind']), ('application', None))
