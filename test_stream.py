@@ -3340,6 +3340,8 @@ class CrossCheckTests(unittest.TestCase):
                          (expected.layer, expected.kind, expected.layer is None), record['error'])
         if expected.words:
             self.assertIn(expected.words, record['error'])
+        if expected.kind:
+            self.assertEqual(stream_client.ANSWER_CHECK_KINDS[expected.kind], expected.layer)
         self.assertEqual((cross['comparable'], cross['same'], cross['unstreamed_status'], cross['unstreamed_finish'],
                           cross['diverged_at_token']),
                          (expected.comparable, expected.same, 200, expected.unstreamed_finish, expected.diverged_at))
