@@ -6,8 +6,10 @@ no model and no GPU code: every mode sends fixed bytes, paced by --delay, so
 each way a stream can end (complete, cut short, malformed, held open,
 stalled...) can be reproduced on demand; mode mixed gives each request a mode
 from a seeded schedule, for loads. --profile vllm gives the bytes vLLM 0.32
-sends; --replay answers with a captured response. Only 127.0.0.1 is ever
-bound.
+sends; --replay answers with a captured response. The pair modes (pair-*)
+also answer the same request unstreamed (stream false), as the client's
+--cross-check sends it, and --replay-twin gives a replay its unstreamed
+capture. Only 127.0.0.1 is ever bound.
 """
 import os
 import sys
@@ -31,6 +33,7 @@ import socket
 import ssl
 import threading
 import time
+import typing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_REQUEST_BYTES = 65_536
@@ -71,8 +74,9 @@ class GuideProfile:
     line_end = b'\r\n'
 
     def __init__(self, model: str = 'synthetic-fixture', tokens: int | None = None,
-                 reasoning_field: str = 'reasoning') -> None:
+                 reasoning_field: str = 'reasoning', budget: int | None = None) -> None:
         self.model, self.tokens, self.reasoning_field = model, tokens, reasoning_field
+        self.budget = budget  # the request's max_tokens, which a pair mode's budget cut uses up
 
     def dumps(self, value: object) -> bytes:
         return json.dumps(value, ensure_ascii=False).encode()
@@ -85,9 +89,12 @@ class GuideProfile:
     def comments(self) -> list[bytes]:
         return [b': synthetic keepalive\r\n\r\n']
 
-    def event(self, delta: dict | None = None, reason: str | None = None, index: int = 0) -> bytes:
-        chunk = {'choices': [{'index': index, 'delta': delta or {}, 'finish_reason': reason}]}
-        return ('data: ' + json.dumps(chunk, ensure_ascii=False) + '\r\n\r\n').encode()
+    def event(self, delta: dict | None = None, reason: str | None = None, index: int = 0,
+              token_ids: list[int] | None = None) -> bytes:
+        choice = {'index': index, 'delta': delta or {}, 'finish_reason': reason}
+        if token_ids is not None:
+            choice['token_ids'] = token_ids
+        return ('data: ' + json.dumps({'choices': [choice]}, ensure_ascii=False) + '\r\n\r\n').encode()
 
     def preamble(self) -> list[bytes]:
         """What comes before any text: the keepalive comment (guide only) and the role event."""
@@ -238,11 +245,12 @@ class VllmProfile(GuideProfile):
                 'model': self.model, 'choices': choices, **extra}
         return self.sse(self.dumps(body))
 
-    def event(self, delta: dict | None = None, reason: str | None = None, index: int = 0) -> bytes:
+    def event(self, delta: dict | None = None, reason: str | None = None, index: int = 0,
+              token_ids: list[int] | None = None) -> bytes:
         choice = {'index': index, 'delta': delta or {}, 'logprobs': None, 'finish_reason': reason}
         if reason is not None:
             choice['stop_reason'] = None
-        choice['token_ids'] = None
+        choice['token_ids'] = token_ids
         return self.chunk([choice])
 
     def role(self, index: int = 0) -> bytes:
@@ -600,9 +608,118 @@ def _type_mismatch(p: _Responses) -> Plan:
     return Plan(p.preamble() + [p.content('READY ', event='response.text.delta')] + p.closing('stop'))
 
 
+# Pair modes: a streamed chat answer and its unstreamed twin, both with token ids, for the client's
+# --cross-check. The stream sends one event per piece with that piece's token ids; a piece it drops still
+# sends its ids, with an empty delta, as a parser that loses a piece does. The unstreamed answer is the
+# one the tokens make.
+
+class Piece(typing.NamedTuple):
+    """One event of a pair's stream: text, or a piece of tool call ``call`` (named as it opens), and the
+    tokens it took; ``shown`` false when the stream drops it."""
+
+    tokens: int
+    text: str = ''
+    call: int | None = None
+    name: str | None = None
+    arguments: str = ''
+    shown: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """A streamed answer (its pieces and finish_reason) and its unstreamed twin (text, calls, finish).
+    ``diverge_at``: the twin's token ids differ from this one on (another generation); ``fill_budget``:
+    the last piece takes every token the request's max_tokens leaves, so the usage counts the whole budget."""
+
+    pieces: tuple[Piece, ...]
+    finish: str
+    text: str
+    calls: tuple[tuple[str, str], ...]
+    unstreamed_finish: str
+    diverge_at: int | None = None
+    fill_budget: bool = False
+    offers_tools: bool = True  # the client's --fixture offers TOOLS with this mode
+
+
+FIRST_TOKEN_ID = 100
+WEATHER_CALL = ('get_weather', ''.join(PARIS))
+_OPEN_WEATHER = Piece(3, call=0, name='get_weather')
+PAIRS = {
+    'pair-honest': Pair((_OPEN_WEATHER, Piece(4, call=0, arguments=PARIS[0]), Piece(2, call=0, arguments=PARIS[1])),
+                        'tool_calls', '', (WEATHER_CALL,), 'tool_calls'),
+    'pair-args-dropped': Pair((_OPEN_WEATHER, Piece(4, call=0, arguments='{"city": "Paris"'),
+                               Piece(4, call=0, arguments=', "unit": "celsius"', shown=False),
+                               Piece(1, call=0, arguments='}')),
+                              'tool_calls', '', (('get_weather', '{"city": "Paris", "unit": "celsius"}'),), 'tool_calls'),
+    'pair-call-dropped': Pair((_OPEN_WEATHER, Piece(4, call=0, arguments=PARIS[0]), Piece(2, call=0, arguments=PARIS[1]),
+                               Piece(3, call=1, name='get_weather', shown=False),
+                               Piece(4, call=1, arguments='{"city": "Tokyo"}', shown=False)),
+                              'tool_calls', '', (WEATHER_CALL, ('get_weather', '{"city": "Tokyo"}')), 'tool_calls'),
+    'pair-markup-leak': Pair((Piece(1, '<tool_call>\n'), Piece(4, '{"name": "get_weather", '),
+                              Piece(4, '"arguments": {"city": "Paris"}}'), Piece(2, '\n</tool_call>')),
+                             'stop', '', (WEATHER_CALL,), 'tool_calls'),
+    'pair-budget-relabelled': Pair((_OPEN_WEATHER, Piece(4, call=0, arguments=PARIS[0]),
+                                    Piece(1, call=0, arguments='"Par')),
+                                   'tool_calls', '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par', (),
+                                   'length', fill_budget=True),
+    'pair-diverged': Pair((Piece(1, ANSWER[0]), Piece(2, ANSWER[1])), 'stop', 'READY!', (), 'stop', diverge_at=1,
+                          offers_tools=False),
+}
+
+
+def _pair_tokens(pair: Pair, budget: int | None) -> list[int]:
+    """How many tokens each piece took."""
+    counts = [piece.tokens for piece in pair.pieces]
+    if pair.fill_budget:
+        counts[-1] = max(1, (budget or 128) - sum(counts[:-1]))
+    return counts
+
+
+def _piece_delta(p: GuideProfile, piece: Piece) -> dict:
+    if not piece.shown:
+        return {}
+    if piece.call is None:
+        return {'content': piece.text}
+    if piece.name is not None:
+        return p.tool_delta({'id': f'chatcmpl-tool-{piece.call + 1}', 'type': 'function', 'index': piece.call,
+                             'function': {'name': piece.name}})
+    return p.tool_delta({'index': piece.call, 'function': {'arguments': piece.arguments}})
+
+
+def pair_stream(p: GuideProfile, pair: Pair) -> list[bytes]:
+    """The streamed side of a pair: each piece with its token ids, the finish, the usage and [DONE]."""
+    counts = _pair_tokens(pair, p.budget)
+    ids = iter(range(FIRST_TOKEN_ID, FIRST_TOKEN_ID + sum(counts)))
+    writes = p.preamble() + [p.event(_piece_delta(p, piece), token_ids=[next(ids) for _ in range(count)])
+                             for piece, count in zip(pair.pieces, counts)]
+    return writes + [p.event({}, pair.finish, token_ids=[]), p.usage(sum(counts)), p.done()]
+
+
+def pair_unstreamed(p: GuideProfile, pair: Pair) -> tuple[int, list[tuple[str, str]], bytes]:
+    """The unstreamed side of a pair: the chat completion its tokens make, in vLLM 0.32's shape."""
+    total = sum(_pair_tokens(pair, p.budget))
+    ids = list(range(FIRST_TOKEN_ID, FIRST_TOKEN_ID + total))
+    if pair.diverge_at is not None:
+        ids[pair.diverge_at:] = [token + 1000 for token in ids[pair.diverge_at:]]
+    calls = [{'id': f'chatcmpl-tool-{index + 1}', 'type': 'function', 'function': {'name': name, 'arguments': arguments}}
+             for index, (name, arguments) in enumerate(pair.calls)]
+    message = {'role': 'assistant', 'content': pair.text or None, 'refusal': None, 'annotations': None, 'audio': None,
+               'function_call': None, 'tool_calls': calls, 'reasoning': None}
+    body = {'id': f'chatcmpl-{os.urandom(8).hex()}', 'object': 'chat.completion', 'created': int(time.time()),
+            'model': p.model, 'choices': [{'index': 0, 'message': message, 'logprobs': None,
+                                           'finish_reason': pair.unstreamed_finish, 'stop_reason': None,
+                                           'token_ids': ids}],
+            'service_tier': None, 'system_fingerprint': None,
+            'usage': {'prompt_tokens': 9, 'total_tokens': 9 + total, 'completion_tokens': total,
+                      'prompt_tokens_details': None},
+            'prompt_logprobs': None, 'prompt_token_ids': None, 'kv_transfer_params': None}
+    data = json.dumps(body, ensure_ascii=False, separators=(',', ':')).encode()
+    return 200, p._error_headers(len(data), 'application/json', vary=True), data
+
+
 # The modes whose answer is tool calls, or JSON: the client's --fixture sends TOOLS or JSON_SCHEMA with them.
 TOOL_MODES = ('tool-call', 'tool-args-cut', 'tool-args-empty', 'tool-args-array', 'tool-args-schema', 'tool-parallel',
-              'tool-args-mismatch')
+              'tool-args-mismatch', *(mode for mode, pair in PAIRS.items() if pair.offers_tools))
 JSON_MODES = ('json-ok', 'json-invalid')
 
 # Each mode maps a profile to a plan. Add a mode by adding a line (and to ONLY_ON if it is API-specific).
@@ -645,12 +762,14 @@ MODES = {
     'text-mismatch': lambda p: Plan(p.opening() + p.closing('stop', final_text='READY!')),
     'failed': lambda p: Plan(p.opening() + p.failed()),
     'incomplete': lambda p: Plan(p.opening() + p.closing('length', terminal='response.incomplete')),
+    **{mode: (lambda pair: lambda p: Plan(pair_stream(p, pair)))(pair) for mode, pair in PAIRS.items()},
 }
 # The modes that only some APIs have; every other mode works on all three.
 ONLY_ON = {'reasoning': ('chat', 'responses', 'messages'), **dict.fromkeys(TOOL_MODES, ('chat', 'responses', 'messages')),
            'tool-args-mismatch': ('responses',), 'block-unclosed': ('messages',), 'block-unknown-index': ('messages',),
            'multi-choice': ('chat', 'completions'), 'sequence-gap': ('responses',), 'type-mismatch': ('responses',),
-           'text-mismatch': ('responses',), 'failed': ('responses',), 'incomplete': ('responses',)}
+           'text-mismatch': ('responses',), 'failed': ('responses',), 'incomplete': ('responses',),
+           **dict.fromkeys(PAIRS, ('chat',))}
 
 
 def applies(mode: str, api: str) -> bool:
@@ -825,7 +944,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         try:
             if settings.replay is not None:
-                self._replay(*settings.replay)
+                unstreamed = request['stream'] is False and settings.replay_twin is not None
+                self._replay(*(settings.replay_twin if unstreamed else settings.replay))
                 self.close_connection = True  # a capture's framing is whatever it was
             else:
                 self._stream(settings.mode, api, request)
@@ -841,8 +961,16 @@ class Handler(BaseHTTPRequestHandler):
             self._send_error(400, f'mode {mode} does not apply to {self.path}; it applies to '
                                   f'{" and ".join(ONLY_ON[mode])}', 'BadRequestError')
             return
+        if request['stream'] is False and mode not in PAIRS:
+            self._send_error(400, f'mode {mode} only streams; an unstreamed request (stream false) needs a pair mode '
+                                  f'({", ".join(PAIRS)})', 'BadRequestError')
+            return
         model = request.get('model') if isinstance(request.get('model'), str) else 'synthetic-fixture'
-        profile = BUILDERS[self.server.profile, api](model, self.server.tokens, self.server.reasoning_field)
+        budget = request.get('max_tokens') if type(request.get('max_tokens')) is int else None
+        profile = BUILDERS[self.server.profile, api](model, self.server.tokens, self.server.reasoning_field, budget)
+        if request['stream'] is False:
+            self._send(*pair_unstreamed(profile, PAIRS[mode]))
+            return
         self._answer(MODES[mode](profile), profile, origin)
 
     def _read_request(self) -> dict | None:
@@ -857,8 +985,9 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, RecursionError):
             self._send_error(400, 'the body is not JSON', 'BadRequestError')
             return None
-        if not isinstance(request, dict) or request.get('stream') is not True:
-            self._send_error(400, 'expected a JSON object with "stream": true', 'BadRequestError')
+        if not isinstance(request, dict) or not isinstance(request.get('stream'), bool):
+            self._send_error(400, 'expected a JSON object with "stream": true (or false, for a pair mode)',
+                             'BadRequestError')
             return None
         return request
 
@@ -920,7 +1049,7 @@ class FixtureServer(ThreadingHTTPServer):
 
     def __init__(self, port: int = 18080, *, mode: str = 'ok', delay: float = 0.05, profile: str = 'guide',
                  api_key: str | None = None, tokens: int | None = None, reasoning_field: str = 'reasoning',
-                 replay: bytes | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+                 replay: bytes | None = None, replay_twin: bytes | None = None, tls_cert: str | None = None, tls_key: str | None = None,
                  seed: int = 0, model_name: str | None = None, idle_close: float = KEEP_ALIVE_TIMEOUT) -> None:
         if mode not in CHOICES:
             raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
@@ -940,6 +1069,10 @@ class FixtureServer(ThreadingHTTPServer):
         self.tokens, self.reasoning_field, self.model_name = tokens, reasoning_field, model_name
         self.idle_close = idle_close  # seconds a kept-alive connection waits for its next request
         self.replay = mark_replay(*parse_capture(replay)) if replay is not None else None
+        if replay_twin is not None and replay is None:
+            raise ValueError('replay_twin is the unstreamed twin of a replay; give replay too')
+        # the answer to an unstreamed request (stream false) while replaying: a capture of its own
+        self.replay_twin = mark_replay(*parse_capture(replay_twin)) if replay_twin is not None else None
         self.schedule = Schedule(seed)  # the mixed mode's modes, and what it served
         self.last_request = None  # (headers, JSON body) of the last request answered, for tests
         self.scheme = 'https' if tls_cert else 'http'
@@ -963,7 +1096,8 @@ def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, **settings)
     """A fixture server bound to 127.0.0.1:port (0 picks a free port); call serve_forever().
 
     settings are FixtureServer's: profile, api_key, tokens, reasoning_field; replay, a captured
-    response (status line, headers, body) sent instead of the mode; tls_cert and tls_key (PEM files)
+    response (status line, headers, body) sent instead of the mode, and replay_twin, the one sent
+    instead to an unstreamed request (a --cross-check pair); tls_cert and tls_key (PEM files)
     to serve HTTPS; seed, of the mixed mode's schedule (its counts are in ``schedule.served``);
     model_name, the one model served (others get vLLM's 404; without it any model is answered);
     idle_close, the seconds after which a kept-alive connection with no new request is closed
@@ -993,6 +1127,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--reasoning-field', choices=['reasoning', 'reasoning_content'], default='reasoning',
                         help='delta field of reasoning mode (reasoning_content: vLLM before 0.11.1)')
     parser.add_argument('--replay', metavar='FILE', help='answer with a captured response (a .http file)')
+    parser.add_argument('--replay-twin', metavar='FILE',
+                        help='with --replay: answer an unstreamed request (stream false, as --cross-check sends) '
+                             'with this captured response')
     parser.add_argument('--idle-close', type=float, default=KEEP_ALIVE_TIMEOUT, metavar='S',
                         help='close a kept-alive connection after S idle seconds without a word, as proxies and load '
                              f'balancers do (default {KEEP_ALIVE_TIMEOUT:g}); the race that SDKs meet as "server '
@@ -1006,16 +1143,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.tokens is None or not args.rate > 0:
             parser.error('--rate needs --tokens and a positive number')
         args.delay = 1 / args.rate
-    replay = None
-    if args.replay:
+    if args.replay_twin and not args.replay:
+        parser.error('--replay-twin needs --replay')
+
+    def read_capture(flag: str, path: str | None) -> bytes | None:
         try:
-            with open(args.replay, 'rb') as capture:
-                replay = capture.read()
+            with open(path, 'rb') as capture:
+                return capture.read()
         except OSError as exc:
-            parser.error(f'cannot read --replay {args.replay}: {exc.strerror}')
+            parser.error(f'cannot read {flag} {path}: {exc.strerror}')
+    replay = read_capture('--replay', args.replay) if args.replay else None
+    replay_twin = read_capture('--replay-twin', args.replay_twin) if args.replay_twin else None
     try:
         instance = server(args.port, args.mode, args.delay, profile=args.profile, api_key=args.api_key,
                           tokens=args.tokens, reasoning_field=args.reasoning_field, replay=replay,
+                          replay_twin=replay_twin,
                           tls_cert=args.tls_cert, tls_key=args.tls_key, seed=args.seed,
                           model_name=args.model_name, idle_close=args.idle_close)
     except ValueError as exc:

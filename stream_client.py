@@ -25,19 +25,24 @@ built on them:
    implement it for the three APIs, through ``parser``, ``accept()``,
    ``done``, ``terminal``, ``content_events``, ``outcome_problem()`` and
    ``fields()``; an ``AnswerSpec`` says what the request asked for (text,
-   tool calls, JSON);
+   tool calls, JSON); then the answer as a whole (sans-IO): the signals one
+   finished stream shows (``answer_problem()``: the whole budget used by a
+   tool-call finish, tool-call markup in the text), the parser of an
+   unstreamed answer (``unstreamed_answer()``) and ``compare_answers()``,
+   the ``--cross-check`` of the two;
 5. HTTP (sans-IO): ``ResponseHeadParser`` reads the status line and headers
    strictly, ``body_reader()`` chooses the framing, and one reader per
    framing knows how its body ends;
 6. the whole response (sans-IO): ``ResponseReader`` composes 2 to 5, bytes
    in through ``feed()`` and ``eof()``, the answer's pieces and each
    layer's state out; tests, fuzzers and offline analysis use it as the
-   transport does;
+   transport does; ``UnstreamedReader`` reads the cross-check's unstreamed twin;
 7. the request: ``prepare()`` returns a frozen ``PreparedRequest``, which is
    what a run sends;
 8. the transport: ``run()`` connects, sends, and is the socket loop around a
    ResponseReader under the idle timeout and the overall deadline, filling
-   an ``Exchange`` (what a run saw) and its ``Timeline``;
+   an ``Exchange`` (what a run saw) and its ``Timeline``; with ``--cross-check``
+   it then sends the unstreamed twin;
 9. the verdict: ``judge()`` decides why a run is not ok, in one place, and
    ``build_record()`` turns an exchange into the evidence record;
 10. many runs: ``run_load()`` runs prepared requests from worker threads, and
@@ -103,6 +108,9 @@ __all__ = [
     'CompletionChunks', 'ResponseEvents', 'VALIDATORS', 'StreamError', 'SSEError', 'LAYERS',
     # tool calls and JSON answers
     'AnswerSpec', 'ToolCall', 'JsonSchema', 'SchemaError', 'strict_json',
+    # --cross-check: the unstreamed twin and the comparison
+    'Answer', 'AnsweredCall', 'UnstreamedReader', 'unstreamed_answer', 'compare_answers', 'cross_check_record',
+    'ANSWER_CHECK_KINDS',
     # many runs, and reading saved evidence
     'run_load', 'LoadSettings', 'arrival_offsets', 'Summary', 'Report', 'iter_records', 'summarize',
     # the Prometheus exporter
@@ -113,6 +121,7 @@ __all__ = [
 MAX_LINE_CHARS = 65_536       # one SSE line, decoded characters
 MAX_EVENT_CHARS = 1_048_576   # the data of one SSE event
 MAX_TEXT_CHARS = 1_048_576    # the assembled answer (and reasoning) text
+MAX_TOKEN_IDS = 1_048_576     # generated token ids kept from one answer (--cross-check)
 MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
 MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
 READ_SIZE = 65_536            # each recv() asks for this much; it returns what is there
@@ -122,7 +131,7 @@ REPLAY_HEADER = 'x-synthetic-fixture'  # fixture_server.py adds "x-synthetic-fix
 
 # Where a run failed, in the order a response is received.
 LAYERS = ('connect', 'proxy', 'tls', 'http', 'transport', 'sse', 'protocol',
-          'application', 'timeout', 'interrupted', 'client')
+          'application', 'cross-check', 'timeout', 'interrupted', 'client')
 
 
 class StreamError(Exception):
@@ -130,14 +139,17 @@ class StreamError(Exception):
 
     ``server_error`` holds the server's own message, type and code when the
     failure is an error the server reported (an error event or a JSON error body).
+    ``kind`` is a stable name for the failure, which code reads instead of the message.
     """
 
-    def __init__(self, layer: str, message: str, *, server_error: dict | None = None) -> None:
+    def __init__(self, layer: str, message: str, *, kind: str | None = None,
+                 server_error: dict | None = None) -> None:
         if layer not in LAYERS:
             raise ValueError(f'unknown layer {layer!r}')
         super().__init__(f'{layer}: {message}')
         self.layer = layer
         self.message = message
+        self.kind = kind
         self.server_error = server_error
 
     def __str__(self) -> str:
@@ -156,7 +168,7 @@ class SSEDecodeError(SSEError, UnicodeDecodeError):
 
     def __init__(self, data: bytes, start: int, end: int, message: str) -> None:
         UnicodeDecodeError.__init__(self, 'utf-8', data, start, end, message)
-        self.layer, self.message, self.server_error = 'sse', message, None
+        self.layer, self.message, self.kind, self.server_error = 'sse', message, None, None
 
 
 class StaleConnectionError(StreamError):
@@ -1528,9 +1540,25 @@ class StreamValidator:
         self.done = False
         self.completion_tokens: int | None = None
         self.response_id: str | None = None
+        self.token_ids: list[int] | None = None  # the generated token ids, when the server sends them
+        self.tokens_per_event: list[int] = []     # how many each event that carried any had
 
     def accept(self, event) -> tuple[str, str, str]:
         raise NotImplementedError
+
+    def _take_token_ids(self, value: object) -> None:
+        """The generated token ids an event carries (vLLM's ``return_token_ids``), for the cross-check."""
+        if value is None:
+            return
+        if not isinstance(value, list) or not all(type(token) is int for token in value):
+            raise StreamError('protocol', f'expected token_ids to be a list of integers in event {self.data_events}, '
+                                          f'got {_shorten(repr(value))}')
+        self.token_ids = self.token_ids if self.token_ids is not None else []
+        if len(self.token_ids) + len(value) > MAX_TOKEN_IDS:
+            raise StreamError('application', f'more than {MAX_TOKEN_IDS} token ids')
+        self.token_ids.extend(value)
+        if value:
+            self.tokens_per_event.append(len(value))
 
     def outcome_problem(self) -> str | None:
         raise NotImplementedError
@@ -1700,6 +1728,7 @@ class _ChoiceChunks(StreamValidator):
         if not isinstance(choice, dict) or choice.get('index') != 0:
             seen = choice.get('index') if isinstance(choice, dict) else choice
             raise StreamError('protocol', f'expected choice index 0, got {_shorten(repr(seen))}')
+        self._take_token_ids(choice.get('token_ids'))
         return self._take_choice(choice)
 
     def _take_choice(self, choice: dict) -> tuple[str, str, str]:
@@ -2308,6 +2337,352 @@ def describe_server_error(error: dict) -> str:
 
 
 # ---------------------------------------------------------------------------
+# The answer as a whole: the signals one stream shows, the unstreamed twin, the cross-check (sans-IO)
+# ---------------------------------------------------------------------------
+
+# The stable kinds of the failures this section finds, with their layer.
+ANSWER_CHECK_KINDS = {
+    'budget_used_by_tool_call': 'application',  # a tool-call finish with the whole output budget used
+    'tool_markup_in_text': 'application',       # tool-call markup in the visible text, tools offered
+    'cross_check_differs': 'cross-check',       # the same tokens streamed and unstreamed, another answer
+}
+TOKEN_ID_APIS = ('chat', 'completions')  # the APIs on which vLLM 0.32 returns token ids (return_token_ids)
+STREAMED_ONLY_KEYS = ('stream_options',)  # request keys vLLM refuses on an unstreamed request
+MAX_UNSTREAMED_BODY = 16 * 1024 * 1024    # bytes of an unstreamed answer that are read
+# The markup tool-call parsers extract (hermes, llama3, mistral, functionary, gpt-oss harmony, kimi, deepseek).
+TOOL_MARKUP = ('<tool_call>', '</tool_call>', '<|python_tag|>', '[TOOL_CALLS]', '<function=', '<|channel|>',
+               '<|call|>', '<|tool_calls_section_begin|>', '<|tool_call_begin|>', '<｜tool▁calls▁begin｜>',
+               '<｜tool▁call▁begin｜>')
+# How each API's finish words end an answer: stop, length (the output budget), tool_calls.
+ENDED_AS = {'stop': 'stop', 'end_turn': 'stop', 'stop_sequence': 'stop', 'completed': 'stop',
+            'length': 'length', 'max_tokens': 'length', 'incomplete (max_output_tokens)': 'length',
+            'tool_calls': 'tool_calls', 'tool_use': 'tool_calls'}
+
+
+class AnsweredCall(typing.NamedTuple):
+    """A tool call of a finished answer: its name and arguments; ``textual`` is false when the arguments
+    arrived as a JSON value rather than text (an unstreamed Messages tool_use input), so only their JSON
+    can be compared."""
+
+    name: str
+    arguments: str
+    textual: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """One answer, streamed or not, in the terms the signals and the cross-check compare. ``finish`` is
+    in the API's words (finish_reason, stop_reason, a Responses status); ``token_ids`` is None when the
+    server sent none."""
+
+    text: str
+    reasoning: str
+    calls: tuple[AnsweredCall, ...]
+    finish: str | None
+    completion_tokens: int | None
+    token_ids: tuple[int, ...] | None = None
+
+    @property
+    def ended_as(self) -> str | None:
+        """stop, length or tool_calls (a stop with calls is a tool-call finish), or None for other words."""
+        ended = ENDED_AS.get(self.finish)
+        return 'tool_calls' if self.calls and ended in ('stop', 'tool_calls') else ended
+
+
+def _responses_finish(status: object, reason: object) -> str | None:
+    if not isinstance(status, str):
+        return None
+    return f'{status} ({reason})' if isinstance(reason, str) and reason else status
+
+
+STREAMED_FINISH = {'chat': lambda v: v.finish_reason, 'completions': lambda v: v.finish_reason,
+                   'responses': lambda v: _responses_finish(v.status, v.incomplete_reason),
+                   'messages': lambda v: v.stop_reason}
+
+
+def streamed_answer(validator: StreamValidator) -> Answer:
+    """The answer a validator assembled."""
+    return Answer(validator.text, validator.reasoning,
+                  tuple(AnsweredCall(call.name, call.arguments) for call in validator.calls),
+                  STREAMED_FINISH[validator.api](validator), validator.completion_tokens,
+                  None if validator.token_ids is None else tuple(validator.token_ids))
+
+
+def budget_used_by_tool_call(answer: Answer, max_tokens: int) -> str | None:
+    """Why a tool-call finish is not trusted: the usage shows the whole output budget used, which is how
+    a call cut by max_tokens looks when the server relabels it (vLLM #53269, #58228)."""
+    if answer.ended_as != 'tool_calls' or answer.completion_tokens is None or answer.completion_tokens < max_tokens:
+        return None
+    return (f'the whole budget of {max_tokens} tokens was used; vLLM reports a call cut by max_tokens as '
+            f'"{answer.finish}"; raise --max-tokens')
+
+
+def tool_markup_in_text(answer: Answer, spec: AnswerSpec) -> str | None:
+    """Why visible text is not the answer, when tools were offered: it holds tool-call markup, so the
+    server's parser failed to extract a call (vLLM #47903, #50512)."""
+    if not spec.tools:
+        return None
+    found = sorted((position, marker) for marker in TOOL_MARKUP for position in [answer.text.find(marker)]
+                   if position >= 0)
+    if not found:
+        return None
+    position, marker = found[0]
+    return (f'tool-call markup {marker} in the visible text at character {position} '
+            f'({_preview(answer.text[max(0, position - 20):position + 40])}): the server\'s tool-call parser '
+            'did not extract a call')
+
+
+def answer_problem(validator: StreamValidator, cross_check: dict | None = None) -> tuple[str | None, str | None]:
+    """Why the streamed answer is not a finished one, as (kind, message); (None, None) when it is. The
+    validator's outcome, and the two signals of a finished stream: the whole budget used by a tool-call
+    finish comes first (it explains arguments cut short), markup in the text after the outcome. A
+    comparable cross-check whose unstreamed twin finished by itself clears the budget signal: the
+    generation ended on its last allowed token."""
+    outcome = validator.outcome_problem()
+    if not validator.done:
+        return None, outcome
+    answer = streamed_answer(validator)
+    budget = budget_used_by_tool_call(answer, validator.max_tokens) if validator.expect_finish == 'stop' else None
+    if budget and not _finished_alike(cross_check):
+        return 'budget_used_by_tool_call', budget
+    if outcome:
+        return None, outcome
+    markup = tool_markup_in_text(answer, validator.spec)
+    return ('tool_markup_in_text', markup) if markup else (None, None)
+
+
+def _finished_alike(cross_check: dict | None) -> bool:
+    """Whether a cross-check shows the same tokens finishing by themselves, unstreamed."""
+    return bool(cross_check and cross_check['comparable']
+                and ENDED_AS.get(cross_check['unstreamed_finish']) in ('stop', 'tool_calls'))
+
+
+def tokens_per_event(validator: StreamValidator) -> dict | None:
+    """How many token ids the events that carried any had (several per event is the known trigger of
+    streaming bugs), or None when the server sent no token ids."""
+    if validator.token_ids is None:
+        return None
+    counts = sorted(validator.tokens_per_event)
+    return {'events': len(counts), 'tokens': len(validator.token_ids), 'most': counts[-1] if counts else None,
+            'median': counts[(len(counts) - 1) // 2] if counts else None}
+
+
+def _unstreamed_body(data: bytes) -> dict:
+    """The JSON object of an unstreamed answer, strictly parsed; an error object becomes the server's error."""
+    try:
+        value = strict_json(data.decode('utf-8'))
+    except UnicodeDecodeError:
+        raise StreamError('protocol', 'the unstreamed answer is not UTF-8') from None
+    except ValueError as exc:
+        raise StreamError('protocol', f'the unstreamed answer is not strict JSON ({exc}): '
+                                      f'{_preview(data.decode("utf-8", "replace"))}') from None
+    if not isinstance(value, dict):
+        raise StreamError('protocol', f'the unstreamed answer is {_seen(value)}, not a JSON object')
+    if 'error' in value:
+        error = server_error_fields(value)
+        raise StreamError('application', 'the unstreamed answer is an error: ' + describe_server_error(error),
+                          server_error=error)
+    return value
+
+
+def _field(owner: dict, key: str, types: tuple, what: str) -> object:
+    value = owner.get(key)
+    if not isinstance(value, types):
+        raise StreamError('protocol', f'the unstreamed answer\'s {what} is {_seen(value)}')
+    return value
+
+
+def _one_choice(body: dict) -> dict:
+    choices = body.get('choices')
+    if not isinstance(choices, list) or len(choices) != 1:
+        count = len(choices) if isinstance(choices, list) else _seen(choices)
+        raise StreamError('protocol', f'expected one choice in the unstreamed answer (n=1), got {count}')
+    choice = choices[0]
+    if not isinstance(choice, dict) or choice.get('index') != 0:
+        raise StreamError('protocol', 'expected the unstreamed answer\'s choice to have index 0')
+    return choice
+
+
+def _token_list(value: object) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(type(token) is int for token in value):
+        raise StreamError('protocol', f'expected the unstreamed token_ids to be a list of integers, got {_seen(value)}')
+    return tuple(value)
+
+
+def _usage(body: dict, key: str) -> int | None:
+    return None if body.get('usage') is None else _token_count(body['usage'], key)
+
+
+def _unstreamed_chat(body: dict) -> Answer:
+    choice = _one_choice(body)
+    message = _field(choice, 'message', (dict,), 'message')
+    calls = []
+    for number, call in enumerate(_field(message, 'tool_calls', (list, type(None)), 'tool_calls') or []):
+        function = call.get('function') if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get('name'), str) \
+                or not isinstance(function.get('arguments'), str):
+            raise StreamError('protocol', f'unstreamed tool call {number} has no function name and arguments')
+        calls.append(AnsweredCall(function['name'], function['arguments']))
+    reasoning = message.get('reasoning') if message.get('reasoning') is not None else message.get('reasoning_content')
+    if not isinstance(reasoning, (str, type(None))):
+        raise StreamError('protocol', f'the unstreamed answer\'s reasoning is {_seen(reasoning)}')
+    return Answer(_field(message, 'content', (str, type(None)), 'content') or '', reasoning or '', tuple(calls),
+                  _field(choice, 'finish_reason', (str, type(None)), 'finish_reason'),
+                  _usage(body, 'completion_tokens'), _token_list(choice.get('token_ids')))
+
+
+def _unstreamed_completion(body: dict) -> Answer:
+    choice = _one_choice(body)
+    return Answer(_field(choice, 'text', (str,), 'text'), '', (),
+                  _field(choice, 'finish_reason', (str, type(None)), 'finish_reason'),
+                  _usage(body, 'completion_tokens'), _token_list(choice.get('token_ids')))
+
+
+def _unstreamed_response(body: dict) -> Answer:
+    output = _field(body, 'output', (list,), 'output')
+    items = [item for item in output if isinstance(item, dict)]
+    calls = tuple(AnsweredCall(item.get('name'), item.get('arguments')) for item in items
+                  if item.get('type') == 'function_call')
+    if any(not isinstance(call.name, str) or not isinstance(call.arguments, str) for call in calls):
+        raise StreamError('protocol', 'an unstreamed function call has no name and arguments')
+    reasoning = ''.join(part.get('text') or '' for item in items if item.get('type') == 'reasoning'
+                        for part in (item.get('content') if isinstance(item.get('content'), list) else [])
+                        if isinstance(part, dict))
+    details = body.get('incomplete_details')
+    return Answer(_output_text(output), reasoning, calls,
+                  _responses_finish(body.get('status'), details.get('reason') if isinstance(details, dict) else None),
+                  _usage(body, 'output_tokens'))
+
+
+def _unstreamed_message(body: dict) -> Answer:
+    blocks = [block for block in _field(body, 'content', (list,), 'content') if isinstance(block, dict)]
+    calls = []
+    for block in blocks:
+        if block.get('type') == 'tool_use':
+            if not isinstance(block.get('name'), str) or 'input' not in block:
+                raise StreamError('protocol', 'an unstreamed tool_use block has no name and input')
+            calls.append(AnsweredCall(block['name'], json.dumps(block['input'], ensure_ascii=False), False))
+    return Answer(''.join(block.get('text') or '' for block in blocks if block.get('type') == 'text'),
+                  ''.join(block.get('thinking') or '' for block in blocks if block.get('type') == 'thinking'),
+                  tuple(calls), _field(body, 'stop_reason', (str, type(None)), 'stop_reason'),
+                  _usage(body, 'output_tokens'))
+
+
+UNSTREAMED_ANSWERS = {'chat': _unstreamed_chat, 'completions': _unstreamed_completion,
+                      'responses': _unstreamed_response, 'messages': _unstreamed_message}
+
+
+def unstreamed_answer(api: str, data: bytes) -> Answer:
+    """The answer in the body of an unstreamed (``stream: false``) response with status 200, judged in
+    its own right: strict JSON, one choice, its text, reasoning, tool calls, finish, usage and token
+    ids. StreamError when it is not one."""
+    return UNSTREAMED_ANSWERS[api](_unstreamed_body(data))
+
+
+def first_divergence(streamed: tuple[int, ...], unstreamed: tuple[int, ...]) -> int | None:
+    """The index of the first token that differs (or where the shorter one ends); None when they are equal."""
+    if streamed == unstreamed:
+        return None
+    return next((index for index, (a, b) in enumerate(zip(streamed, unstreamed)) if a != b),
+                min(len(streamed), len(unstreamed)))
+
+
+def _text_difference(what: str, streamed: str, unstreamed: str) -> str:
+    at = len(os.path.commonprefix([streamed, unstreamed]))
+    window = slice(max(0, at - 20), at + 40)
+    return (f'streamed {what} and unstreamed differ from character {at}: {_preview(streamed[window])} '
+            f'and {_preview(unstreamed[window])}')
+
+
+def _same_json(streamed: str, unstreamed: str) -> bool:
+    try:
+        return _json_equal(strict_json(streamed), strict_json(unstreamed))
+    except ValueError:
+        return False
+
+
+def _call_difference(index: int, streamed: AnsweredCall, unstreamed: AnsweredCall) -> str | None:
+    """How two tool calls differ: by name, or by arguments as JSON. Arguments equal as JSON but not as text
+    are the same call: vLLM 0.32's unstreamed path re-serializes them (json.dumps), whitespace and all."""
+    if streamed.name != unstreamed.name:
+        return f'streamed tool call {index} is {streamed.name!r} and unstreamed {unstreamed.name!r}'
+    if streamed.arguments == unstreamed.arguments or _same_json(streamed.arguments, unstreamed.arguments):
+        return None
+    return (f'streamed tool call {index} has arguments {_shorten(streamed.arguments, 80)} and unstreamed '
+            f'{_shorten(unstreamed.arguments, 80)}')
+
+
+def _text_only_differences(streamed: Answer, unstreamed: Answer) -> list[str]:
+    """The tool calls whose arguments are equal as JSON but not as text: kept in the record, not a difference."""
+    return [f'tool call {index} has arguments equal as JSON, not as text' for index, (a, b)
+            in enumerate(zip(streamed.calls, unstreamed.calls))
+            if a.name == b.name and b.textual and a.arguments != b.arguments and _same_json(a.arguments, b.arguments)]
+
+
+def compare_answers(streamed: Answer, unstreamed: Answer) -> list[str]:
+    """The differences between a streamed answer and its unstreamed twin in the user's terms, the first
+    first: text and reasoning, the tool calls (names and order, arguments as JSON; ids may differ), the
+    finish and the completion-token count. Empty when they are the same answer."""
+    differences = [_text_difference(what, a, b) for what, a, b in (('text', streamed.text, unstreamed.text),
+                                                                    ('reasoning', streamed.reasoning,
+                                                                     unstreamed.reasoning)) if a != b]
+    if len(streamed.calls) != len(unstreamed.calls):
+        differences.append(f'the stream has {_count(len(streamed.calls), "tool call")} and the unstreamed '
+                           f'answer {len(unstreamed.calls)}')
+    differences += [problem for index, pair in enumerate(zip(streamed.calls, unstreamed.calls))
+                    for problem in [_call_difference(index, *pair)] if problem]
+    if streamed.finish != unstreamed.finish:
+        differences.append(f'streamed finish {streamed.finish} and unstreamed {unstreamed.finish}')
+    if None not in (streamed.completion_tokens, unstreamed.completion_tokens) \
+            and streamed.completion_tokens != unstreamed.completion_tokens:
+        differences.append(f'streamed usage counts {_count(streamed.completion_tokens, "completion token")} and '
+                           f'unstreamed {unstreamed.completion_tokens}')
+    return differences
+
+
+def cross_check_record(streamed: Answer, status: int | None, unstreamed: Answer | None,
+                       problem: str | None) -> dict:
+    """The record's ``cross_check``: whether the pair is comparable (both sent token ids: true when they
+    are equal, false when they diverge; null without them), whether the answers are the same, and how
+    they differ. ``problem`` says why the unstreamed request failed, or why its answer is not finished."""
+    streamed_ids = streamed.token_ids
+    unstreamed_ids = unstreamed.token_ids if unstreamed is not None else None
+    comparable = None if streamed_ids is None or unstreamed_ids is None else streamed_ids == unstreamed_ids
+    differences = compare_answers(streamed, unstreamed) if unstreamed is not None else []
+    return {'comparable': comparable, 'same': None if unstreamed is None else not differences,
+            'differences': differences,
+            'notes': _text_only_differences(streamed, unstreamed) if unstreamed is not None else [],
+            'diverged_at_token': first_divergence(streamed_ids, unstreamed_ids) if comparable is False else None,
+            'token_ids': {'streamed': None if streamed_ids is None else len(streamed_ids),
+                          'unstreamed': None if unstreamed_ids is None else len(unstreamed_ids)},
+            'completion_tokens': {'streamed': streamed.completion_tokens,
+                                  'unstreamed': unstreamed.completion_tokens if unstreamed else None},
+            'unstreamed_status': status, 'unstreamed_finish': unstreamed.finish if unstreamed else None,
+            'unstreamed_problem': problem,
+            'unstreamed_text': unstreamed.text if unstreamed else None,
+            'unstreamed_tool_calls': [{'name': call.name, 'arguments': call.arguments}
+                                      for call in unstreamed.calls] if unstreamed else None}
+
+
+def unstreamed_problem(answer: Answer, expect_finish: str = 'stop') -> str | None:
+    """Why an unstreamed answer is not a finished one, judged by its finish alone (a fixed-length load
+    expects the budget to end it)."""
+    if answer.ended_as in (('length',) if expect_finish == 'length' else ('stop', 'tool_calls')):
+        return None
+    return f'the unstreamed answer did not finish: its finish is {answer.finish}'
+
+
+def cross_check_failure(cross_check: dict | None) -> str | None:
+    """The cross-check failure of a pair: the same tokens, another answer. Pairs without token ids, or
+    whose tokens diverged, never fail: a different generation cannot be ruled out."""
+    if not cross_check or cross_check['comparable'] is not True or cross_check['same'] is not False:
+        return None
+    return f'the same {_count(cross_check["token_ids"]["streamed"], "token")}, but {cross_check["differences"][0]}'
+
+
+# ---------------------------------------------------------------------------
 # HTTP: the response head and the body framing (sans-IO)
 # ---------------------------------------------------------------------------
 # http.client hides what a strict verdict needs: it stops reading headers at a
@@ -2866,6 +3241,63 @@ class ResponseReader:
             raise self.status_failure()
 
 
+class UnstreamedReader:
+    """One unstreamed response (the cross-check's ``stream: false`` twin), fed as its bytes arrive: the
+    head, then the body its framing delimits, kept whole up to MAX_UNSTREAMED_BODY bytes. No socket, no
+    clock. ``complete`` once the message ended or a layer broke (``error``); ``answer()`` judges it."""
+
+    def __init__(self) -> None:
+        self.head: ResponseHead | None = None
+        self.body: ContentLengthBody | ChunkedBody | CloseDelimitedBody | None = None
+        self.error: StreamError | None = None
+        self._heads = ResponseHeadParser()
+        self._parts: list[bytes] = []
+        self._size = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.error is not None or (self.body is not None and self.body.complete)
+
+    def feed(self, data: bytes) -> None:
+        if self.complete:
+            return
+        try:
+            if self.head is None:
+                self.head = self._heads.feed(data)
+                if self.head is None:
+                    return
+                self.body = body_reader(self.head)
+                data = self._heads.rest
+            if data:
+                self._keep(self.body.feed(data))
+        except StreamError as exc:
+            self.error = exc
+
+    def _keep(self, part: bytes) -> None:
+        self._size += len(part)
+        if self._size > MAX_UNSTREAMED_BODY:
+            raise StreamError('transport', f'the unstreamed answer is longer than {MAX_UNSTREAMED_BODY} bytes')
+        self._parts.append(part)
+
+    def eof(self) -> None:
+        """The connection closed: an error unless the message had ended as its framing promised."""
+        if self.complete:
+            return
+        problem = self._heads.eof_problem() if self.head is None else self.body.eof_problem()
+        if problem:
+            self.error = StreamError('transport', problem)
+
+    def answer(self, api: str) -> Answer:
+        """The answer of the whole response; StreamError for a broken message, a status other than 200
+        (with the server's message) or a body that is not an answer of this API."""
+        if self.error is not None:
+            raise self.error
+        body = b''.join(self._parts)
+        if self.head.status != 200:
+            raise _status_failure(self.head, body[:MAX_ERROR_BODY])
+        return unstreamed_answer(api, body)
+
+
 # ---------------------------------------------------------------------------
 # The request (checked before any connection)
 # ---------------------------------------------------------------------------
@@ -3016,6 +3448,7 @@ class PreparedRequest:
     token: str = dataclasses.field(default='', repr=False)
     spec: AnswerSpec = dataclasses.field(default_factory=AnswerSpec, repr=False)  # tools, tool choice, JSON schema
     proxy: Proxy | None = None  # the forward proxy https goes through, if one does
+    twin: 'PreparedRequest | None' = dataclasses.field(default=None, repr=False)  # --cross-check's unstreamed twin
 
     def __post_init__(self) -> None:
         if self.scheme not in ('http', 'https'):
@@ -3231,13 +3664,15 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
             system: str | None = None, temperature: float = 0.0, stop: list[str] | None = None,
             extra: dict | None = None, api: str | None = None, expect_finish: str = 'stop',
             source: str = 'endpoint', tools: list | None = None, tool_choice: str | None = None,
-            json_schema: dict | None = None, trust_env: bool = True) -> PreparedRequest:
+            json_schema: dict | None = None, trust_env: bool = True, cross_check: bool = False) -> PreparedRequest:
     """Check the arguments and build the request; raise ValueError before any connection.
 
     The API (chat, completions or responses) follows from the URL path unless ``api`` names it.
     ``tools`` (in the chat-completions shape) and ``tool_choice`` (auto, required, none or a
     tool's name; auto by default) ask for tool calls; ``json_schema`` asks for a JSON answer.
     ``trust_env`` honours HTTPS_PROXY and NO_PROXY (see proxy_from_environment()).
+    ``cross_check`` builds the unstreamed twin too (``twin``), and asks both for token ids where the
+    API returns them; it needs temperature 0 or a ``seed`` in ``extra``.
     """
     parts, port = _check_url(url)
     api = api_of(parts.path, api)
@@ -3246,9 +3681,14 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     idle = _check_number('idle', idle, 0, False)
     deadline = _check_number('deadline', deadline, 0, False)
     temperature = _check_number('temperature', temperature, 0, True)
+    if cross_check and temperature != 0 and 'seed' not in (extra if isinstance(extra, dict) else {}):
+        raise ValueError(f'cross_check needs a deterministic request: temperature {temperature:g} without a "seed" '
+                         'in extra would sample the two answers apart')
     body = _request_body(api, model, prompt, system, max_tokens, temperature, stop, extra)
     spec = _answer_spec(api, tools, tool_choice, json_schema)
     body.update(_answer_fields(api, tools, spec, json_schema))
+    if cross_check and api in TOKEN_ID_APIS:
+        body['return_token_ids'] = True
     headers = {'Content-Type': 'application/json', 'Accept': 'text/event-stream',
                'Accept-Encoding': 'identity',  # no compression: a proxy must pass the events as they are
                'User-Agent': f'stream-client/{__version__}'}
@@ -3265,15 +3705,29 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
                 'prompt_sha256': hashlib.sha256(prompt.encode()).hexdigest(), 'expect_finish': expect_finish,
                 'tools': [name for name, _ in spec.tools], 'tool_choice': spec.tool_choice,
                 'json_schema_sha256': None if json_schema is None else hashlib.sha256(
-                    json.dumps(json_schema, sort_keys=True, separators=(',', ':')).encode()).hexdigest()}
+                    json.dumps(json_schema, sort_keys=True, separators=(',', ':')).encode()).hexdigest(),
+                'cross_check': cross_check}
     data = json.dumps(body, ensure_ascii=False).encode()
-    return PreparedRequest(url=url, scheme=parts.scheme, host=parts.hostname, port=port, path=parts.path or '/',
-                           api=api, model=model, body=data, headers=headers,
-                           wire=render_request(parts.scheme, parts.hostname, port, parts.path or '/', headers, data),
-                           idle=idle, deadline=deadline, settings=settings, max_tokens=max_tokens,
-                           expect_finish=expect_finish, source=source, ssl_context=context, token=token or '',
-                           spec=spec, proxy=proxy_from_environment(parts.scheme, parts.hostname, os.environ)
-                           if trust_env else None)
+    request = PreparedRequest(url=url, scheme=parts.scheme, host=parts.hostname, port=port, path=parts.path or '/',
+                              api=api, model=model, body=data, headers=headers,
+                              wire=render_request(parts.scheme, parts.hostname, port, parts.path or '/', headers,
+                                                  data),
+                              idle=idle, deadline=deadline, settings=settings, max_tokens=max_tokens,
+                              expect_finish=expect_finish, source=source, ssl_context=context, token=token or '',
+                              spec=spec, proxy=proxy_from_environment(parts.scheme, parts.hostname, os.environ)
+                              if trust_env else None)
+    return dataclasses.replace(request, twin=unstreamed_twin(request, body)) if cross_check else request
+
+
+def unstreamed_twin(request: PreparedRequest, body: dict) -> PreparedRequest:
+    """The same request with ``stream: false`` and without what only a streamed request may carry."""
+    twin_body = {key: False if key == 'stream' else value for key, value in body.items()
+                 if key not in STREAMED_ONLY_KEYS}
+    data = json.dumps(twin_body, ensure_ascii=False).encode()
+    headers = {**request.headers, 'Accept': 'application/json'}
+    return dataclasses.replace(request, body=data, headers=headers,
+                               wire=render_request(request.scheme, request.host, request.port, request.path,
+                                                   headers, data))
 
 
 class _Recorder:
@@ -3446,6 +3900,7 @@ class Exchange:
         self.connection: Connection | None = None
         self.reused = False            # the connection was kept from an earlier run
         self.idle_s: float | None = None  # how long a reused connection had been idle
+        self.cross_check: dict | None = None  # --cross-check: the unstreamed twin and the comparison
 
     def fail(self, error: StreamError) -> None:
         if self.failure is None:
@@ -3472,7 +3927,7 @@ def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: fl
     answer and reasoning text as it arrives, and ``on_call(piece)`` with each
     piece of a tool call (its name and "(" as it opens, then its arguments).
     ``options`` are prepare()'s: system, temperature, stop, extra, api,
-    expect_finish, tools, tool_choice, json_schema.
+    expect_finish, tools, tool_choice, json_schema, cross_check.
     """
     request = prepare(url, model, prompt, max_tokens=max_tokens, idle=idle,
                       deadline=deadline, ca_file=ca_file, token=token, **options)
@@ -3496,7 +3951,9 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
     other runs lets another thread interrupt this one. With ``kept`` (one
     per worker), a connection kept from an earlier run to the same origin
     is reused, and this run's connection is kept if its response ended
-    cleanly on a framing that lets the connection go on.
+    cleanly on a framing that lets the connection go on. A request built
+    with ``cross_check`` then sends its unstreamed twin on a connection of
+    its own, and the record's ``cross_check`` compares the two answers.
     """
     x = Exchange(request, capture, cancel)
     interrupted = None
@@ -3526,10 +3983,65 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
             else:
                 connection.sock.close()
         x.timeline.ended = time.perf_counter()
+    if request.twin is not None and interrupted is None:
+        try:
+            x.cross_check = _cross_check(x, cancel)
+        except KeyboardInterrupt as exc:
+            interrupted = getattr(exc, 'signal_name', 'SIGINT')
+            x.cross_check = cross_check_record(streamed_answer(x.reader.validator), None, None,
+                                               f'interrupted by {interrupted} during the unstreamed request')
     record = build_record(x)
     if interrupted:
         raise Interrupted(interrupted, record)
     return record
+
+
+def _cross_check(x: Exchange, cancel: Cancel | None) -> dict:
+    """Send the unstreamed twin of a streamed run that got an answer with status 200, and compare."""
+    streamed = streamed_answer(x.reader.validator)
+    if x.reader.head is None or x.reader.head.status != 200:
+        return cross_check_record(streamed, None, None, 'not sent: the streamed request got no answer with status 200')
+    reader = _fetch_unstreamed(Exchange(x.request.twin, cancel=cancel))  # an exchange for its phase and clock
+    status = reader.head.status if reader.head is not None else None
+    try:
+        answer = reader.answer(x.request.api)
+    except StreamError as exc:
+        return cross_check_record(streamed, status, None, str(exc))
+    return cross_check_record(streamed, status, answer, unstreamed_problem(answer, x.request.expect_finish))
+
+
+def _fetch_unstreamed(x: Exchange) -> UnstreamedReader:
+    """Send an unstreamed request on a connection of its own and read its whole response, under the same
+    time bounds as a run; a failure ends up as the reader's error."""
+    reader, connection = UnstreamedReader(), None
+    try:
+        x.timeline.start()
+        connection = _connect(x)
+        x.phase = Phase.REQUEST
+        connection.sock.settimeout(_wait(x))
+        connection.sock.sendall(x.request.wire)
+        x.phase = Phase.HEADERS
+        while not reader.complete:
+            connection.sock.settimeout(_wait(x))
+            raw = connection.sock.recv(READ_SIZE)
+            if not raw:
+                stop = x.interruption()
+                if stop:
+                    raise stop
+                reader.eof()
+                break
+            reader.feed(raw)
+            x.phase = Phase.BODY if reader.head is not None else x.phase
+    except StreamError as exc:
+        reader.error = reader.error or exc
+    except Exception as exc:  # as in run(): keep the evidence
+        reader.error = reader.error or _classify(exc, x)
+    finally:
+        if connection is not None:
+            if x.cancel is not None:
+                x.cancel.detach(connection.sock)
+            connection.sock.close()
+    return reader
 
 
 def _connect(x: Exchange) -> Connection:
@@ -3788,16 +4300,18 @@ class Verdict:
     transport_complete: bool | None
     event_complete: bool | None
     application_complete: bool
+    kind: str | None = None  # the stable kind of the failure, when it has one
 
     @property
     def ok(self) -> bool:
         return self.layer is None
 
 
-def judge(reader: ResponseReader, failure: StreamError | None = None) -> Verdict:
+def judge(reader: ResponseReader, failure: StreamError | None = None, cross_check: dict | None = None) -> Verdict:
     """Why this response is not a finished answer; the one place that decides, and that sets the
     completeness flags. ``failure`` is one the reader could not see (no connection, a timeout, a
-    signal); otherwise the reader's own error, if any, is the failure.
+    signal); otherwise the reader's own error, if any, is the failure. ``cross_check`` is the
+    comparison with the unstreamed twin (cross_check_record()), judged after the answer itself.
 
     A failure that stopped the reading (no connection, a bad status, invalid
     JSON, a timeout...) wins: the layers after it were never seen, so their
@@ -3807,24 +4321,26 @@ def judge(reader: ResponseReader, failure: StreamError | None = None) -> Verdict
     the answer itself.
     """
     failure = failure if failure is not None else reader.error
-    outcome = reader.validator.outcome_problem()
+    kind, outcome = answer_problem(reader.validator, cross_check)
     application_complete = outcome is None and not (failure is not None and failure.server_error)
     if failure is not None:
         if failure.layer != 'transport':
-            return Verdict(failure.layer, failure.message, None, None, application_complete)
+            return Verdict(failure.layer, failure.message, None, None, application_complete, failure.kind)
         event_complete = reader.events.pending() is None if reader.body is not None else None
-        return Verdict('transport', failure.message, False, event_complete, application_complete)
+        return Verdict('transport', failure.message, False, event_complete, application_complete, failure.kind)
     transport_problem = reader.body.eof_problem()
     event_problem = reader.events.pending()
-    layer, message = next(((layer, problem) for layer, problem in
-                           (('transport', transport_problem), ('sse', event_problem), ('application', outcome))
-                           if problem), (None, None))
-    return Verdict(layer, message, transport_problem is None, event_problem is None, application_complete)
+    layer, message, kind = next(((layer, problem, problem_kind) for layer, problem, problem_kind in
+                                 (('transport', transport_problem, None), ('sse', event_problem, None),
+                                  ('application', outcome, kind),
+                                  ('cross-check', cross_check_failure(cross_check), 'cross_check_differs'))
+                                 if problem), (None, None, None))
+    return Verdict(layer, message, transport_problem is None, event_problem is None, application_complete, kind)
 
 
 def build_record(x: Exchange) -> dict:
     """The JSON evidence record of a run (never contains the API key)."""
-    verdict = judge(x.reader, x.failure)
+    verdict = judge(x.reader, x.failure, x.cross_check)
     timeline, request, reader = x.timeline, x.request, x.reader
     ended = timeline.ended if timeline.ended is not None else time.perf_counter()
     answer = reader.validator.fields()
@@ -3833,6 +4349,7 @@ def build_record(x: Exchange) -> dict:
         'ok': verdict.ok,
         'error_layer': verdict.layer,
         'error': f'{verdict.layer}: {verdict.message}' if verdict.layer else None,
+        'error_kind': verdict.kind,
         'transport_complete': verdict.transport_complete,
         'event_complete': verdict.event_complete,
         'application_complete': verdict.application_complete,
@@ -3861,6 +4378,8 @@ def build_record(x: Exchange) -> dict:
         'max_content_events_per_read': timeline.max_content_events_per_read,
         'content_span_ms': _span_ms(timeline.first_text_at, timeline.last_text_at),
         'buffered_delivery': buffered_delivery(answer['content_events'], timeline.content_reads),
+        'tokens_per_event': tokens_per_event(reader.validator),
+        'cross_check': x.cross_check,
         'response_id': answer['response_id'],
         'request_id': head.get('x-request-id') if head else None,
         'server_error': x.failure.server_error if x.failure is not None else None,
@@ -4125,7 +4644,7 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
 _QUOTED_TEXT = re.compile(r"""b?'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
 _NUMBER = re.compile(r'(?<![\w.])\d+(?:\.\d+)?(?![\w.])')
 # '1 byte' and '2 bytes' are one kind of error: a singular after N becomes plural
-_SINGULAR_COUNT = re.compile(r'\bN (content event|body byte|byte|output token|completion token)\b(?!s)')
+_SINGULAR_COUNT = re.compile(r'\bN (content event|body byte|byte|output token|completion token|tool call)\b(?!s)')
 
 
 def error_kind(error: str) -> str:
@@ -4198,6 +4717,7 @@ class Summary:
         self.planned: dict[str, int] = {}  # runs planned, by load id
         self.stale = 0                     # runs whose reused connection had been closed while idle
         self.single_runs = 0               # records of runs that were not part of a load
+        self.pairs: collections.Counter = collections.Counter()  # --cross-check pairs, by what they showed
         self._second = ('', 0)  # the last whole second parsed from a started_at, and its epoch
 
     def epoch(self, started_at: str) -> float:
@@ -4222,6 +4742,8 @@ class Summary:
             self.planned[load['id']] = load['runs']
         else:
             self.single_runs += 1
+        if record.get('cross_check'):
+            self.pairs.update(pair_outcomes(record['cross_check']))
         if not record['ok']:
             self.stale += bool((record.get('connection') or {}).get('stale'))
             self.by_layer[record['error_layer']] += 1
@@ -4257,8 +4779,23 @@ class Summary:
             'wall_s': round(wall, 3), 'runs_per_s': per_second(self.runs), 'ok_runs_per_s': per_second(self.ok),
             'completion_tokens_per_s': per_second(self.completion_tokens) if self.token_runs else None,
             'content_events_per_s': per_second(self.content_events),
+            'cross_check': {outcome: self.pairs[outcome] for outcome in PAIR_OUTCOMES} if self.pairs else None,
             **{key: sorted(value, key=str) for key, value in self.seen.items()},
         }
+
+
+# What the summary counts of --cross-check pairs: compared (both answers there), of which same or different;
+# not comparable (the token ids diverged), without token ids, and unstreamed requests that failed.
+PAIR_OUTCOMES = ('pairs', 'compared', 'same', 'different', 'not_comparable', 'without_token_ids',
+                 'unstreamed_failed')
+
+
+def pair_outcomes(cross: dict) -> list[str]:
+    """The PAIR_OUTCOMES one cross-check record counts in."""
+    if cross['same'] is None:
+        return ['pairs', 'unstreamed_failed']
+    token_ids = {True: [], False: ['not_comparable'], None: ['without_token_ids']}[cross['comparable']]
+    return ['pairs', 'compared', 'same' if cross['same'] else 'different', *token_ids]
 
 
 def _unplanned(result: dict) -> str:
@@ -4286,6 +4823,11 @@ def summary_table(result: dict) -> str:
     for name, values in rows:
         cells = ''.join(f'{values[key]:10.1f}' if values else f'{"-":>10}' for key in ('p50', 'p90', 'p99', 'max'))
         lines.append(f'  {name:<{width - 2}}{cells}')
+    pairs = result.get('cross_check')
+    if pairs:
+        lines.append(f'cross-check: {_count(pairs["pairs"], "pair")}, {pairs["compared"]} compared: {pairs["same"]} same, '
+                     f'{pairs["different"]} different; {pairs["not_comparable"]} not comparable, '
+                     f'{pairs["without_token_ids"]} without token ids, {pairs["unstreamed_failed"]} unstreamed failed')
     rates = [f'{result[key]} {label}' for key, label in (('runs_per_s', 'runs/s'), ('ok_runs_per_s', 'ok runs/s'),
                                                           ('completion_tokens_per_s', 'completion tokens/s'),
                                                           ('content_events_per_s', 'content events/s'))
@@ -4301,7 +4843,8 @@ def summary_table(result: dict) -> str:
 REPORT_TIMELINE_ROWS = 2000  # runs drawn in the timeline at most (a bounded sample beyond)
 REPORT_ERRORS_PER_LAYER = 5  # distinct error messages shown per layer
 LAYER_COLOURS = {None: '#2e7d32', 'connect': '#6a1b9a', 'proxy': '#4a148c', 'tls': '#8e24aa', 'http': '#7b1fa2',
-                 'transport': '#c62828', 'sse': '#ad1457', 'protocol': '#6d4c41', 'application': '#ef6c00', 'timeout': '#546e7a',
+                 'transport': '#c62828', 'sse': '#ad1457', 'protocol': '#6d4c41', 'application': '#ef6c00',
+                 'cross-check': '#f9a825', 'timeout': '#546e7a',
                  'interrupted': '#212121', 'client': '#000000'}
 _REPORT_CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #111; max-width: 1100px; }
@@ -4372,6 +4915,8 @@ class Report:
                  ('not ok', result['not_ok'])]
         cells += [(f'not ok: {layer}', count) for layer, count in result['not_ok_by_layer'].items()]
         cells += [(f'  {kind}', count) for kind, count in list(result['not_ok_by_kind'].items())[:10]]
+        cells += [(f'cross-check: {outcome.replace("_", " ")}', count)
+                  for outcome, count in (result.get('cross_check') or {}).items()]
         out = ['<h2>Summary</h2><table>'] + [f'<tr><th>{_e(name)}</th><td class="n">{value}</td></tr>'
                                            for name, value in cells]
         out.append('</table><table><tr><th>over ok runs (' + str(result['latency_excludes']) + ' not ok excluded)'
@@ -5392,6 +5937,11 @@ def _parser() -> OneLineParser:
     send.add_argument('--expect-finish', choices=FINISHES, default='stop',
                       help='the finish of a finished answer: stop (default), or length for a fixed-length load '
                            '(with "ignore_eos" in --extra), where the usage must also count --max-tokens tokens')
+    send.add_argument('--cross-check', action='store_true',
+                      help='after each streamed request, send the same body unstreamed (stream false) and compare '
+                           'the answers; on chat and completions both ask for "return_token_ids": true, and when the '
+                           'token ids agree a different answer is a failure at layer cross-check. Needs --temperature '
+                           '0 or a "seed" in --extra')
     send.add_argument('--idle', type=float, default=10.0, metavar='S',
                       help='seconds to wait for the next bytes (default 10)')
     send.add_argument('--deadline', type=float, default=60.0, metavar='S',
@@ -5469,6 +6019,9 @@ def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -
     else:
         prompts = load_prompts(args.prompts, args.system, args.max_tokens)
     extra = _extra(args)
+    if args.cross_check and args.temperature != 0 and 'seed' not in (extra if isinstance(extra, dict) else {}):
+        raise UsageError(f'--cross-check needs a deterministic request: --temperature {args.temperature:g} without a '
+                         '"seed" in --extra samples the two answers apart')
     tools, json_schema = _answer_files(args)
     if args.tool_choice is not None and tools is None:
         raise UsageError('--tool-choice needs --tools')
@@ -5477,7 +6030,8 @@ def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -
                     system=line['system'], temperature=args.temperature, stop=args.stop, extra=extra,
                     api=args.api, expect_finish=args.expect_finish,
                     source='endpoint' if args.fixture is None else 'fixture', tools=tools,
-                    tool_choice=args.tool_choice, json_schema=json_schema, trust_env=not args.no_proxy)
+                    tool_choice=args.tool_choice, json_schema=json_schema, trust_env=not args.no_proxy,
+                    cross_check=args.cross_check)
             for line in prompts]
 
 
@@ -5653,12 +6207,27 @@ class LiveView:
 
 
 def verdict_line(record: dict) -> str:
-    """The run at a glance: 'ok: 2 content events, ...' or 'NOT OK [layer]: what went wrong'."""
+    """The run at a glance: 'ok: 2 content events, ...' or 'NOT OK [layer]: what went wrong', and what the
+    cross-check found, when there was one."""
+    cross = cross_check_line(record.get('cross_check'))
     if record['ok']:
         return (f'ok: {_count(record["content_events"], "content event")}, first text {record["first_text_ms"]:.0f} ms, '
-                f'done {record["duration_ms"]:.0f} ms')
+                f'done {record["duration_ms"]:.0f} ms' + cross)
     layer = record['error_layer']
-    return f'NOT OK [{layer}]: {record["error"].removeprefix(layer + ": ")}'
+    return f'NOT OK [{layer}]: {record["error"].removeprefix(layer + ": ")}' + ('' if layer == 'cross-check' else cross)
+
+
+def cross_check_line(cross: dict | None) -> str:
+    """'; cross-check: the same answer, 57 equal token ids' and the like, or '' without a cross-check."""
+    if not cross:
+        return ''
+    if cross['same'] is None:
+        return f'; cross-check: no unstreamed answer ({cross["unstreamed_problem"]})'
+    if cross['comparable'] is False:
+        return f'; cross-check: not comparable, the token ids diverged at token {cross["diverged_at_token"]}'
+    ids = f', {_count(cross["token_ids"]["streamed"], "equal token id")}' if cross['comparable'] else \
+        ', no token ids to compare'
+    return f'; cross-check: {"the same answer" if cross["same"] else cross["differences"][0]}{ids}'
 
 
 COMPARE_COLUMNS = (('file', None), ('source', 'source'), ('model', 'model'), ('ok', 'ok'),
@@ -5919,7 +6488,7 @@ READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
 FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',
                      'runs': '--runs', 'concurrency': '--concurrency', 'rate': '--rate', 'tools': '--tools',
-                     'tool_choice': '--tool-choice', 'json_schema': '--json-schema'}
+                     'tool_choice': '--tool-choice', 'json_schema': '--json-schema', 'cross_check': '--cross-check'}
 
 
 def _given_flags(parser: argparse.ArgumentParser, args, allowed: tuple[str, ...]) -> list[str]:
