@@ -2598,7 +2598,7 @@ def _text_difference(what: str, streamed: str, unstreamed: str) -> str:
 
 def _same_json(streamed: str, unstreamed: str) -> bool:
     try:
-        return _json_equal(strict_json(streamed), strict_json(unstreamed))
+        return _json_key(strict_json(streamed)) == _json_key(strict_json(unstreamed))
     except ValueError:
         return False
 
@@ -5478,7 +5478,7 @@ class SingleFlight:
             return len(self._flights)
 
 
-class Answer(typing.NamedTuple):
+class Reply(typing.NamedTuple):
     """What the exporter answers one request with; ``problem`` names a scrape error for the counters."""
 
     status: int
@@ -5487,8 +5487,8 @@ class Answer(typing.NamedTuple):
     problem: str | None = None
 
 
-def _one_line(status: int, text: str, problem: str) -> Answer:
-    return Answer(status, 'text/plain; charset=utf-8', text + '\n', problem)
+def _one_line(status: int, text: str, problem: str) -> Reply:
+    return Reply(status, 'text/plain; charset=utf-8', text + '\n', problem)
 
 
 class Exporter:
@@ -5510,7 +5510,7 @@ class Exporter:
 
     routes = {'/probe': 'probe', '/metrics': 'metrics', '/': 'page'}
 
-    def answer(self, target: str, scrape_timeout: str | None) -> Answer:
+    def answer(self, target: str, scrape_timeout: str | None) -> Reply:
         """The answer to GET target (a path and query), with ``scrape_timeout`` the value of Prometheus's
         X-Prometheus-Scrape-Timeout-Seconds header if sent; an error is counted and logged."""
         path, _, query = target.partition('?')
@@ -5525,7 +5525,7 @@ class Exporter:
             self.log(f'{answer.status} for GET {_shorten(target, 100)}: {answer.body.strip()}')
         return answer
 
-    def probe(self, query: str, scrape_timeout: str | None) -> Answer:
+    def probe(self, query: str, scrape_timeout: str | None) -> Reply:
         """One scrape of /probe: a run of the target the query names (or the result of the one in flight)."""
         name = probe_target(query, self.requests)
         if isinstance(name, Refusal):
@@ -5538,7 +5538,7 @@ class Exporter:
         if record is None:
             return _one_line(503, f'no result for {name} within {budget:g} s: '
                              + ('its run in flight has not ended' if joined else 'too many runs in flight'), 'busy')
-        return Answer(200, EXPOSITION_TYPE, exposition(probe_families(record)))
+        return Reply(200, EXPOSITION_TYPE, exposition(probe_families(record)))
 
     def _run(self, name: str, request: PreparedRequest, deadline: float) -> dict | None:
         """One run of a target under ``deadline`` seconds, its record kept and counted (None: no time left)."""
@@ -5568,7 +5568,7 @@ class Exporter:
         with self._lock:
             self.write_errors += 1
 
-    def metrics(self) -> Answer:
+    def metrics(self) -> Reply:
         """/metrics: the exporter's own counters."""
         with self._lock:
             families = [
@@ -5591,9 +5591,9 @@ class Exporter:
                 Family('stream_exporter_targets', 'gauge', 'Targets in the targets file',
                        [({}, len(self.requests))]),
             ]
-        return Answer(200, EXPOSITION_TYPE, exposition(families))
+        return Reply(200, EXPOSITION_TYPE, exposition(families))
 
-    def page(self) -> Answer:
+    def page(self) -> Reply:
         """/: the targets, with the last verdict of each, its error and when it ran."""
         with self._lock:
             last = dict(self.last)
@@ -5609,7 +5609,7 @@ class Exporter:
                 '</title></head><body><h1>stream-client exporter</h1><p>A probe (a target\'s link) runs one streamed '
                 'request to that target now. The exporter\'s own counters: <a href="/metrics">/metrics</a>.</p><table><tr><th>target</th><th>API</th><th>URL</th><th>last verdict</th>'
                 f'<th>error</th><th>started (UTC)</th></tr>{"".join(rows)}</table></body></html>\n')
-        return Answer(200, 'text/html; charset=utf-8', body)
+        return Reply(200, 'text/html; charset=utf-8', body)
 
 
 # ---- the HTTP server around it ----
@@ -5650,7 +5650,7 @@ class _ExporterHandler(http.server.BaseHTTPRequestHandler):
         self.request_version = 'HTTP/1.0'  # a status line even for a request that named no version
         self._answer(_one_line(code, text, problem))
 
-    def _answer(self, answer: Answer) -> None:
+    def _answer(self, answer: Reply) -> None:
         data = answer.body.encode()
         try:
             self.send_response(answer.status)
