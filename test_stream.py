@@ -38,6 +38,11 @@ TRACES = HERE / 'testdata' / 'vllm-0.32.0-cpu'
 CLIENT = str(HERE / 'stream_client.py')
 
 
+def message_of(failure: StreamError | None) -> str | None:
+    """The message of a failure that a sans-IO part returns, or None."""
+    return None if failure is None else failure.message
+
+
 def pieces(data: bytes, size: int) -> list[bytes]:
     return [data[i:i + size] for i in range(0, len(data), size)]
 
@@ -183,7 +188,7 @@ class ParserTests(unittest.TestCase):
                            ('data: \u2713'.encode()[:-1], 'UTF-8 character')):
             parser = Events()
             self.assertEqual(parser.feed(raw), [])
-            self.assertIn(words, parser.pending())
+            self.assertIn(words, message_of(parser.pending()))
 
     def test_invalid_utf8_is_an_sse_error(self):
         with self.assertRaises(StreamError) as caught:
@@ -283,7 +288,7 @@ class ChatChunkTests(unittest.TestCase):
             chunks = ChatChunks()
             for data in events:
                 chunks.accept(data)
-            return chunks.outcome_problem()
+            return message_of(chunks.outcome())
         text = chunk_json(delta={'content': 'hi'})
         self.assertIsNone(outcome(text, chunk_json(finish_reason='stop'), '[DONE]'))
         self.assertIn('EOF before [DONE] after 1 content event', outcome(text, chunk_json(finish_reason='stop')))
@@ -331,7 +336,7 @@ class ResponseEventsTests(unittest.TestCase):
                 validator.accept(event)
         except StreamError as exc:
             return exc.layer, exc.message
-        problem = validator.outcome_problem()
+        problem = message_of(validator.outcome())
         return ('application', problem) if problem else (None, '')
 
     def test_a_real_completed_response_is_finished_at_every_chunking(self):
@@ -339,7 +344,7 @@ class ResponseEventsTests(unittest.TestCase):
         for name, chunks in feedings(payload):
             parser, validator = stream_client.TypedEvents(), stream_client.ResponseEvents()
             text = ''.join(validator.accept(event)[0] for chunk in chunks for event in parser.feed(chunk))
-            self.assertEqual((text, validator.outcome_problem(), validator.terminal), ('Ex7rEx7untrgExp', None,
+            self.assertEqual((text, message_of(validator.outcome()), validator.terminal), ('Ex7rEx7untrgExp', None,
                                                                                         'response.completed'), name)
 
     def test_each_broken_rule_names_its_layer(self):
@@ -431,7 +436,7 @@ class ToolCallTests(unittest.TestCase):
         chunks = ChatChunks(spec=spec)
         for data in events:
             chunks.accept(data)
-        return chunks.outcome_problem()
+        return message_of(chunks.outcome())
 
     def test_each_broken_chat_tool_delta_is_a_protocol_failure_naming_the_index_and_event(self):
         cases = {
@@ -587,7 +592,7 @@ class ToolCallTests(unittest.TestCase):
                     self.assertIn(words, exc.message)
                 else:
                     self.assertIsNone(words, f'{name} was accepted')
-                    self.assertIsNone(validator.outcome_problem())
+                    self.assertIsNone(message_of(validator.outcome()))
 
 
 def message_event(kind: str, **body) -> tuple[str, str]:
@@ -629,7 +634,7 @@ class MessagesEventsTests(unittest.TestCase):
         text = [message_event('content_block_start', content_block={'type': 'text', 'text': ''}, index=1),
                 text_delta('READY ', 1), ping, text_delta('\u2713', 1)]
         validator = self.run_events([ping, MESSAGE_START] + thinking + text + message_end(index=1, tokens=3))
-        self.assertIsNone(validator.outcome_problem())
+        self.assertIsNone(message_of(validator.outcome()))
         fields = validator.fields()
         self.assertEqual((fields['text'], fields['reasoning_text'], fields['finish_reason'], fields['completion_tokens'],
                           fields['response_id'], fields['content_events']),
@@ -690,7 +695,7 @@ class MessagesEventsTests(unittest.TestCase):
                 validator = stream_client.MessagesEvents('length', 2)
                 for event in events:
                     validator.accept(event)
-                self.assertEqual(validator.outcome_problem(), problem)
+                self.assertEqual(message_of(validator.outcome()), problem)
 
     def test_when_a_messages_answer_is_finished(self):
         text = [MESSAGE_START, TEXT_BLOCK, text_delta('hi')]
@@ -717,7 +722,7 @@ class MessagesEventsTests(unittest.TestCase):
         }
         for name, (events, spec, problem) in cases.items():
             with self.subTest(name):
-                self.assertEqual(self.run_events(events, spec).outcome_problem(), problem)
+                self.assertEqual(message_of(self.run_events(events, spec).outcome()), problem)
 
 
 class CompletionChunksTests(unittest.TestCase):
@@ -727,7 +732,7 @@ class CompletionChunksTests(unittest.TestCase):
                      '{"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}',
                      '{"choices": [], "usage": {"completion_tokens": 1}}', '[DONE]'):
             chunks.accept(data)
-        self.assertEqual((chunks.text, chunks.finish_reason, chunks.completion_tokens, chunks.outcome_problem()),
+        self.assertEqual((chunks.text, chunks.finish_reason, chunks.completion_tokens, message_of(chunks.outcome())),
                          ('hi', 'stop', 1, None))
 
     def test_violations(self):
@@ -749,7 +754,7 @@ class CompletionChunksTests(unittest.TestCase):
             for data in (f'{{"choices": [{{"index": 0, "text": "x", "finish_reason": "{reason}"}}]}}',
                          f'{{"choices": [], "usage": {{"completion_tokens": {tokens}}}}}', '[DONE]'):
                 chunks.accept(data)
-            return chunks.outcome_problem()
+            return message_of(chunks.outcome())
         self.assertIsNone(outcome(8, 'length', 8))
         self.assertIn('after 5 completion tokens, not the 8 requested', outcome(5, 'length', 8))
         self.assertIn('expected finish_reason=length (--expect-finish length), got finish_reason=stop',
@@ -760,10 +765,10 @@ class FramingTests(unittest.TestCase):
     def test_content_length_counts_bytes_and_reports_shortfall_and_overrun(self):
         body = ContentLengthBody(10)
         self.assertEqual(body.feed(b'12345'), b'12345')
-        self.assertEqual(body.eof_problem(), 'connection closed after 5 of 10 body bytes')
+        self.assertEqual(message_of(body.eof_failure()), 'connection closed after 5 of 10 body bytes')
         self.assertEqual(body.feed(b'6789012'), b'67890')
         self.assertTrue(body.complete)
-        self.assertEqual(body.overrun_problem(), '2 bytes beyond the declared Content-Length of 10')
+        self.assertEqual(message_of(body.overrun_failure()), '2 bytes beyond the declared Content-Length of 10')
 
     def test_chunked_capture_decodes_at_every_chunk_size(self):
         raw = split_capture(TRACES / 'a2_chat_stream_usage_eos_stop.http')[1]
@@ -780,7 +785,7 @@ class FramingTests(unittest.TestCase):
                            (len(raw) - 2, 'inside its trailer')):
             reader = ChunkedBody()
             reader.feed(raw[:cut])
-            self.assertIn(words, reader.eof_problem())
+            self.assertIn(words, message_of(reader.eof_failure()))
 
     def test_chunked_rejects_bad_size_lines_and_missing_crlf(self):
         for bad in (b'zz\r\n', b'-1\r\n', b'0x10\r\n', b'1_0\r\n', b'\r\n', b'+5\r\n', b'5\r\nhelloXY'):
@@ -2443,7 +2448,7 @@ class LoadTests(unittest.TestCase):
         result = summary.result()
         self.assertEqual((result['runs'], result['ok'], result['not_ok_by_layer']), (30, 20, {'application': 10}))
         self.assertEqual(result['not_ok_by_kind'],
-                         {"application: tool call N (get_weather): arguments are not a JSON object: ...": 10})
+                         {'tool_arguments_not_object': 10})
         self.assertEqual({record['run'] % 3 for record in records if not record['ok']}, {1})
         self.assertEqual(result['latency_runs'], 20)  # the ok runs' first text is their first tool-call piece
 
@@ -2526,11 +2531,12 @@ class LoadTests(unittest.TestCase):
                 'completion_tokens': 3, 'headers_ms': 1.0, 'first_text_ms': 10.0, 'duration_ms': 100.0}
         summary.add({**base, 'ok': True})
         summary.add({**base, 'ok': False, 'error_layer': 'transport', 'first_text_ms': 5000.0,
-                     'duration_ms': 9000.0, 'error': 'transport: connection closed after 4 of 9 body bytes'})
+                     'duration_ms': 9000.0, 'error': 'transport: connection closed after 4 of 9 body bytes',
+                     'error_kind': 'body_truncated'})
         result = summary.result()
         self.assertEqual(result['latency_ms']['first_text_ms'], {'p50': 10.0, 'p90': 10.0, 'p99': 10.0, 'max': 10.0})
         self.assertEqual((result['latency_runs'], result['latency_excludes']), (1, 1))
-        self.assertEqual(result['not_ok_by_kind'], {'transport: connection closed after N of N body bytes': 1})
+        self.assertEqual(result['not_ok_by_kind'], {'body_truncated': 1})
         self.assertEqual((result['wall_s'], result['completion_tokens_per_s']), (9.0, round(3 / 9, 3)))
 
     def test_percentiles_use_the_nearest_rank(self):
@@ -2677,7 +2683,7 @@ class LoadTests(unittest.TestCase):
                             '--runs', '2', '--output', 'b.jsonl', '--quiet', cwd=self.tmp.name)
         self.assertEqual(json.loads(ok.stdout)['ok'], 2)
         self.assertEqual(json.loads(short.stdout)['not_ok_by_kind'],
-                         {'application: finish_reason=length after N completion tokens, not the N requested': 2})
+                         {'length_tokens_differ': 2})
         stop = run_cli('--fixture', 'ok', '--expect-finish', 'length', '--output', 'c.json', cwd=self.tmp.name)
         self.assertIn('expected finish_reason=length (--expect-finish length), got finish_reason=stop', stop.stderr)
         self.assertEqual(json.loads((self.dir / 'c.json').read_text())['request']['expect_finish'], 'length')
