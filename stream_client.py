@@ -1085,9 +1085,10 @@ class _ChoiceChunks(StreamValidator):
     """What chat and completions chunks share: one choice (n=1) with index 0, a usage chunk,
     in-band error objects, a finish_reason and the terminal data: [DONE].
 
-    ``expect_finish`` is the finish a finished answer has: "stop", or "length"
-    for a fixed-length load, where the usage (when sent) must also count
-    exactly ``max_tokens`` completion tokens.
+    The grammar: the choice is open until its finish_reason, which closes it
+    and its tool calls; a closed choice accepts no text, reasoning, tool-call
+    piece or second finish_reason, only usage, empty deltas and [DONE], after
+    which nothing is accepted.
     """
 
     token_noun = 'completion token'
@@ -1199,6 +1200,9 @@ class ChatChunks(_ChoiceChunks):
         """Assemble delta.tool_calls; return what they add, for display ('name(' as a call opens, then
         its arguments)."""
         event = self._offered_tools('tool call deltas')
+        if self.finish_reason is not None:
+            raise _failure('event_after_close', f'tool call deltas arrived in event {event}, after finish_reason '
+                                                f'{self.finish_reason!r} closed the choice and its calls')
         if not isinstance(deltas, list):
             raise _failure('field_type', f'expected delta.tool_calls to be a list in event {event}, '
                                          f'got {type(deltas).__name__}')
@@ -1259,28 +1263,50 @@ def _token_count(usage: object, key: str) -> int:
 
 
 RESPONSE_TERMINALS = ('response.completed', 'response.incomplete', 'response.failed', 'error')
+RESPONSE_ITEMS = {'message': 'message', 'reasoning': 'reasoning item', 'function_call': 'function call'}
+
+
+class _Part:
+    """One part of an answer: an output item or one of its content parts, or a content block. Its type
+    and id, whether it is still open, the text assembled for it and whether that text was closed
+    (a .done event), its tool call, and an item's content parts by index."""
+
+    __slots__ = ('kind', 'id', 'open', 'pieces', 'text_done', 'call', 'parts')
+
+    def __init__(self, kind: str, part_id: object = None, call: ToolCall | None = None) -> None:
+        self.kind, self.id, self.call = kind, part_id, call
+        self.open, self.text_done = True, False
+        self.pieces: list[str] = []
+        self.parts: list[_Part] = []
+
+    @property
+    def text(self) -> str:
+        return ''.join(self.pieces)
 
 
 class ResponseEvents(StreamValidator):
-    """Validates one streamed response of the Responses API (/v1/responses).
+    """Validates one streamed response of the Responses API (/v1/responses), as a grammar.
 
     Every event's ``event`` field must name the ``type`` in its data, and
     ``sequence_number`` must count up from 0 by exactly 1, so a lost or
-    repeated event is caught. Exactly one terminal event ends the stream
-    (response.completed, response.incomplete, response.failed or error) and
-    nothing may follow it. The answer is the ``response.output_text.delta``
-    text; it must equal the text of every ``response.output_text.done`` and
-    of the message in the terminal event's ``response.output``, which catches
-    a dropped or duplicated delta that kept the numbering. The terminal
+    repeated event is caught. ``response.created`` comes first. Each output
+    item opens with ``response.output_item.added`` at the next
+    ``output_index``, with an id of its own, and closes with
+    ``response.output_item.done``; a message's text arrives in content parts
+    (``response.content_part.added``, ``response.output_text.delta`` pieces,
+    ``response.output_text.done``, ``response.content_part.done``), a
+    reasoning item's in ``response.reasoning_text.delta`` pieces and its
+    ``.done``, a function call's arguments (when tools were offered) in
+    ``response.function_call_arguments.delta`` pieces and its ``.done``. A
+    part that is closed accepts nothing more, and every closing copy (each
+    ``.done``, ``output_item.done``, the terminal event's ``output``) must
+    equal what the deltas assembled. Exactly one terminal event ends the
+    stream (response.completed, response.incomplete, response.failed or
+    error), with every item closed, and nothing may follow it. The terminal
     event's name is not trusted: vLLM 0.32 ends a budget-exhausted response
     with ``response.completed`` whose status is "incomplete", so the outcome
-    is read from ``response.status``.
-
-    A function call (when tools were offered) opens with an output item of
-    type function_call carrying its call_id and name; its arguments arrive as
-    ``response.function_call_arguments.delta`` events, and must equal the
-    arguments of its ``.done`` event, of its ``response.output_item.done``
-    and of the same call in the terminal event's output.
+    is read from ``response.status``. An event type this client does not
+    know is skipped and listed in the record.
     """
 
     api = 'responses'
@@ -1289,12 +1315,13 @@ class ResponseEvents(StreamValidator):
     def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
                  spec: AnswerSpec | None = None) -> None:
         super().__init__(expect_finish, max_tokens, spec)
-        self._calls_at: dict[object, ToolCall] = {}  # function calls by output_index
+        self.items: list[_Part] = []  # the output items, by output_index
+        self._item_ids: set = set()
+        self.created = False
         self.terminal_event: str | None = None
         self.status: str | None = None
         self.incomplete_reason: str | None = None
         self._sequence = 0
-        self._texts: dict[tuple, list[str]] = {}  # deltas per (output_index, content_index)
 
     @property
     def terminal(self) -> str:
@@ -1308,8 +1335,19 @@ class ResponseEvents(StreamValidator):
             raise _failure('sequence_number', f'expected sequence_number {self._sequence}, got '
                                               f'{_shorten(repr(sequence))} in {kind}: an event was lost or repeated')
         self._sequence += 1
-        take = self._TAKE.get(kind)
-        return take(self, body) if take else ('', '', '')
+        take = self._GRAMMAR.get(kind)
+        if take is None:  # not an event of the grammar below: skipped, and listed in the record
+            self.skipped_events.append(kind)
+            return '', '', ''
+        if not self.created and kind not in ('response.created', 'error'):
+            raise _failure('event_out_of_order', f'{kind} arrived in event {self.data_events}, before response.created')
+        return take(self, body)
+
+    def _take_created(self, body: dict) -> tuple[str, str, str]:
+        if self.created:
+            raise _failure('event_out_of_order', f'a second response.created in event {self.data_events}')
+        self.created = True
+        return self._take_started(body)
 
     def _take_started(self, body: dict) -> tuple[str, str, str]:
         response = body.get('response')
@@ -1318,76 +1356,160 @@ class ResponseEvents(StreamValidator):
         return '', '', ''
 
     def _take_item(self, body: dict) -> tuple[str, str, str]:
-        item = body.get('item')
+        item, index, event = body.get('item'), body.get('output_index'), self.data_events
         kind = item.get('type') if isinstance(item, dict) else None
-        if kind == 'function_call':
-            return '', '', self._open_call(item, body.get('output_index'))
-        if kind not in ('message', 'reasoning'):
+        if kind not in RESPONSE_ITEMS:
             raise _failure('unsupported_part', f'an output item of type {_shorten(repr(kind))} arrived in event '
-                                               f'{self.data_events}; this client reads messages, reasoning and '
-                                               'function calls')
-        return '', '', ''
+                                               f'{event}; this client reads messages, reasoning and function calls')
+        self._next_index(index, self.items, f'an output item at output_index {_shorten(repr(index))}')
+        if item.get('id') is not None and item['id'] in self._item_ids:
+            raise _failure('duplicate_id', f'output item {index} in event {event} reuses the id '
+                                           f'{_preview(str(item["id"]))} of an earlier item')
+        call = self._open_call(item) if kind == 'function_call' else None
+        self._item_ids.add(item.get('id'))
+        self.items.append(_Part(kind, item.get('id'), call))
+        return '', '', self._shown(call, opening=True) if call else ''
 
-    def _open_call(self, item: dict, output_index: object) -> str:
+    def _next_index(self, index: object, parts: list, what: str) -> None:
+        """A part opens at the next index of its list: not at one already taken, and without skipping."""
+        if index == len(parts) and type(index) is int:
+            return
+        if type(index) is int and 0 <= index < len(parts):
+            raise _failure('duplicate_part', f'a second part opened as {what} in event {self.data_events}')
+        raise _failure('part_index_skips', f'{what} opened in event {self.data_events}: the next was {len(parts)}')
+
+    def _open_call(self, item: dict) -> ToolCall:
         event = self._offered_tools('a function call')
         call_id, name = item.get('call_id'), item.get('name')
         if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
             raise _failure('call_without_id', f'a function call opened in event {event} without a call_id and a name')
-        if output_index in self._calls_at:
-            raise _failure('duplicate_part', f'a second function call opened at output_index {output_index} in event '
-                                             f'{event}')
-        call = self._calls_at[output_index] = self._new_call('a function call', call_id, name)
-        return self._shown(call, opening=True)
+        return self._new_call('a function call', call_id, name)
 
-    def _call_at(self, body: dict) -> ToolCall:
-        call = self._calls_at.get(body.get('output_index'))
-        if call is None:
-            raise _failure('part_not_open', f'{body["type"]} in event {self.data_events} is for output_index '
-                                            f'{_shorten(repr(body.get("output_index")))}, where no function call opened')
-        return call
+    def _open_item(self, body: dict, kinds: tuple[str, ...]) -> _Part:
+        """The open output item (of one of these types) that the event is for."""
+        index, kind, event = body.get('output_index'), body['type'], self.data_events
+        item = self.items[index] if type(index) is int and 0 <= index < len(self.items) else None
+        if item is None or item.kind not in kinds:
+            raise _failure('part_not_open', f'{kind} in event {event} is for output_index {_shorten(repr(index))}, '
+                                            f'where no {RESPONSE_ITEMS[kinds[0]]} opened')
+        if not item.open:
+            raise _failure('event_after_close', f'{kind} in event {event} for output item {index}, after its '
+                                                'response.output_item.done')
+        if body.get('item_id', item.id) != item.id:
+            raise _failure('part_not_open', f'{kind} in event {event} is for the item '
+                                            f'{_preview(str(body["item_id"]))}, but output item {index} is '
+                                            f'{_preview(str(item.id))}')
+        return item
+
+    def _open_part(self, body: dict, kinds: tuple[str, ...], closed_by: str | None) -> tuple[_Part, _Part]:
+        """The output item and its open content part that the event is for, whose text ``closed_by``
+        (when given) has not closed yet."""
+        item = self._open_item(body, kinds)
+        index, kind, event = body.get('content_index'), body['type'], self.data_events
+        if item.kind == 'reasoning' and index == len(item.parts):
+            item.parts.append(_Part('reasoning_text'))  # vLLM 0.32 sends no content_part.added for reasoning text
+        part = item.parts[index] if type(index) is int and 0 <= index < len(item.parts) else None
+        if part is None:
+            raise _failure('part_not_open', f'{kind} in event {event} is for content part {_shorten(repr(index))} '
+                                            f'of output item {body["output_index"]}, which never opened '
+                                            '(no response.content_part.added)')
+        if not part.open or (part.text_done and closed_by):
+            after = closed_by if part.open else 'response.content_part.done'
+            raise _failure('event_after_close', f'{kind} in event {event} for content part {index} of output item '
+                                                f'{body["output_index"]}, after its {after}')
+        return item, part
+
+    def _take_part_added(self, body: dict) -> tuple[str, str, str]:
+        item = self._open_item(body, ('message', 'reasoning'))
+        index = body.get('content_index')
+        self._next_index(index, item.parts, f'content part {_shorten(repr(index))} of output item {body["output_index"]}')
+        part = body.get('part') if isinstance(body.get('part'), dict) else {}
+        item.parts.append(_Part(part.get('type')))
+        return '', '', ''
+
+    def _take_part_done(self, body: dict) -> tuple[str, str, str]:
+        _, part = self._open_part(body, ('message', 'reasoning'), None)
+        copy = body.get('part') if isinstance(body.get('part'), dict) else {}
+        if copy.get('type') == 'output_text':
+            self._check_same('response.content_part.done', copy.get('text'), part.text)
+        part.open = False
+        return '', '', ''
+
+    def _take_text_delta(self, body: dict) -> tuple[str, str, str]:
+        _, part = self._open_part(body, ('message',), 'response.output_text.done')
+        delta = self._string(body, 'delta')
+        part.pieces.append(delta)
+        if delta:
+            self._add_text(delta)
+        return delta, '', ''
+
+    def _take_reasoning_delta(self, body: dict) -> tuple[str, str, str]:
+        _, part = self._open_part(body, ('reasoning',), 'response.reasoning_text.done')
+        delta = self._string(body, 'delta')
+        part.pieces.append(delta)
+        if delta:
+            self._add_reasoning(delta)
+        return '', delta, ''
+
+    def _take_text_done(self, body: dict) -> tuple[str, str, str]:
+        kinds = ('reasoning',) if body['type'] == 'response.reasoning_text.done' else ('message',)
+        _, part = self._open_part(body, kinds, body['type'])
+        self._check_same(body['type'], self._string(body, 'text'), part.text)
+        part.text_done = True
+        return '', '', ''
+
+    def _open_arguments(self, body: dict) -> ToolCall:
+        item = self._open_item(body, ('function_call',))
+        if item.text_done:
+            raise _failure('event_after_close', f'{body["type"]} in event {self.data_events} for tool call '
+                                                f'{item.call.index} ({item.call.name}), after its '
+                                                'response.function_call_arguments.done')
+        return item
 
     def _take_arguments_delta(self, body: dict) -> tuple[str, str, str]:
-        call, delta = self._call_at(body), self._string(body, 'delta')
+        call, delta = self._open_arguments(body).call, self._string(body, 'delta')
         if not delta:
             return '', '', ''
         self._add_call_arguments(call, delta)
         return '', '', self._shown(call, delta)
 
     def _take_arguments_done(self, body: dict) -> tuple[str, str, str]:
-        call = self._call_at(body)
-        self._check_arguments('response.function_call_arguments.done', call, self._string(body, 'arguments'))
+        item = self._open_arguments(body)
+        self._check_arguments('response.function_call_arguments.done', item.call, self._string(body, 'arguments'))
+        item.text_done = True
         return '', '', ''
 
     def _take_item_done(self, body: dict) -> tuple[str, str, str]:
-        item = body.get('item')
-        if isinstance(item, dict) and item.get('type') == 'function_call':
-            call = self._call_at(body)
-            self._check_arguments('response.output_item.done', call, item.get('arguments'))
+        item = self._open_item(body, tuple(RESPONSE_ITEMS))
+        still_open = [index for index, part in enumerate(item.parts) if part.open and part.kind != 'reasoning_text']
+        if still_open:
+            raise _failure('part_still_open', f'response.output_item.done in event {self.data_events} while content '
+                                              f'part {still_open[0]} of output item {body["output_index"]} was still '
+                                              'open (no response.content_part.done)')
+        self._check_item('response.output_item.done', item, body.get('item'))
+        item.open = False
         return '', '', ''
+
+    def _check_item(self, source: str, item: _Part, copy: object) -> None:
+        """A closing copy of an output item must be the item the stream opened and assembled."""
+        copy = copy if isinstance(copy, dict) else {}
+        if (copy.get('type'), copy.get('id')) != (item.kind, item.id):
+            raise _failure('closing_copy_differs', f'{source} says output item {self.items.index(item)} is '
+                                                   f'{_shorten(repr(copy.get("type")))} {_shorten(repr(copy.get("id")))}, '
+                                                   f'but it opened as {item.kind!r} {_shorten(repr(item.id))}')
+        if item.call is not None:
+            self._check_arguments(source, item.call, copy.get('arguments'))
+        elif item.kind == 'message':
+            self._check_same(source, _output_text([copy]), ''.join(part.text for part in item.parts))
+        elif copy.get('content'):
+            claimed = ''.join(part.get('text') or '' for part in copy['content'] if isinstance(part, dict))
+            self._check_same(source, claimed, ''.join(part.text for part in item.parts))
 
     def _check_arguments(self, source: str, call: ToolCall, claimed: object) -> None:
         if claimed != call.arguments:
-            raise _failure('closing_copy_differs', f'{source} says tool call {call.index} ({call.name}) has the arguments '
-                                                   f'{_preview(str(claimed))}, but its deltas assembled '
+            raise _failure('closing_copy_differs', f'{source} says tool call {call.index} ({call.name}) has the '
+                                                   f'arguments {_preview(str(claimed))}, but its deltas assembled '
                                                    f'{_preview(call.arguments)}')
-
-    def _take_text_delta(self, body: dict) -> tuple[str, str, str]:
-        delta = self._string(body, 'delta')
-        self._texts.setdefault(self._part(body), []).append(delta)
-        if delta:
-            self._add_text(delta)
-        return delta, '', ''
-
-    def _take_text_done(self, body: dict) -> tuple[str, str, str]:
-        assembled = ''.join(self._texts.get(self._part(body), []))
-        self._check_same('response.output_text.done', self._string(body, 'text'), assembled)
-        return '', '', ''
-
-    def _take_reasoning_delta(self, body: dict) -> tuple[str, str, str]:
-        delta = self._string(body, 'delta')
-        if delta:
-            self._add_reasoning(delta)
-        return '', delta, ''
 
     def _take_terminal(self, body: dict) -> tuple[str, str, str]:
         kind = body['type']
@@ -1397,6 +1519,10 @@ class ResponseEvents(StreamValidator):
             raise self._server_error({'message': body.get('message'), 'code': body.get('code')})
         if kind == 'response.failed':
             raise self._server_error(response.get('error') or {'message': 'no error given'}, 'response.failed')
+        still_open = [index for index, item in enumerate(self.items) if item.open]
+        if still_open:
+            raise _failure('part_still_open', f'{kind} in event {self.data_events} while output item {still_open[0]} '
+                                              'was still open (no response.output_item.done)')
         self._take_started(body)
         self.status = response.get('status') if isinstance(response.get('status'), str) else None
         details = response.get('incomplete_details')
@@ -1404,27 +1530,35 @@ class ResponseEvents(StreamValidator):
         self.incomplete_reason = reason if isinstance(reason, str) else None
         if response.get('usage') is not None:
             self.completion_tokens = _token_count(response['usage'], 'output_tokens')
-        self._check_same(kind, _output_text(response.get('output')), self.text)
-        self._check_output_calls(kind, response.get('output'))
+        output = response.get('output') if isinstance(response.get('output'), list) else []
+        self._check_same(kind, _output_text(output), self.text)
+        self._check_output_calls(kind, output)
+        claimed = [item.get('id') if isinstance(item, dict) else None for item in output]
+        if claimed != [item.id for item in self.items]:
+            raise _failure('closing_copy_differs', f'{kind} lists the output items {_preview(json.dumps(claimed))}, '
+                                                   f'but the stream opened {_preview(json.dumps([i.id for i in self.items]))}')
         return '', '', ''
 
-    def _check_output_calls(self, kind: str, output: object) -> None:
+    def _check_output_calls(self, kind: str, output: list) -> None:
         """The terminal event's function calls must be the ones the stream assembled, in order."""
         claimed = [(item.get('call_id'), item.get('name'), item.get('arguments'))
-                   for item in (output if isinstance(output, list) else [])
-                   if isinstance(item, dict) and item.get('type') == 'function_call']
+                   for item in output if isinstance(item, dict) and item.get('type') == 'function_call']
         assembled = [(call.id, call.name, call.arguments) for call in self.calls]
         if claimed != assembled:
-            raise _failure('closing_copy_differs', f'{kind} lists the function calls {_preview(json.dumps(claimed))}, but the '
-                                                   f'stream assembled {_preview(json.dumps(assembled))}')
+            raise _failure('closing_copy_differs', f'{kind} lists the function calls {_preview(json.dumps(claimed))}, '
+                                                   f'but the stream assembled {_preview(json.dumps(assembled))}')
 
-    _TAKE = {'response.created': _take_started, 'response.in_progress': _take_started,
-             'response.output_item.added': _take_item, 'response.output_item.done': _take_item_done,
-             'response.output_text.delta': _take_text_delta, 'response.output_text.done': _take_text_done,
-             'response.reasoning_text.delta': _take_reasoning_delta,
-             'response.function_call_arguments.delta': _take_arguments_delta,
-             'response.function_call_arguments.done': _take_arguments_done,
-             **dict.fromkeys(RESPONSE_TERMINALS, _take_terminal)}
+    # The grammar: each event type this client reads, and what takes it. An event for a part that is not
+    # open (or whose text its .done closed) is refused by the part lookups above.
+    _GRAMMAR = {'response.created': _take_created, 'response.in_progress': _take_started,
+                'response.output_item.added': _take_item, 'response.output_item.done': _take_item_done,
+                'response.content_part.added': _take_part_added, 'response.content_part.done': _take_part_done,
+                'response.output_text.delta': _take_text_delta, 'response.output_text.done': _take_text_done,
+                'response.reasoning_text.delta': _take_reasoning_delta,
+                'response.reasoning_text.done': _take_text_done,
+                'response.function_call_arguments.delta': _take_arguments_delta,
+                'response.function_call_arguments.done': _take_arguments_done,
+                **dict.fromkeys(RESPONSE_TERMINALS, _take_terminal)}
 
     @staticmethod
     def _string(body: dict, key: str) -> str:
@@ -1435,14 +1569,12 @@ class ResponseEvents(StreamValidator):
         return value
 
     @staticmethod
-    def _part(body: dict) -> tuple:
-        return body.get('output_index'), body.get('content_index')
-
-    @staticmethod
-    def _check_same(source: str, claimed: str, assembled: str) -> None:
+    def _check_same(source: str, claimed: object, assembled: str) -> None:
         if claimed != assembled:
-            raise _failure('closing_copy_differs', f'{source} says the text is {_preview(claimed)} ({len(claimed)} characters) '
-                                                   f'but the deltas assembled {_preview(assembled)} ({len(assembled)})')
+            claimed = str(claimed)
+            raise _failure('closing_copy_differs', f'{source} says the text is {_preview(claimed)} '
+                                                   f'({len(claimed)} characters) but the deltas assembled '
+                                                   f'{_preview(assembled)} ({len(assembled)})')
 
     eof_words = 'a terminal event (response.completed)'
     stop_words = 'status "completed"'
@@ -1478,30 +1610,32 @@ def _output_text(output: object) -> str:
                    if isinstance(part, dict) and part.get('type') == 'output_text')
 
 
-_BLOCK_DELTAS = {'text': ('text_delta',), 'thinking': ('thinking_delta', 'signature_delta'),
-                 'redacted_thinking': (), 'tool_use': ('input_json_delta',)}
-
-
-class _Block:
-    """One content block of a Messages stream: its type, whether it is still open, and its tool call."""
-
-    __slots__ = ('kind', 'open', 'call')
-
-    def __init__(self, kind: str, call: ToolCall | None) -> None:
-        self.kind, self.open, self.call = kind, True, call
+# The Messages grammar. The message goes through these states, and each state accepts these events;
+# ping and error are accepted in every state, and an event type named nowhere here is skipped and
+# listed in the record, as Anthropic tells clients to do with event types they do not know.
+MESSAGE_STATES = {'unstarted': ('message_start',),
+                  'content': ('content_block_start', 'content_block_delta', 'content_block_stop', 'message_delta',
+                              'message_stop'),
+                  'finishing': ('message_delta', 'message_stop')}
+# A content block's type and the delta types it accepts; the field of each delta that carries its piece.
+BLOCK_DELTAS = {'text': ('text_delta', 'citations_delta'), 'thinking': ('thinking_delta', 'signature_delta'),
+                'redacted_thinking': (), 'tool_use': ('input_json_delta',)}
+DELTA_PIECES = {'text_delta': 'text', 'thinking_delta': 'thinking', 'input_json_delta': 'partial_json'}
 
 
 class MessagesEvents(StreamValidator):
-    """Validates one streamed answer of the Anthropic Messages API (/v1/messages), as vLLM serves it.
+    """Validates one streamed answer of the Anthropic Messages API (/v1/messages), as a grammar.
 
     Every event's ``event`` field must name the ``type`` in its data. The
-    stream is message_start, then content blocks numbered from 0, each
-    content_block_start, its deltas and content_block_stop, then a
-    message_delta with the ``stop_reason`` and the usage, then message_stop;
-    ``ping`` may come anywhere. An event before message_start, a second
-    message_start, a block index that skips, a delta for a block that never
-    started or already stopped, a delta of the wrong type for its block
-    (text_delta in a tool_use block), a block still open at message_stop and
+    message is ``unstarted`` until message_start; in ``content``, content
+    blocks numbered from 0 follow one another, each content_block_start, its
+    deltas (of the types its block takes: ``BLOCK_DELTAS``) and
+    content_block_stop; the first message_delta, with every block stopped,
+    moves it to ``finishing``, where only message_delta (saying the same
+    ``stop_reason``) and message_stop are accepted. ``ping`` may come
+    anywhere. An event that its state does not accept, a block index that
+    skips, a delta for a block that never started or already stopped, a
+    ``tool_use`` id used twice, a block still open at message_stop and
     anything after message_stop are ``protocol`` failures naming the event;
     an ``error`` event keeps the server's type and message. The answer is the
     text blocks; thinking blocks go to the reasoning; a tool_use block is a
@@ -1516,52 +1650,65 @@ class MessagesEvents(StreamValidator):
     def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
                  spec: AnswerSpec | None = None) -> None:
         super().__init__(expect_finish, max_tokens, spec)
-        self.started = False
+        self.state = 'unstarted'
         self.stop_reason: str | None = None
-        self.blocks: list[_Block] = []
+        self.blocks: list[_Part] = []
 
     def accept(self, event: tuple[str, str]) -> tuple[str, str, str]:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
         kind, body = self._typed_body(event, 'message_stop')
-        if kind == 'ping':
-            return '', '', ''
         if kind == 'error':
             raise self._server_error(body)
-        if not self.started and kind != 'message_start':
-            raise _failure('event_out_of_order', f'{kind} arrived in event {self.data_events}, before message_start')
         take = self._TAKE.get(kind)
-        return take(self, body) if take else ('', '', '')
+        if take is None:
+            self.skipped_events.append(kind)
+            return '', '', ''
+        if kind != 'ping' and kind not in MESSAGE_STATES[self.state]:
+            raise self._out_of_state(kind)
+        return take(self, body)
+
+    def _out_of_state(self, kind: str) -> StreamError:
+        event = self.data_events
+        if self.state == 'unstarted':
+            return _failure('event_out_of_order', f'{kind} arrived in event {event}, before message_start')
+        if kind == 'message_start':
+            return _failure('event_out_of_order', f'a second message_start in event {event}')
+        return _failure('event_after_close', f'{kind} in event {event}, after message_delta ended the content')
+
+    def _take_ping(self, body: dict) -> tuple[str, str, str]:
+        return '', '', ''
 
     def _take_message_start(self, body: dict) -> tuple[str, str, str]:
-        if self.started:
-            raise _failure('event_out_of_order', f'a second message_start in event {self.data_events}')
-        self.started = True
+        self.state = 'content'
         message = body.get('message')
         if isinstance(message, dict) and isinstance(message.get('id'), str):
             self.response_id = message['id']
         return '', '', ''
 
     def _take_block_start(self, body: dict) -> tuple[str, str, str]:
-        index, block = body.get('index'), body.get('content_block')
+        index, block, event = body.get('index'), body.get('content_block'), self.data_events
         kind = block.get('type') if isinstance(block, dict) else None
         if index != len(self.blocks):
             raise _failure('part_index_skips', f'content_block_start for block {_shorten(repr(index))} in event '
-                                               f'{self.data_events}: the next block was {len(self.blocks)}')
-        if kind not in _BLOCK_DELTAS:
+                                               f'{event}: the next block was {len(self.blocks)}')
+        if self.blocks and self.blocks[-1].open:
+            raise _failure('event_out_of_order', f'content_block_start for block {index} in event {event} while '
+                                                 f'block {index - 1} was still open (no content_block_stop)')
+        if kind not in BLOCK_DELTAS:
             raise _failure('unsupported_part', f'a content block of type {_shorten(repr(kind))} in event '
-                                               f'{self.data_events}; this client reads text, thinking and tool_use blocks')
+                                               f'{event}; this client reads text, thinking and tool_use blocks')
         call = None
         if kind == 'tool_use':
             call_id, name = block.get('id'), block.get('name')
             self._offered_tools('a tool_use block')
             if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
-                raise _failure('call_without_id', f'a tool_use block started in event {self.data_events} without an id '
+                raise _failure('call_without_id', f'a tool_use block started in event {event} without an id '
                                                   'and a name')
             call = self._new_call('a tool_use block', call_id, name)
-        self.blocks.append(_Block(kind, call))
+        self.blocks.append(_Part(kind, call=call))
         return '', '', self._shown(call, opening=True) if call else ''
 
-    def _open_block(self, body: dict, what: str) -> _Block:
+    def _open_block(self, body: dict, what: str) -> _Part:
         index = body.get('index')
         if type(index) is not int or not 0 <= index < len(self.blocks):
             raise _failure('part_not_open', f'{what} for block {_shorten(repr(index))} in event {self.data_events}, '
@@ -1576,11 +1723,11 @@ class MessagesEvents(StreamValidator):
         block = self._open_block(body, 'content_block_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         kind = delta.get('type')
-        if kind not in _BLOCK_DELTAS[block.kind]:
+        if kind not in BLOCK_DELTAS[block.kind]:
             raise _failure('delta_type', f'a {_shorten(str(kind))} in event {self.data_events} for block '
                                          f'{body["index"]}, a {block.kind} block')
-        field = {'text_delta': 'text', 'thinking_delta': 'thinking', 'input_json_delta': 'partial_json'}.get(kind)
-        if field is None:  # a signature_delta: nothing to show
+        field = DELTA_PIECES.get(kind)
+        if field is None:  # a signature_delta or a citations_delta: nothing to show
             return '', '', ''
         piece = delta.get(field)
         if not isinstance(piece, str):
@@ -1601,26 +1748,34 @@ class MessagesEvents(StreamValidator):
         self._open_block(body, 'content_block_stop').open = False
         return '', '', ''
 
+    def _still_open(self, kind: str) -> None:
+        """The content ends (message_delta, message_stop) only with every block stopped."""
+        still_open = [index for index, block in enumerate(self.blocks) if block.open]
+        if still_open:
+            raise _failure('part_still_open', f'{kind} in event {self.data_events} while block {still_open[0]} '
+                                              'was still open (no content_block_stop)')
+
     def _take_message_delta(self, body: dict) -> tuple[str, str, str]:
+        self._still_open('message_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         reason = delta.get('stop_reason')
         if reason is not None and not isinstance(reason, str):
             raise _failure('field_type', f'expected stop_reason to be a string in event {self.data_events}, '
                                          f'got {type(reason).__name__}')
-        self.stop_reason = reason if reason is not None else self.stop_reason
+        if reason is not None and self.stop_reason not in (None, reason):
+            raise _failure('closing_copy_differs', f'message_delta in event {self.data_events} says stop_reason='
+                                                   f'{_shorten(reason)}, but an earlier one said {self.stop_reason}')
+        self.state, self.stop_reason = 'finishing', reason or self.stop_reason
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')
         return '', '', ''
 
     def _take_message_stop(self, body: dict) -> tuple[str, str, str]:
-        still_open = [index for index, block in enumerate(self.blocks) if block.open]
-        if still_open:
-            raise _failure('part_still_open', f'message_stop in event {self.data_events} while block {still_open[0]} '
-                                              'was still open (no content_block_stop)')
+        self._still_open('message_stop')
         self.done = True
         return '', '', ''
 
-    _TAKE = {'message_start': _take_message_start, 'content_block_start': _take_block_start,
+    _TAKE = {'ping': _take_ping, 'message_start': _take_message_start, 'content_block_start': _take_block_start,
              'content_block_delta': _take_block_delta, 'content_block_stop': _take_block_stop,
              'message_delta': _take_message_delta, 'message_stop': _take_message_stop}
 

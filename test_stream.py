@@ -401,10 +401,14 @@ class ResponseEventsTests(unittest.TestCase):
         self.assertEqual(caught.exception.server_error, {'message': 'boom', 'type': None, 'code': 'server_error'})
 
     def test_reasoning_deltas_are_kept_apart(self):
-        event = ('response.reasoning_text.delta', '{"type": "response.reasoning_text.delta", "sequence_number": 0, '
-                                                  '"delta": "hmm", "output_index": 0, "content_index": 0}')
+        # a delta needs its response and its reasoning item opened first (the grammar)
+        events = responses_events({'type': 'response.created', 'response': {'id': 'resp_1'}},
+                                  {'type': 'response.output_item.added', 'output_index': 0,
+                                   'item': {'type': 'reasoning', 'id': 'rs_1'}},
+                                  {'type': 'response.reasoning_text.delta', 'delta': 'hmm', 'output_index': 0,
+                                   'content_index': 0})
         validator = stream_client.ResponseEvents()
-        self.assertEqual(validator.accept(event), ('', 'hmm', ''))
+        self.assertEqual([validator.accept(event) for event in events][-1], ('', 'hmm', ''))
         self.assertEqual((validator.reasoning, validator.content_events), ('hmm', 0))
 
     def test_a_fixed_length_load_expects_the_budget_to_end_it(self):
@@ -661,8 +665,8 @@ class MessagesEventsTests(unittest.TestCase):
                                          'content_block_start for block 2 in event 2: the next block was 0'),
             'a text_delta in a tool_use block': ([MESSAGE_START, TOOL_BLOCK, text_delta('x')],
                                                  'a text_delta in event 3 for block 0, a tool_use block'),
-            'a block still open at message_stop': ([MESSAGE_START, TEXT_BLOCK, text_delta('x')] + message_end()[1:],
-                                                   'message_stop in event 5 while block 0 was still open'),
+            'a block still open at message_delta': ([MESSAGE_START, TEXT_BLOCK, text_delta('x')] + message_end()[1:],
+                                                   'message_delta in event 4 while block 0 was still open'),
             'an event after message_stop': ([MESSAGE_START, TEXT_BLOCK, text_delta('x')] + message_end() + [message_event('ping')],
                                             "event 'ping' after message_stop"),
             'a tool_use block nobody asked for': ([MESSAGE_START, TOOL_BLOCK], 'a tool_use block arrived in event 2, '
@@ -974,7 +978,7 @@ class FixtureVerdictTests(unittest.TestCase):
         'tool-args-mismatch': row(None, None, False, 'protocol', 'response.function_call_arguments.done says tool call 0 '
                                   "(get_weather) has the arguments '{\"city\": \"Lyon\"}', but its deltas assembled "
                                   '\'{"city": "Paris"}\'', '', TOOLS),
-        'block-unclosed': row(None, None, False, 'protocol', 'message_stop in event 6 while block 0 was still open '
+        'block-unclosed': row(None, None, False, 'protocol', 'message_delta in event 5 while block 0 was still open '
                               '(no content_block_stop)', ANSWER),
         'block-unknown-index': row(None, None, False, 'protocol', 'content_block_delta for block 5 in event 4, which '
                                    'never started', 'READY '),
