@@ -74,6 +74,7 @@ import math
 import queue
 import random
 import re
+import select
 import signal
 import socket
 import ssl
@@ -1124,7 +1125,12 @@ class _ChoiceChunks(StreamValidator):
         if not isinstance(choice, dict) or choice.get('index') != 0:
             seen = choice.get('index') if isinstance(choice, dict) else choice
             raise _failure('choice_index', f'expected choice index 0, got {_shorten(repr(seen))}')
-        return self._take_choice(choice)
+        closed_by = self.finish_reason
+        carried = self._take_choice(choice)  # names what a closed choice got, if it carried anything
+        if closed_by is not None:
+            raise _failure('event_after_close', f'a chunk for choice 0 arrived in event {self.data_events}, after '
+                                                f'finish_reason {closed_by!r} closed it')
+        return carried
 
     def _take_choice(self, choice: dict) -> tuple[str, str, str]:
         raise NotImplementedError
@@ -1476,6 +1482,10 @@ class ResponseEvents(StreamValidator):
     def _take_arguments_done(self, body: dict) -> tuple[str, str, str]:
         item = self._open_arguments(body)
         self._check_arguments('response.function_call_arguments.done', item.call, self._string(body, 'arguments'))
+        if body.get('name', item.call.name) != item.call.name:
+            raise _failure('closing_copy_differs', f'response.function_call_arguments.done in event {self.data_events} '
+                                                   f'names {_preview(str(body["name"]))}, but tool call '
+                                                   f'{item.call.index} opened as {item.call.name!r}')
         item.text_done = True
         return '', '', ''
 
@@ -2926,6 +2936,17 @@ class Connection:
         self.idle_since: float | None = None  # monotonic time at which its last response ended
 
 
+def _stray_bytes(sock: socket.socket) -> bool:
+    """Whether bytes wait on an idle plain connection (not an end of file). Not asked of TLS, whose
+    post-handshake records make a socket readable."""
+    if isinstance(sock, ssl.SSLSocket) or not select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))
+    except OSError:  # reset while idle: the run reports it as a stale connection
+        return False
+
+
 class KeptConnections:
     """The connections one worker keeps alive between its runs (--keep-alive), one per origin. Used by one
     thread at a time."""
@@ -2934,7 +2955,14 @@ class KeptConnections:
         self._by_origin: dict[tuple, Connection] = {}
 
     def take(self, origin: tuple) -> Connection | None:
-        return self._by_origin.pop(origin, None)
+        """The connection kept to this origin, unless bytes arrived on it while it was idle: they answer no
+        request, and RFC 9112 (6.3) forbids reading them as the next response, so it is closed and a new
+        one is used. One the server closed while idle is taken: the run reports a stale connection."""
+        connection = self._by_origin.pop(origin, None)
+        if connection is not None and _stray_bytes(connection.sock):
+            connection.sock.close()
+            return None
+        return connection
 
     def keep(self, origin: tuple, connection: Connection) -> None:
         connection.idle_since = time.monotonic()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import base64
 import collections
+import contextlib
 import dataclasses
 import html.parser
 import itertools
@@ -3551,6 +3552,162 @@ class FailureKindTests(unittest.TestCase):
         self.assertEqual((broken['ok'], broken['error_layer'], broken['error_kind']),
                          (False, 'application', 'eof_before_done'))
         self.assertEqual((ok['ok'], ok['error_kind'], ok['skipped_events']), (True, None, []))
+
+
+HOSTILE = HERE / 'testdata' / 'hostile'
+HOSTILE_CASES = json.loads((HOSTILE / 'cases.json').read_text())
+# The kind each hostile stream that is not ok gets: the rule of the grammar it breaks.
+HOSTILE_KINDS = {
+    '13': 'event_after_close', '14': 'event_after_close', '15': 'event_after_close', '16': 'event_after_close',
+    '17': 'event_after_close', '18': 'event_after_close', '19': 'duplicate_id', '20': 'event_after_terminal',
+    '21': 'event_after_terminal', '22': 'call_without_id', '23': 'event_after_close', '24': 'event_after_terminal',
+    '25': 'event_after_close', '26': 'event_after_close', '27': 'event_after_close', '28': 'event_after_close',
+    '29': 'event_after_close', '30': 'event_after_close', '31': 'event_after_terminal', '32': 'duplicate_id',
+    '33': 'duplicate_id', '34': 'duplicate_id', '35': 'closing_copy_differs', '36': 'closing_copy_differs',
+    '37': 'closing_copy_differs', '38': 'closing_copy_differs', '39': 'closing_copy_differs',
+    '40': 'closing_copy_differs', '41': 'closing_copy_differs', '42': 'closing_copy_differs',
+    '43': 'event_out_of_order', '44': 'event_out_of_order', '45': 'part_not_open', '46': 'part_index_skips',
+    '47': 'part_not_open', '48': 'event_after_close', '49': 'event_after_close', '50': 'part_not_open',
+    '51': 'part_still_open', '52': 'part_not_open', '53': 'part_not_open', '54': 'closing_copy_differs',
+    '55': 'duplicate_part', '56': 'event_after_close', '57': 'event_after_close', '58': 'event_after_terminal',
+    '59': 'event_after_close', '60': 'duplicate_id', '61': 'part_still_open', '62': 'part_not_open',
+    '63': 'event_out_of_order', '64': 'part_index_skips', '65': 'part_not_open',
+}
+
+
+def hostile_options(case: dict) -> dict:
+    """prepare()'s options for a hostile case, from its command-line args."""
+    args, options = case['args'], {'api': case['api']}
+    for flag, option in (('--tools', 'tools'), ('--json-schema', 'json_schema')):
+        if flag in args:
+            options[option] = json.loads((HOSTILE / 'cases' / args[args.index(flag) + 1]).read_text())
+    return options
+
+
+def hostile_request(case: dict, url: str = 'http://127.0.0.1:9/v1/chat/completions') -> stream_client.PreparedRequest:
+    idle = float(case['args'][case['args'].index('--idle') + 1]) if '--idle' in case['args'] else 3.0
+    return stream_client.prepare(url, 'tiny', 'hi', idle=idle, deadline=20, **hostile_options(case))
+
+
+def hostile_splits(raw: bytes) -> list[int]:
+    """Where a hostile response is split in two: around every line end (where framing and events
+    break) and at a stride through the rest; every byte in the benchmarks' sweep."""
+    ends = {at + shift for at, byte in enumerate(raw) if byte in b'\r\n' for shift in (0, 1)}
+    return sorted(at for at in ends | set(range(1, len(raw), 29)) if 0 < at < len(raw))
+
+
+def verdict_of(case: dict, reads: list[bytes]) -> tuple:
+    reader = stream_client.ResponseReader(hostile_request(case).new_validator())
+    for raw in reads:
+        reader.feed(raw)
+    reader.eof()
+    verdict = stream_client.judge(reader)
+    return verdict.ok, verdict.layer, verdict.kind
+
+
+class KeepAliveReplay(threading.Thread):
+    """A loopback server that answers every request on a connection with the same bytes and keeps the
+    connection open; with ``split_at``, the bytes after it (stray bytes beyond the framed response)
+    follow in a second write once ``run_ended`` is set, and ``sent`` is set once everything of a
+    response is written."""
+
+    def __init__(self, data: bytes, split_at: int | None = None) -> None:
+        super().__init__(daemon=True)
+        self.data, self.split_at = data, split_at
+        self.run_ended, self.sent = threading.Event(), threading.Event()
+        self.listener = socket.create_server(('127.0.0.1', 0))
+        self.url = f'http://127.0.0.1:{self.listener.getsockname()[1]}/v1/chat/completions'
+
+    def run(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(sock,), daemon=True).start()
+
+    def serve(self, sock: socket.socket) -> None:
+        with sock, contextlib.suppress(OSError):  # the client closed or reset the connection
+            self.answer(sock)
+
+    def answer(self, sock: socket.socket) -> None:
+        """Answer each request on the connection with the bytes, until it closes."""
+        buffered = b''
+        while True:
+            while b'\r\n\r\n' not in buffered:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                buffered += data
+            head, buffered = buffered.split(b'\r\n\r\n', 1)
+            length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
+            while len(buffered) < length:
+                buffered += sock.recv(65536)
+            buffered = buffered[length:]
+            cut = self.split_at or len(self.data)
+            sock.sendall(self.data[:cut])
+            if cut < len(self.data):
+                self.run_ended.wait(5)
+                sock.sendall(self.data[cut:])
+            self.sent.set()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+class HostileCaseTests(unittest.TestCase):
+    """The hostile suite of testdata/hostile (written from the protocols by a session that had not read
+    this code): each stream gets its expected verdict in the sans-IO reader, whole and split, and over
+    loopback; the kept-alive cases over one kept connection."""
+
+    def single_runs(self) -> list[dict]:
+        return [case for case in HOSTILE_CASES if case['runs'] == 1]
+
+    def expected(self, case: dict) -> tuple:
+        return case['expect_ok'], case['expect_layer'], HOSTILE_KINDS.get(case['file'][:2])
+
+    def test_the_suite_is_whole(self):
+        self.assertGreaterEqual(len(HOSTILE_CASES), 45)
+        self.assertEqual({case['file'] for case in HOSTILE_CASES}, {path.name for path in (HOSTILE / 'cases').glob('*.http')})
+        not_ok = {case['file'][:2] for case in self.single_runs() if not case['expect_ok']}
+        self.assertEqual(not_ok, set(HOSTILE_KINDS))
+
+    def test_each_hostile_stream_gets_its_verdict_whole_and_split(self):
+        for case in self.single_runs():
+            raw = (HOSTILE / 'cases' / case['file']).read_bytes()
+            with self.subTest(case['file']):
+                self.assertEqual(verdict_of(case, [raw]), self.expected(case))
+                for at in hostile_splits(raw):
+                    self.assertEqual(verdict_of(case, [raw[:at], raw[at:]]), self.expected(case), f'split at {at}')
+
+    def test_each_hostile_stream_gets_its_verdict_over_loopback(self):
+        with Fixture(delay=0) as fixture:
+            for case in self.single_runs():
+                fixture.instance.replay = (b'', [(HOSTILE / 'cases' / case['file']).read_bytes()])
+                with self.subTest(case['file']):
+                    record = stream_client.run(hostile_request(case, fixture.url))
+                    self.assertEqual((record['ok'], record['error_layer'], record['error_kind']), self.expected(case),
+                                     record['error'])
+
+    def test_each_kept_alive_case_gets_its_verdict_on_both_runs(self):
+        for case in [case for case in HOSTILE_CASES if case['keep_alive']]:
+            with self.subTest(case['file']):
+                server = KeepAliveReplay((HOSTILE / 'cases' / case['file']).read_bytes(), case.get('split_at'))
+                server.start()
+                kept = stream_client.KeptConnections()
+                try:
+                    records = []
+                    for _ in range(case['runs']):
+                        records.append(stream_client.run(hostile_request(case, server.url), kept=kept))
+                        server.run_ended.set()
+                        server.sent.wait(5)  # the stray bytes of a late case are on the idle connection now
+                        server.run_ended.clear()
+                        server.sent.clear()
+                finally:
+                    kept.close()
+                    server.close()
+                self.assertEqual([(record['ok'], record['error_layer']) for record in records],
+                                 list(zip(case['expect_ok'], case['expect_layer'])), [r['error'] for r in records])
 
 
 if __name__ == '__main__':
