@@ -14,17 +14,20 @@ there, nothing to install. The public names are in ``__all__``.
 The module reads top to bottom as the layers of a response, then what is
 built on them:
 
-1. limits and errors (``StreamError`` carries its layer);
+1. limits and errors: ``FAILURE_KINDS``, the one table of every failure's
+   stable kind and layer, and ``StreamError``, which carries both;
 2. the SSE parser ``Events``: bytes in, event data out (sans-IO);
 3. JSON answers (sans-IO): ``strict_json()`` and ``JsonSchema``, the schema
    subset tool definitions use, for tool-call arguments and JSON answers;
 4. the protocol seam ``StreamValidator``: event data in, the answer's text,
-   reasoning and tool calls out, and the API's own idea of "finished"
-   (sans-IO). ``ChatChunks``, ``CompletionChunks`` and ``ResponseEvents``
-   implement it for the three APIs, through ``parser``, ``accept()``,
-   ``done``, ``terminal``, ``content_events``, ``outcome()`` and
-   ``fields()``; an ``AnswerSpec`` says what the request asked for (text,
-   tool calls, JSON);
+   reasoning and tool calls out (sans-IO), with the outcome rules the APIs
+   share written once. ``ChatChunks``, ``CompletionChunks``,
+   ``ResponseEvents`` and ``MessagesEvents`` are each API's grammar (the
+   parts of an answer, their states, the events each state accepts), and
+   declare its own signals through ``parser``, ``accept()``, ``done``,
+   ``terminal``, ``finish()`` and ``fields()``; ``outcome()`` says whether
+   the answer finished; an ``AnswerSpec`` says what the request asked for
+   (text, tool calls, JSON);
 5. HTTP (sans-IO): ``ResponseHeadParser`` reads the status line and headers
    strictly, ``body_reader()`` chooses the framing, and one reader per
    framing knows how its body ends;
@@ -37,7 +40,9 @@ built on them:
 8. the transport: ``run()`` connects, sends, and is the socket loop around a
    ResponseReader under the idle timeout and the overall deadline, filling
    an ``Exchange`` (what a run saw) and its ``Timeline``;
-9. the verdict: ``judge()`` decides why a run is not ok, in one place, and
+9. the verdict: ``judge()`` decides why a run is not ok, in one place and
+   without I/O, from a ResponseReader and the transport's failure, which is
+   built next to it (timeouts, the deadline, a stale connection, a signal);
    ``build_record()`` turns an exchange into the evidence record;
 10. many runs: ``run_load()`` runs prepared requests from worker threads, and
     ``Summary`` aggregates their records;

@@ -3537,6 +3537,28 @@ class FailureKindTests(unittest.TestCase):
         with self.assertRaises(ValueError):
             StreamError('http', 'x', kind='no_such_kind')
 
+    def test_the_failures_doc_shows_the_table_row_for_row(self):
+        text = (HERE / 'docs' / 'failures.md').read_text()
+        rows = re.findall(r'^\| `(\w+)` \| `(\w+)` \| (.+) \|$', text, re.M)
+        self.assertEqual(rows, [(kind, layer, meaning) for kind, (layer, meaning) in stream_client.FAILURE_KINDS.items()])
+
+    def test_an_unknown_event_type_is_skipped_and_listed(self):
+        for api, events in (('messages', [MESSAGE_START, message_event('content_block_start', index=0, content_block={
+                                'type': 'text', 'text': '', 'citations': []}), text_delta('hi'),
+                                message_event('thinking_about_it', note='new in some version'),
+                                message_event('content_block_delta', index=0, delta={
+                                    'type': 'citations_delta', 'citation': {'type': 'char_location'}}),
+                                message_event('ping')] + message_end()),
+                            ('responses', capture_events(R2)[:5] + [('response.new_thing', json.dumps(
+                                {'type': 'response.new_thing', 'sequence_number': 5}))]
+                             + [with_data(event, sequence_number=number + 1)
+                                for number, event in enumerate(capture_events(R2)[5:], 5)])):
+            with self.subTest(api):
+                validator = stream_client.VALIDATORS[api]()
+                self.assertIsNone(kind_of_events(validator, events))
+                self.assertEqual(validator.fields()['skipped_events'],
+                                 ['thinking_about_it' if api == 'messages' else 'response.new_thing'])
+
     def test_judge_gives_a_verdict_on_a_reader_with_no_head(self):
         for fed, kind in ((b'', 'no_response'), (b'HTTP/1.1 200 OK\r\n', 'eof_in_head'),
                           (b'HTTP/1.1 503 Busy\r\nContent-Length: 9\r\n\r\nbusy', 'status_not_200')):
