@@ -95,7 +95,8 @@ __all__ = [
     'stream', 'prepare', 'run', 'PreparedRequest', 'Capture', 'Cancel', 'Interrupted',
     # judging bytes without a socket
     'ResponseReader', 'judge', 'Verdict', 'Events', 'TypedEvents', 'StreamValidator', 'ChatChunks',
-    'CompletionChunks', 'ResponseEvents', 'VALIDATORS', 'StreamError', 'SSEError', 'LAYERS',
+    'CompletionChunks', 'ResponseEvents', 'VALIDATORS', 'MessagesEvents', 'StreamError', 'SSEError', 'LAYERS',
+    'FAILURE_KINDS',
     # tool calls and JSON answers
     'AnswerSpec', 'ToolCall', 'JsonSchema', 'SchemaError', 'strict_json',
     # many runs, and reading saved evidence
