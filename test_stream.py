@@ -3734,3 +3734,62 @@ class HostileCaseTests(unittest.TestCase):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+def renumbered(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Responses events with their sequence_number counted again from 0, so that only the order is wrong."""
+    return [with_data(event, sequence_number=number) for number, event in enumerate(events)]
+
+
+def typed_response(events: list[tuple[str, str]]) -> bytes:
+    """A chunked 200 response carrying these typed events, one per chunk, as vLLM frames them."""
+    body = b''.join(chunked(f'event: {kind}\ndata: {data}\n\n'.encode(), end=b'') for kind, data in events)
+    return CHUNKED + body + b'0\r\n\r\n'
+
+
+def _r2(edit) -> list[tuple[str, str]]:
+    return renumbered(edit(capture_events(R2)))  # 2 item added, 3 part added, 13 text done, 14 part done, 15 item done
+
+
+TEXT_MESSAGE = [MESSAGE_START, TEXT_BLOCK, text_delta('hi')]
+# Rules of the grammars that the hostile suite does not break, each with the kind it gets.
+GRAMMAR_CASES = {
+    'messages: a block starts while the last is open': ('messages', TEXT_MESSAGE + [message_event(
+        'content_block_start', content_block={'type': 'text', 'text': ''}, index=1)] + message_end(index=1),
+        'event_out_of_order'),
+    'messages: a second message_delta says another stop_reason': ('messages', TEXT_MESSAGE + message_end()[:2] + [
+        message_event('message_delta', delta={'stop_reason': 'max_tokens'}), message_event('message_stop')],
+        'closing_copy_differs'),
+    'messages: ping, citations and an unknown event are fine': ('messages', TEXT_MESSAGE + [
+        message_event('ping'), message_event('content_block_delta', index=0, delta={
+            'type': 'citations_delta', 'citation': {'type': 'char_location', 'cited_text': 'x'}}),
+        message_event('brand_new_event')] + message_end(), None),
+    'responses: an item closes with its content part open': ('responses', _r2(
+        lambda e: e[:14] + [e[15], e[14], e[16]]), 'part_still_open'),
+    'responses: a content part skips its index': ('responses', _r2(
+        lambda e: e[:3] + [(e[3][0], e[3][1].replace('"content_index":0', '"content_index":1'))] + e[4:]),
+        'part_index_skips'),
+    'responses: the terminal lists another item': ('responses', _r2(
+        lambda e: e[:16] + [(e[16][0], e[16][1].replace(json.loads(e[2][1])['item']['id'], 'msg_other'))]),
+        'closing_copy_differs'),
+    'responses: an unknown event is skipped': ('responses', _r2(
+        lambda e: e[:5] + [('response.new_thing', '{"type": "response.new_thing"}')] + e[5:]), None),
+}
+
+
+class GrammarCaseTests(unittest.TestCase):
+    """Each grammar rule the hostile suite leaves out: whole, split (see hostile_splits) and over loopback."""
+
+    def test_each_rule_gets_its_kind_whole_split_and_over_loopback(self):
+        with Fixture(delay=0) as fixture:
+            for name, (api, events, kind) in GRAMMAR_CASES.items():
+                raw = typed_response(events)
+                case = {'api': api, 'args': []}
+                expected = (kind is None, None if kind is None else 'protocol', kind)
+                with self.subTest(name):
+                    for at in [0, *hostile_splits(raw)]:
+                        self.assertEqual(verdict_of(case, [raw[:at], raw[at:]]), expected, f'split at {at}')
+                    fixture.instance.replay = (b'', [raw])
+                    record = stream_client.run(hostile_request(case, fixture.url))
+                    self.assertEqual((record['ok'], record['error_layer'], record['error_kind']), expected,
+                                     record['error'])
