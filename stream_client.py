@@ -1099,11 +1099,7 @@ class _ChoiceChunks(StreamValidator):
     """
 
     token_noun = 'completion token'
-
-    def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
-                 spec: AnswerSpec | None = None) -> None:
-        super().__init__(expect_finish, max_tokens, spec)
-        self.finish_reason: str | None = None
+    finish_reason: str | None = None  # until the choice's finish_reason arrives
 
     def accept(self, data: str) -> tuple[str, str, str]:
         """Apply one event's data; return the answer text, reasoning text and tool-call piece it carried."""
@@ -1297,28 +1293,20 @@ class _Part:
 
 
 class ResponseEvents(StreamValidator):
-    """Validates one streamed response of the Responses API (/v1/responses), as a grammar.
+    """Validates one streamed response of the Responses API (/v1/responses), as a grammar (docs/apis.md).
 
-    Every event's ``event`` field must name the ``type`` in its data, and
-    ``sequence_number`` must count up from 0 by exactly 1, so a lost or
-    repeated event is caught. ``response.created`` comes first. Each output
-    item opens with ``response.output_item.added`` at the next
-    ``output_index``, with an id of its own, and closes with
-    ``response.output_item.done``; a message's text arrives in content parts
-    (``response.content_part.added``, ``response.output_text.delta`` pieces,
-    ``response.output_text.done``, ``response.content_part.done``), a
-    reasoning item's in ``response.reasoning_text.delta`` pieces and its
-    ``.done``, a function call's arguments (when tools were offered) in
-    ``response.function_call_arguments.delta`` pieces and its ``.done``. A
-    part that is closed accepts nothing more, and every closing copy (each
-    ``.done``, ``output_item.done``, the terminal event's ``output``) must
-    equal what the deltas assembled. Exactly one terminal event ends the
-    stream (response.completed, response.incomplete, response.failed or
-    error), with every item closed, and nothing may follow it. The terminal
-    event's name is not trusted: vLLM 0.32 ends a budget-exhausted response
-    with ``response.completed`` whose status is "incomplete", so the outcome
-    is read from ``response.status``. An event type this client does not
-    know is skipped and listed in the record.
+    Every event's ``event`` field names the ``type`` in its data, and
+    ``sequence_number`` counts up from 0 by 1. ``response.created`` comes
+    first; each output item opens at the next ``output_index`` with an id of
+    its own and closes with ``response.output_item.done``; a message's text
+    arrives in content parts, a reasoning item's and a function call's in
+    their deltas, each closed by its ``.done``. A closed part accepts nothing
+    more, and every closing copy (each ``.done``, ``output_item.done``, the
+    terminal event's ``output``) must equal what the deltas assembled. One
+    terminal event ends the stream, with every item closed. Its name is not
+    trusted: vLLM 0.32 ends a budget-exhausted response with
+    ``response.completed`` whose status is "incomplete", so the outcome is
+    read from ``response.status``. An unknown event type is skipped and listed.
     """
 
     api = 'responses'
@@ -1447,21 +1435,16 @@ class ResponseEvents(StreamValidator):
         part.open = False
         return '', '', ''
 
-    def _take_text_delta(self, body: dict) -> tuple[str, str, str]:
-        _, part = self._open_part(body, ('message',), 'response.output_text.done')
+    def _take_delta(self, body: dict) -> tuple[str, str, str]:
+        """A piece of a message's text or of a reasoning item's, for its open part."""
+        reasoning = body['type'] == 'response.reasoning_text.delta'
+        _, part = self._open_part(body, ('reasoning',) if reasoning else ('message',),
+                                  body['type'].replace('.delta', '.done'))
         delta = self._string(body, 'delta')
         part.pieces.append(delta)
         if delta:
-            self._add_text(delta)
-        return delta, '', ''
-
-    def _take_reasoning_delta(self, body: dict) -> tuple[str, str, str]:
-        _, part = self._open_part(body, ('reasoning',), 'response.reasoning_text.done')
-        delta = self._string(body, 'delta')
-        part.pieces.append(delta)
-        if delta:
-            self._add_reasoning(delta)
-        return '', delta, ''
+            (self._add_reasoning if reasoning else self._add_text)(delta)
+        return ('', delta, '') if reasoning else (delta, '', '')
 
     def _take_text_done(self, body: dict) -> tuple[str, str, str]:
         kinds = ('reasoning',) if body['type'] == 'response.reasoning_text.done' else ('message',)
@@ -1569,8 +1552,8 @@ class ResponseEvents(StreamValidator):
     _GRAMMAR = {'response.created': _take_created, 'response.in_progress': _take_started,
                 'response.output_item.added': _take_item, 'response.output_item.done': _take_item_done,
                 'response.content_part.added': _take_part_added, 'response.content_part.done': _take_part_done,
-                'response.output_text.delta': _take_text_delta, 'response.output_text.done': _take_text_done,
-                'response.reasoning_text.delta': _take_reasoning_delta,
+                'response.output_text.delta': _take_delta, 'response.output_text.done': _take_text_done,
+                'response.reasoning_text.delta': _take_delta,
                 'response.reasoning_text.done': _take_text_done,
                 'response.function_call_arguments.delta': _take_arguments_delta,
                 'response.function_call_arguments.done': _take_arguments_done,
@@ -1640,22 +1623,16 @@ DELTA_PIECES = {'text_delta': 'text', 'thinking_delta': 'thinking', 'input_json_
 
 
 class MessagesEvents(StreamValidator):
-    """Validates one streamed answer of the Anthropic Messages API (/v1/messages), as a grammar.
+    """Validates one streamed answer of the Anthropic Messages API (/v1/messages), as a grammar (docs/apis.md).
 
-    Every event's ``event`` field must name the ``type`` in its data. The
-    message is ``unstarted`` until message_start; in ``content``, content
-    blocks numbered from 0 follow one another, each content_block_start, its
-    deltas (of the types its block takes: ``BLOCK_DELTAS``) and
-    content_block_stop; the first message_delta, with every block stopped,
-    moves it to ``finishing``, where only message_delta (saying the same
-    ``stop_reason``) and message_stop are accepted. ``ping`` may come
-    anywhere. An event that its state does not accept, a block index that
-    skips, a delta for a block that never started or already stopped, a
-    ``tool_use`` id used twice, a block still open at message_stop and
-    anything after message_stop are ``protocol`` failures naming the event;
-    an ``error`` event keeps the server's type and message. The answer is the
-    text blocks; thinking blocks go to the reasoning; a tool_use block is a
-    tool call whose input is its input_json_delta pieces joined.
+    Every event's ``event`` field names the ``type`` in its data. The message
+    goes through ``MESSAGE_STATES``: blocks numbered from 0 follow one another
+    in ``content``, each content_block_start, its deltas (``BLOCK_DELTAS``)
+    and content_block_stop; the first message_delta, with every block
+    stopped, moves it to ``finishing``; message_stop ends it. ``ping`` may
+    come anywhere; an ``error`` event keeps the server's type and message.
+    The answer is the text blocks; thinking blocks go to the reasoning; a
+    tool_use block is a tool call whose input is its input_json_delta pieces.
     """
 
     api = 'messages'
