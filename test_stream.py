@@ -3615,7 +3615,7 @@ def hostile_splits(raw: bytes) -> list[int]:
     """Where a hostile response is split in two: around every line end (where framing and events
     break) and at a stride through the rest; every byte in the benchmarks' sweep."""
     ends = {at + shift for at, byte in enumerate(raw) if byte in b'\r\n' for shift in (0, 1)}
-    return sorted(at for at in ends | set(range(1, len(raw), 29)) if 0 < at < len(raw))
+    return sorted(at for at in ends | set(range(1, len(raw), 61)) if 0 < at < len(raw))
 
 
 def verdict_of(case: dict, reads: list[bytes]) -> tuple:
