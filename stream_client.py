@@ -14,22 +14,26 @@ there, nothing to install. The public names are in ``__all__``.
 The module reads top to bottom as the layers of a response, then what is
 built on them:
 
-1. limits and errors (``StreamError`` carries its layer);
+1. limits and errors: ``FAILURE_KINDS``, the one table of every failure's
+   stable kind and layer, and ``StreamError``, which carries both;
 2. the SSE parser ``Events``: bytes in, event data out (sans-IO);
 3. JSON answers (sans-IO): ``strict_json()`` and ``JsonSchema`` (drafts 2020-12
    and 7, ECMA-262 patterns; docs/json-schema.md), for tool-call arguments and
    JSON answers;
 4. the protocol seam ``StreamValidator``: event data in, the answer's text,
-   reasoning and tool calls out, and the API's own idea of "finished"
-   (sans-IO). ``ChatChunks``, ``CompletionChunks`` and ``ResponseEvents``
-   implement it for the three APIs, through ``parser``, ``accept()``,
-   ``done``, ``terminal``, ``content_events``, ``outcome_problem()`` and
-   ``fields()``; an ``AnswerSpec`` says what the request asked for (text,
-   tool calls, JSON); then the answer as a whole (sans-IO): the signals one
-   finished stream shows (``answer_problem()``: the whole budget used by a
-   tool-call finish, tool-call markup in the text), the parser of an
-   unstreamed answer (``unstreamed_answer()``) and ``compare_answers()``,
-   the ``--cross-check`` of the two;
+   reasoning and tool calls out (sans-IO), with the outcome rules the APIs
+   share written once. ``ChatChunks``, ``CompletionChunks``,
+   ``ResponseEvents`` and ``MessagesEvents`` are each API's grammar (the
+   parts of an answer, their states, the events each state accepts), and
+   declare its own signals through ``parser``, ``accept()``, ``done``,
+   ``terminal``, ``finish()`` and ``fields()``; ``outcome()`` says whether
+   the answer finished; an ``AnswerSpec`` says what the request asked for
+   (text, tool calls, JSON);
+   then the answer as a whole (sans-IO): the signals one finished stream
+   shows (``answer_problem()``: the whole budget used by a tool-call finish,
+   tool-call markup in the text), the parser of an unstreamed answer
+   (``unstreamed_answer()``) and ``compare_answers()``, the
+   ``--cross-check`` of the two;
 5. HTTP (sans-IO): ``ResponseHeadParser`` reads the status line and headers
    strictly, ``body_reader()`` chooses the framing, and one reader per
    framing knows how its body ends;
@@ -43,7 +47,9 @@ built on them:
    ResponseReader under the idle timeout and the overall deadline, filling
    an ``Exchange`` (what a run saw) and its ``Timeline``; with ``--cross-check``
    it then sends the unstreamed twin;
-9. the verdict: ``judge()`` decides why a run is not ok, in one place, and
+9. the verdict: ``judge()`` decides why a run is not ok, in one place and
+   without I/O, from a ResponseReader and the transport's failure, which is
+   built next to it (timeouts, the deadline, a stale connection, a signal);
    ``build_record()`` turns an exchange into the evidence record;
 10. many runs: ``run_load()`` runs prepared requests from worker threads, and
     ``Summary`` aggregates their records;
@@ -88,6 +94,7 @@ import operator
 import queue
 import random
 import re
+import select
 import signal
 import socket
 import ssl
@@ -105,12 +112,12 @@ __all__ = [
     'stream', 'prepare', 'run', 'PreparedRequest', 'Capture', 'Cancel', 'Interrupted',
     # judging bytes without a socket
     'ResponseReader', 'judge', 'Verdict', 'Events', 'TypedEvents', 'StreamValidator', 'ChatChunks',
-    'CompletionChunks', 'ResponseEvents', 'VALIDATORS', 'StreamError', 'SSEError', 'LAYERS',
+    'CompletionChunks', 'ResponseEvents', 'VALIDATORS', 'MessagesEvents', 'StreamError', 'SSEError', 'LAYERS',
+    'FAILURE_KINDS',
     # tool calls and JSON answers
     'AnswerSpec', 'ToolCall', 'JsonSchema', 'SchemaError', 'strict_json',
     # --cross-check: the unstreamed twin and the comparison
     'Answer', 'AnsweredCall', 'UnstreamedReader', 'unstreamed_answer', 'compare_answers', 'cross_check_record',
-    'ANSWER_CHECK_KINDS',
     # many runs, and reading saved evidence
     'run_load', 'LoadSettings', 'arrival_offsets', 'Summary', 'Report', 'iter_records', 'summarize',
     # the Prometheus exporter
@@ -134,20 +141,138 @@ LAYERS = ('connect', 'proxy', 'tls', 'http', 'transport', 'sse', 'protocol',
           'application', 'cross-check', 'timeout', 'interrupted', 'client')
 
 
+# Every failure the client reports, by its stable kind: the layer it belongs to and what it means. Records
+# carry the kind as error_kind; the summary, the report and the command line group by it.
+FAILURE_KINDS = {
+    'connect_failed': ('connect', 'no TCP connection to the server'),
+    'not_loopback': ('connect', 'plain http to an address that is not loopback; nothing was sent'),
+    'proxy_unreachable': ('proxy', 'no TCP connection to the proxy'),
+    'proxy_closed': ('proxy', 'the proxy closed the connection before answering CONNECT'),
+    'proxy_bad_answer': ('proxy', 'the proxy answered CONNECT with a malformed response head'),
+    'proxy_refused': ('proxy', 'the proxy answered CONNECT with a status other than 2xx'),
+    'proxy_extra_bytes': ('proxy', 'the proxy sent bytes after its 2xx, before the tunnel was used'),
+    'proxy_tunnel_failed': ('proxy', 'the connection to the proxy failed during CONNECT'),
+    'certificate_invalid': ('tls', 'the server certificate did not verify'),
+    'tls_failed': ('tls', 'the TLS handshake or a TLS record failed'),
+    'head_too_long': ('http', 'a response head over the bound'),
+    'unexpected_101': ('http', 'a 101 Switching Protocols nobody asked for'),
+    'bad_status_line': ('http', 'the status line is not "HTTP/1.x NNN reason"'),
+    'http_version': ('http', 'an HTTP version other than 1.x'),
+    'bad_header_line': ('http', 'a header line that is not "name: value"'),
+    'unsupported_encoding': ('http', 'a Content-Encoding or Transfer-Encoding this client does not read'),
+    'ambiguous_framing': ('http', 'both Transfer-Encoding and Content-Length'),
+    'bad_content_length': ('http', 'a Content-Length that is not digits, too large, or values that disagree'),
+    'content_type': ('http', 'a 200 whose content type is not text/event-stream'),
+    'status_not_200': ('http', 'a status other than 200, with the server\'s message when it sent one'),
+    'no_response_head': ('http', 'the connection failed while the request was sent or before a response head'),
+    'no_response': ('transport', 'the connection closed before any response byte'),
+    'eof_in_head': ('transport', 'the connection closed inside the response head'),
+    'stale_connection': ('transport', 'a kept connection closed before any response byte: closed while idle'),
+    'body_truncated': ('transport', 'the connection closed before the Content-Length body ended'),
+    'eof_in_chunk': ('transport', 'the connection closed inside a chunk'),
+    'eof_in_trailer': ('transport', 'the connection closed inside the chunked trailer section'),
+    'no_last_chunk': ('transport', 'the chunked body ended without its terminating chunk'),
+    'body_overrun': ('transport', 'bytes after the end of the message its framing declared'),
+    'bad_chunk_size': ('transport', 'a chunk-size line that is not hexadecimal digits'),
+    'chunk_too_large': ('transport', 'a chunk size over the bound'),
+    'bad_chunk_extension': ('transport', 'a chunk extension that is not ;name[=value]'),
+    'bad_chunk_end': ('transport', 'chunk data not followed by CRLF'),
+    'bad_line_end': ('transport', 'a chunk-size or trailer line not ended by CRLF'),
+    'chunk_line_too_long': ('transport', 'a chunk-size or trailer line over the bound'),
+    'trailer_too_long': ('transport', 'a trailer section over the bound'),
+    'bad_trailer_line': ('transport', 'a trailer line that is not "name: value"'),
+    'connection_failed': ('transport', 'the connection failed (reset, broken) while the body arrived'),
+    'unended_after_terminal': ('transport', 'the terminal event arrived but the HTTP message never ended'),
+    'line_too_long': ('sse', 'an SSE line over the bound'),
+    'event_too_long': ('sse', 'the data of one SSE event over the bound'),
+    'invalid_utf8': ('sse', 'bytes of the event stream that are not UTF-8'),
+    'eof_in_utf8': ('sse', 'the stream ended inside a UTF-8 character'),
+    'eof_in_line': ('sse', 'the stream ended inside a line'),
+    'eof_in_event': ('sse', 'the stream ended inside an event: its blank line never arrived'),
+    'malformed_json': ('protocol', 'event data that is not JSON'),
+    'not_an_object': ('protocol', 'event data that is JSON but not an object'),
+    'field_type': ('protocol', 'a field of an event with the wrong JSON type'),
+    'event_type_mismatch': ('protocol', 'the SSE event field names another type than the data says'),
+    'sequence_number': ('protocol', 'a Responses sequence_number that does not count up by 1'),
+    'event_after_terminal': ('protocol', 'an event after the one that ends the stream'),
+    'event_after_close': ('protocol', 'an event for a part of the answer that its API had already closed'),
+    'event_out_of_order': ('protocol', 'an event that the state of its part does not accept'),
+    'part_not_open': ('protocol', 'an event for a part (a block, an item, a call) that never opened'),
+    'part_still_open': ('protocol', 'the answer ended while a part of it was still open'),
+    'part_index_skips': ('protocol', 'a part opened at an index that skips the next one'),
+    'duplicate_part': ('protocol', 'a second part opened at the index (or output_index) of another'),
+    'duplicate_id': ('protocol', 'a tool-call, item or tool_use id used twice in one answer'),
+    'closing_copy_differs': ('protocol', 'a closing copy (.done, output_item.done, the terminal output) '
+                                         'differs from what the deltas assembled'),
+    'unsupported_part': ('protocol', 'an output item or content block of a type this client does not read'),
+    'delta_type': ('protocol', 'a delta of a type its part does not take'),
+    'choices_not_one': ('protocol', 'a chunk without exactly one choice (n=1)'),
+    'choice_index': ('protocol', 'a choice whose index is not 0'),
+    'legacy_function_call': ('protocol', 'a legacy function_call delta (this client reads tool_calls)'),
+    'text_in_tool_call': ('protocol', 'visible text inside a tool-call answer'),
+    'no_tools_offered': ('protocol', 'a tool call although the request offered no tools'),
+    'bad_tool_call_delta': ('protocol', 'a tool-call delta without an integer index and a function object'),
+    'call_without_id': ('protocol', 'a tool call opened without its id and name'),
+    'call_id_changed': ('protocol', 'a tool call got a second id'),
+    'call_name_changed': ('protocol', 'a tool call changed its name'),
+    'bad_usage': ('protocol', 'a token count that is not a non-negative integer'),
+    'server_error_event': ('application', 'the server sent an error event in the stream'),
+    'response_failed': ('application', 'the server ended the response with response.failed'),
+    'answer_too_long': ('application', 'an answer over the bound'),
+    'reasoning_too_long': ('application', 'reasoning over the bound'),
+    'eof_before_done': ('application', 'the stream ended before its API\'s terminal event'),
+    'no_finish_reason': ('application', 'the terminal event arrived without a finish or stop reason'),
+    'unexpected_finish': ('application', 'a finish other than the one a finished answer has'),
+    'budget_exhausted': ('application', 'the output budget (max_tokens) ended the answer'),
+    'length_tokens_differ': ('application', 'a fixed-length answer counted other than max_tokens tokens'),
+    'no_visible_text': ('application', 'a text answer finished without visible text'),
+    'finish_without_calls': ('application', 'the finish says tool calls, but none arrived'),
+    'calls_without_call_finish': ('application', 'tool calls arrived, but the finish is not the tool-call one'),
+    'tool_choice_none': ('application', 'tool calls arrived although tool_choice was none'),
+    'text_not_tool_call': ('application', 'tool_choice required (or named) a call, but the answer is text'),
+    'wrong_tool': ('application', 'a call of another tool than the one tool_choice named'),
+    'unknown_tool': ('application', 'a call of a tool the request did not offer'),
+    'tool_arguments_empty': ('application', 'a tool call with empty arguments'),
+    'tool_arguments_not_json': ('application', 'tool-call arguments that are not strict JSON'),
+    'tool_arguments_not_object': ('application', 'tool-call arguments that are JSON but not an object'),
+    'tool_arguments_schema': ('application', 'tool-call arguments that do not match the tool\'s parameters'),
+    'answer_not_json': ('application', 'a JSON answer (--json-schema) that is not strict JSON'),
+    'answer_schema': ('application', 'a JSON answer that does not match its schema'),
+    'connect_timeout': ('timeout', 'no connection within the idle timeout'),
+    'proxy_timeout': ('timeout', 'no answer to CONNECT within the idle timeout'),
+    'tls_timeout': ('timeout', 'the TLS handshake did not finish within the idle timeout'),
+    'headers_timeout': ('timeout', 'no response head within the idle timeout'),
+    'idle_timeout': ('timeout', 'no bytes for the idle timeout while the body arrived'),
+    'deadline': ('timeout', 'the overall deadline was reached before the answer finished'),
+    'interrupted': ('interrupted', 'SIGINT or SIGTERM (or a cancelled load) stopped the run'),
+    'client_error': ('client', 'a bug in this client: an exception it did not expect'),
+    'token_ids_invalid': ('protocol', 'token_ids (asked for by --cross-check) that are not a list of integers'),
+    'unstreamed_malformed': ('protocol', 'the --cross-check twin is not a well-formed unstreamed answer of its API'),
+    'unstreamed_too_long': ('transport', 'the --cross-check twin\'s body is over the bound'),
+    'unstreamed_error': ('application', 'the --cross-check twin is an error the server reported'),
+    'too_many_token_ids': ('application', 'more token ids than the bound'),
+    'budget_used_by_tool_call': ('application', 'a tool-call finish with the whole output budget used: a call cut '
+                                                'by max_tokens, which vLLM relabels as finished'),
+    'tool_markup_in_text': ('application', 'tool-call markup in the visible text, tools offered: the server\'s '
+                                           'parser failed to extract a call'),
+    'cross_check_differs': ('cross-check', 'the same tokens streamed and unstreamed, another answer'),
+}
+
+
 class StreamError(Exception):
-    """A failure inside the stream, with the layer it belongs to.
+    """A failure inside the stream: its layer, its stable ``kind`` (a key of FAILURE_KINDS) and a message.
 
     ``server_error`` holds the server's own message, type and code when the
     failure is an error the server reported (an error event or a JSON error body).
     ``kind`` is a stable name for the failure, which code reads instead of the message.
     """
 
-    def __init__(self, layer: str, message: str, *, kind: str | None = None,
-                 server_error: dict | None = None) -> None:
-        if layer not in LAYERS:
-            raise ValueError(f'unknown layer {layer!r}')
+    def __init__(self, layer: str, message: str, *, kind: str, server_error: dict | None = None) -> None:
+        if FAILURE_KINDS.get(kind, ('',))[0] != layer:
+            raise ValueError(f'{kind!r} is not a failure kind of the layer {layer!r}')
         super().__init__(f'{layer}: {message}')
         self.layer = layer
+        self.kind = kind
         self.message = message
         self.kind = kind
         self.server_error = server_error
@@ -156,19 +281,24 @@ class StreamError(Exception):
         return f'{self.layer}: {self.message}'
 
 
+def _failure(kind: str, message: str, server_error: dict | None = None) -> StreamError:
+    """The StreamError of a kind, in its layer."""
+    return StreamError(FAILURE_KINDS[kind][0], message, kind=kind, server_error=server_error)
+
+
 class SSEError(StreamError, ValueError):
     """The event stream broke its format (layer ``sse``). A ValueError too, as the guide's parser raised."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__('sse', message)
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__('sse', message, kind=kind)
 
 
 class SSEDecodeError(SSEError, UnicodeDecodeError):
     """Bytes of the event stream that are not UTF-8: an SSEError that is also a UnicodeDecodeError."""
 
-    def __init__(self, data: bytes, start: int, end: int, message: str) -> None:
+    def __init__(self, data: bytes, start: int, end: int, message: str, kind: str = 'invalid_utf8') -> None:
         UnicodeDecodeError.__init__(self, 'utf-8', data, start, end, message)
-        self.layer, self.message, self.kind, self.server_error = 'sse', message, None, None
+        self.layer, self.kind, self.message, self.server_error = 'sse', kind, message, None
 
 
 class StaleConnectionError(StreamError):
@@ -177,7 +307,8 @@ class StaleConnectionError(StreamError):
 
     def __init__(self, requests: int, idle_s: float) -> None:
         super().__init__('transport', f'the reused connection (request {requests} on it, idle {idle_s:.2f} s) '
-                                      'closed before any response byte; the server or a proxy closed it while idle')
+                                      'closed before any response byte; the server or a proxy closed it while idle',
+                         kind='stale_connection')
 
 
 class Interrupted(KeyboardInterrupt):
@@ -271,14 +402,15 @@ class Events:
                 return self._untyped(events)
         return self._events_by_line(block)
 
-    def pending(self) -> str | None:
-        """What the stream would end inside if it ended now, or None at an event boundary."""
+    def pending(self) -> SSEError | None:
+        """What the stream would end inside if it ended now (an SSEError), or None at an event boundary."""
         if self._undecoded:
-            return f'stream ended inside a UTF-8 character ({_count(len(self._undecoded), "byte")} pending)'
+            return SSEError('eof_in_utf8', f'stream ended inside a UTF-8 character '
+                                           f'({_count(len(self._undecoded), "byte")} pending)')
         if self._line:
-            return f'stream ended inside a line: {_preview(self._line)}'
+            return SSEError('eof_in_line', f'stream ended inside a line: {_preview(self._line)}')
         if self._data:
-            return 'stream ended inside an event: its blank line never arrived'
+            return SSEError('eof_in_event', 'stream ended inside an event: its blank line never arrived')
         return None
 
     def finish(self) -> None:
@@ -290,7 +422,7 @@ class Events:
         if self._undecoded:
             raise SSEDecodeError(self._undecoded, 0, len(self._undecoded),
                                  f'stream ended inside a UTF-8 character '
-                                 f'({_count(len(self._undecoded), "byte")} pending)')
+                                 f'({_count(len(self._undecoded), "byte")} pending)', 'eof_in_utf8')
 
     def _decode(self, raw: bytes) -> str:
         data = self._undecoded + raw if self._undecoded else raw
@@ -308,7 +440,7 @@ class Events:
 
     def _check_open_line(self) -> None:
         if len(self._line) > MAX_LINE_CHARS:
-            raise SSEError(f'line longer than {MAX_LINE_CHARS} characters without a line end')
+            raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters without a line end')
 
     @staticmethod
     def _single_line_events(core: str) -> list[str] | None:
@@ -318,7 +450,7 @@ class Events:
             return None  # some event has several lines, or extra blank lines
         events[0] = events[0][len(DATA_PREFIX):]
         if max(map(len, events)) > MAX_LINE_CHARS - len(DATA_PREFIX):
-            raise SSEError(f'line longer than {MAX_LINE_CHARS} characters')
+            raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters')
         return events
 
     def _events_by_line(self, block: str) -> list:
@@ -331,7 +463,7 @@ class Events:
                 self._type = ''
                 continue
             if len(line) > MAX_LINE_CHARS:
-                raise SSEError(f'line longer than {MAX_LINE_CHARS} characters')
+                raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters')
             name, _, value = line.partition(':')
             if value[:1] == ' ':
                 value = value[1:]
@@ -341,7 +473,7 @@ class Events:
                 continue  # a comment (empty name) or a field this client does not use
             self._size += len(value) + 1
             if self._size > MAX_EVENT_CHARS:
-                raise SSEError(f'event data longer than {MAX_EVENT_CHARS} characters')
+                raise SSEError('event_too_long', f'event data longer than {MAX_EVENT_CHARS} characters')
             self._data.append(value)
         return events
 
@@ -1487,49 +1619,69 @@ class ToolCall:
     def arguments(self) -> str:
         return ''.join(self.parts)
 
-    def problem(self, spec: AnswerSpec) -> str | None:
+    def problem(self, spec: AnswerSpec) -> StreamError | None:
         """Why these arguments cannot be used: not one strict JSON object matching the tool's parameters."""
         schemas = dict(spec.tools)
         if self.name not in schemas:
-            return f'{self.name!r} is not a tool the request offered ({", ".join(schemas) or "none"})'
+            return _failure('unknown_tool', f'{self.name!r} is not a tool the request offered '
+                                            f'({", ".join(schemas) or "none"})')
         arguments = self.arguments
         if not arguments.strip():
-            return 'the arguments are empty'
+            return _failure('tool_arguments_empty', 'the arguments are empty')
         try:
             value = strict_json(arguments)
         except ValueError as exc:
-            return f'the arguments are not JSON ({exc}): {_preview(arguments)}'
+            return _failure('tool_arguments_not_json', f'the arguments are not JSON ({exc}): {_preview(arguments)}')
         if not isinstance(value, dict):
-            return f'arguments are not a JSON object: {_preview(arguments)}'
+            return _failure('tool_arguments_not_object', f'arguments are not a JSON object: {_preview(arguments)}')
         problem = schemas[self.name].problem(value) if schemas[self.name] is not None else None
-        return f'the arguments do not match its parameters: {problem}' if problem else None
+        return _failure('tool_arguments_schema', f'the arguments do not match its parameters: {problem}') \
+            if problem else None
 
     def record(self, spec: AnswerSpec) -> dict:
+        problem = self.problem(spec)
         return {'index': self.index, 'id': self.id, 'name': self.name, 'arguments': self.arguments,
-                'arguments_problem': self.problem(spec)}
+                'arguments_problem': problem and problem.message}
 
 
 class StreamValidator:
-    """What the read loop needs from the validator of one streaming API.
+    """What the read loop needs from the validator of one streaming API, and the rules all four share.
 
     The read loop creates the API's ``parser`` and gives each event it
     returns to ``accept()``, which returns ``(text, reasoning, call)``: the
     answer and reasoning text that event carried, and a piece of a tool call
-    for display (see ``_shown``); '' when none. It
-    raises StreamError. ``done`` says that the API's ``terminal`` marker
-    arrived; ``outcome_problem()`` says why the answer is not finished (None
-    when it is); ``fields()`` are the record's fields that the API decides. A
-    validator never reads a clock or touches a socket. ``spec`` says what the
-    answer was asked to be: text, tool calls or JSON.
+    for display (see ``_shown``); '' when none. It raises StreamError.
+    ``done`` says that the API's ``terminal`` marker arrived; ``outcome()``
+    says why the answer is not finished (a StreamError, None when it is);
+    ``fields()`` are the record's fields that the API decides. A validator
+    never reads a clock or touches a socket. ``spec`` says what the answer
+    was asked to be: text, tool calls or JSON; ``expect_finish`` is the
+    finish a finished answer has: "stop", or "length" for a fixed-length
+    load, where the usage (when sent) must also count exactly ``max_tokens``.
+
+    The outcome rules are written once, here: each API declares only its own
+    signals, ``finish()`` (its finish read as stop, length, calls or other)
+    and the words it says them in.
     """
 
     api = ''
     parser = Events
     terminal = '[DONE]'
+    eof_words = '[DONE]'             # what a finished stream ends with, as the EOF failure names it
+    stop_words = 'finish_reason=stop'  # the finish of a finished answer, in this API's words
+    length_words = 'finish_reason=length'  # the finish of a fixed-length answer
+    calls_finish = 'finish_reason=tool_calls'  # what a finished tool answer ends with
+    call_noun = 'tool call'          # what a tool call is called in this API
+    token_noun = 'output token'
+    budget_words = 'output budget exhausted ({})'
 
-    def __init__(self, spec: AnswerSpec | None = None) -> None:
+    def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
+                 spec: AnswerSpec | None = None) -> None:
         self.spec = spec or AnswerSpec()
+        self.expect_finish = expect_finish
+        self.max_tokens = max_tokens
         self.calls: list[ToolCall] = []
+        self._call_ids: set[str] = set()
         self._shown_call: ToolCall | None = None  # the call whose pieces were shown last
         self.text_parts: list[str] = []
         self.text_chars = 0
@@ -1542,6 +1694,7 @@ class StreamValidator:
         self.response_id: str | None = None
         self.token_ids: list[int] | None = None  # the generated token ids, when the server sends them
         self.tokens_per_event: list[int] = []     # how many each event that carried any had
+        self.skipped_events: list[str] = []  # event types the API says to ignore, each skipped here
 
     def accept(self, event) -> tuple[str, str, str]:
         raise NotImplementedError
@@ -1551,64 +1704,139 @@ class StreamValidator:
         if value is None:
             return
         if not isinstance(value, list) or not all(type(token) is int for token in value):
-            raise StreamError('protocol', f'expected token_ids to be a list of integers in event {self.data_events}, '
-                                          f'got {_shorten(repr(value))}')
+            raise _failure('token_ids_invalid', f'expected token_ids to be a list of integers in event '
+                                                f'{self.data_events}, got {_shorten(repr(value))}')
         self.token_ids = self.token_ids if self.token_ids is not None else []
         if len(self.token_ids) + len(value) > MAX_TOKEN_IDS:
-            raise StreamError('application', f'more than {MAX_TOKEN_IDS} token ids')
+            raise _failure('too_many_token_ids', f'more than {MAX_TOKEN_IDS} token ids')
         self.token_ids.extend(value)
         if value:
             self.tokens_per_event.append(len(value))
 
-    def outcome_problem(self) -> str | None:
+    def finish(self) -> str | None:
+        """The API's finish: 'stop', 'length' (the budget), 'calls' (finished as tool calls) or 'other';
+        None when the terminal event arrived without one."""
         raise NotImplementedError
+
+    def finish_words(self) -> str:
+        """The finish as the API said it, e.g. 'finish_reason=stop'."""
+        raise NotImplementedError
+
+    def finished_words(self) -> str:
+        return f'{self.finish_words()} and {self.terminal} arrived'
+
+    def unexpected_words(self, words: str) -> str:
+        return f'expected {self.stop_words}, got {words}'
+
+    def no_finish_words(self) -> str:
+        return f'[DONE] without a finish_reason after {_count(self.content_events, "content event")}'
+
+    def outcome(self) -> StreamError | None:
+        """Why the answer is not finished (a StreamError of the application layer), or None when it is."""
+        if not self.done:
+            return _failure('eof_before_done', f'EOF before {self.eof_words} after '
+                                               f'{_count(self.content_events, "content event")}')
+        finish = self.finish()
+        if finish is None:
+            return _failure('no_finish_reason', self.no_finish_words())
+        words = self.finish_words()
+        if self.expect_finish == 'length':
+            return self._fixed_length_outcome(finish, words)
+        if finish == 'length':
+            return self._budget_failure(self.budget_words.format(words))
+        if finish == 'other':
+            return _failure('unexpected_finish', self.unexpected_words(words))
+        if self.calls:
+            return self._answer_failure(finish == 'calls', words)
+        if finish == 'calls':
+            return _failure('finish_without_calls', f'{words}, but no {self.call_noun} arrived')
+        return self._answer_failure(False, self.finished_words())
+
+    def _fixed_length_outcome(self, finish: str, words: str) -> StreamError | None:
+        if finish != 'length':
+            return _failure('unexpected_finish', f'expected {self.length_words} (--expect-finish length), got {words}')
+        if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
+            return _failure('length_tokens_differ', f'{words} after {_count(self.completion_tokens, self.token_noun)}, '
+                                                    f'not the {self.max_tokens} requested')
+        if not self._visible_text() and not self.calls:
+            return _failure('no_visible_text', f'{self.finished_words()}, but no visible text')
+        return None
 
     @property
     def answer_kind(self) -> str:
         """tool_calls when calls arrived, json when a JSON answer was asked for, otherwise text."""
         return 'tool_calls' if self.calls else 'json' if self.spec.json_schema is not None else 'text'
 
-    calls_finish = 'finish_reason=tool_calls'  # what a finished tool answer ends with, in this API's words
-
-    def _answer_problem(self, finished_as_calls: bool, finish: str) -> str | None:
+    def _answer_failure(self, finished_as_calls: bool, finish: str) -> StreamError | None:
         """Why an answer whose API says it finished (as ``finish`` says) is not a usable one: for tool
         calls, the finish that calls need (``finished_as_calls``), the tool choice, and each call's
         arguments; otherwise the tool choice, then a JSON answer's JSON, or visible text."""
         spec, calls = self.spec, self.calls
         if calls:
             if not finished_as_calls:
-                return f'expected {self.calls_finish} after {_count(len(calls), "tool call")}, got {finish}'
+                return _failure('calls_without_call_finish', f'expected {self.calls_finish} after '
+                                                             f'{_count(len(calls), "tool call")}, got {finish}')
             if spec.tool_choice == 'none':
-                return f'tool_choice none, but {_count(len(calls), "tool call")} arrived'
+                return _failure('tool_choice_none', f'tool_choice none, but {_count(len(calls), "tool call")} arrived')
             for call in calls:
-                problem = (f'tool_choice named {spec.named}' if spec.named and call.name != spec.named
-                           else call.problem(spec))
-                if problem:
-                    return f'tool call {call.index} ({call.name}): {problem}'
+                failure = (_failure('wrong_tool', f'tool_choice named {spec.named}')
+                           if spec.named and call.name != spec.named else call.problem(spec))
+                if failure:
+                    return _failure(failure.kind, f'tool call {call.index} ({call.name}): {failure.message}')
             return None
         if spec.tool_choice == 'required' or spec.named:
-            return f'tool_choice {spec.tool_choice} asked for a tool call, but the answer is text ({finish})'
+            return _failure('text_not_tool_call', f'tool_choice {spec.tool_choice} asked for a tool call, but the '
+                                                  f'answer is text ({finish})')
         if spec.json_schema is not None:
-            return self._json_problem()
-        if not any(part.strip() for part in self.text_parts):
-            return f'{finish}, but no visible text arrived'
+            return self._json_failure()
+        if not self._visible_text():
+            return _failure('no_visible_text', f'{finish}, but no visible text arrived')
         return None
 
-    def _json_problem(self) -> str | None:
+    def _visible_text(self) -> bool:
+        return any(part.strip() for part in self.text_parts)
+
+    def _json_failure(self) -> StreamError | None:
         text = self.text
         try:
             value = strict_json(text)
         except ValueError as exc:
-            return f'the answer is not JSON ({exc}): {_preview(text)}'
+            return _failure('answer_not_json', f'the answer is not JSON ({exc}): {_preview(text)}')
         problem = self.spec.json_schema.problem(value)
-        return f'the JSON answer does not match the schema: {problem}' if problem else None
+        return _failure('answer_schema', f'the JSON answer does not match the schema: {problem}') if problem else None
 
-    def _budget_problem(self, problem: str) -> str:
-        """A budget-exhausted problem, saying so when the budget ran out inside a tool call."""
+    def _budget_failure(self, problem: str) -> StreamError:
+        """A budget-exhausted failure, saying so when the budget ran out inside a tool call."""
         if self.calls:
             call = self.calls[-1]
-            return f'{problem} inside tool call {call.index} ({call.name})'
-        return problem
+            problem = f'{problem} inside tool call {call.index} ({call.name})'
+        return _failure('budget_exhausted', problem)
+
+    def _server_error(self, fields: dict, sent: str = 'an error event') -> StreamError:
+        """The failure of an error the server reported in the stream, with its own message."""
+        error = server_error_fields(fields)
+        return _failure('server_error_event' if sent == 'an error event' else 'response_failed',
+                        f'server sent {sent}: {describe_server_error(error)}', error)
+
+    def _offered_tools(self, what: str) -> int:
+        """The event number, once it is known that the request offered tools, which ``what`` needs."""
+        if not self.spec.tools:
+            raise _failure('no_tools_offered', f'{what} arrived in event {self.data_events}, but the request offered '
+                                               'no tools (--tools)')
+        return self.data_events
+
+    def _new_call(self, what: str, call_id: object, name: object, index: int | None = None) -> ToolCall:
+        """Open a tool call (``what`` names it in the API's words), which the request must have offered
+        tools for; its id is unique within the answer."""
+        event = self._offered_tools(what)
+        if call_id in self._call_ids:
+            raise _failure('duplicate_id', f'{what} in event {event} reuses the id {_preview(str(call_id))} of '
+                                           'an earlier call')
+        call = ToolCall(len(self.calls) if index is None else index, call_id, name)
+        self._call_ids.add(call_id)
+        self.calls.append(call)
+        self.content_events += 1
+        return call
 
     def _shown(self, call: ToolCall, piece: str = '', opening: bool = False) -> str:
         """A tool call's piece for display: ``name(`` as the call opens, then its arguments, so that
@@ -1625,7 +1853,7 @@ class StreamValidator:
         self.content_events += 1
         self.text_chars += len(arguments)
         if self.text_chars > MAX_TEXT_CHARS:
-            raise StreamError('application', f'answer longer than {MAX_TEXT_CHARS} characters')
+            raise _failure('answer_too_long', f'answer longer than {MAX_TEXT_CHARS} characters')
         call.parts.append(arguments)
 
     @property
@@ -1642,19 +1870,20 @@ class StreamValidator:
                 'completion_tokens': self.completion_tokens, 'content_events': self.content_events,
                 'data_events': self.data_events, 'response_id': self.response_id,
                 'response_status': None, 'incomplete_reason': None, 'answer_kind': self.answer_kind,
-                'tool_calls': [call.record(self.spec) for call in self.calls]}
+                'tool_calls': [call.record(self.spec) for call in self.calls],
+                'skipped_events': list(self.skipped_events)}
 
     def _add_text(self, text: str) -> None:
         self.content_events += 1
         self.text_chars += len(text)
         if self.text_chars > MAX_TEXT_CHARS:
-            raise StreamError('application', f'answer longer than {MAX_TEXT_CHARS} characters')
+            raise _failure('answer_too_long', f'answer longer than {MAX_TEXT_CHARS} characters')
         self.text_parts.append(text)
 
     def _add_reasoning(self, text: str) -> None:
         self.reasoning_chars += len(text)
         if self.reasoning_chars > MAX_TEXT_CHARS:
-            raise StreamError('application', f'reasoning longer than {MAX_TEXT_CHARS} characters')
+            raise _failure('reasoning_too_long', f'reasoning longer than {MAX_TEXT_CHARS} characters')
         self.reasoning_parts.append(text)
 
     def _typed_body(self, event: tuple[str, str], ended_by: str) -> tuple[str, dict]:
@@ -1663,12 +1892,12 @@ class StreamValidator:
         the type its data says."""
         kind, data = event
         if self.done:
-            raise StreamError('protocol', f'event {_preview(kind)} after {ended_by}')
+            raise _failure('event_after_terminal', f'event {_preview(kind)} after {ended_by}')
         self.data_events += 1
         body = self._load_object(data)
         if body.get('type') != kind:
-            raise StreamError('protocol', f'event {self.data_events}: its event field says {_preview(kind)} but '
-                                          f'its data says type {_shorten(repr(body.get("type")))}')
+            raise _failure('event_type_mismatch', f'event {self.data_events}: its event field says {_preview(kind)} but '
+                                                  f'its data says type {_shorten(repr(body.get("type")))}')
         return kind, body
 
     def _load_object(self, data: str) -> dict:
@@ -1676,11 +1905,11 @@ class StreamValidator:
         try:
             value = json.loads(data)
         except (ValueError, RecursionError) as exc:
-            raise StreamError('protocol', f'malformed JSON in event {self.data_events} '
-                                          f'({type(exc).__name__}): {_preview(data)}') from None
+            raise _failure('malformed_json', f'malformed JSON in event {self.data_events} '
+                                             f'({type(exc).__name__}): {_preview(data)}') from None
         if not isinstance(value, dict):
-            raise StreamError('protocol', f'expected a JSON object in event {self.data_events}, '
-                                          f'got {type(value).__name__}')
+            raise _failure('not_an_object', f'expected a JSON object in event {self.data_events}, '
+                                            f'got {type(value).__name__}')
         return value
 
 
@@ -1688,31 +1917,26 @@ class _ChoiceChunks(StreamValidator):
     """What chat and completions chunks share: one choice (n=1) with index 0, a usage chunk,
     in-band error objects, a finish_reason and the terminal data: [DONE].
 
-    ``expect_finish`` is the finish a finished answer has: "stop", or "length"
-    for a fixed-length load, where the usage (when sent) must also count
-    exactly ``max_tokens`` completion tokens.
+    The grammar: the choice is open until its finish_reason, which closes it
+    and its tool calls; a closed choice accepts no text, reasoning, tool-call
+    piece or second finish_reason, only usage, empty deltas and [DONE], after
+    which nothing is accepted.
     """
 
-    def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
-                 spec: AnswerSpec | None = None) -> None:
-        super().__init__(spec)
-        self.finish_reason: str | None = None
-        self.expect_finish = expect_finish
-        self.max_tokens = max_tokens
+    token_noun = 'completion token'
+    finish_reason: str | None = None  # until the choice's finish_reason arrives
 
     def accept(self, data: str) -> tuple[str, str, str]:
         """Apply one event's data; return the answer text, reasoning text and tool-call piece it carried."""
         if self.done:
-            raise StreamError('protocol', f'event after [DONE]: {_preview(data)}')
+            raise _failure('event_after_terminal', f'event after [DONE]: {_preview(data)}')
         self.data_events += 1
         if data == '[DONE]':
             self.done = True
             return '', '', ''
         chunk = self._load_object(data)
         if 'error' in chunk:
-            error = server_error_fields(chunk)
-            raise StreamError('application', 'server sent an error event: ' + describe_server_error(error),
-                              server_error=error)
+            raise self._server_error(chunk)
         if self.response_id is None and isinstance(chunk.get('id'), str):
             self.response_id = chunk['id']
         usage = chunk.get('usage')
@@ -1723,13 +1947,18 @@ class _ChoiceChunks(StreamValidator):
             return '', '', ''
         if not isinstance(choices, list) or len(choices) != 1:
             count = len(choices) if isinstance(choices, list) else type(choices).__name__
-            raise StreamError('protocol', f'expected one choice per chunk (n=1), got {count}')
+            raise _failure('choices_not_one', f'expected one choice per chunk (n=1), got {count}')
         choice = choices[0]
         if not isinstance(choice, dict) or choice.get('index') != 0:
             seen = choice.get('index') if isinstance(choice, dict) else choice
-            raise StreamError('protocol', f'expected choice index 0, got {_shorten(repr(seen))}')
+            raise _failure('choice_index', f'expected choice index 0, got {_shorten(repr(seen))}')
         self._take_token_ids(choice.get('token_ids'))
-        return self._take_choice(choice)
+        closed_by = self.finish_reason
+        carried = self._take_choice(choice)  # names what a closed choice got, if it carried anything
+        if closed_by is not None:
+            raise _failure('event_after_close', f'a chunk for choice 0 arrived in event {self.data_events}, after '
+                                                f'finish_reason {closed_by!r} closed it')
+        return carried
 
     def _take_choice(self, choice: dict) -> tuple[str, str, str]:
         raise NotImplementedError
@@ -1738,51 +1967,30 @@ class _ChoiceChunks(StreamValidator):
         """A text field of the choice: a string or null, and no text after the finish."""
         if value is None or isinstance(value, str):
             if value and self.finish_reason is not None:
-                raise StreamError('protocol', f'{name} arrived after finish_reason={self.finish_reason}')
+                raise _failure('event_after_close', f'{name} arrived after finish_reason={self.finish_reason}')
             return value
-        raise StreamError('protocol', f'expected {name} to be a string, got {type(value).__name__}')
+        raise _failure('field_type', f'expected {name} to be a string, got {type(value).__name__}')
 
     def _take_finish(self, reason: object) -> None:
         if reason is None:
             return
         if self.finish_reason is not None:
-            raise StreamError('protocol', f'a second finish_reason ({_preview(str(reason))}) '
-                                          f'after finish_reason={self.finish_reason}')
+            raise _failure('event_after_close', f'a second finish_reason ({_preview(str(reason))}) '
+                                                f'after finish_reason={self.finish_reason}')
         if not isinstance(reason, str):
-            raise StreamError('protocol', f'expected finish_reason to be a string, got {type(reason).__name__}')
+            raise _failure('field_type', f'expected finish_reason to be a string, got {type(reason).__name__}')
         self.finish_reason = reason
 
-    def outcome_problem(self) -> str | None:
-        """Why the completion is not a finished answer, or None when it is."""
-        if not self.done:
-            return f'EOF before [DONE] after {_count(self.content_events, "content event")}'
+    def finish(self) -> str | None:
         reason = self.finish_reason
-        if reason is None:
-            return f'[DONE] without a finish_reason after {_count(self.content_events, "content event")}'
-        if self.expect_finish == 'length':
-            return self._fixed_length_problem()
-        if reason == 'length':
-            return self._budget_problem('output budget exhausted (finish_reason=length)')
-        finish = f'finish_reason={reason}'
-        if self.calls:  # vLLM says tool_calls, or stop when the choice named the function (as OpenAI does)
-            return self._answer_problem(reason == 'tool_calls' or (reason == 'stop' and self.spec.named is not None),
-                                        finish)
-        if reason == 'tool_calls':
-            return 'finish_reason=tool_calls, but no tool call arrived'
-        if reason != 'stop':
-            return f'expected finish_reason=stop, got {finish}'
-        return self._answer_problem(False, f'{finish} and [DONE] arrived')
+        if reason == 'stop' and self.calls and self.spec.named is not None:
+            return 'calls'  # vLLM says tool_calls, or stop when the choice named the function (as OpenAI does)
+        return None if reason is None else self._FINISHES.get(reason, 'other')
 
-    def _fixed_length_problem(self) -> str | None:
-        reason = self.finish_reason
-        if reason != 'length':
-            return f'expected finish_reason=length (--expect-finish length), got finish_reason={reason}'
-        if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
-            return (f'finish_reason=length after {_count(self.completion_tokens, "completion token")}, '
-                    f'not the {self.max_tokens} requested')
-        if not any(part.strip() for part in self.text_parts) and not self.calls:
-            return 'finish_reason=length and [DONE] arrived, but no visible text'
-        return None
+    _FINISHES = {'stop': 'stop', 'length': 'length', 'tool_calls': 'calls'}
+
+    def finish_words(self) -> str:
+        return f'finish_reason={self.finish_reason}'
 
     def fields(self) -> dict:
         return {**super().fields(), 'finish_reason': self.finish_reason}
@@ -1803,9 +2011,9 @@ class ChatChunks(_ChoiceChunks):
         if delta is None:
             delta = {}
         elif not isinstance(delta, dict):
-            raise StreamError('protocol', f'expected delta to be an object, got {type(delta).__name__}')
+            raise _failure('field_type', f'expected delta to be an object, got {type(delta).__name__}')
         if delta.get('function_call'):
-            raise StreamError('protocol', 'a legacy function_call delta arrived; this client reads tool_calls')
+            raise _failure('legacy_function_call', 'a legacy function_call delta arrived; this client reads tool_calls')
         text = self._text_field(delta.get('content'), 'delta.content')
         reasoning = self._text_field(delta.get('reasoning'), 'delta.reasoning')
         if reasoning is None:
@@ -1813,8 +2021,8 @@ class ChatChunks(_ChoiceChunks):
         if text:
             if self.calls and text.strip():
                 call = self.calls[-1]
-                raise StreamError('protocol', f'content text {_preview(text)} arrived inside tool call {call.index} '
-                                              f'({call.name}), in event {self.data_events}')
+                raise _failure('text_in_tool_call', f'content text {_preview(text)} arrived inside tool call {call.index} '
+                                                    f'({call.name}), in event {self.data_events}')
             self._add_text(text)
         if reasoning:
             self._add_reasoning(reasoning)
@@ -1825,43 +2033,41 @@ class ChatChunks(_ChoiceChunks):
     def _take_tool_deltas(self, deltas: object) -> str:
         """Assemble delta.tool_calls; return what they add, for display ('name(' as a call opens, then
         its arguments)."""
-        event = self.data_events
-        if not self.spec.tools:
-            raise StreamError('protocol', f'tool call deltas arrived in event {event}, but the request offered no '
-                                          'tools (--tools)')
+        event = self._offered_tools('tool call deltas')
+        if self.finish_reason is not None:
+            raise _failure('event_after_close', f'tool call deltas arrived in event {event}, after finish_reason '
+                                                f'{self.finish_reason!r} closed the choice and its calls')
         if not isinstance(deltas, list):
-            raise StreamError('protocol', f'expected delta.tool_calls to be a list in event {event}, '
-                                          f'got {type(deltas).__name__}')
+            raise _failure('field_type', f'expected delta.tool_calls to be a list in event {event}, '
+                                         f'got {type(deltas).__name__}')
         shown = []
         for delta in deltas:
             index = delta.get('index') if isinstance(delta, dict) else None
             function = delta.get('function') if isinstance(delta, dict) else None
             if type(index) is not int or index < 0 or not isinstance(function or {}, dict):
-                raise StreamError('protocol', f'expected a tool call delta with an integer index and a function '
-                                              f'object in event {event}, got {_preview(json.dumps(delta))}')
+                raise _failure('bad_tool_call_delta', f'expected a tool call delta with an integer index and a function '
+                                                      f'object in event {event}, got {_preview(json.dumps(delta))}')
             call_id, name, arguments = delta.get('id'), (function or {}).get('name'), (function or {}).get('arguments')
             for key, value in (('id', call_id), ('function.name', name), ('function.arguments', arguments)):
                 if value is not None and not isinstance(value, str):
-                    raise StreamError('protocol', f'expected tool call {index} {key} to be a string in event '
-                                                  f'{event}, got {type(value).__name__}')
+                    raise _failure('field_type', f'expected tool call {index} {key} to be a string in event '
+                                                 f'{event}, got {type(value).__name__}')
             if index == len(self.calls):
                 if not call_id or not name:
-                    raise StreamError('protocol', f'tool call {index} got arguments in event {event} but was never '
-                                                  'opened with an id and a name')
-                self.calls.append(ToolCall(index, call_id, name))
-                self.content_events += 1
-                shown.append(self._shown(self.calls[-1], opening=True))
+                    raise _failure('call_without_id', f'tool call {index} got arguments in event {event} but was never '
+                                                      'opened with an id and a name')
+                shown.append(self._shown(self._new_call(f'tool call {index}', call_id, name), opening=True))
             elif index > len(self.calls):
-                raise StreamError('protocol', f'tool call index {index} in event {event} skips ahead: the next '
-                                              f'call to open was index {len(self.calls)}')
+                raise _failure('part_index_skips', f'tool call index {index} in event {event} skips ahead: the next '
+                                                   f'call to open was index {len(self.calls)}')
             else:
                 call = self.calls[index]
                 if call_id and call_id != call.id:
-                    raise StreamError('protocol', f'tool call {index} ({call.name}) got a second id {call_id!r} in '
-                                                  f'event {event}; it opened as {call.id!r}')
+                    raise _failure('call_id_changed', f'tool call {index} ({call.name}) got a second id {call_id!r} in '
+                                                      f'event {event}; it opened as {call.id!r}')
                 if name and name != call.name:
-                    raise StreamError('protocol', f'tool call {index} changed its name from {call.name!r} to '
-                                                  f'{name!r} in event {event}')
+                    raise _failure('call_name_changed', f'tool call {index} changed its name from {call.name!r} to '
+                                                        f'{name!r} in event {event}')
             if arguments:
                 self._add_call_arguments(self.calls[index], arguments)
                 shown.append(self._shown(self.calls[index], arguments))
@@ -1885,34 +2091,48 @@ class CompletionChunks(_ChoiceChunks):
 def _token_count(usage: object, key: str) -> int:
     count = usage.get(key) if isinstance(usage, dict) else None
     if type(count) is not int or count < 0:
-        raise StreamError('protocol', f'expected usage.{key} to be a non-negative integer, '
-                                      f'got {_shorten(repr(count))}')
+        raise _failure('bad_usage', f'expected usage.{key} to be a non-negative integer, '
+                                    f'got {_shorten(repr(count))}')
     return count
 
 
 RESPONSE_TERMINALS = ('response.completed', 'response.incomplete', 'response.failed', 'error')
+RESPONSE_ITEMS = {'message': 'message', 'reasoning': 'reasoning item', 'function_call': 'function call'}
+
+
+class _Part:
+    """One part of an answer: an output item or one of its content parts, or a content block. Its type
+    and id, whether it is still open, the text assembled for it and whether that text was closed
+    (a .done event), its tool call, and an item's content parts by index."""
+
+    __slots__ = ('kind', 'id', 'open', 'pieces', 'text_done', 'call', 'parts')
+
+    def __init__(self, kind: str, part_id: object = None, call: ToolCall | None = None) -> None:
+        self.kind, self.id, self.call = kind, part_id, call
+        self.open, self.text_done = True, False
+        self.pieces: list[str] = []
+        self.parts: list[_Part] = []
+
+    @property
+    def text(self) -> str:
+        return ''.join(self.pieces)
 
 
 class ResponseEvents(StreamValidator):
-    """Validates one streamed response of the Responses API (/v1/responses).
+    """Validates one streamed response of the Responses API (/v1/responses), as a grammar (docs/apis.md).
 
-    Every event's ``event`` field must name the ``type`` in its data, and
-    ``sequence_number`` must count up from 0 by exactly 1, so a lost or
-    repeated event is caught. Exactly one terminal event ends the stream
-    (response.completed, response.incomplete, response.failed or error) and
-    nothing may follow it. The answer is the ``response.output_text.delta``
-    text; it must equal the text of every ``response.output_text.done`` and
-    of the message in the terminal event's ``response.output``, which catches
-    a dropped or duplicated delta that kept the numbering. The terminal
-    event's name is not trusted: vLLM 0.32 ends a budget-exhausted response
-    with ``response.completed`` whose status is "incomplete", so the outcome
-    is read from ``response.status``.
-
-    A function call (when tools were offered) opens with an output item of
-    type function_call carrying its call_id and name; its arguments arrive as
-    ``response.function_call_arguments.delta`` events, and must equal the
-    arguments of its ``.done`` event, of its ``response.output_item.done``
-    and of the same call in the terminal event's output.
+    Every event's ``event`` field names the ``type`` in its data, and
+    ``sequence_number`` counts up from 0 by 1. ``response.created`` comes
+    first; each output item opens at the next ``output_index`` with an id of
+    its own and closes with ``response.output_item.done``; a message's text
+    arrives in content parts, a reasoning item's and a function call's in
+    their deltas, each closed by its ``.done``. A closed part accepts nothing
+    more, and every closing copy (each ``.done``, ``output_item.done``, the
+    terminal event's ``output``) must equal what the deltas assembled. One
+    terminal event ends the stream, with every item closed. Its name is not
+    trusted: vLLM 0.32 ends a budget-exhausted response with
+    ``response.completed`` whose status is "incomplete", so the outcome is
+    read from ``response.status``. An unknown event type is skipped and listed.
     """
 
     api = 'responses'
@@ -1920,15 +2140,14 @@ class ResponseEvents(StreamValidator):
 
     def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
                  spec: AnswerSpec | None = None) -> None:
-        super().__init__(spec)
-        self._calls_at: dict[object, ToolCall] = {}  # function calls by output_index
-        self.expect_finish = expect_finish
-        self.max_tokens = max_tokens
+        super().__init__(expect_finish, max_tokens, spec)
+        self.items: list[_Part] = []  # the output items, by output_index
+        self._item_ids: set = set()
+        self.created = False
         self.terminal_event: str | None = None
         self.status: str | None = None
         self.incomplete_reason: str | None = None
         self._sequence = 0
-        self._texts: dict[tuple, list[str]] = {}  # deltas per (output_index, content_index)
 
     @property
     def terminal(self) -> str:
@@ -1939,11 +2158,22 @@ class ResponseEvents(StreamValidator):
         kind, body = self._typed_body(event, f'the terminal event {self.terminal_event}')
         sequence = body.get('sequence_number')
         if type(sequence) is not int or sequence != self._sequence:
-            raise StreamError('protocol', f'expected sequence_number {self._sequence}, got '
-                                          f'{_shorten(repr(sequence))} in {kind}: an event was lost or repeated')
+            raise _failure('sequence_number', f'expected sequence_number {self._sequence}, got '
+                                              f'{_shorten(repr(sequence))} in {kind}: an event was lost or repeated')
         self._sequence += 1
-        take = self._TAKE.get(kind)
-        return take(self, body) if take else ('', '', '')
+        take = self._GRAMMAR.get(kind)
+        if take is None:  # not an event of the grammar below: skipped, and listed in the record
+            self.skipped_events.append(kind)
+            return '', '', ''
+        if not self.created and kind not in ('response.created', 'error'):
+            raise _failure('event_out_of_order', f'{kind} arrived in event {self.data_events}, before response.created')
+        return take(self, body)
+
+    def _take_created(self, body: dict) -> tuple[str, str, str]:
+        if self.created:
+            raise _failure('event_out_of_order', f'a second response.created in event {self.data_events}')
+        self.created = True
+        return self._take_started(body)
 
     def _take_started(self, body: dict) -> tuple[str, str, str]:
         response = body.get('response')
@@ -1952,95 +2182,172 @@ class ResponseEvents(StreamValidator):
         return '', '', ''
 
     def _take_item(self, body: dict) -> tuple[str, str, str]:
-        item = body.get('item')
+        item, index, event = body.get('item'), body.get('output_index'), self.data_events
         kind = item.get('type') if isinstance(item, dict) else None
-        if kind == 'function_call':
-            return '', '', self._open_call(item, body.get('output_index'))
-        if kind not in ('message', 'reasoning'):
-            raise StreamError('protocol', f'an output item of type {_shorten(repr(kind))} arrived in event '
-                                          f'{self.data_events}; this client reads messages, reasoning and '
-                                          'function calls')
-        return '', '', ''
+        if kind not in RESPONSE_ITEMS:
+            raise _failure('unsupported_part', f'an output item of type {_shorten(repr(kind))} arrived in event '
+                                               f'{event}; this client reads messages, reasoning and function calls')
+        self._next_index(index, self.items, f'an output item at output_index {_shorten(repr(index))}')
+        if item.get('id') is not None and item['id'] in self._item_ids:
+            raise _failure('duplicate_id', f'output item {index} in event {event} reuses the id '
+                                           f'{_preview(str(item["id"]))} of an earlier item')
+        call = self._open_call(item) if kind == 'function_call' else None
+        self._item_ids.add(item.get('id'))
+        self.items.append(_Part(kind, item.get('id'), call))
+        return '', '', self._shown(call, opening=True) if call else ''
 
-    def _open_call(self, item: dict, output_index: object) -> str:
-        event = self.data_events
-        if not self.spec.tools:
-            raise StreamError('protocol', f'a function call arrived in event {event}, but the request offered no '
-                                          'tools (--tools)')
+    def _next_index(self, index: object, parts: list, what: str) -> None:
+        """A part opens at the next index of its list: not at one already taken, and without skipping."""
+        if index == len(parts) and type(index) is int:
+            return
+        if type(index) is int and 0 <= index < len(parts):
+            raise _failure('duplicate_part', f'a second part opened as {what} in event {self.data_events}')
+        raise _failure('part_index_skips', f'{what} opened in event {self.data_events}: the next was {len(parts)}')
+
+    def _open_call(self, item: dict) -> ToolCall:
+        event = self._offered_tools('a function call')
         call_id, name = item.get('call_id'), item.get('name')
         if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
-            raise StreamError('protocol', f'a function call opened in event {event} without a call_id and a name')
-        if output_index in self._calls_at:
-            raise StreamError('protocol', f'a second function call opened at output_index {output_index} in event '
-                                          f'{event}')
-        call = ToolCall(len(self.calls), call_id, name)
-        self.calls.append(call)
-        self._calls_at[output_index] = call
-        self.content_events += 1
-        return self._shown(call, opening=True)
+            raise _failure('call_without_id', f'a function call opened in event {event} without a call_id and a name')
+        return self._new_call('a function call', call_id, name)
 
-    def _call_at(self, body: dict) -> ToolCall:
-        call = self._calls_at.get(body.get('output_index'))
-        if call is None:
-            raise StreamError('protocol', f'{body["type"]} in event {self.data_events} is for output_index '
-                                          f'{_shorten(repr(body.get("output_index")))}, where no function call opened')
-        return call
+    def _open_item(self, body: dict, kinds: tuple[str, ...]) -> _Part:
+        """The open output item (of one of these types) that the event is for."""
+        index, kind, event = body.get('output_index'), body['type'], self.data_events
+        item = self.items[index] if type(index) is int and 0 <= index < len(self.items) else None
+        if item is None or item.kind not in kinds:
+            raise _failure('part_not_open', f'{kind} in event {event} is for output_index {_shorten(repr(index))}, '
+                                            f'where no {RESPONSE_ITEMS[kinds[0]]} opened')
+        if not item.open:
+            raise _failure('event_after_close', f'{kind} in event {event} for output item {index}, after its '
+                                                'response.output_item.done')
+        if body.get('item_id', item.id) != item.id:
+            raise _failure('part_not_open', f'{kind} in event {event} is for the item '
+                                            f'{_preview(str(body["item_id"]))}, but output item {index} is '
+                                            f'{_preview(str(item.id))}')
+        return item
+
+    def _open_part(self, body: dict, kinds: tuple[str, ...], closed_by: str | None) -> tuple[_Part, _Part]:
+        """The output item and its open content part that the event is for, whose text ``closed_by``
+        (when given) has not closed yet."""
+        item = self._open_item(body, kinds)
+        index, kind, event = body.get('content_index'), body['type'], self.data_events
+        if item.kind == 'reasoning' and index == len(item.parts):
+            item.parts.append(_Part('reasoning_text'))  # vLLM 0.32 sends no content_part.added for reasoning text
+        part = item.parts[index] if type(index) is int and 0 <= index < len(item.parts) else None
+        if part is None:
+            raise _failure('part_not_open', f'{kind} in event {event} is for content part {_shorten(repr(index))} '
+                                            f'of output item {body["output_index"]}, which never opened '
+                                            '(no response.content_part.added)')
+        if not part.open or (part.text_done and closed_by):
+            after = closed_by if part.open else 'response.content_part.done'
+            raise _failure('event_after_close', f'{kind} in event {event} for content part {index} of output item '
+                                                f'{body["output_index"]}, after its {after}')
+        return item, part
+
+    def _take_part_added(self, body: dict) -> tuple[str, str, str]:
+        item = self._open_item(body, ('message', 'reasoning'))
+        index = body.get('content_index')
+        self._next_index(index, item.parts, f'content part {_shorten(repr(index))} of output item {body["output_index"]}')
+        part = body.get('part') if isinstance(body.get('part'), dict) else {}
+        item.parts.append(_Part(part.get('type')))
+        return '', '', ''
+
+    def _take_part_done(self, body: dict) -> tuple[str, str, str]:
+        _, part = self._open_part(body, ('message', 'reasoning'), None)
+        copy = body.get('part') if isinstance(body.get('part'), dict) else {}
+        if copy.get('type') == 'output_text':
+            self._check_same('response.content_part.done', copy.get('text'), part.text)
+        part.open = False
+        return '', '', ''
+
+    def _take_delta(self, body: dict) -> tuple[str, str, str]:
+        """A piece of a message's text or of a reasoning item's, for its open part."""
+        reasoning = body['type'] == 'response.reasoning_text.delta'
+        _, part = self._open_part(body, ('reasoning',) if reasoning else ('message',),
+                                  body['type'].replace('.delta', '.done'))
+        delta = self._string(body, 'delta')
+        part.pieces.append(delta)
+        if delta:
+            (self._add_reasoning if reasoning else self._add_text)(delta)
+        return ('', delta, '') if reasoning else (delta, '', '')
+
+    def _take_text_done(self, body: dict) -> tuple[str, str, str]:
+        kinds = ('reasoning',) if body['type'] == 'response.reasoning_text.done' else ('message',)
+        _, part = self._open_part(body, kinds, body['type'])
+        self._check_same(body['type'], self._string(body, 'text'), part.text)
+        part.text_done = True
+        return '', '', ''
+
+    def _open_arguments(self, body: dict) -> ToolCall:
+        item = self._open_item(body, ('function_call',))
+        if item.text_done:
+            raise _failure('event_after_close', f'{body["type"]} in event {self.data_events} for tool call '
+                                                f'{item.call.index} ({item.call.name}), after its '
+                                                'response.function_call_arguments.done')
+        return item
 
     def _take_arguments_delta(self, body: dict) -> tuple[str, str, str]:
-        call, delta = self._call_at(body), self._string(body, 'delta')
+        call, delta = self._open_arguments(body).call, self._string(body, 'delta')
         if not delta:
             return '', '', ''
         self._add_call_arguments(call, delta)
         return '', '', self._shown(call, delta)
 
     def _take_arguments_done(self, body: dict) -> tuple[str, str, str]:
-        call = self._call_at(body)
-        self._check_arguments('response.function_call_arguments.done', call, self._string(body, 'arguments'))
+        item = self._open_arguments(body)
+        self._check_arguments('response.function_call_arguments.done', item.call, self._string(body, 'arguments'))
+        if body.get('name', item.call.name) != item.call.name:
+            raise _failure('closing_copy_differs', f'response.function_call_arguments.done in event {self.data_events} '
+                                                   f'names {_preview(str(body["name"]))}, but tool call '
+                                                   f'{item.call.index} opened as {item.call.name!r}')
+        item.text_done = True
         return '', '', ''
 
     def _take_item_done(self, body: dict) -> tuple[str, str, str]:
-        item = body.get('item')
-        if isinstance(item, dict) and item.get('type') == 'function_call':
-            call = self._call_at(body)
-            self._check_arguments('response.output_item.done', call, item.get('arguments'))
+        item = self._open_item(body, tuple(RESPONSE_ITEMS))
+        still_open = [index for index, part in enumerate(item.parts) if part.open and part.kind != 'reasoning_text']
+        if still_open:
+            raise _failure('part_still_open', f'response.output_item.done in event {self.data_events} while content '
+                                              f'part {still_open[0]} of output item {body["output_index"]} was still '
+                                              'open (no response.content_part.done)')
+        self._check_item('response.output_item.done', item, body.get('item'))
+        item.open = False
         return '', '', ''
+
+    def _check_item(self, source: str, item: _Part, copy: object) -> None:
+        """A closing copy of an output item must be the item the stream opened and assembled."""
+        copy = copy if isinstance(copy, dict) else {}
+        if (copy.get('type'), copy.get('id')) != (item.kind, item.id):
+            raise _failure('closing_copy_differs', f'{source} says output item {self.items.index(item)} is '
+                                                   f'{_shorten(repr(copy.get("type")))} {_shorten(repr(copy.get("id")))}, '
+                                                   f'but it opened as {item.kind!r} {_shorten(repr(item.id))}')
+        if item.call is not None:
+            self._check_arguments(source, item.call, copy.get('arguments'))
+        elif item.kind == 'message':
+            self._check_same(source, _output_text([copy]), ''.join(part.text for part in item.parts))
+        elif copy.get('content'):
+            claimed = ''.join(part.get('text') or '' for part in copy['content'] if isinstance(part, dict))
+            self._check_same(source, claimed, ''.join(part.text for part in item.parts))
 
     def _check_arguments(self, source: str, call: ToolCall, claimed: object) -> None:
         if claimed != call.arguments:
-            raise StreamError('protocol', f'{source} says tool call {call.index} ({call.name}) has the arguments '
-                                          f'{_preview(str(claimed))}, but its deltas assembled '
-                                          f'{_preview(call.arguments)}')
-
-    def _take_text_delta(self, body: dict) -> tuple[str, str, str]:
-        delta = self._string(body, 'delta')
-        self._texts.setdefault(self._part(body), []).append(delta)
-        if delta:
-            self._add_text(delta)
-        return delta, '', ''
-
-    def _take_text_done(self, body: dict) -> tuple[str, str, str]:
-        assembled = ''.join(self._texts.get(self._part(body), []))
-        self._check_same('response.output_text.done', self._string(body, 'text'), assembled)
-        return '', '', ''
-
-    def _take_reasoning_delta(self, body: dict) -> tuple[str, str, str]:
-        delta = self._string(body, 'delta')
-        if delta:
-            self._add_reasoning(delta)
-        return '', delta, ''
+            raise _failure('closing_copy_differs', f'{source} says tool call {call.index} ({call.name}) has the '
+                                                   f'arguments {_preview(str(claimed))}, but its deltas assembled '
+                                                   f'{_preview(call.arguments)}')
 
     def _take_terminal(self, body: dict) -> tuple[str, str, str]:
         kind = body['type']
         self.terminal_event, self.done = kind, True
         response = body.get('response') if isinstance(body.get('response'), dict) else {}
         if kind == 'error':
-            error = server_error_fields({'message': body.get('message'), 'code': body.get('code')})
-            raise StreamError('application', f'server sent an error event: {describe_server_error(error)}',
-                              server_error=error)
+            raise self._server_error({'message': body.get('message'), 'code': body.get('code')})
         if kind == 'response.failed':
-            error = server_error_fields(response.get('error') or {'message': 'no error given'})
-            raise StreamError('application', f'server sent response.failed: {describe_server_error(error)}',
-                              server_error=error)
+            raise self._server_error(response.get('error') or {'message': 'no error given'}, 'response.failed')
+        still_open = [index for index, item in enumerate(self.items) if item.open]
+        if still_open:
+            raise _failure('part_still_open', f'{kind} in event {self.data_events} while output item {still_open[0]} '
+                                              'was still open (no response.output_item.done)')
         self._take_started(body)
         self.status = response.get('status') if isinstance(response.get('status'), str) else None
         details = response.get('incomplete_details')
@@ -2048,70 +2355,72 @@ class ResponseEvents(StreamValidator):
         self.incomplete_reason = reason if isinstance(reason, str) else None
         if response.get('usage') is not None:
             self.completion_tokens = _token_count(response['usage'], 'output_tokens')
-        self._check_same(kind, _output_text(response.get('output')), self.text)
-        self._check_output_calls(kind, response.get('output'))
+        output = response.get('output') if isinstance(response.get('output'), list) else []
+        self._check_same(kind, _output_text(output), self.text)
+        self._check_output_calls(kind, output)
+        claimed = [item.get('id') if isinstance(item, dict) else None for item in output]
+        if claimed != [item.id for item in self.items]:
+            raise _failure('closing_copy_differs', f'{kind} lists the output items {_preview(json.dumps(claimed))}, '
+                                                   f'but the stream opened {_preview(json.dumps([i.id for i in self.items]))}')
         return '', '', ''
 
-    def _check_output_calls(self, kind: str, output: object) -> None:
+    def _check_output_calls(self, kind: str, output: list) -> None:
         """The terminal event's function calls must be the ones the stream assembled, in order."""
         claimed = [(item.get('call_id'), item.get('name'), item.get('arguments'))
-                   for item in (output if isinstance(output, list) else [])
-                   if isinstance(item, dict) and item.get('type') == 'function_call']
+                   for item in output if isinstance(item, dict) and item.get('type') == 'function_call']
         assembled = [(call.id, call.name, call.arguments) for call in self.calls]
         if claimed != assembled:
-            raise StreamError('protocol', f'{kind} lists the function calls {_preview(json.dumps(claimed))}, but the '
-                                          f'stream assembled {_preview(json.dumps(assembled))}')
+            raise _failure('closing_copy_differs', f'{kind} lists the function calls {_preview(json.dumps(claimed))}, '
+                                                   f'but the stream assembled {_preview(json.dumps(assembled))}')
 
-    _TAKE = {'response.created': _take_started, 'response.in_progress': _take_started,
-             'response.output_item.added': _take_item, 'response.output_item.done': _take_item_done,
-             'response.output_text.delta': _take_text_delta, 'response.output_text.done': _take_text_done,
-             'response.reasoning_text.delta': _take_reasoning_delta,
-             'response.function_call_arguments.delta': _take_arguments_delta,
-             'response.function_call_arguments.done': _take_arguments_done,
-             **dict.fromkeys(RESPONSE_TERMINALS, _take_terminal)}
+    # The grammar: each event type this client reads, and what takes it. An event for a part that is not
+    # open (or whose text its .done closed) is refused by the part lookups above.
+    _GRAMMAR = {'response.created': _take_created, 'response.in_progress': _take_started,
+                'response.output_item.added': _take_item, 'response.output_item.done': _take_item_done,
+                'response.content_part.added': _take_part_added, 'response.content_part.done': _take_part_done,
+                'response.output_text.delta': _take_delta, 'response.output_text.done': _take_text_done,
+                'response.reasoning_text.delta': _take_delta,
+                'response.reasoning_text.done': _take_text_done,
+                'response.function_call_arguments.delta': _take_arguments_delta,
+                'response.function_call_arguments.done': _take_arguments_done,
+                **dict.fromkeys(RESPONSE_TERMINALS, _take_terminal)}
 
     @staticmethod
     def _string(body: dict, key: str) -> str:
         value = body.get(key)
         if not isinstance(value, str):
-            raise StreamError('protocol', f'expected {key} to be a string in {body["type"]}, '
-                                          f'got {type(value).__name__}')
+            raise _failure('field_type', f'expected {key} to be a string in {body["type"]}, '
+                                         f'got {type(value).__name__}')
         return value
 
     @staticmethod
-    def _part(body: dict) -> tuple:
-        return body.get('output_index'), body.get('content_index')
-
-    @staticmethod
-    def _check_same(source: str, claimed: str, assembled: str) -> None:
+    def _check_same(source: str, claimed: object, assembled: str) -> None:
         if claimed != assembled:
-            raise StreamError('protocol', f'{source} says the text is {_preview(claimed)} ({len(claimed)} characters) '
-                                          f'but the deltas assembled {_preview(assembled)} ({len(assembled)})')
+            claimed = str(claimed)
+            raise _failure('closing_copy_differs', f'{source} says the text is {_preview(claimed)} '
+                                                   f'({len(claimed)} characters) but the deltas assembled '
+                                                   f'{_preview(assembled)} ({len(assembled)})')
 
-    def outcome_problem(self) -> str | None:
-        """Why the response is not a finished answer, or None when it is."""
-        if not self.done:
-            return (f'EOF before a terminal event (response.completed) after '
-                    f'{_count(self.content_events, "content event")}')
+    eof_words = 'a terminal event (response.completed)'
+    stop_words = 'status "completed"'
+    length_words = 'status "incomplete" with incomplete_details.reason=max_output_tokens'
+    budget_words = 'output budget exhausted: {}'
+
+    def finish(self) -> str:
+        # vLLM 0.32 ends a budget-exhausted response with response.completed whose status is "incomplete"
+        if self.status == 'completed':
+            return 'calls' if self.calls else 'stop'
+        return 'length' if self.status == 'incomplete' and self.incomplete_reason == 'max_output_tokens' else 'other'
+
+    def finish_words(self) -> str:
         carries = f'{self.terminal_event} carries status {self.status!r}'
-        if self.expect_finish == 'length':
-            if self.status != 'incomplete' or self.incomplete_reason != 'max_output_tokens':
-                return (f'expected status "incomplete" with incomplete_details.reason=max_output_tokens '
-                        f'(--expect-finish length), but {carries}')
-            if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
-                return (f'the output budget ended the response after {_count(self.completion_tokens, "output token")}, '
-                        f'not the {self.max_tokens} requested')
-            if not any(part.strip() for part in self.text_parts) and not self.calls:
-                return f'{carries}, but no visible text arrived'
-            return None
-        if self.status == 'incomplete':
-            if self.incomplete_reason != 'max_output_tokens':
-                return f'not completed: {carries} (incomplete_details.reason={self.incomplete_reason})'
-            return self._budget_problem(f'output budget exhausted: {carries} '
-                                        f'(incomplete_details.reason={self.incomplete_reason})')
-        if self.status != 'completed':
-            return f'expected status "completed", but {carries}'
-        return self._answer_problem(True, carries)
+        return carries + (f' (incomplete_details.reason={self.incomplete_reason})' if self.status == 'incomplete' else '')
+
+    def finished_words(self) -> str:
+        return self.finish_words()
+
+    def unexpected_words(self, words: str) -> str:
+        return f'not completed: {words}'
 
     def fields(self) -> dict:
         return {**super().fields(), 'finish_reason': None, 'response_status': self.status,
@@ -2126,35 +2435,30 @@ def _output_text(output: object) -> str:
                    if isinstance(part, dict) and part.get('type') == 'output_text')
 
 
-MESSAGE_STOP_REASONS = ('end_turn', 'stop_sequence', 'tool_use', 'max_tokens')
-_BLOCK_DELTAS = {'text': ('text_delta',), 'thinking': ('thinking_delta', 'signature_delta'),
-                 'redacted_thinking': (), 'tool_use': ('input_json_delta',)}
-
-
-class _Block:
-    """One content block of a Messages stream: its type, whether it is still open, and its tool call."""
-
-    __slots__ = ('kind', 'open', 'call')
-
-    def __init__(self, kind: str, call: ToolCall | None) -> None:
-        self.kind, self.open, self.call = kind, True, call
+# The Messages grammar. The message goes through these states, and each state accepts these events;
+# ping and error are accepted in every state, and an event type named nowhere here is skipped and
+# listed in the record, as Anthropic tells clients to do with event types they do not know.
+MESSAGE_STATES = {'unstarted': ('message_start',),
+                  'content': ('content_block_start', 'content_block_delta', 'content_block_stop', 'message_delta',
+                              'message_stop'),
+                  'finishing': ('message_delta', 'message_stop')}
+# A content block's type and the delta types it accepts; the field of each delta that carries its piece.
+BLOCK_DELTAS = {'text': ('text_delta', 'citations_delta'), 'thinking': ('thinking_delta', 'signature_delta'),
+                'redacted_thinking': (), 'tool_use': ('input_json_delta',)}
+DELTA_PIECES = {'text_delta': 'text', 'thinking_delta': 'thinking', 'input_json_delta': 'partial_json'}
 
 
 class MessagesEvents(StreamValidator):
-    """Validates one streamed answer of the Anthropic Messages API (/v1/messages), as vLLM serves it.
+    """Validates one streamed answer of the Anthropic Messages API (/v1/messages), as a grammar (docs/apis.md).
 
-    Every event's ``event`` field must name the ``type`` in its data. The
-    stream is message_start, then content blocks numbered from 0, each
-    content_block_start, its deltas and content_block_stop, then a
-    message_delta with the ``stop_reason`` and the usage, then message_stop;
-    ``ping`` may come anywhere. An event before message_start, a second
-    message_start, a block index that skips, a delta for a block that never
-    started or already stopped, a delta of the wrong type for its block
-    (text_delta in a tool_use block), a block still open at message_stop and
-    anything after message_stop are ``protocol`` failures naming the event;
-    an ``error`` event keeps the server's type and message. The answer is the
-    text blocks; thinking blocks go to the reasoning; a tool_use block is a
-    tool call whose input is its input_json_delta pieces joined.
+    Every event's ``event`` field names the ``type`` in its data. The message
+    goes through ``MESSAGE_STATES``: blocks numbered from 0 follow one another
+    in ``content``, each content_block_start, its deltas (``BLOCK_DELTAS``)
+    and content_block_stop; the first message_delta, with every block
+    stopped, moves it to ``finishing``; message_stop ends it. ``ping`` may
+    come anywhere; an ``error`` event keeps the server's type and message.
+    The answer is the text blocks; thinking blocks go to the reasoning; a
+    tool_use block is a tool call whose input is its input_json_delta pieces.
     """
 
     api = 'messages'
@@ -2164,85 +2468,90 @@ class MessagesEvents(StreamValidator):
 
     def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
                  spec: AnswerSpec | None = None) -> None:
-        super().__init__(spec)
-        self.expect_finish = expect_finish
-        self.max_tokens = max_tokens
-        self.started = False
+        super().__init__(expect_finish, max_tokens, spec)
+        self.state = 'unstarted'
         self.stop_reason: str | None = None
-        self.blocks: list[_Block] = []
+        self.blocks: list[_Part] = []
 
     def accept(self, event: tuple[str, str]) -> tuple[str, str, str]:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
         kind, body = self._typed_body(event, 'message_stop')
-        if kind == 'ping':
-            return '', '', ''
         if kind == 'error':
-            error = server_error_fields(body)
-            raise StreamError('application', 'server sent an error event: ' + describe_server_error(error),
-                              server_error=error)
-        if not self.started and kind != 'message_start':
-            raise StreamError('protocol', f'{kind} arrived in event {self.data_events}, before message_start')
+            raise self._server_error(body)
         take = self._TAKE.get(kind)
-        return take(self, body) if take else ('', '', '')
+        if take is None:
+            self.skipped_events.append(kind)
+            return '', '', ''
+        if kind != 'ping' and kind not in MESSAGE_STATES[self.state]:
+            raise self._out_of_state(kind)
+        return take(self, body)
+
+    def _out_of_state(self, kind: str) -> StreamError:
+        event = self.data_events
+        if self.state == 'unstarted':
+            return _failure('event_out_of_order', f'{kind} arrived in event {event}, before message_start')
+        if kind == 'message_start':
+            return _failure('event_out_of_order', f'a second message_start in event {event}')
+        return _failure('event_after_close', f'{kind} in event {event}, after message_delta ended the content')
+
+    def _take_ping(self, body: dict) -> tuple[str, str, str]:
+        return '', '', ''
 
     def _take_message_start(self, body: dict) -> tuple[str, str, str]:
-        if self.started:
-            raise StreamError('protocol', f'a second message_start in event {self.data_events}')
-        self.started = True
+        self.state = 'content'
         message = body.get('message')
         if isinstance(message, dict) and isinstance(message.get('id'), str):
             self.response_id = message['id']
         return '', '', ''
 
     def _take_block_start(self, body: dict) -> tuple[str, str, str]:
-        index, block = body.get('index'), body.get('content_block')
+        index, block, event = body.get('index'), body.get('content_block'), self.data_events
         kind = block.get('type') if isinstance(block, dict) else None
         if index != len(self.blocks):
-            raise StreamError('protocol', f'content_block_start for block {_shorten(repr(index))} in event '
-                                          f'{self.data_events}: the next block was {len(self.blocks)}')
-        if kind not in _BLOCK_DELTAS:
-            raise StreamError('protocol', f'a content block of type {_shorten(repr(kind))} in event '
-                                          f'{self.data_events}; this client reads text, thinking and tool_use blocks')
+            raise _failure('part_index_skips', f'content_block_start for block {_shorten(repr(index))} in event '
+                                               f'{event}: the next block was {len(self.blocks)}')
+        if self.blocks and self.blocks[-1].open:
+            raise _failure('event_out_of_order', f'content_block_start for block {index} in event {event} while '
+                                                 f'block {index - 1} was still open (no content_block_stop)')
+        if kind not in BLOCK_DELTAS:
+            raise _failure('unsupported_part', f'a content block of type {_shorten(repr(kind))} in event '
+                                               f'{event}; this client reads text, thinking and tool_use blocks')
         call = None
         if kind == 'tool_use':
             call_id, name = block.get('id'), block.get('name')
-            if not self.spec.tools:
-                raise StreamError('protocol', f'a tool_use block arrived in event {self.data_events}, but the '
-                                              'request offered no tools (--tools)')
+            self._offered_tools('a tool_use block')
             if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
-                raise StreamError('protocol', f'a tool_use block started in event {self.data_events} without an id '
-                                              'and a name')
-            call = ToolCall(len(self.calls), call_id, name)
-            self.calls.append(call)
-            self.content_events += 1
-        self.blocks.append(_Block(kind, call))
+                raise _failure('call_without_id', f'a tool_use block started in event {event} without an id '
+                                                  'and a name')
+            call = self._new_call('a tool_use block', call_id, name)
+        self.blocks.append(_Part(kind, call=call))
         return '', '', self._shown(call, opening=True) if call else ''
 
-    def _open_block(self, body: dict, what: str) -> _Block:
+    def _open_block(self, body: dict, what: str) -> _Part:
         index = body.get('index')
         if type(index) is not int or not 0 <= index < len(self.blocks):
-            raise StreamError('protocol', f'{what} for block {_shorten(repr(index))} in event {self.data_events}, '
-                                          'which never started')
+            raise _failure('part_not_open', f'{what} for block {_shorten(repr(index))} in event {self.data_events}, '
+                                            'which never started')
         block = self.blocks[index]
         if not block.open:
-            raise StreamError('protocol', f'{what} for block {index} in event {self.data_events}, after its '
-                                          'content_block_stop')
+            raise _failure('event_after_close', f'{what} for block {index} in event {self.data_events}, after its '
+                                                'content_block_stop')
         return block
 
     def _take_block_delta(self, body: dict) -> tuple[str, str, str]:
         block = self._open_block(body, 'content_block_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         kind = delta.get('type')
-        if kind not in _BLOCK_DELTAS[block.kind]:
-            raise StreamError('protocol', f'a {_shorten(str(kind))} in event {self.data_events} for block '
-                                          f'{body["index"]}, a {block.kind} block')
-        field = {'text_delta': 'text', 'thinking_delta': 'thinking', 'input_json_delta': 'partial_json'}.get(kind)
-        if field is None:  # a signature_delta: nothing to show
+        if kind not in BLOCK_DELTAS[block.kind]:
+            raise _failure('delta_type', f'a {_shorten(str(kind))} in event {self.data_events} for block '
+                                         f'{body["index"]}, a {block.kind} block')
+        field = DELTA_PIECES.get(kind)
+        if field is None:  # a signature_delta or a citations_delta: nothing to show
             return '', '', ''
         piece = delta.get(field)
         if not isinstance(piece, str):
-            raise StreamError('protocol', f'expected {kind}.{field} to be a string in event {self.data_events}, '
-                                          f'got {type(piece).__name__}')
+            raise _failure('field_type', f'expected {kind}.{field} to be a string in event {self.data_events}, '
+                                         f'got {type(piece).__name__}')
         if not piece:
             return '', '', ''
         if kind == 'text_delta':
@@ -2258,55 +2567,52 @@ class MessagesEvents(StreamValidator):
         self._open_block(body, 'content_block_stop').open = False
         return '', '', ''
 
+    def _still_open(self, kind: str) -> None:
+        """The content ends (message_delta, message_stop) only with every block stopped."""
+        still_open = [index for index, block in enumerate(self.blocks) if block.open]
+        if still_open:
+            raise _failure('part_still_open', f'{kind} in event {self.data_events} while block {still_open[0]} '
+                                              'was still open (no content_block_stop)')
+
     def _take_message_delta(self, body: dict) -> tuple[str, str, str]:
+        self._still_open('message_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         reason = delta.get('stop_reason')
         if reason is not None and not isinstance(reason, str):
-            raise StreamError('protocol', f'expected stop_reason to be a string in event {self.data_events}, '
-                                          f'got {type(reason).__name__}')
-        self.stop_reason = reason if reason is not None else self.stop_reason
+            raise _failure('field_type', f'expected stop_reason to be a string in event {self.data_events}, '
+                                         f'got {type(reason).__name__}')
+        if reason is not None and self.stop_reason not in (None, reason):
+            raise _failure('closing_copy_differs', f'message_delta in event {self.data_events} says stop_reason='
+                                                   f'{_shorten(reason)}, but an earlier one said {self.stop_reason}')
+        self.state, self.stop_reason = 'finishing', reason or self.stop_reason
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')
         return '', '', ''
 
     def _take_message_stop(self, body: dict) -> tuple[str, str, str]:
-        still_open = [index for index, block in enumerate(self.blocks) if block.open]
-        if still_open:
-            raise StreamError('protocol', f'message_stop in event {self.data_events} while block {still_open[0]} '
-                                          'was still open (no content_block_stop)')
+        self._still_open('message_stop')
         self.done = True
         return '', '', ''
 
-    _TAKE = {'message_start': _take_message_start, 'content_block_start': _take_block_start,
+    _TAKE = {'ping': _take_ping, 'message_start': _take_message_start, 'content_block_start': _take_block_start,
              'content_block_delta': _take_block_delta, 'content_block_stop': _take_block_stop,
              'message_delta': _take_message_delta, 'message_stop': _take_message_stop}
 
-    def outcome_problem(self) -> str | None:
-        """Why the message is not a finished answer, or None when it is."""
-        if not self.done:
-            return f'EOF before message_stop after {_count(self.content_events, "content event")}'
-        reason = self.stop_reason
-        if reason is None:
-            return 'message_stop arrived, but no message_delta said its stop_reason'
-        finish = f'stop_reason={reason}'
-        if self.expect_finish == 'length':
-            if reason != 'max_tokens':
-                return f'expected stop_reason=max_tokens (--expect-finish length), got {finish}'
-            if self.completion_tokens is not None and self.completion_tokens != self.max_tokens:
-                return (f'stop_reason=max_tokens after {_count(self.completion_tokens, "output token")}, '
-                        f'not the {self.max_tokens} requested')
-            if not any(part.strip() for part in self.text_parts) and not self.calls:
-                return 'stop_reason=max_tokens and message_stop arrived, but no visible text'
-            return None
-        if reason == 'max_tokens':
-            return self._budget_problem('output budget exhausted (stop_reason=max_tokens)')
-        if reason not in MESSAGE_STOP_REASONS:
-            return f'expected stop_reason end_turn, stop_sequence or tool_use, got {finish}'
-        if self.calls:  # vLLM says tool_use also when the choice named the tool
-            return self._answer_problem(reason == 'tool_use', finish)
-        if reason == 'tool_use':
-            return 'stop_reason=tool_use, but no tool_use block arrived'
-        return self._answer_problem(False, f'{finish} and message_stop arrived')
+    eof_words = 'message_stop'
+    stop_words = 'stop_reason end_turn, stop_sequence or tool_use'
+    length_words = 'stop_reason=max_tokens'
+    call_noun = 'tool_use block'
+    _FINISHES = {'end_turn': 'stop', 'stop_sequence': 'stop', 'tool_use': 'calls', 'max_tokens': 'length'}
+
+    def finish(self) -> str | None:
+        # vLLM says tool_use also when the choice named the tool
+        return None if self.stop_reason is None else self._FINISHES.get(self.stop_reason, 'other')
+
+    def finish_words(self) -> str:
+        return f'stop_reason={self.stop_reason}'
+
+    def no_finish_words(self) -> str:
+        return 'message_stop arrived, but no message_delta said its stop_reason'
 
     def fields(self) -> dict:
         return {**super().fields(), 'finish_reason': self.stop_reason}
@@ -2340,12 +2646,6 @@ def describe_server_error(error: dict) -> str:
 # The answer as a whole: the signals one stream shows, the unstreamed twin, the cross-check (sans-IO)
 # ---------------------------------------------------------------------------
 
-# The stable kinds of the failures this section finds, with their layer.
-ANSWER_CHECK_KINDS = {
-    'budget_used_by_tool_call': 'application',  # a tool-call finish with the whole output budget used
-    'tool_markup_in_text': 'application',       # tool-call markup in the visible text, tools offered
-    'cross_check_differs': 'cross-check',       # the same tokens streamed and unstreamed, another answer
-}
 TOKEN_ID_APIS = ('chat', 'completions')  # the APIs on which vLLM 0.32 returns token ids (return_token_ids)
 STREAMED_ONLY_KEYS = ('stream_options',)  # request keys vLLM refuses on an unstreamed request
 MAX_UNSTREAMED_BODY = 16 * 1024 * 1024    # bytes of an unstreamed answer that are read
@@ -2432,23 +2732,23 @@ def tool_markup_in_text(answer: Answer, spec: AnswerSpec) -> str | None:
             'did not extract a call')
 
 
-def answer_problem(validator: StreamValidator, cross_check: dict | None = None) -> tuple[str | None, str | None]:
-    """Why the streamed answer is not a finished one, as (kind, message); (None, None) when it is. The
-    validator's outcome, and the two signals of a finished stream: the whole budget used by a tool-call
-    finish comes first (it explains arguments cut short), markup in the text after the outcome. A
-    comparable cross-check whose unstreamed twin finished by itself clears the budget signal: the
-    generation ended on its last allowed token."""
-    outcome = validator.outcome_problem()
+def answer_problem(validator: StreamValidator, cross_check: dict | None = None) -> StreamError | None:
+    """Why the streamed answer is not a finished one, or None when it is: the validator's outcome, and
+    the two signals of a finished stream. The whole budget used by a tool-call finish comes first (it
+    explains arguments cut short), markup in the text after the outcome. A comparable cross-check
+    whose unstreamed twin finished by itself clears the budget signal: the generation ended on its
+    last allowed token."""
+    outcome = validator.outcome()
     if not validator.done:
-        return None, outcome
+        return outcome
     answer = streamed_answer(validator)
     budget = budget_used_by_tool_call(answer, validator.max_tokens) if validator.expect_finish == 'stop' else None
     if budget and not _finished_alike(cross_check):
-        return 'budget_used_by_tool_call', budget
+        return _failure('budget_used_by_tool_call', budget)
     if outcome:
-        return None, outcome
+        return outcome
     markup = tool_markup_in_text(answer, validator.spec)
-    return ('tool_markup_in_text', markup) if markup else (None, None)
+    return _failure('tool_markup_in_text', markup) if markup else None
 
 
 def _finished_alike(cross_check: dict | None) -> bool:
@@ -2472,23 +2772,23 @@ def _unstreamed_body(data: bytes) -> dict:
     try:
         value = strict_json(data.decode('utf-8'))
     except UnicodeDecodeError:
-        raise StreamError('protocol', 'the unstreamed answer is not UTF-8') from None
+        raise _failure('unstreamed_malformed', 'the unstreamed answer is not UTF-8') from None
     except ValueError as exc:
-        raise StreamError('protocol', f'the unstreamed answer is not strict JSON ({exc}): '
-                                      f'{_preview(data.decode("utf-8", "replace"))}') from None
+        raise _failure('unstreamed_malformed', f'the unstreamed answer is not strict JSON ({exc}): '
+                                               f'{_preview(data.decode("utf-8", "replace"))}') from None
     if not isinstance(value, dict):
-        raise StreamError('protocol', f'the unstreamed answer is {_seen(value)}, not a JSON object')
+        raise _failure('unstreamed_malformed', f'the unstreamed answer is {_seen(value)}, not a JSON object')
     if 'error' in value:
         error = server_error_fields(value)
-        raise StreamError('application', 'the unstreamed answer is an error: ' + describe_server_error(error),
-                          server_error=error)
+        raise _failure('unstreamed_error', 'the unstreamed answer is an error: ' + describe_server_error(error),
+                       server_error=error)
     return value
 
 
 def _field(owner: dict, key: str, types: tuple, what: str) -> object:
     value = owner.get(key)
     if not isinstance(value, types):
-        raise StreamError('protocol', f'the unstreamed answer\'s {what} is {_seen(value)}')
+        raise _failure('unstreamed_malformed', f'the unstreamed answer\'s {what} is {_seen(value)}')
     return value
 
 
@@ -2496,10 +2796,10 @@ def _one_choice(body: dict) -> dict:
     choices = body.get('choices')
     if not isinstance(choices, list) or len(choices) != 1:
         count = len(choices) if isinstance(choices, list) else _seen(choices)
-        raise StreamError('protocol', f'expected one choice in the unstreamed answer (n=1), got {count}')
+        raise _failure('unstreamed_malformed', f'expected one choice in the unstreamed answer (n=1), got {count}')
     choice = choices[0]
     if not isinstance(choice, dict) or choice.get('index') != 0:
-        raise StreamError('protocol', 'expected the unstreamed answer\'s choice to have index 0')
+        raise _failure('unstreamed_malformed', 'expected the unstreamed answer\'s choice to have index 0')
     return choice
 
 
@@ -2507,7 +2807,8 @@ def _token_list(value: object) -> tuple[int, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(type(token) is int for token in value):
-        raise StreamError('protocol', f'expected the unstreamed token_ids to be a list of integers, got {_seen(value)}')
+        raise _failure('unstreamed_malformed', f'expected the unstreamed token_ids to be a list of integers, '
+                                               f'got {_seen(value)}')
     return tuple(value)
 
 
@@ -2523,11 +2824,12 @@ def _unstreamed_chat(body: dict) -> Answer:
         function = call.get('function') if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get('name'), str) \
                 or not isinstance(function.get('arguments'), str):
-            raise StreamError('protocol', f'unstreamed tool call {number} has no function name and arguments')
+            raise _failure('unstreamed_malformed', f'unstreamed tool call {number} has no function name and '
+                                                   'arguments')
         calls.append(AnsweredCall(function['name'], function['arguments']))
     reasoning = message.get('reasoning') if message.get('reasoning') is not None else message.get('reasoning_content')
     if not isinstance(reasoning, (str, type(None))):
-        raise StreamError('protocol', f'the unstreamed answer\'s reasoning is {_seen(reasoning)}')
+        raise _failure('unstreamed_malformed', f'the unstreamed answer\'s reasoning is {_seen(reasoning)}')
     return Answer(_field(message, 'content', (str, type(None)), 'content') or '', reasoning or '', tuple(calls),
                   _field(choice, 'finish_reason', (str, type(None)), 'finish_reason'),
                   _usage(body, 'completion_tokens'), _token_list(choice.get('token_ids')))
@@ -2546,7 +2848,7 @@ def _unstreamed_response(body: dict) -> Answer:
     calls = tuple(AnsweredCall(item.get('name'), item.get('arguments')) for item in items
                   if item.get('type') == 'function_call')
     if any(not isinstance(call.name, str) or not isinstance(call.arguments, str) for call in calls):
-        raise StreamError('protocol', 'an unstreamed function call has no name and arguments')
+        raise _failure('unstreamed_malformed', 'an unstreamed function call has no name and arguments')
     reasoning = ''.join(part.get('text') or '' for item in items if item.get('type') == 'reasoning'
                         for part in (item.get('content') if isinstance(item.get('content'), list) else [])
                         if isinstance(part, dict))
@@ -2562,7 +2864,7 @@ def _unstreamed_message(body: dict) -> Answer:
     for block in blocks:
         if block.get('type') == 'tool_use':
             if not isinstance(block.get('name'), str) or 'input' not in block:
-                raise StreamError('protocol', 'an unstreamed tool_use block has no name and input')
+                raise _failure('unstreamed_malformed', 'an unstreamed tool_use block has no name and input')
             calls.append(AnsweredCall(block['name'], json.dumps(block['input'], ensure_ascii=False), False))
     return Answer(''.join(block.get('text') or '' for block in blocks if block.get('type') == 'text'),
                   ''.join(block.get('thinking') or '' for block in blocks if block.get('type') == 'thinking'),
@@ -2674,12 +2976,13 @@ def unstreamed_problem(answer: Answer, expect_finish: str = 'stop') -> str | Non
     return f'the unstreamed answer did not finish: its finish is {answer.finish}'
 
 
-def cross_check_failure(cross_check: dict | None) -> str | None:
+def cross_check_failure(cross_check: dict | None) -> StreamError | None:
     """The cross-check failure of a pair: the same tokens, another answer. Pairs without token ids, or
     whose tokens diverged, never fail: a different generation cannot be ruled out."""
     if not cross_check or cross_check['comparable'] is not True or cross_check['same'] is not False:
         return None
-    return f'the same {_count(cross_check["token_ids"]["streamed"], "token")}, but {cross_check["differences"][0]}'
+    return _failure('cross_check_differs', f'the same {_count(cross_check["token_ids"]["streamed"], "token")}, '
+                                           f'but {cross_check["differences"][0]}')
 
 
 # ---------------------------------------------------------------------------
@@ -2692,7 +2995,7 @@ def cross_check_failure(cross_check: dict | None) -> str | None:
 # short. So http.client only formats the request; the response is read from the
 # socket and parsed here, as h11 does. Each body reader knows only how its
 # framing ends: feed() returns payload bytes, overrun counts bytes seen past
-# the end of the message, eof_problem() says why a close was premature.
+# the end of the message, eof_failure() says why a close was premature.
 
 MAX_HEAD_BYTES = 65_536        # status lines and header sections, 1xx responses included
 MAX_BODY_SIZE = 2**60 - 1      # the largest Content-Length or chunk size accepted, in bytes (leading zeros are free)
@@ -2755,24 +3058,24 @@ class ResponseHeadParser:
             end = _HEAD_END.search(self._buf, searched)
             if end is None:
                 if self._skipped + len(self._buf) > MAX_HEAD_BYTES:
-                    raise StreamError('http', f'response head longer than {MAX_HEAD_BYTES} bytes')
+                    raise _failure('head_too_long', f'response head longer than {MAX_HEAD_BYTES} bytes')
                 return None
             head = _parse_head(self._buf[:end.start()], tuple(self.interim))
             self._skipped += end.end()
             self._buf, searched = self._buf[end.end():], 0
             if head.status == 101:
-                raise StreamError('http', 'unexpected 101 Switching Protocols: this client asked for no upgrade')
+                raise _failure('unexpected_101', 'unexpected 101 Switching Protocols: this client asked for no upgrade')
             if not 100 <= head.status < 200:
                 self.rest, self._buf = self._buf, b''
                 return head
             self.interim.append(head.status)
 
-    def eof_problem(self) -> str:
+    def eof_failure(self) -> StreamError:
         """Why a connection that closed now has not delivered a response."""
         received = self._skipped + len(self._buf)
         if not received:
-            return 'connection closed before any response bytes arrived'
-        return f'connection closed inside the response head after {_count(received, "byte")}'
+            return _failure('no_response', 'connection closed before any response bytes arrived')
+        return _failure('eof_in_head', f'connection closed inside the response head after {_count(received, "byte")}')
 
 
 def _parse_head(block: bytes, interim: tuple[int, ...]) -> ResponseHead:
@@ -2780,10 +3083,10 @@ def _parse_head(block: bytes, interim: tuple[int, ...]) -> ResponseHead:
     lines = [line[:-1] if line.endswith(b'\r') else line for line in block.split(b'\n')]
     status = _STATUS_LINE.fullmatch(lines[0])
     if status is None:
-        raise StreamError('http', f'invalid status line {bytes(lines[0][:60])!r}: expected "HTTP/1.1 200 OK"')
+        raise _failure('bad_status_line', f'invalid status line {bytes(lines[0][:60])!r}: expected "HTTP/1.1 200 OK"')
     if status[1] != b'1':
-        raise StreamError('http', f'unsupported HTTP version {status[1].decode()}.{status[2].decode()}; '
-                                  'expected HTTP/1.x')
+        raise _failure('http_version', f'unsupported HTTP version {status[1].decode()}.{status[2].decode()}; '
+                                       'expected HTTP/1.x')
     fields: list[list[str]] = []
     for line in lines[1:]:
         if line[:1] in (b' ', b'\t') and fields and _FIELD_VALUE.fullmatch(line):
@@ -2791,7 +3094,7 @@ def _parse_head(block: bytes, interim: tuple[int, ...]) -> ResponseHead:
             continue
         field = _FIELD_LINE.fullmatch(line)
         if field is None:
-            raise StreamError('http', _malformed_field(line))
+            raise _failure('bad_header_line', _malformed_field(line))
         fields.append([field[1].decode('ascii'), field[2].rstrip(b' \t').decode('latin-1')])
     return ResponseHead(int(status[3]), (status[4] or b'').decode('latin-1'), f'{status[1].decode()}.{status[2].decode()}',
                         tuple((name, value) for name, value in fields), interim)
@@ -2831,14 +3134,15 @@ class ContentLengthBody:
         self.received += len(raw)
         return raw
 
-    def eof_problem(self) -> str | None:
-        return None if self.complete else f'connection closed after {self.progress()}'
+    def eof_failure(self) -> StreamError | None:
+        return None if self.complete else _failure('body_truncated', f'connection closed after {self.progress()}')
 
     def progress(self) -> str:
         return f'{self.received} of {_count(self.declared, "body byte")}'
 
-    def overrun_problem(self) -> str:
-        return f'{_count(self.overrun, "byte")} beyond the declared Content-Length of {self.declared}'
+    def overrun_failure(self) -> StreamError:
+        return _failure('body_overrun', f'{_count(self.overrun, "byte")} beyond the declared Content-Length of '
+                                        f'{self.declared}')
 
 
 class Chunk(enum.Enum):
@@ -2909,7 +3213,7 @@ class ChunkedBody:
                 stop = pos + size
                 if stop + 2 <= end:  # the whole chunk and its CRLF are here: take them in one step
                     if buf[stop:stop + 2] != b'\r\n':
-                        raise StreamError('transport', f'chunk data not followed by CRLF: {bytes(buf[stop:stop + 8])!r}')
+                        raise _failure('bad_chunk_end', f'chunk data not followed by CRLF: {bytes(buf[stop:stop + 8])!r}')
                     out.append(buf[pos:stop])
                     pos = stop + 2
                 else:
@@ -2926,7 +3230,7 @@ class ChunkedBody:
                     self._pending = buf[pos:]
                     break
                 if buf[pos:pos + 2] != b'\r\n':
-                    raise StreamError('transport', f'chunk data not followed by CRLF: {bytes(buf[pos:pos + 8])!r}')
+                    raise _failure('bad_chunk_end', f'chunk data not followed by CRLF: {bytes(buf[pos:pos + 8])!r}')
                 pos += 2
                 state = SIZE
             elif state is COMPLETE:
@@ -2947,7 +3251,7 @@ class ChunkedBody:
 
     def _keep_partial_line(self, buf: bytes, pos: int, end: int) -> None:
         if end - pos > MAX_CHUNK_LINE:
-            raise StreamError('transport', f'{self._state.value} longer than {MAX_CHUNK_LINE} bytes without a line end')
+            raise _failure('chunk_line_too_long', f'{self._state.value} longer than {MAX_CHUNK_LINE} bytes without a line end')
         self._pending = buf[pos:]
 
     @staticmethod
@@ -2956,7 +3260,7 @@ class ChunkedBody:
         if not line.endswith(b'\r') or b'\r' in line[:-1]:
             ended = 'CR CR LF' if line.endswith(b'\r\r') else 'a bare CR inside it' if line.endswith(b'\r') \
                 else 'a bare LF'
-            raise StreamError('transport', f'{what} ending in {ended}, expected CRLF: {bytes(line[:40])!r}')
+            raise _failure('bad_line_end', f'{what} ending in {ended}, expected CRLF: {bytes(line[:40])!r}')
         return line[:-1]
 
     def _chunk_size(self, line: bytes) -> int:
@@ -2966,16 +3270,16 @@ class ChunkedBody:
         if semicolon:
             digits, extensions = digits.rstrip(b' \t'), semicolon + extensions
             if not _CHUNK_EXTENSIONS.fullmatch(b' ' + extensions):
-                raise StreamError('transport', f'invalid chunk extension in {bytes(content[:40])!r}')
+                raise _failure('bad_chunk_extension', f'invalid chunk extension in {bytes(content[:40])!r}')
         elif digits[-1:] in (b' ', b'\t'):
             digits = digits.rstrip(b' \t')
         if not digits or digits.strip(self._HEX):
-            raise StreamError('transport', f'invalid chunk size line {bytes(content[:40])!r}: '
-                                           'expected hexadecimal digits')
+            raise _failure('bad_chunk_size', f'invalid chunk size line {bytes(content[:40])!r}: '
+                                             'expected hexadecimal digits')
         size = int(digits, 16)  # base 16 has no digit limit, and the line is bounded
         if size > MAX_BODY_SIZE:
-            raise StreamError('transport', f'chunk size 0x{bytes(digits.lstrip(b"0")[:40]).decode()} is over the '
-                                           f'bound of {MAX_BODY_SIZE} bytes')
+            raise _failure('chunk_too_large', f'chunk size 0x{bytes(digits.lstrip(b"0")[:40]).decode()} is over the '
+                                              f'bound of {MAX_BODY_SIZE} bytes')
         return size
 
     def _trailer_line(self, line: bytes) -> bool:
@@ -2986,28 +3290,28 @@ class ChunkedBody:
             return True
         self._trailer_bytes += len(line) + 1
         if self._trailer_bytes > MAX_TRAILER_BYTES:
-            raise StreamError('transport', f'trailer section longer than {MAX_TRAILER_BYTES} bytes')
+            raise _failure('trailer_too_long', f'trailer section longer than {MAX_TRAILER_BYTES} bytes')
         if not _FIELD_LINE.fullmatch(content):
-            raise StreamError('transport', f'invalid trailer line {bytes(content[:40])!r}: '
-                                           'expected a field line "name: value"')
+            raise _failure('bad_trailer_line', f'invalid trailer line {bytes(content[:40])!r}: '
+                                               'expected a field line "name: value"')
         return False
 
-    def eof_problem(self) -> str | None:
-        state = self._state
+    def eof_failure(self) -> StreamError | None:
+        state, received = self._state, _count(self.received, 'body byte')
         if state is Chunk.COMPLETE:
             return None
         if state is Chunk.DATA or state is Chunk.DATA_END:
-            return (f'connection closed inside a chunk after {_count(self.received, "body byte")} '
-                    f'({_count(self._chunk_left, "byte")} of that chunk missing)')
+            return _failure('eof_in_chunk', f'connection closed inside a chunk after {received} '
+                                            f'({_count(self._chunk_left, "byte")} of that chunk missing)')
         if state is Chunk.TRAILER:
-            return f'chunked body ended inside its trailer after {_count(self.received, "body byte")}'
-        return f'chunked body ended without its terminating chunk after {_count(self.received, "body byte")}'
+            return _failure('eof_in_trailer', f'chunked body ended inside its trailer after {received}')
+        return _failure('no_last_chunk', f'chunked body ended without its terminating chunk after {received}')
 
     def progress(self) -> str:
         return f'{_count(self.received, "body byte")} and no terminating chunk'
 
-    def overrun_problem(self) -> str:
-        return f'{_count(self.overrun, "byte")} after the terminating chunk'
+    def overrun_failure(self) -> StreamError:
+        return _failure('body_overrun', f'{_count(self.overrun, "byte")} after the terminating chunk')
 
 
 class CloseDelimitedBody:
@@ -3024,7 +3328,7 @@ class CloseDelimitedBody:
         self.received += len(raw)
         return raw
 
-    def eof_problem(self) -> None:
+    def eof_failure(self) -> None:
         return None
 
     def progress(self) -> str:
@@ -3035,13 +3339,13 @@ def body_reader(head: ResponseHead) -> ContentLengthBody | ChunkedBody | CloseDe
     """Choose the body framing from the response head (RFC 9112, 6.3), refusing what cannot be decoded."""
     encodings = head.field_list('Content-Encoding')
     if any(coding != 'identity' for coding in encodings):
-        raise StreamError('http', f'unsupported content-encoding {", ".join(head.get_all("Content-Encoding"))!r}')
+        raise _failure('unsupported_encoding', f'unsupported content-encoding {", ".join(head.get_all("Content-Encoding"))!r}')
     if head.get_all('Transfer-Encoding'):
         if head.field_list('Transfer-Encoding') != ['chunked']:
-            raise StreamError('http', f'unsupported transfer-encoding '
-                                      f'{", ".join(head.get_all("Transfer-Encoding"))!r}; expected chunked alone')
+            raise _failure('unsupported_encoding', f'unsupported transfer-encoding '
+                                                   f'{", ".join(head.get_all("Transfer-Encoding"))!r}; expected chunked alone')
         if head.get_all('Content-Length'):
-            raise StreamError('http', 'both Transfer-Encoding and Content-Length: the framing is ambiguous')
+            raise _failure('ambiguous_framing', 'both Transfer-Encoding and Content-Length: the framing is ambiguous')
         return ChunkedBody()
     length = content_length(head)
     return CloseDelimitedBody() if length is None else ContentLengthBody(length)
@@ -3057,14 +3361,14 @@ def content_length(head: ResponseHead) -> int | None:
     values = set()
     for part in parts:
         if not part.isdigit() or not part.isascii():
-            raise StreamError('http', f'invalid Content-Length {_shorten(", ".join(parts))!r}: expected digits')
+            raise _failure('bad_content_length', f'invalid Content-Length {_shorten(", ".join(parts))!r}: expected digits')
         significant = part.lstrip('0') or '0'
         if len(significant) > len(str(MAX_BODY_SIZE)) or int(significant) > MAX_BODY_SIZE:  # no int() of 4,300 digits
-            raise StreamError('http', f'Content-Length {_shorten(significant, 30)} is over the bound of '
-                                      f'{MAX_BODY_SIZE} bytes')
+            raise _failure('bad_content_length', f'Content-Length {_shorten(significant, 30)} is over the bound of '
+                                                 f'{MAX_BODY_SIZE} bytes')
         values.add(int(significant))
     if len(values) != 1:
-        raise StreamError('http', f'Content-Length values disagree: {_shorten(", ".join(parts))!r}')
+        raise _failure('bad_content_length', f'Content-Length values disagree: {_shorten(", ".join(parts))!r}')
     return values.pop()
 
 
@@ -3099,7 +3403,7 @@ def _public_headers(head: ResponseHead) -> list[list[str]]:
 def _check_content_type(value: str | None) -> None:
     media_type = (value or '').split(';')[0].strip().lower()
     if media_type != 'text/event-stream':
-        raise StreamError('http', f'expected content-type text/event-stream, got {value or "none"!r}')
+        raise _failure('content_type', f'expected content-type text/event-stream, got {value or "none"!r}')
 
 
 def _status_failure(head: ResponseHead, body: bytes) -> StreamError:
@@ -3112,8 +3416,8 @@ def _status_failure(head: ResponseHead, body: bytes) -> StreamError:
         if 'html' in (head.get('Content-Type') or '').lower():
             text = re.sub(r'(?is)<head>.*?</head>|<[^>]*>', ' ', text)  # the title repeats the heading
         text = ' '.join(text.split())
-        return StreamError('http', f'{problem}: {_preview(text, 200)}' if text else problem)
-    return StreamError('http', f'{problem}: {describe_server_error(error)}', server_error=error)
+        return _failure('status_not_200', f'{problem}: {_preview(text, 200)}' if text else problem)
+    return _failure('status_not_200', f'{problem}: {describe_server_error(error)}', server_error=error)
 
 
 def _error_body_reader(head: ResponseHead):
@@ -3196,10 +3500,13 @@ class ResponseReader:
         otherwise judge() reads how each layer ended."""
         if self.error is not None:
             return
+        self.error = self.early_end()
+
+    def early_end(self) -> StreamError | None:
+        """The failure if the response ended now, before its body: inside the head, or inside an error body."""
         if self.head is None:
-            self.error = StreamError('transport', self._heads.eof_problem())
-        elif self._error_body is not None:
-            self.error = self.status_failure()
+            return self._heads.eof_failure()
+        return self.status_failure() if self._error_body is not None else None
 
     def status_failure(self) -> StreamError:
         """The failure of a response whose status is not 200, with the server's message when it sent one."""
@@ -3228,7 +3535,7 @@ class ResponseReader:
         for event in self.events.feed(self.body.feed(data)):
             pieces.append(accept(event))
         if self.body.overrun:
-            raise StreamError('transport', self.body.overrun_problem())
+            raise self.body.overrun_failure()
 
     def _feed_error_body(self, data: bytes) -> None:
         try:
@@ -3276,16 +3583,14 @@ class UnstreamedReader:
     def _keep(self, part: bytes) -> None:
         self._size += len(part)
         if self._size > MAX_UNSTREAMED_BODY:
-            raise StreamError('transport', f'the unstreamed answer is longer than {MAX_UNSTREAMED_BODY} bytes')
+            raise _failure('unstreamed_too_long', f'the unstreamed answer is longer than {MAX_UNSTREAMED_BODY} bytes')
         self._parts.append(part)
 
     def eof(self) -> None:
         """The connection closed: an error unless the message had ended as its framing promised."""
         if self.complete:
             return
-        problem = self._heads.eof_problem() if self.head is None else self.body.eof_problem()
-        if problem:
-            self.error = StreamError('transport', problem)
+        self.error = self._heads.eof_failure() if self.head is None else self.body.eof_failure()
 
     def answer(self, api: str) -> Answer:
         """The answer of the whole response; StreamError for a broken message, a status other than 200
@@ -3864,6 +4169,17 @@ class Connection:
         self.idle_since: float | None = None  # monotonic time at which its last response ended
 
 
+def _stray_bytes(sock: socket.socket) -> bool:
+    """Whether bytes wait on an idle plain connection (not an end of file). Not asked of TLS, whose
+    post-handshake records make a socket readable."""
+    if isinstance(sock, ssl.SSLSocket) or not select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))
+    except OSError:  # reset while idle: the run reports it as a stale connection
+        return False
+
+
 class KeptConnections:
     """The connections one worker keeps alive between its runs (--keep-alive), one per origin. Used by one
     thread at a time."""
@@ -3872,7 +4188,14 @@ class KeptConnections:
         self._by_origin: dict[tuple, Connection] = {}
 
     def take(self, origin: tuple) -> Connection | None:
-        return self._by_origin.pop(origin, None)
+        """The connection kept to this origin, unless bytes arrived on it while it was idle: they answer no
+        request, and RFC 9112 (6.3) forbids reading them as the next response, so it is closed and a new
+        one is used. One the server closed while idle is taken: the run reports a stale connection."""
+        connection = self._by_origin.pop(origin, None)
+        if connection is not None and _stray_bytes(connection.sock):
+            connection.sock.close()
+            return None
+        return connection
 
     def keep(self, origin: tuple, connection: Connection) -> None:
         connection.idle_since = time.monotonic()
@@ -3905,14 +4228,6 @@ class Exchange:
     def fail(self, error: StreamError) -> None:
         if self.failure is None:
             self.failure = error
-
-    def interruption(self, signal_name: str | None = None) -> StreamError | None:
-        """The failure of a run stopped by a signal (or by its Cancel), or None if it was not."""
-        signal_name = signal_name or (self.cancel.reason if self.cancel is not None else None)
-        if signal_name is None:
-            return None
-        return StreamError('interrupted', f'interrupted by {signal_name} during the {self.phase.value} phase '
-                                          f'after {_count(self.reader.validator.content_events, "content event")}')
 
 
 def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
@@ -3971,7 +4286,7 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
         x.fail(exc)
     except KeyboardInterrupt as exc:
         interrupted = getattr(exc, 'signal_name', 'SIGINT')
-        x.fail(x.interruption(interrupted))
+        x.fail(_interruption(x, interrupted))
     except Exception as exc:  # a server must never crash the run: keep the evidence
         x.fail(_classify(exc, x))
     finally:
@@ -4025,7 +4340,7 @@ def _fetch_unstreamed(x: Exchange) -> UnstreamedReader:
             connection.sock.settimeout(_wait(x))
             raw = connection.sock.recv(READ_SIZE)
             if not raw:
-                stop = x.interruption()
+                stop = _interruption(x)
                 if stop:
                     raise stop
                 reader.eof()
@@ -4048,7 +4363,7 @@ def _connect(x: Exchange) -> Connection:
     """The TCP connection (to the proxy, when one is used, then a tunnel through it) and, for https,
     the TLS handshake, each step under the idle timeout cut to the deadline."""
     request, proxy = x.request, x.request.proxy
-    stop = x.interruption()
+    stop = _interruption(x)
     if stop:
         raise stop
     sock = socket.create_connection((proxy.host, proxy.port) if proxy else (request.host, request.port),
@@ -4080,8 +4395,8 @@ def _connect(x: Exchange) -> Connection:
 def _check_plain_peer(connection: Connection, request: PreparedRequest) -> None:
     """Plain http only to loopback, judged by the address really connected to, not by the name."""
     if not ipaddress.ip_address(connection.peer_ip.partition('%')[0]).is_loopback:
-        raise StreamError('connect', f'plain http is allowed only to loopback addresses, but {request.host} '
-                                     f'connected to {connection.peer}; nothing was sent')
+        raise _failure('not_loopback', f'plain http is allowed only to loopback addresses, but {request.host} '
+                                       f'connected to {connection.peer}; nothing was sent')
 
 
 def _open_tunnel(sock: socket.socket, x: Exchange) -> None:
@@ -4095,18 +4410,18 @@ def _open_tunnel(sock: socket.socket, x: Exchange) -> None:
         sock.settimeout(_wait(x))
         raw = sock.recv(READ_SIZE)
         if not raw:
-            raise StreamError('proxy', f'the proxy {proxy.address} closed the connection before answering CONNECT '
-                                       f'{request.host}:{request.port}')
+            raise _failure('proxy_closed', f'the proxy {proxy.address} closed the connection before answering CONNECT '
+                                           f'{request.host}:{request.port}')
         try:
             head = heads.feed(raw)
         except StreamError as exc:
-            raise StreamError('proxy', f'the proxy {proxy.address} answered CONNECT with {exc.message}') from None
+            raise _failure('proxy_bad_answer', f'the proxy {proxy.address} answered CONNECT with {exc.message}') from None
     if not 200 <= head.status < 300:
-        raise StreamError('proxy', f'the proxy {proxy.address} refused the tunnel to {request.host}:{request.port}: '
-                                   f'{head.status} {head.reason}'.rstrip())
+        raise _failure('proxy_refused', f'the proxy {proxy.address} refused the tunnel to {request.host}:{request.port}: '
+                                        f'{head.status} {head.reason}'.rstrip())
     if heads.rest:
-        raise StreamError('proxy', f'the proxy {proxy.address} sent {_count(len(heads.rest), "byte")} after its '
-                                   '2xx to CONNECT, before the tunnel was used')
+        raise _failure('proxy_extra_bytes', f'the proxy {proxy.address} sent {_count(len(heads.rest), "byte")} after its '
+                                            '2xx to CONNECT, before the tunnel was used')
 
 
 def _reuse(x: Exchange, connection: Connection) -> None:
@@ -4135,31 +4450,7 @@ def _exchange(sock: socket.socket, x: Exchange, show: _Show) -> None:
         x.phase = Phase.HEADERS
         _read_response(sock, x, show)
     except (OSError, StreamError) as exc:
-        if x.reader.reading_error_body:  # the status line already says what failed; keep what arrived
-            raise x.reader.status_failure() from None
-        if _closed_while_idle(x, exc):
-            raise StaleConnectionError(x.connection.requests, x.idle_s) from None
-        if isinstance(exc, StreamError) and _looks_like_tls(x):
-            raise StreamError(exc.layer, f'{exc.message}; is this port TLS? try https://') from None
-        raise
-
-
-def _closed_while_idle(x: Exchange, exc: BaseException) -> bool:
-    """Whether a reused connection ended (closed or reset) before any response byte: not a timeout, and
-    not a failure of a later layer."""
-    if not x.reused or x.reader.received or isinstance(exc, TimeoutError):
-        return False
-    return isinstance(exc, OSError) or exc.layer == 'transport'
-
-
-def _looks_like_tls(x: Exchange) -> bool:
-    """Whether a plain http request that got no response head reached a TLS port: the server closed
-    without a byte (as TLS servers do on a plaintext request), or its bytes start a TLS record."""
-    reader = x.reader
-    if x.request.scheme != 'http' or reader.head is not None:
-        return False
-    opening = reader.opening
-    return reader.received == 0 or (len(opening) >= 2 and 20 <= opening[0] <= 23 and opening[1] == 3)
+        raise _exchange_failure(exc, x) from None
 
 
 def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
@@ -4177,7 +4468,7 @@ def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
         raw = sock.recv(READ_SIZE)
         now = time.perf_counter()
         if not raw:
-            stop = x.interruption()
+            stop = _interruption(x)
             if stop:
                 raise stop
             reader.eof()
@@ -4214,52 +4505,142 @@ def _wait(x: Exchange) -> float:
     return min(x.request.idle, remaining)
 
 
+# ---------------------------------------------------------------------------
+# The verdict and the evidence record
+# ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Whether a run is ok, which layer failed first and the kind of failure, and which layers completed."""
+
+    layer: str | None
+    message: str | None
+    transport_complete: bool | None
+    event_complete: bool | None
+    application_complete: bool
+    kind: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.layer is None
+
+
+def judge(reader: ResponseReader, failure: StreamError | None = None, cross_check: dict | None = None) -> Verdict:
+    """Why this response is not a finished answer: the one place that decides, and that sets the
+    completeness flags. Sans-IO: ``failure`` is the transport's fact, one the reader could not see
+    (no connection, a timeout, a signal, a stale connection; see below); otherwise the reader's own
+    error, if any, is the failure, and a reader fed no whole head or only part of an error body
+    ended there. ``cross_check`` is the comparison with the unstreamed twin (cross_check_record()),
+    judged after the answer itself.
+
+    A failure that stopped the reading (no connection, a bad status, invalid
+    JSON, a timeout...) wins: the layers after it were never seen, so their
+    flags are null. A transport failure still says whether the events that
+    arrived ended on a boundary. A response read to its end is judged in the
+    order a response is built: the HTTP framing, then the event stream, then
+    the answer itself.
+    """
+    failure = failure or reader.error or reader.early_end()
+    outcome = answer_problem(reader.validator, cross_check)
+    application_complete = outcome is None and not (failure is not None and failure.server_error)
+    if failure is not None:
+        if failure.layer != 'transport':
+            return Verdict(failure.layer, failure.message, None, None, application_complete, failure.kind)
+        event_complete = reader.events.pending() is None if reader.body is not None else None
+        return Verdict('transport', failure.message, False, event_complete, application_complete, failure.kind)
+    transport, events = reader.body.eof_failure(), reader.events.pending()
+    first = transport or events or outcome or cross_check_failure(cross_check)
+    return Verdict(first and first.layer, first and first.message, transport is None, events is None,
+                   application_complete, first and first.kind)
+
+
+# The transport's failures: what the socket, the clocks and the signals saw, which the reader could not.
+
+def _interruption(x: Exchange, signal_name: str | None = None) -> StreamError | None:
+    """The failure of a run stopped by a signal (or by its Cancel), or None if it was not."""
+    signal_name = signal_name or (x.cancel.reason if x.cancel is not None else None)
+    if signal_name is None:
+        return None
+    return _failure('interrupted', f'interrupted by {signal_name} during the {x.phase.value} phase '
+                                   f'after {_count(x.reader.validator.content_events, "content event")}')
+
+
+def _exchange_failure(exc: OSError | StreamError, x: Exchange) -> BaseException:
+    """What a failure while the request was sent or the response read means: the status line, when an
+    error response had begun; a stale kept connection; a plain request to a TLS port; or itself."""
+    if x.reader.reading_error_body:  # the status line already says what failed; keep what arrived
+        return x.reader.status_failure()
+    if _closed_while_idle(x, exc):
+        return StaleConnectionError(x.connection.requests, x.idle_s)
+    if isinstance(exc, StreamError) and _looks_like_tls(x):
+        return StreamError(exc.layer, f'{exc.message}; is this port TLS? try https://', kind=exc.kind)
+    return exc
+
+
+def _closed_while_idle(x: Exchange, exc: BaseException) -> bool:
+    """Whether a reused connection ended (closed or reset) before any response byte: not a timeout, and
+    not a failure of a later layer."""
+    if not x.reused or x.reader.received or isinstance(exc, TimeoutError):
+        return False
+    return isinstance(exc, OSError) or exc.layer == 'transport'
+
+
+def _looks_like_tls(x: Exchange) -> bool:
+    """Whether a plain http request that got no response head reached a TLS port: the server closed
+    without a byte (as TLS servers do on a plaintext request), or its bytes start a TLS record."""
+    reader = x.reader
+    if x.request.scheme != 'http' or reader.head is not None:
+        return False
+    opening = reader.opening
+    return reader.received == 0 or (len(opening) >= 2 and 20 <= opening[0] <= 23 and opening[1] == 3)
+
+
 def _deadline_failure(x: Exchange) -> StreamError:
     deadline = f'{x.request.deadline:g} s'
     validator = x.reader.validator
     if x.phase is Phase.BODY and validator.done:
         return _unended_after_terminal(x, f'the overall deadline of {deadline}')
-    return StreamError('timeout', f'overall deadline of {deadline} reached during the {x.phase.value} phase '
-                                  f'after {_count(validator.content_events, "content event")}')
+    return _failure('deadline', f'overall deadline of {deadline} reached during the {x.phase.value} phase '
+                                f'after {_count(validator.content_events, "content event")}')
 
 
 def _unended_after_terminal(x: Exchange, bound: str) -> StreamError:
     """The terminal event arrived but the HTTP message never ended: a transport failure, whichever bound noticed."""
-    return StreamError('transport', f'message did not end within {bound} after {x.reader.validator.terminal}; '
-                                    f'received {x.reader.body.progress()}')
+    return _failure('unended_after_terminal', f'message did not end within {bound} after {x.reader.validator.terminal}; '
+                                              f'received {x.reader.body.progress()}')
 
 
 def _classify(exc: BaseException, x: Exchange) -> StreamError:
     """Turn an exception from the socket, TLS or http.client into a layered failure."""
     request = x.request
-    stop = x.interruption()
+    stop = _interruption(x)
     if stop:
         return stop
     if isinstance(exc, (TimeoutError, socket.timeout)):
         return _timeout_failure(x)
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return StreamError('tls', f'certificate verification failed for {request.host}: '
-                                  f'{exc.verify_message or exc.reason}')
+        return _failure('certificate_invalid', f'certificate verification failed for {request.host}: '
+                                               f'{exc.verify_message or exc.reason}')
     if isinstance(exc, ssl.SSLError):
         hint = '; the answer was not TLS: is this port plain http?' if exc.reason in _NOT_TLS else ''
-        return StreamError('tls', f'TLS failed with {request.host}: {exc.reason or exc}{hint}')
+        return _failure('tls_failed', f'TLS failed with {request.host}: {exc.reason or exc}{hint}')
     if x.phase is Phase.CONNECT and isinstance(exc, OSError):
         reason = exc.strerror or str(exc) or type(exc).__name__
         if request.proxy is not None:
-            return StreamError('proxy', f'cannot connect to the proxy {request.proxy.address}: {reason}')
-        return StreamError('connect', f'cannot connect to {request.host}:{request.port}: {reason}')
+            return _failure('proxy_unreachable', f'cannot connect to the proxy {request.proxy.address}: {reason}')
+        return _failure('connect_failed', f'cannot connect to {request.host}:{request.port}: {reason}')
     if x.phase is Phase.PROXY and isinstance(exc, OSError):
-        return StreamError('proxy', f'the tunnel through the proxy {request.proxy.address} failed: '
-                                    f'{type(exc).__name__}: {exc}')
+        return _failure('proxy_tunnel_failed', f'the tunnel through the proxy {request.proxy.address} failed: '
+                                               f'{type(exc).__name__}: {exc}')
     if x.phase is Phase.TLS and isinstance(exc, OSError):
-        return StreamError('tls', f'TLS handshake with {request.host} failed: {type(exc).__name__}: {exc}')
+        return _failure('tls_failed', f'TLS handshake with {request.host} failed: {type(exc).__name__}: {exc}')
     if x.phase in (Phase.REQUEST, Phase.HEADERS) and isinstance(exc, (OSError, http.client.HTTPException)):
-        return StreamError('http', f'no valid response headers: {type(exc).__name__}: {exc}')
+        return _failure('no_response_head', f'no valid response headers: {type(exc).__name__}: {exc}')
     if x.phase is Phase.BODY and isinstance(exc, OSError):
         received = x.reader.body.received if x.reader.body else 0
-        return StreamError('transport', f'connection failed after {_count(received, "body byte")}: '
-                                        f'{type(exc).__name__}: {exc}')
-    return StreamError('client', f'unexpected {type(exc).__name__} during the {x.phase.value} phase: {exc}')
+        return _failure('connection_failed', f'connection failed after {_count(received, "body byte")}: '
+                                             f'{type(exc).__name__}: {exc}')
+    return _failure('client_error', f'unexpected {type(exc).__name__} during the {x.phase.value} phase: {exc}')
 
 
 # OpenSSL's reasons for a handshake answered by something that is not TLS (a plain http server's reply).
@@ -4274,68 +4655,17 @@ def _timeout_failure(x: Exchange) -> StreamError:
     idle = f'{request.idle:g} s'
     if x.phase is Phase.CONNECT:
         where = f'the proxy {request.proxy.address}' if request.proxy else f'{request.host}:{request.port}'
-        return StreamError('timeout', f'no connection to {where} within {idle}')
+        return _failure('connect_timeout', f'no connection to {where} within {idle}')
     if x.phase is Phase.PROXY:
-        return StreamError('timeout', f'no answer to CONNECT from the proxy {request.proxy.address} within {idle}')
+        return _failure('proxy_timeout', f'no answer to CONNECT from the proxy {request.proxy.address} within {idle}')
     if x.phase is Phase.TLS:
-        return StreamError('timeout', f'TLS handshake with {request.host} not finished within {idle}')
+        return _failure('tls_timeout', f'TLS handshake with {request.host} not finished within {idle}')
     if x.phase is not Phase.BODY:
-        return StreamError('timeout', f'no response headers within the idle timeout of {idle}')
+        return _failure('headers_timeout', f'no response headers within the idle timeout of {idle}')
     if x.reader.validator.done:
         return _unended_after_terminal(x, f'the idle timeout of {idle}')
-    return StreamError('timeout', f'no bytes for {idle} (idle timeout) after '
-                                  f'{_count(x.reader.validator.content_events, "content event")}')
-
-
-# ---------------------------------------------------------------------------
-# The verdict and the evidence record
-# ---------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    """Whether a run is ok, which layer failed first, and which layers completed."""
-
-    layer: str | None
-    message: str | None
-    transport_complete: bool | None
-    event_complete: bool | None
-    application_complete: bool
-    kind: str | None = None  # the stable kind of the failure, when it has one
-
-    @property
-    def ok(self) -> bool:
-        return self.layer is None
-
-
-def judge(reader: ResponseReader, failure: StreamError | None = None, cross_check: dict | None = None) -> Verdict:
-    """Why this response is not a finished answer; the one place that decides, and that sets the
-    completeness flags. ``failure`` is one the reader could not see (no connection, a timeout, a
-    signal); otherwise the reader's own error, if any, is the failure. ``cross_check`` is the
-    comparison with the unstreamed twin (cross_check_record()), judged after the answer itself.
-
-    A failure that stopped the reading (no connection, a bad status, invalid
-    JSON, a timeout...) wins: the layers after it were never seen, so their
-    flags are null. A transport failure still says whether the events that
-    arrived ended on a boundary. A response read to its end is judged in the
-    order a response is built: the HTTP framing, then the event stream, then
-    the answer itself.
-    """
-    failure = failure if failure is not None else reader.error
-    kind, outcome = answer_problem(reader.validator, cross_check)
-    application_complete = outcome is None and not (failure is not None and failure.server_error)
-    if failure is not None:
-        if failure.layer != 'transport':
-            return Verdict(failure.layer, failure.message, None, None, application_complete, failure.kind)
-        event_complete = reader.events.pending() is None if reader.body is not None else None
-        return Verdict('transport', failure.message, False, event_complete, application_complete, failure.kind)
-    transport_problem = reader.body.eof_problem()
-    event_problem = reader.events.pending()
-    layer, message, kind = next(((layer, problem, problem_kind) for layer, problem, problem_kind in
-                                 (('transport', transport_problem, None), ('sse', event_problem, None),
-                                  ('application', outcome, kind),
-                                  ('cross-check', cross_check_failure(cross_check), 'cross_check_differs'))
-                                 if problem), (None, None, None))
-    return Verdict(layer, message, transport_problem is None, event_problem is None, application_complete, kind)
+    return _failure('idle_timeout', f'no bytes for {idle} (idle timeout) after '
+                                    f'{_count(x.reader.validator.content_events, "content event")}')
 
 
 def build_record(x: Exchange) -> dict:
@@ -4348,6 +4678,7 @@ def build_record(x: Exchange) -> dict:
     record = {
         'ok': verdict.ok,
         'error_layer': verdict.layer,
+        'error_kind': verdict.kind,
         'error': f'{verdict.layer}: {verdict.message}' if verdict.layer else None,
         'error_kind': verdict.kind,
         'transport_complete': verdict.transport_complete,
@@ -4362,6 +4693,7 @@ def build_record(x: Exchange) -> dict:
         'incomplete_reason': answer['incomplete_reason'],
         'answer_kind': answer['answer_kind'],
         'tool_calls': answer['tool_calls'],
+        'skipped_events': answer['skipped_events'],
         'unchecked_schema_keywords': request.spec.unchecked(),
         'done': answer['done'],
         'completion_tokens': answer['completion_tokens'],
@@ -4641,21 +4973,6 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
             connections.close()
 
 
-_QUOTED_TEXT = re.compile(r"""b?'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
-_NUMBER = re.compile(r'(?<![\w.])\d+(?:\.\d+)?(?![\w.])')
-# '1 byte' and '2 bytes' are one kind of error: a singular after N becomes plural
-_SINGULAR_COUNT = re.compile(r'\bN (content event|body byte|byte|output token|completion token|tool call)\b(?!s)')
-
-
-def error_kind(error: str) -> str:
-    """An error with its counts and quoted server text taken out, so that errors of one kind group:
-    'application: EOF before [DONE] after 2 content events' -> '... after N content events'.
-    The HTTP status stays."""
-    status = re.match(r'http: expected status 200, got (\d{3})', error)
-    kind = _SINGULAR_COUNT.sub(r'N \1s', _NUMBER.sub('N', _QUOTED_TEXT.sub('...', error)))
-    return kind.replace('expected status N, got N', f'expected status 200, got {status[1]}', 1) if status else kind
-
-
 def percentiles(values) -> dict | None:
     """p50, p90, p99 (nearest rank) and max of values, or None when there are none."""
     ordered = sorted(values)
@@ -4698,6 +5015,7 @@ class GapHistogram:
 
 
 LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
+UNCLASSIFIED = 'unclassified'  # the kind of a failure in a record older than error_kind
 
 
 class Summary:
@@ -4747,7 +5065,7 @@ class Summary:
         if not record['ok']:
             self.stale += bool((record.get('connection') or {}).get('stale'))
             self.by_layer[record['error_layer']] += 1
-            self.by_kind[error_kind(record['error'])] += 1
+            self.by_kind[record.get('error_kind') or UNCLASSIFIED] += 1
             return
         self.ok += 1
         for field in LATENCY_FIELDS:
@@ -4803,6 +5121,10 @@ def _unplanned(result: dict) -> str:
     return f'  (of {result["planned_runs"]} planned)' if result['planned_runs'] > result['runs'] else ''
 
 
+def _meaning(kind: str) -> str:
+    return FAILURE_KINDS.get(kind, ('', 'a record written before failures had kinds'))[1]
+
+
 def summary_table(result: dict) -> str:
     """The summary for a person: counts, kinds of failure, and the latency of ok runs."""
     lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)]
@@ -4812,7 +5134,7 @@ def summary_table(result: dict) -> str:
     if result['not_ok']:
         lines.append('not ok by layer: ' + ', '.join(f'{layer} {count}' for layer, count
                                                      in result['not_ok_by_layer'].items()))
-        lines += [f'  {count:5d}  {kind}' for kind, count in list(result['not_ok_by_kind'].items())[:10]]
+        lines += [f'  {count:5d}  {kind}: {_meaning(kind)}' for kind, count in list(result['not_ok_by_kind'].items())[:10]]
     lines.append(f'over {_count(result["latency_runs"], "ok run")} '
                  f'({_count(result["latency_excludes"], "not ok run")} excluded):'
                  f'{"p50":>10}{"p90":>10}{"p99":>10}{"max":>10}')
@@ -4841,7 +5163,7 @@ def summary_table(result: dict) -> str:
 # ---------------------------------------------------------------------------
 
 REPORT_TIMELINE_ROWS = 2000  # runs drawn in the timeline at most (a bounded sample beyond)
-REPORT_ERRORS_PER_LAYER = 5  # distinct error messages shown per layer
+REPORT_ERRORS_PER_KIND = 5  # distinct error messages shown per kind of failure
 LAYER_COLOURS = {None: '#2e7d32', 'connect': '#6a1b9a', 'proxy': '#4a148c', 'tls': '#8e24aa', 'http': '#7b1fa2',
                  'transport': '#c62828', 'sse': '#ad1457', 'protocol': '#6d4c41', 'application': '#ef6c00',
                  'cross-check': '#f9a825', 'timeout': '#546e7a',
@@ -4887,7 +5209,7 @@ class Report:
                               record.get('run', 0), record['headers_ms'], record['first_text_ms'],
                               record['error'] or '', record['error_layer']))
         if not record['ok']:
-            self.errors[record['error_layer']][record['error']] += 1
+            self.errors[record.get('error_kind') or UNCLASSIFIED][record['error']] += 1
         load = record.get('load') or {}
         request = record.get('request') or {}
         for name, value in (('URL', record.get('url')), ('model', record.get('model')),
@@ -5003,12 +5325,12 @@ class Report:
         out = ['<h2>Errors</h2>']
         if not self.errors:
             return '\n'.join(out + ['<p>None: every run was ok.</p>'])
-        for layer in sorted(self.errors):
-            counts = sorted(self.errors[layer].items(), key=lambda item: (-item[1], item[0]))
-            out.append(f'<h3>{_e(layer)}: {_count(sum(self.errors[layer].values()), "run")}, '
-                       f'{_count(len(counts), "distinct message")}</h3><table>')
+        for kind in sorted(self.errors, key=lambda kind: (-sum(self.errors[kind].values()), kind)):
+            counts = sorted(self.errors[kind].items(), key=lambda item: (-item[1], item[0]))
+            out.append(f'<h3>{_e(kind)}: {_count(sum(self.errors[kind].values()), "run")}, '
+                       f'{_count(len(counts), "distinct message")}</h3><p>{_e(_meaning(kind))}</p><table>')
             out += [f'<tr><td class="n">{count}</td><td><code>{_e(message)}</code></td></tr>'
-                    for message, count in counts[:REPORT_ERRORS_PER_LAYER]]
+                    for message, count in counts[:REPORT_ERRORS_PER_KIND]]
             out.append('</table>')
         return '\n'.join(out)
 
@@ -5175,7 +5497,6 @@ SCRAPE_TIMEOUT_MARGIN = 0.5     # seconds between a run's deadline and the scrap
 DEFAULT_EXPORTER_IN_FLIGHT = 4  # runs in flight at most across all targets, unless --concurrency says
 MAX_EXPORTER_CONNECTIONS = 64   # connections to the exporter served at once; more get a short 503
 EXPORTER_READ_TIMEOUT = 10.0    # seconds a client of the exporter may take to send its request
-MAX_LABEL_CHARS = 200           # characters of an error kind kept in a label value
 TARGET_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}')
 ENV_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
 # A target's keys, each standing for the long flag of a run; a key whose flag this version lacks is refused.
@@ -5372,11 +5693,6 @@ def _seconds(ms: float | None) -> float | None:
     return None if ms is None else round(ms / 1000, 6)
 
 
-def record_kind(record: dict) -> str:
-    """The error kind of a record that is not ok: its own field, or the one derived from its message."""
-    return record.get('error_kind') or error_kind(record['error'])
-
-
 # The gauges of one probe, each read from the run's record; a value of None leaves the sample out.
 PROBE_GAUGES = (
     ('probe_success', 'Whether the streamed answer really finished: the HTTP message, the event stream and the '
@@ -5414,7 +5730,7 @@ def probe_families(record: dict) -> list[Family]:
                            [({'layer': layer}, int(record['error_layer'] == layer)) for layer in LAYERS]))
     families.append(Family('stream_probe_error_info', 'gauge', 'The kind of the failure, as a label; absent '
                            'when the run is ok', [] if record['ok'] else
-                           [({'kind': _shorten(record_kind(record), MAX_LABEL_CHARS)}, 1)]))
+                           [({'kind': record['error_kind'] or UNCLASSIFIED}, 1)]))
     families.extend(Family(name, 'gauge', text, [({}, int(record['ok'] and record['answer_kind'] == kind))])
                     for name, text, asked, kind in PROBE_CHECKS if asked(record))
     return families
@@ -5548,13 +5864,13 @@ class Exporter:
         try:
             record = self.run_one(request)
         except Exception as exc:  # a bug in this client: the run still leaves its record, saying so
-            record = failed_record(request, StreamError('client', f'the client failed during the run: '
-                                                                  f'{type(exc).__name__}: {exc}'))
+            record = failed_record(request, _failure('client_error', f'the client failed during the run: '
+                                                                     f'{type(exc).__name__}: {exc}'))
         record = {**record, 'target': name}
         with self._lock:
             self.runs[name, 'ok' if record['ok'] else 'failed'] += 1
             if not record['ok']:
-                self.failures[name, record['error_layer'], _shorten(record_kind(record), MAX_LABEL_CHARS)] += 1
+                self.failures[name, record['error_layer'], record['error_kind'] or UNCLASSIFIED] += 1
             self.last[name] = record
         self.on_record(name, record)
         self.log(f'probe {name}: {verdict_line(record)}')
@@ -6310,7 +6626,7 @@ def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if record is None:  # a bug in this client: still leave a valid record, then show the traceback
-            record = failed_record(request, StreamError('client', 'the client failed before finishing its record'))
+            record = failed_record(request, _failure('client_error', 'the client failed before finishing its record'))
         if capture_fd is not None:
             kept = save_capture(capture_fd, args.capture, capture, request.secrets())
             record = {**record, 'capture': {**(record['capture'] or {'bytes': 0, 'truncated': False}), 'file': kept}}
@@ -6340,7 +6656,7 @@ def emit(text: str) -> None:
 
 
 def _interrupted_before_sending(signal_name: str) -> StreamError:
-    return StreamError('interrupted', f'interrupted by {signal_name} before the request was sent')
+    return _failure('interrupted', f'interrupted by {signal_name} before the request was sent')
 
 
 def _compare(args, prog: str) -> int:
@@ -6555,7 +6871,7 @@ def main(argv: list[str] | None = None) -> int:
     checked = _checked_line(requests[0].spec, record)
     if checked and not args.quiet:
         print(f'{parser.prog}: {checked}', file=sys.stderr)
-    summary = {key: record[key] for key in ('ok', 'error_layer', 'api', 'first_text_ms', 'duration_ms',
+    summary = {key: record[key] for key in ('ok', 'error_layer', 'error_kind', 'api', 'first_text_ms', 'duration_ms',
                                             'finish_reason', 'response_status', 'error')}
     emit(json.dumps(summary, ensure_ascii=False))
     return status

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import base64
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import html.parser
@@ -15,6 +16,7 @@ import re
 import select
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -38,6 +40,11 @@ from stream_client import (MAX_EVENT_CHARS, MAX_LINE_CHARS, ChatChunks, ChunkedB
 HERE = Path(__file__).resolve().parent
 TRACES = HERE / 'testdata' / 'vllm-0.32.0-cpu'
 CLIENT = str(HERE / 'stream_client.py')
+
+
+def message_of(failure: StreamError | None) -> str | None:
+    """The message of a failure that a sans-IO part returns, or None."""
+    return None if failure is None else failure.message
 
 
 def pieces(data: bytes, size: int) -> list[bytes]:
@@ -185,7 +192,7 @@ class ParserTests(unittest.TestCase):
                            ('data: \u2713'.encode()[:-1], 'UTF-8 character')):
             parser = Events()
             self.assertEqual(parser.feed(raw), [])
-            self.assertIn(words, parser.pending())
+            self.assertIn(words, message_of(parser.pending()))
 
     def test_invalid_utf8_is_an_sse_error(self):
         with self.assertRaises(StreamError) as caught:
@@ -285,7 +292,7 @@ class ChatChunkTests(unittest.TestCase):
             chunks = ChatChunks()
             for data in events:
                 chunks.accept(data)
-            return chunks.outcome_problem()
+            return message_of(chunks.outcome())
         text = chunk_json(delta={'content': 'hi'})
         self.assertIsNone(outcome(text, chunk_json(finish_reason='stop'), '[DONE]'))
         self.assertIn('EOF before [DONE] after 1 content event', outcome(text, chunk_json(finish_reason='stop')))
@@ -333,7 +340,7 @@ class ResponseEventsTests(unittest.TestCase):
                 validator.accept(event)
         except StreamError as exc:
             return exc.layer, exc.message
-        problem = validator.outcome_problem()
+        problem = message_of(validator.outcome())
         return ('application', problem) if problem else (None, '')
 
     def test_a_real_completed_response_is_finished_at_every_chunking(self):
@@ -341,7 +348,7 @@ class ResponseEventsTests(unittest.TestCase):
         for name, chunks in feedings(payload):
             parser, validator = stream_client.TypedEvents(), stream_client.ResponseEvents()
             text = ''.join(validator.accept(event)[0] for chunk in chunks for event in parser.feed(chunk))
-            self.assertEqual((text, validator.outcome_problem(), validator.terminal), ('Ex7rEx7untrgExp', None,
+            self.assertEqual((text, message_of(validator.outcome()), validator.terminal), ('Ex7rEx7untrgExp', None,
                                                                                         'response.completed'), name)
 
     def test_each_broken_rule_names_its_layer(self):
@@ -397,10 +404,14 @@ class ResponseEventsTests(unittest.TestCase):
         self.assertEqual(caught.exception.server_error, {'message': 'boom', 'type': None, 'code': 'server_error'})
 
     def test_reasoning_deltas_are_kept_apart(self):
-        event = ('response.reasoning_text.delta', '{"type": "response.reasoning_text.delta", "sequence_number": 0, '
-                                                  '"delta": "hmm", "output_index": 0, "content_index": 0}')
+        # a delta needs its response and its reasoning item opened first (the grammar)
+        events = responses_events({'type': 'response.created', 'response': {'id': 'resp_1'}},
+                                  {'type': 'response.output_item.added', 'output_index': 0,
+                                   'item': {'type': 'reasoning', 'id': 'rs_1'}},
+                                  {'type': 'response.reasoning_text.delta', 'delta': 'hmm', 'output_index': 0,
+                                   'content_index': 0})
         validator = stream_client.ResponseEvents()
-        self.assertEqual(validator.accept(event), ('', 'hmm', ''))
+        self.assertEqual([validator.accept(event) for event in events][-1], ('', 'hmm', ''))
         self.assertEqual((validator.reasoning, validator.content_events), ('hmm', 0))
 
     def test_a_fixed_length_load_expects_the_budget_to_end_it(self):
@@ -433,7 +444,7 @@ class ToolCallTests(unittest.TestCase):
         chunks = ChatChunks(spec=spec)
         for data in events:
             chunks.accept(data)
-        return chunks.outcome_problem()
+        return message_of(chunks.outcome())
 
     def test_each_broken_chat_tool_delta_is_a_protocol_failure_naming_the_index_and_event(self):
         cases = {
@@ -589,7 +600,7 @@ class ToolCallTests(unittest.TestCase):
                     self.assertIn(words, exc.message)
                 else:
                     self.assertIsNone(words, f'{name} was accepted')
-                    self.assertIsNone(validator.outcome_problem())
+                    self.assertIsNone(message_of(validator.outcome()))
 
 
 def message_event(kind: str, **body) -> tuple[str, str]:
@@ -871,7 +882,7 @@ class MessagesEventsTests(unittest.TestCase):
         text = [message_event('content_block_start', content_block={'type': 'text', 'text': ''}, index=1),
                 text_delta('READY ', 1), ping, text_delta('\u2713', 1)]
         validator = self.run_events([ping, MESSAGE_START] + thinking + text + message_end(index=1, tokens=3))
-        self.assertIsNone(validator.outcome_problem())
+        self.assertIsNone(message_of(validator.outcome()))
         fields = validator.fields()
         self.assertEqual((fields['text'], fields['reasoning_text'], fields['finish_reason'], fields['completion_tokens'],
                           fields['response_id'], fields['content_events']),
@@ -897,8 +908,8 @@ class MessagesEventsTests(unittest.TestCase):
                                          'content_block_start for block 2 in event 2: the next block was 0'),
             'a text_delta in a tool_use block': ([MESSAGE_START, TOOL_BLOCK, text_delta('x')],
                                                  'a text_delta in event 3 for block 0, a tool_use block'),
-            'a block still open at message_stop': ([MESSAGE_START, TEXT_BLOCK, text_delta('x')] + message_end()[1:],
-                                                   'message_stop in event 5 while block 0 was still open'),
+            'a block still open at message_delta': ([MESSAGE_START, TEXT_BLOCK, text_delta('x')] + message_end()[1:],
+                                                   'message_delta in event 4 while block 0 was still open'),
             'an event after message_stop': ([MESSAGE_START, TEXT_BLOCK, text_delta('x')] + message_end() + [message_event('ping')],
                                             "event 'ping' after message_stop"),
             'a tool_use block nobody asked for': ([MESSAGE_START, TOOL_BLOCK], 'a tool_use block arrived in event 2, '
@@ -932,7 +943,7 @@ class MessagesEventsTests(unittest.TestCase):
                 validator = stream_client.MessagesEvents('length', 2)
                 for event in events:
                     validator.accept(event)
-                self.assertEqual(validator.outcome_problem(), problem)
+                self.assertEqual(message_of(validator.outcome()), problem)
 
     def test_when_a_messages_answer_is_finished(self):
         text = [MESSAGE_START, TEXT_BLOCK, text_delta('hi')]
@@ -959,7 +970,7 @@ class MessagesEventsTests(unittest.TestCase):
         }
         for name, (events, spec, problem) in cases.items():
             with self.subTest(name):
-                self.assertEqual(self.run_events(events, spec).outcome_problem(), problem)
+                self.assertEqual(message_of(self.run_events(events, spec).outcome()), problem)
 
 
 class CompletionChunksTests(unittest.TestCase):
@@ -969,7 +980,7 @@ class CompletionChunksTests(unittest.TestCase):
                      '{"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}',
                      '{"choices": [], "usage": {"completion_tokens": 1}}', '[DONE]'):
             chunks.accept(data)
-        self.assertEqual((chunks.text, chunks.finish_reason, chunks.completion_tokens, chunks.outcome_problem()),
+        self.assertEqual((chunks.text, chunks.finish_reason, chunks.completion_tokens, message_of(chunks.outcome())),
                          ('hi', 'stop', 1, None))
 
     def test_violations(self):
@@ -991,7 +1002,7 @@ class CompletionChunksTests(unittest.TestCase):
             for data in (f'{{"choices": [{{"index": 0, "text": "x", "finish_reason": "{reason}"}}]}}',
                          f'{{"choices": [], "usage": {{"completion_tokens": {tokens}}}}}', '[DONE]'):
                 chunks.accept(data)
-            return chunks.outcome_problem()
+            return message_of(chunks.outcome())
         self.assertIsNone(outcome(8, 'length', 8))
         self.assertIn('after 5 completion tokens, not the 8 requested', outcome(5, 'length', 8))
         self.assertIn('expected finish_reason=length (--expect-finish length), got finish_reason=stop',
@@ -1002,10 +1013,10 @@ class FramingTests(unittest.TestCase):
     def test_content_length_counts_bytes_and_reports_shortfall_and_overrun(self):
         body = ContentLengthBody(10)
         self.assertEqual(body.feed(b'12345'), b'12345')
-        self.assertEqual(body.eof_problem(), 'connection closed after 5 of 10 body bytes')
+        self.assertEqual(message_of(body.eof_failure()), 'connection closed after 5 of 10 body bytes')
         self.assertEqual(body.feed(b'6789012'), b'67890')
         self.assertTrue(body.complete)
-        self.assertEqual(body.overrun_problem(), '2 bytes beyond the declared Content-Length of 10')
+        self.assertEqual(message_of(body.overrun_failure()), '2 bytes beyond the declared Content-Length of 10')
 
     def test_chunked_capture_decodes_at_every_chunk_size(self):
         raw = split_capture(TRACES / 'a2_chat_stream_usage_eos_stop.http')[1]
@@ -1022,7 +1033,7 @@ class FramingTests(unittest.TestCase):
                            (len(raw) - 2, 'inside its trailer')):
             reader = ChunkedBody()
             reader.feed(raw[:cut])
-            self.assertIn(words, reader.eof_problem())
+            self.assertIn(words, message_of(reader.eof_failure()))
 
     def test_chunked_rejects_bad_size_lines_and_missing_crlf(self):
         for bad in (b'zz\r\n', b'-1\r\n', b'0x10\r\n', b'1_0\r\n', b'\r\n', b'+5\r\n', b'5\r\nhelloXY'):
@@ -1210,7 +1221,7 @@ class FixtureVerdictTests(unittest.TestCase):
         'tool-args-mismatch': row(None, None, False, 'protocol', 'response.function_call_arguments.done says tool call 0 '
                                   "(get_weather) has the arguments '{\"city\": \"Lyon\"}', but its deltas assembled "
                                   '\'{"city": "Paris"}\'', '', TOOLS),
-        'block-unclosed': row(None, None, False, 'protocol', 'message_stop in event 6 while block 0 was still open '
+        'block-unclosed': row(None, None, False, 'protocol', 'message_delta in event 5 while block 0 was still open '
                               '(no content_block_stop)', ANSWER),
         'block-unknown-index': row(None, None, False, 'protocol', 'content_block_delta for block 5 in event 4, which '
                                    'never started', 'READY '),
@@ -1306,7 +1317,9 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertIn(record['content_reads'], (1, 2))  # the two texts in one read or in two
         self.assertEqual(record['max_content_events_per_read'], 3 - record['content_reads'])
         self.assertGreaterEqual(record['reads'], record['content_reads'])
-        self.assertGreaterEqual(record['content_span_ms'], 0)
+        # the span from the first text to the last: 0 when both arrived in one read, and within the run
+        self.assertEqual(record['content_span_ms'] == 0, record['content_reads'] == 1, record['content_span_ms'])
+        self.assertLessEqual(record['first_text_ms'] + record['content_span_ms'], record['duration_ms'])
         http = record['http']
         self.assertEqual((http['status'], http['version'], http['framing'], http['content_length'],
                           http['body_bytes'], http['interim']), (200, '1.1', 'content-length', 445, 445, []))
@@ -2537,9 +2550,15 @@ class FuzzTests(unittest.TestCase):
     def test_mutated_and_rechunked_responses_only_raise_stream_errors(self):
         rng = random.Random(6)
         responses = framed_responses()
-        for _ in range(1500 * FUZZ_SCALE):
+        for case in range(1500 * FUZZ_SCALE):
             name, response, api = rng.choice(responses)
-            consume(rechunk(mutate(response, rng), rng), api)  # must not raise anything but StreamError
+            truncated = case % 3 == 0
+            cut = response[:rng.randrange(len(response))] if truncated else mutate(response, rng)
+            layer = consume(rechunk(cut, rng), api)  # must not raise anything but StreamError
+            self.assertIn(layer, (None, *stream_client.LAYERS), name)
+            self.assertNotEqual(layer, 'client', name)
+            if truncated:
+                self.assertIsNotNone(layer, f'{name} cut after {len(cut)} bytes was ok')
 
     def test_framing_mutations_get_their_layer_in_the_layers_and_over_loopback(self):
         rng = random.Random(1071)
@@ -2697,7 +2716,7 @@ class LoadTests(unittest.TestCase):
         result = summary.result()
         self.assertEqual((result['runs'], result['ok'], result['not_ok_by_layer']), (30, 20, {'application': 10}))
         self.assertEqual(result['not_ok_by_kind'],
-                         {"application: tool call N (get_weather): arguments are not a JSON object: ...": 10})
+                         {'tool_arguments_not_object': 10})
         self.assertEqual({record['run'] % 3 for record in records if not record['ok']}, {1})
         self.assertEqual(result['latency_runs'], 20)  # the ok runs' first text is their first tool-call piece
 
@@ -2780,11 +2799,12 @@ class LoadTests(unittest.TestCase):
                 'completion_tokens': 3, 'headers_ms': 1.0, 'first_text_ms': 10.0, 'duration_ms': 100.0}
         summary.add({**base, 'ok': True})
         summary.add({**base, 'ok': False, 'error_layer': 'transport', 'first_text_ms': 5000.0,
-                     'duration_ms': 9000.0, 'error': 'transport: connection closed after 4 of 9 body bytes'})
+                     'duration_ms': 9000.0, 'error': 'transport: connection closed after 4 of 9 body bytes',
+                     'error_kind': 'body_truncated'})
         result = summary.result()
         self.assertEqual(result['latency_ms']['first_text_ms'], {'p50': 10.0, 'p90': 10.0, 'p99': 10.0, 'max': 10.0})
         self.assertEqual((result['latency_runs'], result['latency_excludes']), (1, 1))
-        self.assertEqual(result['not_ok_by_kind'], {'transport: connection closed after N of N body bytes': 1})
+        self.assertEqual(result['not_ok_by_kind'], {'body_truncated': 1})
         self.assertEqual((result['wall_s'], result['completion_tokens_per_s']), (9.0, round(3 / 9, 3)))
 
     def test_percentiles_use_the_nearest_rank(self):
@@ -2931,7 +2951,7 @@ class LoadTests(unittest.TestCase):
                             '--runs', '2', '--output', 'b.jsonl', '--quiet', cwd=self.tmp.name)
         self.assertEqual(json.loads(ok.stdout)['ok'], 2)
         self.assertEqual(json.loads(short.stdout)['not_ok_by_kind'],
-                         {'application: finish_reason=length after N completion tokens, not the N requested': 2})
+                         {'length_tokens_differ': 2})
         stop = run_cli('--fixture', 'ok', '--expect-finish', 'length', '--output', 'c.json', cwd=self.tmp.name)
         self.assertIn('expected finish_reason=length (--expect-finish length), got finish_reason=stop', stop.stderr)
         self.assertEqual(json.loads((self.dir / 'c.json').read_text())['request']['expect_finish'], 'length')
@@ -3806,7 +3826,7 @@ class ExporterCoreTests(unittest.TestCase):
                 self.assertEqual(sum(failed.values()), 0 if records[name]['ok'] else 1)
         self.assertEqual(value_of(metrics['broken'], 'stream_probe_failed', layer='application'), 1)
         self.assertEqual([dict(labels)['kind'] for labels in metrics['broken']['stream_probe_error_info'].samples],
-                         ['application: EOF before [DONE] after N content events'])
+                         ['eof_before_done'])
         self.assertEqual(metrics['ok']['stream_probe_error_info'].samples, {})
         self.assertAlmostEqual(value_of(metrics['ok'], 'stream_probe_first_text_seconds'),
                                records['ok']['first_text_ms'] / 1000, places=5)
@@ -3999,7 +4019,7 @@ class ExporterTests(unittest.TestCase):
             self.assertEqual(metric.endswith('_total'), family.type == 'counter', metric)
         self.assertEqual(value_of(own_metrics, 'stream_exporter_runs_total', target='broken', result='failed'), 1)
         self.assertEqual(value_of(own_metrics, 'stream_exporter_failures_total', target='broken', layer='application',
-                                  kind='application: EOF before [DONE] after N content events'), 1)
+                                  kind='eof_before_done'), 1)
         self.assertEqual(value_of(own_metrics, 'stream_exporter_scrape_errors_total', reason='url_target'), 1)
         rows = {row[0]: row for row in PageReader(page[2]).cells[1:]}
         self.assertEqual((rows['ok'][3], rows['broken'][3]), ('ok', 'NOT OK'))
@@ -4108,7 +4128,7 @@ class CrossCheckTests(unittest.TestCase):
         if expected.words:
             self.assertIn(expected.words, record['error'])
         if expected.kind:
-            self.assertEqual(stream_client.ANSWER_CHECK_KINDS[expected.kind], expected.layer)
+            self.assertEqual(stream_client.FAILURE_KINDS[expected.kind][0], expected.layer)
         self.assertEqual((cross['comparable'], cross['same'], cross['unstreamed_status'], cross['unstreamed_finish'],
                           cross['diverged_at_token']),
                          (expected.comparable, expected.same, 200, expected.unstreamed_finish, expected.diverged_at))
@@ -4231,7 +4251,7 @@ class CrossCheckTests(unittest.TestCase):
 
     def test_a_real_budget_cut_is_explained_once_and_its_twin_shows_the_raw_markup(self):
         record = replay_pair('x2_chat_pair_cut_by_length')
-        self.assertEqual((record['error_layer'], record['error_kind']), ('application', None))
+        self.assertEqual((record['error_layer'], record['error_kind']), ('application', 'budget_exhausted'))
         self.assertIn('output budget exhausted (finish_reason=length) inside tool call 0 (get_time)', record['error'])
         cross = record['cross_check']
         self.assertEqual((cross['comparable'], cross['same'], cross['unstreamed_finish']), (True, False, 'length'))
@@ -4245,7 +4265,7 @@ class CrossCheckTests(unittest.TestCase):
         self.assertEqual(alone['error_kind'], 'budget_used_by_tool_call')
         paired = replay_pair('x3_chat_pair_eos_on_last_budget_token')
         self.assertEqual((paired['error_layer'], paired['error_kind'], paired['cross_check']['same']),
-                         ('application', None, True))
+                         ('application', 'tool_arguments_not_object', True))
         self.assertIn("arguments are not a JSON object: 'true'", paired['error'])
 
     def test_unstreamed_answers_of_each_api_are_parsed_strictly(self):
@@ -4338,9 +4358,10 @@ class CrossCheckTests(unittest.TestCase):
                                                                                           '{"city": "Paris"}'),))
         record = stream_client.cross_check_record(cut, 200, whole, None)
         self.assertEqual((record['comparable'], record['same'], record['diverged_at_token']), (True, False, None))
-        self.assertEqual(stream_client.cross_check_failure(record), 'the same 3 tokens, but streamed tool call 0 has '
-                                                                    'arguments {"city": "Par"} and unstreamed '
-                                                                    '{"city": "Paris"}')
+        failure = stream_client.cross_check_failure(record)
+        self.assertEqual((failure.layer, failure.kind), ('cross-check', 'cross_check_differs'))
+        self.assertEqual(failure.message, 'the same 3 tokens, but streamed tool call 0 has arguments {"city": "Par"} '
+                                          'and unstreamed {"city": "Paris"}')
         diverged = stream_client.cross_check_record(cut, 200, dataclasses.replace(whole, token_ids=(1, 9, 3, 4)), None)
         self.assertEqual((diverged['comparable'], diverged['diverged_at_token']), (False, 1))
         self.assertIsNone(stream_client.cross_check_failure(diverged))
@@ -4385,10 +4406,10 @@ class CrossCheckTests(unittest.TestCase):
         for data in (opening(), arguments('{"city": "Par'), chunk_json(finish_reason='tool_calls'),
                      '{"choices": [], "usage": {"completion_tokens": 5}}', '[DONE]'):
             validator.accept(data)
-        self.assertIn('the arguments are not JSON', validator.outcome_problem())
-        kind, message = stream_client.answer_problem(validator)
-        self.assertEqual(kind, 'budget_used_by_tool_call')
-        self.assertTrue(message.startswith('the whole budget of 5 tokens was used'))
+        self.assertIn('the arguments are not JSON', validator.outcome().message)
+        failure = stream_client.answer_problem(validator)
+        self.assertEqual(failure.kind, 'budget_used_by_tool_call')
+        self.assertTrue(failure.message.startswith('the whole budget of 5 tokens was used'))
 
     def test_token_ids_are_kept_and_counted_per_event(self):
         validator = ChatChunks()
@@ -4454,5 +4475,549 @@ class CrossCheckTests(unittest.TestCase):
         self.assertIsNone(stream_client.Summary().result()['cross_check'])
 
 
+def kind_of_events(validator: stream_client.StreamValidator, events: list) -> str | None:
+    """The kind of the failure that these events (then their end) give: raised by accept(), or the outcome's."""
+    try:
+        for event in events:
+            validator.accept(event)
+    except StreamError as exc:
+        return exc.kind
+    failure = validator.outcome()
+    return failure and failure.kind
+
+
+def kind_of_response(raw: bytes, api: str = 'chat') -> str | None:
+    """The kind of the verdict on these response bytes, fed whole and then closed."""
+    reader = stream_client.ResponseReader(stream_client.VALIDATORS[api]())
+    reader.feed(raw)
+    reader.eof()
+    return stream_client.judge(reader).kind
+
+
+def answer_problem_kind(validator: stream_client.StreamValidator, events: list) -> str | None:
+    """The kind answer_problem() gives the answer these events make: the outcome, or a signal of the whole."""
+    for event in events:
+        validator.accept(event)
+    failure = stream_client.answer_problem(validator)
+    return failure and failure.kind
+
+
+def with_bound(name: str, value: int, action):
+    """What action returns while the module's bound NAME is VALUE."""
+    with mock.patch.object(stream_client, name, value):
+        return action()
+
+
+def unstreamed_error_kind(response: bytes) -> str | None:
+    reader = stream_client.UnstreamedReader()
+    reader.feed(response)
+    return reader.error and reader.error.kind
+
+
+def kind_raised(action) -> str | None:
+    try:
+        action()
+    except StreamError as exc:
+        return exc.kind
+    return None
+
+
+def responses_events(*bodies: dict) -> list[tuple[str, str]]:
+    """Responses events numbered from 0, each body's type its event type."""
+    return [(body['type'], json.dumps({**body, 'sequence_number': number})) for number, body in enumerate(bodies)]
+
+
+def fake_exchange(phase: str, *, proxy: bool = False, started_ago: float = 0.0, **extra) -> types.SimpleNamespace:
+    """Enough of an Exchange for the transport's failures, without a socket."""
+    request = types.SimpleNamespace(host='127.0.0.1', port=9, scheme='http', idle=1.0, deadline=5.0,
+                                    proxy=types.SimpleNamespace(address='127.0.0.1:3128',
+                                                                connect_request=lambda host, port: b'')
+                                    if proxy else None)
+    fields = dict(request=request, phase=stream_client.Phase[phase], cancel=None, reused=False,
+                  reader=stream_client.ResponseReader(ChatChunks()), connection=None, idle_s=None,
+                  timeline=types.SimpleNamespace(started=time.perf_counter() - started_ago))
+    return types.SimpleNamespace(**{**fields, **extra})
+
+
+class ScriptedSocket:
+    """A socket whose recv() returns the given byte strings in turn."""
+
+    def __init__(self, *reads: bytes) -> None:
+        self.reads = list(reads)
+
+    def settimeout(self, timeout: float) -> None:
+        pass
+
+    def sendall(self, data: bytes) -> None:
+        pass
+
+    def recv(self, size: int) -> bytes:
+        return self.reads.pop(0) if self.reads else b''
+
+
+def _certificate_error() -> ssl.SSLCertVerificationError:
+    exc = ssl.SSLCertVerificationError(1, 'certificate verify failed')
+    exc.verify_message, exc.reason = 'self-signed certificate', 'CERTIFICATE_VERIFY_FAILED'
+    return exc
+
+
+def _tls_error() -> ssl.SSLError:
+    exc = ssl.SSLError(1, 'wrong version number')
+    exc.reason = 'WRONG_VERSION_NUMBER'
+    return exc
+
+
+def _done_but_unended() -> types.SimpleNamespace:
+    x = fake_exchange('BODY')
+    x.reader.feed(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + chunked(ANSWER_EVENTS, end=b''))
+    return x
+
+
+TWO_TOOLS = stream_client.AnswerSpec((('get_weather', None), ('get_time', None)), 'get_time')
+CITY = stream_client.AnswerSpec(json_schema=stream_client.JsonSchema(fixture_server.JSON_SCHEMA))
+CHUNKED = SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
+STOP, DONE = chunk_json(finish_reason='stop'), '[DONE]'
+TEXT = chunk_json(delta={'content': 'hi'})
+
+
+def _call(arguments_text: str, name: str = 'get_weather', finish: str = 'tool_calls', spec=WEATHER) -> str | None:
+    return kind_of_events(ChatChunks(spec=spec), [opening(name=name), arguments(arguments_text),
+                                                  chunk_json(finish_reason=finish), DONE])
+
+
+def _responses(*bodies: dict, spec=None) -> str | None:
+    created = {'type': 'response.created', 'response': {'id': 'resp_1', 'status': 'in_progress'}}
+    return kind_of_events(stream_client.ResponseEvents(spec=spec), responses_events(created, *bodies))
+
+
+FUNCTION_ITEM = {'type': 'response.output_item.added', 'output_index': 0,
+                 'item': {'type': 'function_call', 'id': 'fc_1', 'call_id': 'call_1', 'name': 'get_weather',
+                          'arguments': ''}}
+
+# One way to produce each kind of failure, through the code that reports it. Each row is
+# (kind, a producer returning the kind that the client reported).
+FAILURE_PRODUCERS = {
+    'connect_failed': lambda: stream_client._classify(ConnectionRefusedError(111, 'refused'),
+                                                      fake_exchange('CONNECT')).kind,
+    'not_loopback': lambda: kind_raised(lambda: stream_client._check_plain_peer(
+        types.SimpleNamespace(peer_ip='192.0.2.7', peer='192.0.2.7:80'), types.SimpleNamespace(host='x.test'))),
+    'proxy_unreachable': lambda: stream_client._classify(ConnectionRefusedError(111, 'refused'),
+                                                         fake_exchange('CONNECT', proxy=True)).kind,
+    'proxy_closed': lambda: kind_raised(lambda: stream_client._open_tunnel(ScriptedSocket(),
+                                                                           fake_exchange('PROXY', proxy=True))),
+    'proxy_bad_answer': lambda: kind_raised(lambda: stream_client._open_tunnel(
+        ScriptedSocket(b'HTTX/1.1 200 OK\r\n\r\n'), fake_exchange('PROXY', proxy=True))),
+    'proxy_refused': lambda: kind_raised(lambda: stream_client._open_tunnel(
+        ScriptedSocket(b'HTTP/1.1 407 Proxy Authentication Required\r\n\r\n'), fake_exchange('PROXY', proxy=True))),
+    'proxy_extra_bytes': lambda: kind_raised(lambda: stream_client._open_tunnel(
+        ScriptedSocket(b'HTTP/1.1 200 OK\r\n\r\nearly'), fake_exchange('PROXY', proxy=True))),
+    'proxy_tunnel_failed': lambda: stream_client._classify(ConnectionResetError(104, 'reset'),
+                                                           fake_exchange('PROXY', proxy=True)).kind,
+    'certificate_invalid': lambda: stream_client._classify(_certificate_error(), fake_exchange('TLS')).kind,
+    'tls_failed': lambda: stream_client._classify(_tls_error(), fake_exchange('TLS')).kind,
+    'head_too_long': lambda: kind_of_response(SSE_HEAD + b'X-Long: ' + b'a' * 70_000),
+    'unexpected_101': lambda: kind_of_response(b'HTTP/1.1 101 Switching Protocols\r\n\r\n'),
+    'bad_status_line': lambda: kind_of_response(b'HTTX/1.1 200 OK\r\n\r\n'),
+    'http_version': lambda: kind_of_response(b'HTTP/2.0 200 OK\r\n\r\n'),
+    'bad_header_line': lambda: kind_of_response(SSE_HEAD + b'no colon here\r\n\r\n'),
+    'unsupported_encoding': lambda: kind_of_response(SSE_HEAD + b'Content-Encoding: gzip\r\n\r\n'),
+    'ambiguous_framing': lambda: kind_of_response(SSE_HEAD + b'Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n'),
+    'bad_content_length': lambda: kind_of_response(SSE_HEAD + b'Content-Length: five\r\n\r\n'),
+    'content_type': lambda: kind_of_response(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{}'),
+    'status_not_200': lambda: kind_of_response(b'HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n'),
+    'no_response_head': lambda: stream_client._classify(ConnectionResetError(104, 'reset'),
+                                                        fake_exchange('HEADERS')).kind,
+    'no_response': lambda: kind_of_response(b''),
+    'eof_in_head': lambda: kind_of_response(b'HTTP/1.1 200 OK\r\n'),
+    'stale_connection': lambda: stream_client._exchange_failure(
+        ConnectionResetError(104, 'reset'), fake_exchange('HEADERS', reused=True, idle_s=2.0,
+                                                          connection=types.SimpleNamespace(requests=2))).kind,
+    'body_truncated': lambda: kind_of_response(SSE_HEAD + b'Content-Length: 10\r\n\r\ndata'),
+    'eof_in_chunk': lambda: kind_of_response(CHUNKED + b'9\r\ndata'),
+    'eof_in_trailer': lambda: kind_of_response(CHUNKED + chunked(ANSWER_EVENTS, end=b'0\r\nX-T: 1\r\n')),
+    'no_last_chunk': lambda: kind_of_response(CHUNKED + chunked(ANSWER_EVENTS, end=b'')),
+    'body_overrun': lambda: kind_of_response(SSE_HEAD + b'Content-Length: 2\r\n\r\n: more\n\n'),
+    'bad_chunk_size': lambda: kind_of_response(CHUNKED + b'zz\r\n'),
+    'chunk_too_large': lambda: kind_of_response(CHUNKED + b'f' * 20 + b'\r\n'),
+    'bad_chunk_extension': lambda: kind_of_response(CHUNKED + b'5;=\r\n'),
+    'bad_chunk_end': lambda: kind_of_response(CHUNKED + b'1\r\n::\r\n'),
+    'bad_line_end': lambda: kind_of_response(CHUNKED + b'5\n'),
+    'chunk_line_too_long': lambda: kind_of_response(CHUNKED + b'5;' + b'a' * 5000),
+    'trailer_too_long': lambda: kind_of_response(CHUNKED + b'0\r\n' + b'X-T: ' + b'a' * 4000 + b'\r\n' * 1
+                                                 + (b'X-T: ' + b'a' * 4000 + b'\r\n') * 5),
+    'bad_trailer_line': lambda: kind_of_response(CHUNKED + b'0\r\nno colon\r\n\r\n'),
+    'connection_failed': lambda: stream_client._classify(ConnectionResetError(104, 'reset'),
+                                                         fake_exchange('BODY')).kind,
+    'unended_after_terminal': lambda: stream_client._timeout_failure(_done_but_unended()).kind,
+    'line_too_long': lambda: kind_raised(lambda: Events().feed(b'x' * (MAX_LINE_CHARS + 1))),
+    'event_too_long': lambda: kind_raised(lambda: Events().feed((b'data: ' + b'x' * 60_000 + b'\n') * 20)),
+    'invalid_utf8': lambda: kind_raised(lambda: Events().feed(b'data: \xff\n\n')),
+    'eof_in_utf8': lambda: (lambda parser: (parser.feed('é'.encode()[:1]), parser.pending().kind)[1])(Events()),
+    'eof_in_line': lambda: kind_of_response(SSE_HEAD + b'\r\ndata: {}'),
+    'eof_in_event': lambda: kind_of_response(SSE_HEAD + b'\r\ndata: {}\n'),
+    'malformed_json': lambda: kind_of_events(ChatChunks(), ['{']),
+    'not_an_object': lambda: kind_of_events(ChatChunks(), ['[]']),
+    'field_type': lambda: kind_of_events(ChatChunks(), [chunk_json(delta={'content': 5})]),
+    'event_type_mismatch': lambda: kind_of_events(stream_client.MessagesEvents(), [('ping', '{"type": "pong"}')]),
+    'sequence_number': lambda: kind_of_events(stream_client.ResponseEvents(), [
+        ('response.created', '{"type": "response.created", "sequence_number": 1}')]),
+    'event_after_terminal': lambda: kind_of_events(ChatChunks(), [TEXT, STOP, DONE, DONE]),
+    'event_after_close': lambda: kind_of_events(ChatChunks(), [STOP, TEXT]),
+    'event_out_of_order': lambda: kind_of_events(stream_client.MessagesEvents(), [TEXT_BLOCK]),
+    'part_not_open': lambda: kind_of_events(stream_client.MessagesEvents(), [MESSAGE_START, text_delta('x')]),
+    'part_still_open': lambda: kind_of_events(stream_client.MessagesEvents(), [MESSAGE_START, TEXT_BLOCK,
+                                                                               message_end()[-1]]),
+    'part_index_skips': lambda: kind_of_events(stream_client.MessagesEvents(), [
+        MESSAGE_START, message_event('content_block_start', content_block={'type': 'text', 'text': ''}, index=1)]),
+    'duplicate_part': lambda: _responses(FUNCTION_ITEM, FUNCTION_ITEM, spec=WEATHER),
+    'duplicate_id': lambda: kind_of_events(ChatChunks(spec=WEATHER), [opening(), opening(index=1)]),
+    'closing_copy_differs': lambda: _responses(
+        FUNCTION_ITEM, {'type': 'response.function_call_arguments.delta', 'output_index': 0, 'item_id': 'fc_1',
+                        'delta': '{}'},
+        {'type': 'response.function_call_arguments.done', 'output_index': 0, 'item_id': 'fc_1',
+         'arguments': '{"city": "Paris"}'}, spec=WEATHER),
+    'unsupported_part': lambda: kind_of_events(stream_client.MessagesEvents(), [
+        MESSAGE_START, message_event('content_block_start', content_block={'type': 'image'}, index=0)]),
+    'delta_type': lambda: kind_of_events(stream_client.MessagesEvents(), [
+        MESSAGE_START, TEXT_BLOCK, message_event('content_block_delta', index=0,
+                                                 delta={'type': 'input_json_delta', 'partial_json': '{}'})]),
+    'choices_not_one': lambda: kind_of_events(ChatChunks(), ['{"choices": [{}, {}]}']),
+    'choice_index': lambda: kind_of_events(ChatChunks(), [chunk_json(index=1)]),
+    'legacy_function_call': lambda: kind_of_events(ChatChunks(), [chunk_json(delta={'function_call': {'name': 'f'}})]),
+    'text_in_tool_call': lambda: kind_of_events(ChatChunks(spec=WEATHER), [opening(), TEXT]),
+    'no_tools_offered': lambda: kind_of_events(ChatChunks(), [opening()]),
+    'bad_tool_call_delta': lambda: kind_of_events(ChatChunks(spec=WEATHER),
+                                                  [chunk_json(delta={'tool_calls': [{'function': {}}]})]),
+    'call_without_id': lambda: kind_of_events(ChatChunks(spec=WEATHER), [arguments('{}')]),
+    'call_id_changed': lambda: kind_of_events(ChatChunks(spec=WEATHER), [opening(), arguments('{}', id='c9')]),
+    'call_name_changed': lambda: kind_of_events(ChatChunks(spec=WEATHER), [
+        opening(), chunk_json(delta={'tool_calls': [{'index': 0, 'function': {'name': 'get_time'}}]})]),
+    'bad_usage': lambda: kind_of_events(ChatChunks(), ['{"choices": [], "usage": {"completion_tokens": -1}}']),
+    'server_error_event': lambda: kind_of_events(ChatChunks(), ['{"error": {"message": "boom"}}']),
+    'response_failed': lambda: _responses({'type': 'response.failed', 'response': {'status': 'failed'}}),
+    'answer_too_long': lambda: kind_of_events(ChatChunks(), [chunk_json(delta={'content': 'x' * 1_048_577})]),
+    'reasoning_too_long': lambda: kind_of_events(ChatChunks(), [chunk_json(delta={'reasoning': 'x' * 1_048_577})]),
+    'eof_before_done': lambda: kind_of_events(ChatChunks(), [TEXT]),
+    'no_finish_reason': lambda: kind_of_events(ChatChunks(), [TEXT, DONE]),
+    'unexpected_finish': lambda: kind_of_events(ChatChunks(), [TEXT, chunk_json(finish_reason='content_filter'), DONE]),
+    'budget_exhausted': lambda: kind_of_events(ChatChunks(), [TEXT, chunk_json(finish_reason='length'), DONE]),
+    'length_tokens_differ': lambda: kind_of_events(stream_client.CompletionChunks('length', 8), [
+        json.dumps({'choices': [{'index': 0, 'text': 'hi', 'finish_reason': 'length'}],
+                    'usage': {'completion_tokens': 5}}), DONE]),
+    'no_visible_text': lambda: kind_of_events(ChatChunks(), [STOP, DONE]),
+    'finish_without_calls': lambda: kind_of_events(ChatChunks(), [TEXT, chunk_json(finish_reason='tool_calls'), DONE]),
+    'calls_without_call_finish': lambda: _call('{"city": "Paris"}', finish='stop'),
+    'tool_choice_none': lambda: _call('{"city": "Paris"}', spec=stream_client.AnswerSpec(WEATHER.tools, 'none')),
+    'text_not_tool_call': lambda: kind_of_events(ChatChunks(spec=stream_client.AnswerSpec(WEATHER.tools, 'required')),
+                                                 [TEXT, STOP, DONE]),
+    'wrong_tool': lambda: _call('{}', finish='stop', spec=TWO_TOOLS),
+    'unknown_tool': lambda: _call('{}', name='nope'),
+    'tool_arguments_empty': lambda: _call(''),
+    'tool_arguments_not_json': lambda: _call('{"city": '),
+    'tool_arguments_not_object': lambda: _call('[]'),
+    'tool_arguments_schema': lambda: _call('{}'),
+    'answer_not_json': lambda: kind_of_events(ChatChunks(spec=CITY), [TEXT, STOP, DONE]),
+    'answer_schema': lambda: kind_of_events(ChatChunks(spec=CITY), [chunk_json(delta={'content': '{"city": 3}'}),
+                                                                    STOP, DONE]),
+    'connect_timeout': lambda: stream_client._timeout_failure(fake_exchange('CONNECT')).kind,
+    'proxy_timeout': lambda: stream_client._timeout_failure(fake_exchange('PROXY', proxy=True)).kind,
+    'tls_timeout': lambda: stream_client._timeout_failure(fake_exchange('TLS')).kind,
+    'headers_timeout': lambda: stream_client._timeout_failure(fake_exchange('HEADERS')).kind,
+    'idle_timeout': lambda: stream_client._timeout_failure(fake_exchange('BODY')).kind,
+    'deadline': lambda: stream_client._timeout_failure(fake_exchange('BODY', started_ago=10.0)).kind,
+    'interrupted': lambda: stream_client._interruption(fake_exchange('BODY'), 'SIGINT').kind,
+    'client_error': lambda: stream_client._classify(ValueError('a bug'), fake_exchange('BODY')).kind,
+    'budget_used_by_tool_call': lambda: answer_problem_kind(ChatChunks(max_tokens=5, spec=WEATHER), [
+        opening(), arguments('{"city": "Paris"}'), chunk_json(finish_reason='tool_calls'),
+        '{"choices": [], "usage": {"completion_tokens": 5}}', '[DONE]']),
+    'tool_markup_in_text': lambda: answer_problem_kind(ChatChunks(spec=WEATHER), [
+        chunk_json(delta={'content': '<tool_call>{"name": "get_weather"}</tool_call>'}, finish_reason='stop'), '[DONE]']),
+    'cross_check_differs': lambda: stream_client.cross_check_failure(
+        {'comparable': True, 'same': False, 'token_ids': {'streamed': 3}, 'differences': ['the text differs']}).kind,
+    'token_ids_invalid': lambda: kind_raised(lambda: ChatChunks().accept(chunk_json(token_ids='12'))),
+    'too_many_token_ids': lambda: with_bound('MAX_TOKEN_IDS', 2, lambda: kind_raised(
+        lambda: ChatChunks().accept(chunk_json(token_ids=[1, 2, 3])))),
+    'unstreamed_malformed': lambda: kind_raised(lambda: stream_client.unstreamed_answer('chat', b'[]')),
+    'unstreamed_error': lambda: kind_raised(lambda: stream_client.unstreamed_answer(
+        'chat', b'{"error": {"message": "no such model", "type": "NotFoundError", "code": 404}}')),
+    'unstreamed_too_long': lambda: with_bound('MAX_UNSTREAMED_BODY', 4, lambda: unstreamed_error_kind(
+        b'HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789')),
+}
+
+
+class FailureKindTests(unittest.TestCase):
+    """The table of failures: every kind is produced by the code that reports it, in its layer."""
+
+    def test_every_kind_in_the_table_is_produced(self):
+        self.assertEqual(set(FAILURE_PRODUCERS), set(stream_client.FAILURE_KINDS))
+        for kind, produce in FAILURE_PRODUCERS.items():
+            with self.subTest(kind):
+                self.assertEqual(produce(), kind)
+
+    def test_a_kind_belongs_to_one_layer(self):
+        for kind, (layer, meaning) in stream_client.FAILURE_KINDS.items():
+            with self.subTest(kind):
+                self.assertIn(layer, stream_client.LAYERS)
+                self.assertRegex(kind, r'^[a-z0-9]+(_[a-z0-9]+)*$')
+                self.assertTrue(meaning)
+        with self.assertRaises(ValueError):
+            StreamError('http', 'x', kind='eof_before_done')  # a kind of another layer
+        with self.assertRaises(ValueError):
+            StreamError('http', 'x', kind='no_such_kind')
+
+    def test_the_failures_doc_shows_the_table_row_for_row(self):
+        text = (HERE / 'docs' / 'failures.md').read_text()
+        rows = re.findall(r'^\| `(\w+)` \| `([\w-]+)` \| (.+) \|$', text, re.M)
+        self.assertEqual(rows, [(kind, layer, meaning) for kind, (layer, meaning) in stream_client.FAILURE_KINDS.items()])
+
+    def test_an_unknown_event_type_is_skipped_and_listed(self):
+        for api, events in (('messages', [MESSAGE_START, message_event('content_block_start', index=0, content_block={
+                                'type': 'text', 'text': '', 'citations': []}), text_delta('hi'),
+                                message_event('thinking_about_it', note='new in some version'),
+                                message_event('content_block_delta', index=0, delta={
+                                    'type': 'citations_delta', 'citation': {'type': 'char_location'}}),
+                                message_event('ping')] + message_end()),
+                            ('responses', capture_events(R2)[:5] + [('response.new_thing', json.dumps(
+                                {'type': 'response.new_thing', 'sequence_number': 5}))]
+                             + [with_data(event, sequence_number=number + 1)
+                                for number, event in enumerate(capture_events(R2)[5:], 5)])):
+            with self.subTest(api):
+                validator = stream_client.VALIDATORS[api]()
+                self.assertIsNone(kind_of_events(validator, events))
+                self.assertEqual(validator.fields()['skipped_events'],
+                                 ['thinking_about_it' if api == 'messages' else 'response.new_thing'])
+
+    def test_judge_gives_a_verdict_on_a_reader_with_no_head(self):
+        for fed, kind in ((b'', 'no_response'), (b'HTTP/1.1 200 OK\r\n', 'eof_in_head'),
+                          (b'HTTP/1.1 503 Busy\r\nContent-Length: 9\r\n\r\nbusy', 'status_not_200')):
+            with self.subTest(fed=fed):
+                reader = stream_client.ResponseReader(ChatChunks())
+                reader.feed(fed)
+                verdict = stream_client.judge(reader)  # no eof(): judged as if it ended here
+                self.assertEqual((verdict.ok, verdict.kind, verdict.layer),
+                                 (False, kind, stream_client.FAILURE_KINDS[kind][0]))
+
+    def test_every_failed_record_carries_its_kind(self):
+        broken, ok = run_fixture('broken'), run_fixture('ok')
+        self.assertEqual((broken['ok'], broken['error_layer'], broken['error_kind']),
+                         (False, 'application', 'eof_before_done'))
+        self.assertEqual((ok['ok'], ok['error_kind'], ok['skipped_events']), (True, None, []))
+
+
+HOSTILE = HERE / 'testdata' / 'hostile'
+HOSTILE_CASES = json.loads((HOSTILE / 'cases.json').read_text())
+# The kind each hostile stream that is not ok gets: the rule of the grammar it breaks.
+HOSTILE_KINDS = {
+    '13': 'event_after_close', '14': 'event_after_close', '15': 'event_after_close', '16': 'event_after_close',
+    '17': 'event_after_close', '18': 'event_after_close', '19': 'duplicate_id', '20': 'event_after_terminal',
+    '21': 'event_after_terminal', '22': 'call_without_id', '23': 'event_after_close', '24': 'event_after_terminal',
+    '25': 'event_after_close', '26': 'event_after_close', '27': 'event_after_close', '28': 'event_after_close',
+    '29': 'event_after_close', '30': 'event_after_close', '31': 'event_after_terminal', '32': 'duplicate_id',
+    '33': 'duplicate_id', '34': 'duplicate_id', '35': 'closing_copy_differs', '36': 'closing_copy_differs',
+    '37': 'closing_copy_differs', '38': 'closing_copy_differs', '39': 'closing_copy_differs',
+    '40': 'closing_copy_differs', '41': 'closing_copy_differs', '42': 'closing_copy_differs',
+    '43': 'event_out_of_order', '44': 'event_out_of_order', '45': 'part_not_open', '46': 'part_index_skips',
+    '47': 'part_not_open', '48': 'event_after_close', '49': 'event_after_close', '50': 'part_not_open',
+    '51': 'part_still_open', '52': 'part_not_open', '53': 'part_not_open', '54': 'closing_copy_differs',
+    '55': 'duplicate_part', '56': 'event_after_close', '57': 'event_after_close', '58': 'event_after_terminal',
+    '59': 'event_after_close', '60': 'duplicate_id', '61': 'part_still_open', '62': 'part_not_open',
+    '63': 'event_out_of_order', '64': 'part_index_skips', '65': 'part_not_open',
+}
+
+
+def hostile_options(case: dict) -> dict:
+    """prepare()'s options for a hostile case, from its command-line args."""
+    args, options = case['args'], {'api': case['api']}
+    for flag, option in (('--tools', 'tools'), ('--json-schema', 'json_schema')):
+        if flag in args:
+            options[option] = json.loads((HOSTILE / 'cases' / args[args.index(flag) + 1]).read_text())
+    return options
+
+
+def hostile_request(case: dict, url: str = 'http://127.0.0.1:9/v1/chat/completions') -> stream_client.PreparedRequest:
+    idle = float(case['args'][case['args'].index('--idle') + 1]) if '--idle' in case['args'] else 3.0
+    return stream_client.prepare(url, 'tiny', 'hi', idle=idle, deadline=20, **hostile_options(case))
+
+
+def hostile_splits(raw: bytes) -> list[int]:
+    """Where a hostile response is split in two: around every line end (where framing and events
+    break) and at a stride through the rest; every byte in the benchmarks' sweep."""
+    ends = {at + shift for at, byte in enumerate(raw) if byte in b'\r\n' for shift in (0, 1)}
+    return sorted(at for at in ends | set(range(1, len(raw), 61)) if 0 < at < len(raw))
+
+
+def verdict_of(case: dict, reads: list[bytes]) -> tuple:
+    reader = stream_client.ResponseReader(hostile_request(case).new_validator())
+    for raw in reads:
+        reader.feed(raw)
+    reader.eof()
+    verdict = stream_client.judge(reader)
+    return verdict.ok, verdict.layer, verdict.kind
+
+
+class KeepAliveReplay(threading.Thread):
+    """A loopback server that answers every request on a connection with the same bytes and keeps the
+    connection open; with ``split_at``, the bytes after it (stray bytes beyond the framed response)
+    follow in a second write once ``run_ended`` is set, and ``sent`` is set once everything of a
+    response is written."""
+
+    def __init__(self, data: bytes, split_at: int | None = None) -> None:
+        super().__init__(daemon=True)
+        self.data, self.split_at = data, split_at
+        self.run_ended, self.sent = threading.Event(), threading.Event()
+        self.listener = socket.create_server(('127.0.0.1', 0))
+        self.url = f'http://127.0.0.1:{self.listener.getsockname()[1]}/v1/chat/completions'
+
+    def run(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(sock,), daemon=True).start()
+
+    def serve(self, sock: socket.socket) -> None:
+        with sock, contextlib.suppress(OSError):  # the client closed or reset the connection
+            self.answer(sock)
+
+    def answer(self, sock: socket.socket) -> None:
+        """Answer each request on the connection with the bytes, until it closes."""
+        buffered = b''
+        while True:
+            while b'\r\n\r\n' not in buffered:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                buffered += data
+            head, buffered = buffered.split(b'\r\n\r\n', 1)
+            length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
+            while len(buffered) < length:
+                buffered += sock.recv(65536)
+            buffered = buffered[length:]
+            cut = self.split_at or len(self.data)
+            sock.sendall(self.data[:cut])
+            if cut < len(self.data):
+                self.run_ended.wait(5)
+                sock.sendall(self.data[cut:])
+            self.sent.set()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+class HostileCaseTests(unittest.TestCase):
+    """The hostile suite of testdata/hostile (written from the protocols by a session that had not read
+    this code): each stream gets its expected verdict in the sans-IO reader, whole and split, and over
+    loopback; the kept-alive cases over one kept connection."""
+
+    def single_runs(self) -> list[dict]:
+        return [case for case in HOSTILE_CASES if case['runs'] == 1]
+
+    def expected(self, case: dict) -> tuple:
+        return case['expect_ok'], case['expect_layer'], HOSTILE_KINDS.get(case['file'][:2])
+
+    def test_the_suite_is_whole(self):
+        self.assertGreaterEqual(len(HOSTILE_CASES), 45)
+        self.assertEqual({case['file'] for case in HOSTILE_CASES}, {path.name for path in (HOSTILE / 'cases').glob('*.http')})
+        not_ok = {case['file'][:2] for case in self.single_runs() if not case['expect_ok']}
+        self.assertEqual(not_ok, set(HOSTILE_KINDS))
+
+    def test_each_hostile_stream_gets_its_verdict_whole_and_split(self):
+        for case in self.single_runs():
+            raw = (HOSTILE / 'cases' / case['file']).read_bytes()
+            with self.subTest(case['file']):
+                self.assertEqual(verdict_of(case, [raw]), self.expected(case))
+                for at in hostile_splits(raw):
+                    self.assertEqual(verdict_of(case, [raw[:at], raw[at:]]), self.expected(case), f'split at {at}')
+
+    def test_each_hostile_stream_gets_its_verdict_over_loopback(self):
+        with Fixture(delay=0) as fixture:
+            for case in self.single_runs():
+                fixture.instance.replay = (b'', [(HOSTILE / 'cases' / case['file']).read_bytes()])
+                with self.subTest(case['file']):
+                    record = stream_client.run(hostile_request(case, fixture.url))
+                    self.assertEqual((record['ok'], record['error_layer'], record['error_kind']), self.expected(case),
+                                     record['error'])
+
+    def test_each_kept_alive_case_gets_its_verdict_on_both_runs(self):
+        for case in [case for case in HOSTILE_CASES if case['keep_alive']]:
+            with self.subTest(case['file']):
+                server = KeepAliveReplay((HOSTILE / 'cases' / case['file']).read_bytes(), case.get('split_at'))
+                server.start()
+                kept = stream_client.KeptConnections()
+                try:
+                    records = []
+                    for _ in range(case['runs']):
+                        records.append(stream_client.run(hostile_request(case, server.url), kept=kept))
+                        server.run_ended.set()
+                        server.sent.wait(5)  # the stray bytes of a late case are on the idle connection now
+                        server.run_ended.clear()
+                        server.sent.clear()
+                finally:
+                    kept.close()
+                    server.close()
+                self.assertEqual([(record['ok'], record['error_layer']) for record in records],
+                                 list(zip(case['expect_ok'], case['expect_layer'])), [r['error'] for r in records])
+
+
 if __name__ == '__main__':
     unittest.main()
+
+
+def renumbered(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Responses events with their sequence_number counted again from 0, so that only the order is wrong."""
+    return [with_data(event, sequence_number=number) for number, event in enumerate(events)]
+
+
+def typed_response(events: list[tuple[str, str]]) -> bytes:
+    """A chunked 200 response carrying these typed events, one per chunk, as vLLM frames them."""
+    body = b''.join(chunked(f'event: {kind}\ndata: {data}\n\n'.encode(), end=b'') for kind, data in events)
+    return CHUNKED + body + b'0\r\n\r\n'
+
+
+def _r2(edit) -> list[tuple[str, str]]:
+    return renumbered(edit(capture_events(R2)))  # 2 item added, 3 part added, 13 text done, 14 part done, 15 item done
+
+
+TEXT_MESSAGE = [MESSAGE_START, TEXT_BLOCK, text_delta('hi')]
+# Rules of the grammars that the hostile suite does not break, each with the kind it gets.
+GRAMMAR_CASES = {
+    'messages: a block starts while the last is open': ('messages', TEXT_MESSAGE + [message_event(
+        'content_block_start', content_block={'type': 'text', 'text': ''}, index=1)] + message_end(index=1),
+        'event_out_of_order'),
+    'messages: a second message_delta says another stop_reason': ('messages', TEXT_MESSAGE + message_end()[:2] + [
+        message_event('message_delta', delta={'stop_reason': 'max_tokens'}), message_event('message_stop')],
+        'closing_copy_differs'),
+    'messages: ping, citations and an unknown event are fine': ('messages', TEXT_MESSAGE + [
+        message_event('ping'), message_event('content_block_delta', index=0, delta={
+            'type': 'citations_delta', 'citation': {'type': 'char_location', 'cited_text': 'x'}}),
+        message_event('brand_new_event')] + message_end(), None),
+    'responses: an item closes with its content part open': ('responses', _r2(
+        lambda e: e[:14] + [e[15], e[14], e[16]]), 'part_still_open'),
+    'responses: a content part skips its index': ('responses', _r2(
+        lambda e: e[:3] + [(e[3][0], e[3][1].replace('"content_index":0', '"content_index":1'))] + e[4:]),
+        'part_index_skips'),
+    'responses: the terminal lists another item': ('responses', _r2(
+        lambda e: e[:16] + [(e[16][0], e[16][1].replace(json.loads(e[2][1])['item']['id'], 'msg_other'))]),
+        'closing_copy_differs'),
+    'responses: an unknown event is skipped': ('responses', _r2(
+        lambda e: e[:5] + [('response.new_thing', '{"type": "response.new_thing"}')] + e[5:]), None),
+}
+
+
+class GrammarCaseTests(unittest.TestCase):
+    """Each grammar rule the hostile suite leaves out: whole, split (see hostile_splits) and over loopback."""
+
+    def test_each_rule_gets_its_kind_whole_split_and_over_loopback(self):
+        with Fixture(delay=0) as fixture:
+            for name, (api, events, kind) in GRAMMAR_CASES.items():
+                raw = typed_response(events)
+                case = {'api': api, 'args': []}
+                expected = (kind is None, None if kind is None else 'protocol', kind)
+                with self.subTest(name):
+                    for at in [0, *hostile_splits(raw)]:
+                        self.assertEqual(verdict_of(case, [raw[:at], raw[at:]]), expected, f'split at {at}')
+                    fixture.instance.replay = (b'', [raw])
+                    record = stream_client.run(hostile_request(case, fixture.url))
+                    self.assertEqual((record['ok'], record['error_layer'], record['error_kind']), expected,
+                                     record['error'])
