@@ -77,8 +77,10 @@ import re
 import signal
 import socket
 import ssl
+import struct
 import threading
 import time
+import traceback
 import typing
 from urllib.parse import unquote, urlsplit
 
@@ -2868,9 +2870,9 @@ def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
     on_text, on_reasoning, on_call = show
     showing = any(show)  # a load shows nothing: no second pass over its events
     deadline_at = timeline.started + x.request.deadline
+    receive = _receiver(sock, x)
     while True:
-        sock.settimeout(_wait(x))
-        raw = sock.recv(READ_SIZE)
+        raw = receive()
         now = time.perf_counter()
         if not raw:
             stop = x.interruption()
@@ -2900,6 +2902,35 @@ def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
             raise reader.error
         if reader.message_complete:
             return
+
+
+def _receiver(sock: socket.socket, x: Exchange):
+    """A function that reads the next bytes under the idle timeout cut to the deadline (TimeoutError).
+
+    A plain socket on Linux waits in the kernel, under SO_RCVTIMEO, so that each read is one system
+    call and one release of the GIL: with a Python timeout, every recv() is a poll() and a recv(),
+    which under hundreds of threads doubles the GIL hand-offs that delay every stream's timestamps.
+    Other sockets (TLS) keep Python's timeout."""
+    if type(sock) is not socket.socket or not sys.platform.startswith('linux'):
+        def receive() -> bytes:
+            sock.settimeout(_wait(x))
+            return sock.recv(READ_SIZE)
+        return receive
+    sock.settimeout(None)
+    armed = [-1.0]  # the SO_RCVTIMEO in force, in seconds
+
+    def receive() -> bytes:
+        wait = _wait(x)
+        if wait < armed[0] - 0.001 or armed[0] < 0:
+            seconds = max(wait, 0.001)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                            struct.pack('ll', int(seconds), int(seconds % 1 * 1_000_000)))
+            armed[0] = seconds
+        try:
+            return sock.recv(READ_SIZE)
+        except BlockingIOError:  # SO_RCVTIMEO ran out
+            raise TimeoutError('timed out') from None
+    return receive
 
 
 def _wait(x: Exchange) -> float:
@@ -3196,6 +3227,7 @@ def failed_record(request: PreparedRequest, failure: StreamError) -> dict:
 
 ARRIVALS = ('poisson', 'constant')
 MAX_OPEN_LOOP_IN_FLIGHT = 512  # runs in flight at most under --rate without --concurrency
+MAX_PROCESSES = 64             # worker processes of one load at most
 
 
 @dataclasses.dataclass(frozen=True)
@@ -3213,6 +3245,7 @@ class LoadSettings:
     step: int | None = None        # the step of a rate sweep, from 0
     slos: tuple = ()               # (name, ms) pairs that a good run meets: see SLO_FIGURES
     slo_target: float | None = None  # a sweep's attainment under capacity (None: DEFAULT_SLO_TARGET)
+    processes: int = 1             # worker processes the runs are spread over (Linux: forked)
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
@@ -3224,6 +3257,9 @@ class LoadSettings:
             raise ValueError(f'rate must be a positive finite number of runs per second, got {self.rate!r}')
         if self.arrivals not in ARRIVALS:
             raise ValueError(f'arrivals must be one of {", ".join(ARRIVALS)}, got {self.arrivals!r}')
+        if isinstance(self.processes, bool) or not isinstance(self.processes, int) or \
+                not 1 <= self.processes <= MAX_PROCESSES:
+            raise ValueError(f'processes must be a whole number from 1 to {MAX_PROCESSES}, got {self.processes!r}')
         if self.duration is not None and (self.rate is None or not _positive_finite(self.duration)):
             raise ValueError(f'duration bounds an open loop: a positive number of seconds with a rate, '
                              f'got {self.duration!r}')
@@ -3238,7 +3274,7 @@ class LoadSettings:
         return {'runs': self.runs, 'concurrency': self.in_flight, 'rate': self.rate,
                 'arrivals': self.arrivals if self.rate is not None else None, 'seed': self.seed,
                 'keep_alive': self.keep_alive, 'duration': self.duration, 'step': self.step,
-                'slo': dict(self.slos) or None, 'slo_target': self.slo_target}
+                'slo': dict(self.slos) or None, 'slo_target': self.slo_target, 'processes': self.processes}
 
 
 def _open_loop_offsets(rate: float, arrivals: str, seed: int):
@@ -3309,10 +3345,25 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     (open loop: how late it started after it was due) and ``load`` (the settings, and an ``id`` of the
     load). With ``settings.keep_alive`` each worker thread keeps its connections between its runs (see
     run()) and closes them when the load ends. Once ``cancel`` is cancelled, no run starts and the runs
-    in flight end as interrupted; this returns when every run that started has its record.
+    in flight end as interrupted; this returns when every run that started has its record. With
+    ``settings.processes`` above 1 the runs are spread over that many forked processes (see
+    _spread_load), and on_record is still called here, in this process.
     """
-    started, lock = time.perf_counter(), threading.Lock()
+    started = time.perf_counter()
     described = {**settings.described(), 'id': os.urandom(8).hex()}  # the id tells merged loads apart
+    if settings.processes > 1:
+        _spread_load(requests, settings, on_record, cancel, started, described)
+    else:
+        _run_share(requests, settings, on_record, cancel, started, described, (0, 1))
+
+
+def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
+               described: dict, share: tuple[int, int]) -> None:
+    """The runs i with i % processes == number, on worker threads of this process (share is (number,
+    processes)), with that share of the slots, on the load's schedule from ``started``."""
+    number, processes = share
+    slots = max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
+    lock = threading.Lock()
     workers, kept_by_worker = threading.local(), []
 
     def kept() -> KeptConnections | None:
@@ -3335,9 +3386,11 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
                   'load': described}
         with lock:
             on_record(record)
-    pool = _Pool(settings.in_flight, one)
+    pool = _Pool(slots, one)
     try:
         for index, due in enumerate(arrival_offsets(settings)):
+            if index % processes != number:
+                continue
             wait = started + due - time.perf_counter()
             while wait > 0 and cancel.reason is None:
                 time.sleep(min(wait, 0.05))
@@ -3349,6 +3402,77 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
         pool.close()
         for connections in kept_by_worker:
             connections.close()
+
+
+_CANCEL_MESSAGE = 16  # bytes a cancelled load writes per worker process: the reason, padded
+
+
+def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
+                 described: dict) -> None:
+    """Fork settings.processes worker processes, each running its share of the runs (_run_share) and
+    writing each record as one JSON line to its own pipe; call on_record for every line here, one at a
+    time, so that this process stays the one owner of the evidence. The clock (perf_counter) is the
+    system's monotonic one, shared by the processes, so offsets stay on one schedule. A cancel here
+    is written to one control pipe that every worker watches; a worker whose parent is gone cancels
+    itself too. Workers ignore SIGINT and SIGTERM: the parent alone decides."""
+    control_read, control_write = os.pipe()
+    lock, pids, readers, parent_fds = threading.Lock(), [], [], [control_write]
+    for number in range(settings.processes):
+        record_read, record_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            for fd in parent_fds + [record_read]:
+                os.close(fd)
+            _worker_process(requests, settings, started, described, (number, settings.processes), control_read,
+                            record_write)
+        os.close(record_write)
+        parent_fds.append(record_read)
+        pids.append(pid)
+
+        def relay(fd: int = record_read) -> None:
+            with os.fdopen(fd, 'r', encoding='utf-8') as lines:
+                for line in lines:
+                    with lock:
+                        on_record(json.loads(line))
+        readers.append(threading.Thread(target=relay, daemon=True))
+        readers[-1].start()
+    os.close(control_read)
+    told = False
+    for reader in readers:
+        while reader.is_alive():
+            reader.join(0.05)
+            if cancel.reason is not None and not told:
+                message = cancel.reason.encode()[:_CANCEL_MESSAGE].ljust(_CANCEL_MESSAGE)
+                os.write(control_write, message * settings.processes)
+                told = True
+    os.close(control_write)
+    for pid in pids:
+        os.waitpid(pid, 0)
+
+
+def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, started: float, described: dict,
+                    share: tuple[int, int], control: int, records: int) -> None:
+    """The body of a forked worker: run the share, write its records, exit (never returns)."""
+    status = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        cancel = Cancel()
+
+        def watch() -> None:
+            reason = os.read(control, _CANCEL_MESSAGE).decode(errors='replace').strip()
+            cancel.cancel(reason or 'the end of the process that started the load')
+        threading.Thread(target=watch, daemon=True).start()
+        with os.fdopen(records, 'w', encoding='utf-8') as out:
+            def write(record: dict) -> None:
+                out.write(json.dumps(record, ensure_ascii=False) + '\n')
+                out.flush()
+            _run_share(requests, settings, write, cancel, started, described, share)
+        status = 0
+    except BaseException:  # a bug in this client: say so, and let the parent see the status
+        traceback.print_exc()
+    finally:
+        os._exit(status)
 
 
 _QUOTED_TEXT = re.compile(r"""b?'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*\"""")
@@ -4119,6 +4243,10 @@ def _parser() -> OneLineParser:
                            f'{MAX_OPEN_LOOP_IN_FLIGHT})')
     load.add_argument('--rate', type=float, metavar='R',
                       help='start R runs per second whatever is in flight (an open loop; default: a closed loop)')
+    load.add_argument('--processes', type=int, metavar='P',
+                      help='spread the load\'s runs and its --concurrency over P forked worker processes '
+                           '(default 1), so that at hundreds of streams the client\'s own work does not delay '
+                           'the timestamps; this process still writes the one evidence file')
     load.add_argument('--rates', metavar='R1,R2,...',
                       help='a sweep: one open-loop step per rate, each for --duration seconds, to find the rate '
                            'at which the server saturates (see --slo)')
@@ -4517,22 +4645,23 @@ def _load_settings(args) -> list[LoadSettings] | None:
         raise UsageError('--keep-alive needs --runs of 2 or more: one run uses one connection')
     slos, target = parse_slos(args.slo or []), _slo_target(args)
     if runs == 1 and args.duration is None and args.concurrency is None and args.rate is None and args.prompts is None:
-        if slos or target is not None:
-            raise UsageError('--slo and --slo-target judge a load: give --runs, --duration or --rates')
+        if slos or target is not None or args.processes is not None:
+            raise UsageError('--slo, --slo-target and --processes are for a load: give --runs, --duration or --rates')
         return None
+    processes = 1 if args.processes is None else args.processes
     if args.capture is not None:
         raise UsageError('--capture keeps the raw bytes of one run; it does not go with --runs, --concurrency, '
                          '--rate, --rates, --duration or --prompts')
     if args.duration is None:
         return [LoadSettings(runs, args.concurrency, args.rate, args.arrivals, args.seed, args.keep_alive,
-                             slos=slos, slo_target=target)]
+                             slos=slos, slo_target=target, processes=processes)]
     if not _positive_finite(args.duration):
         raise UsageError(f'--duration must be a positive number of seconds, not {args.duration}')
     if not _positive_finite(rates[0] if rates else args.rate):
         raise UsageError(f'--rate must be a positive number of runs per second, not {args.rate}')
     return [LoadSettings(scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate,
                          args.arrivals, args.seed, args.keep_alive, args.duration, number if rates else None,
-                         slos, target)
+                         slos, target, processes)
             for number, rate in enumerate(rates or [args.rate])]
 
 
@@ -4668,6 +4797,7 @@ READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
 FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',
                      'runs': '--runs', 'concurrency': '--concurrency', 'rate': '--rate', 'tools': '--tools',
+                     'processes': '--processes',
                      'tool_choice': '--tool-choice', 'json_schema': '--json-schema'}
 
 

@@ -3402,6 +3402,62 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual([step['rate'] for step in summary['steps']], [4.0])  # the second step never started
         self.assertLess(len(records), summary['steps'][0]['scheduled_runs'])
 
+    def test_a_load_spread_over_processes_is_counted_exactly_in_one_file(self):
+        layers = {mode: row.verdict.error_layer for mode, row in FixtureVerdictTests.EXPECTED.items()}
+        with Fixture('mixed', seed=4, delay=0.005) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '45', '--concurrency', '6', '--processes', '3',
+                           '--idle', '2', '--output', 'spread.jsonl', '--quiet', cwd=self.tmp.name, timeout=90)
+            served = fixture.instance.schedule.served
+        records, summary = self.records('spread.jsonl'), json.loads(done.stdout)
+        self.assertEqual(sorted(record['run'] for record in records), list(range(45)))
+        self.assertEqual({record['load']['id'] for record in records} | {record['load']['processes'] for record in records},
+                         {records[0]['load']['id'], 3})
+        expected = collections.Counter()
+        for mode, count in served.items():
+            if layers[mode]:
+                expected[layers[mode]] += count
+        self.assertEqual(summary['not_ok_by_layer'], dict(expected))
+        self.assertEqual((summary['runs'], summary['ok']), (45, served['ok']))
+
+    def test_the_runs_of_a_spread_load_run_in_other_processes(self):
+        # run() is wrapped before the fork, so each worker's records say which process ran them.
+        real_run = stream_client.run
+
+        def run_and_say_where(*args, **kwargs):
+            return {**real_run(*args, **kwargs), 'pid': os.getpid()}
+        records: list[dict] = []
+        with Fixture('ok') as fixture, mock.patch.object(stream_client, 'run', run_and_say_where):
+            requests = [stream_client.prepare(fixture.url, 'm', 'p')]
+            stream_client.run_load(requests, stream_client.LoadSettings(runs=12, concurrency=4, processes=2),
+                                   records.append, stream_client.Cancel())
+        self.assertEqual(sorted(record['run'] for record in records), list(range(12)))
+        by_pid = collections.defaultdict(set)
+        for record in records:
+            by_pid[record['pid']].add(record['run'] % 2)
+        self.assertNotIn(os.getpid(), by_pid)
+        self.assertEqual(sorted(by_pid.values(), key=min), [{0}, {1}])  # each process its share of the runs
+
+    def test_ctrl_c_in_a_spread_load_keeps_one_valid_line_per_started_run(self):
+        with Fixture('ok', delay=0.05) as fixture:
+            output = self.dir / 'spread.jsonl'
+            process = subprocess.Popen([sys.executable, CLIENT, '--url', fixture.url, '--model', 'm', '--runs', '200',
+                                        '--concurrency', '4', '--processes', '2', '--output', str(output)],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and (not output.exists() or output.read_text().count('\n') < 6):
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=30)
+        self.assertEqual(process.returncode, 130, stderr)
+        records = self.records('spread.jsonl')
+        self.assertEqual(len({record['run'] for record in records}), len(records))
+        self.assertLess(len(records), 200)
+        interrupted = [record for record in records if record['error_layer'] == 'interrupted']
+        self.assertTrue(interrupted)
+        self.assertTrue(all('SIGINT' in record['error'] for record in interrupted))
+        summary = json.loads(stdout)
+        self.assertEqual((summary['runs'], summary['planned_runs']), (len(records), 200))
+
     def test_sweep_and_slo_flags_that_do_not_fit_exit_2_with_one_line(self):
         cases = {'unknown figure': ['--runs', '2', '--slo', 'ttft=100'], 'no bound': ['--runs', '2', '--slo', 'duration_ms'],
                  'negative bound': ['--runs', '2', '--slo', 'duration_ms=-5'], 'bound twice':
@@ -3411,7 +3467,8 @@ class GoodputTests(unittest.TestCase):
                  'duration with runs': ['--rate', '2', '--duration', '1', '--runs', '3'],
                  'rates without duration': ['--rates', '1,2'], 'rates and rate': ['--rates', '1,2', '--rate', '3', '--duration', '1'],
                  'duration without a rate': ['--duration', '1'], 'negative duration': ['--rate', '2', '--duration', '-1'],
-                 'target above 1': ['--runs', '2', '--slo-target', '1.5'], 'slo on one run': ['--slo', 'duration_ms=5']}
+                 'target above 1': ['--runs', '2', '--slo-target', '1.5'], 'slo on one run': ['--slo', 'duration_ms=5'],
+                 'no processes': ['--runs', '2', '--processes', '0'], 'processes on one run': ['--processes', '2']}
         for name, args in cases.items():
             with self.subTest(name):
                 done = run_cli('--fixture', 'ok', '--output', 'run.jsonl', *args, cwd=self.tmp.name)
