@@ -98,8 +98,10 @@ import select
 import signal
 import socket
 import ssl
+import struct
 import threading
 import time
+import traceback
 import typing
 import unicodedata
 import warnings
@@ -4463,9 +4465,9 @@ def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
     on_text, on_reasoning, on_call = show
     showing = any(show)  # a load shows nothing: no second pass over its events
     deadline_at = timeline.started + x.request.deadline
+    receive = _receiver(sock, x)
     while True:
-        sock.settimeout(_wait(x))
-        raw = sock.recv(READ_SIZE)
+        raw = receive()
         now = time.perf_counter()
         if not raw:
             stop = _interruption(x)
@@ -4495,6 +4497,35 @@ def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
             raise reader.error
         if reader.message_complete:
             return
+
+
+def _receiver(sock: socket.socket, x: Exchange):
+    """A function that reads the next bytes under the idle timeout cut to the deadline (TimeoutError).
+
+    A plain socket on Linux waits in the kernel, under SO_RCVTIMEO, so that each read is one system
+    call and one release of the GIL: with a Python timeout, every recv() is a poll() and a recv(),
+    which under hundreds of threads doubles the GIL hand-offs that delay every stream's timestamps.
+    Other sockets (TLS) keep Python's timeout."""
+    if type(sock) is not socket.socket or not sys.platform.startswith('linux'):
+        def receive() -> bytes:
+            sock.settimeout(_wait(x))
+            return sock.recv(READ_SIZE)
+        return receive
+    sock.settimeout(None)
+    armed = [-1.0]  # the SO_RCVTIMEO in force, in seconds
+
+    def receive() -> bytes:
+        wait = _wait(x)
+        if wait < armed[0] - 0.001 or armed[0] < 0:
+            seconds = max(wait, 0.001)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                            struct.pack('ll', int(seconds), int(seconds % 1 * 1_000_000)))
+            armed[0] = seconds
+        try:
+            return sock.recv(READ_SIZE)
+        except BlockingIOError:  # SO_RCVTIMEO ran out
+            raise TimeoutError('timed out') from None
+    return receive
 
 
 def _wait(x: Exchange) -> float:
@@ -4705,6 +4736,8 @@ def build_record(x: Exchange) -> dict:
         'first_text_ms': timeline.ms(timeline.first_text_at),
         'duration_ms': timeline.ms(ended),
         'event_gaps_ms': [round(gap * 1000, 3) for gap in timeline.gaps],
+        'mean_event_gap_ms': round(sum(timeline.gaps) / len(timeline.gaps) * 1000, 3) if timeline.gaps else None,
+        'max_event_gap_ms': round(max(timeline.gaps) * 1000, 3) if timeline.gaps else None,
         'reads': reader.reads,
         'content_reads': timeline.content_reads,
         'max_content_events_per_read': timeline.max_content_events_per_read,
@@ -4837,6 +4870,7 @@ def failed_record(request: PreparedRequest, failure: StreamError) -> dict:
 
 ARRIVALS = ('poisson', 'constant')
 MAX_OPEN_LOOP_IN_FLIGHT = 512  # runs in flight at most under --rate without --concurrency
+MAX_PROCESSES = 64             # worker processes of one load at most
 
 
 @dataclasses.dataclass(frozen=True)
@@ -4850,6 +4884,11 @@ class LoadSettings:
     arrivals: str = 'poisson'
     seed: int = 0
     keep_alive: bool = False  # each worker reuses its connection while the responses allow it
+    duration: float | None = None  # an open loop bounded by time: runs is then what the schedule holds
+    step: int | None = None        # the step of a rate sweep, from 0
+    slos: tuple = ()               # (name, ms) pairs that a good run meets: see SLO_FIGURES
+    slo_target: float | None = None  # a sweep's attainment under capacity (None: DEFAULT_SLO_TARGET)
+    processes: int = 1             # worker processes the runs are spread over (Linux: forked)
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
@@ -4861,6 +4900,12 @@ class LoadSettings:
             raise ValueError(f'rate must be a positive finite number of runs per second, got {self.rate!r}')
         if self.arrivals not in ARRIVALS:
             raise ValueError(f'arrivals must be one of {", ".join(ARRIVALS)}, got {self.arrivals!r}')
+        if isinstance(self.processes, bool) or not isinstance(self.processes, int) or \
+                not 1 <= self.processes <= MAX_PROCESSES:
+            raise ValueError(f'processes must be a whole number from 1 to {MAX_PROCESSES}, got {self.processes!r}')
+        if self.duration is not None and (self.rate is None or not _positive_finite(self.duration)):
+            raise ValueError(f'duration bounds an open loop: a positive number of seconds with a rate, '
+                             f'got {self.duration!r}')
 
     @property
     def in_flight(self) -> int:
@@ -4871,19 +4916,31 @@ class LoadSettings:
     def described(self) -> dict:
         return {'runs': self.runs, 'concurrency': self.in_flight, 'rate': self.rate,
                 'arrivals': self.arrivals if self.rate is not None else None, 'seed': self.seed,
-                'keep_alive': self.keep_alive}
+                'keep_alive': self.keep_alive, 'duration': self.duration, 'step': self.step,
+                'slo': dict(self.slos) or None, 'slo_target': self.slo_target, 'processes': self.processes}
+
+
+def _open_loop_offsets(rate: float, arrivals: str, seed: int):
+    """The endless seeded schedule of an open loop: evenly spaced or Poisson arrivals, from 0 s."""
+    rng, at = random.Random(seed), 0.0
+    while True:
+        yield at
+        at += 1 / rate if arrivals == 'constant' else rng.expovariate(rate)
+
+
+def scheduled_runs(rate: float, arrivals: str, seed: int, duration: float) -> int:
+    """How many runs the seeded open-loop schedule at rate starts within duration seconds."""
+    if not (_positive_finite(rate) and _positive_finite(duration)):
+        raise ValueError(f'rate and duration must be positive finite numbers, got {rate!r} and {duration!r}')
+    return sum(1 for _ in itertools.takewhile(lambda at: at < duration, _open_loop_offsets(rate, arrivals, seed)))
 
 
 def arrival_offsets(settings: LoadSettings):
     """Seconds after the load's start at which each run is due: all at once in a closed loop (the slots
     pace them); evenly spaced or at Poisson arrivals (seeded) in an open loop."""
     if settings.rate is None:
-        yield from (0.0 for _ in range(settings.runs))
-        return
-    rng, at = random.Random(settings.seed), 0.0
-    for _ in range(settings.runs):
-        yield at
-        at += 1 / settings.rate if settings.arrivals == 'constant' else rng.expovariate(settings.rate)
+        return itertools.repeat(0.0, settings.runs)
+    return itertools.islice(_open_loop_offsets(settings.rate, settings.arrivals, settings.seed), settings.runs)
 
 
 class _Pool:
@@ -4931,10 +4988,25 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     (open loop: how late it started after it was due) and ``load`` (the settings, and an ``id`` of the
     load). With ``settings.keep_alive`` each worker thread keeps its connections between its runs (see
     run()) and closes them when the load ends. Once ``cancel`` is cancelled, no run starts and the runs
-    in flight end as interrupted; this returns when every run that started has its record.
+    in flight end as interrupted; this returns when every run that started has its record. With
+    ``settings.processes`` above 1 the runs are spread over that many forked processes (see
+    _spread_load), and on_record is still called here, in this process.
     """
-    started, lock = time.perf_counter(), threading.Lock()
+    started = time.perf_counter()
     described = {**settings.described(), 'id': os.urandom(8).hex()}  # the id tells merged loads apart
+    if settings.processes > 1:
+        _spread_load(requests, settings, on_record, cancel, started, described)
+    else:
+        _run_share(requests, settings, on_record, cancel, started, described, (0, 1))
+
+
+def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
+               described: dict, share: tuple[int, int]) -> None:
+    """The runs i with i % processes == number, on worker threads of this process (share is (number,
+    processes)), with that share of the slots, on the load's schedule from ``started``."""
+    number, processes = share
+    slots = max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
+    lock = threading.Lock()
     workers, kept_by_worker = threading.local(), []
 
     def kept() -> KeptConnections | None:
@@ -4957,9 +5029,11 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
                   'load': described}
         with lock:
             on_record(record)
-    pool = _Pool(settings.in_flight, one)
+    pool = _Pool(slots, one)
     try:
         for index, due in enumerate(arrival_offsets(settings)):
+            if index % processes != number:
+                continue
             wait = started + due - time.perf_counter()
             while wait > 0 and cancel.reason is None:
                 time.sleep(min(wait, 0.05))
@@ -4971,6 +5045,77 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
         pool.close()
         for connections in kept_by_worker:
             connections.close()
+
+
+_CANCEL_MESSAGE = 16  # bytes a cancelled load writes per worker process: the reason, padded
+
+
+def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
+                 described: dict) -> None:
+    """Fork settings.processes worker processes, each running its share of the runs (_run_share) and
+    writing each record as one JSON line to its own pipe; call on_record for every line here, one at a
+    time, so that this process stays the one owner of the evidence. The clock (perf_counter) is the
+    system's monotonic one, shared by the processes, so offsets stay on one schedule. A cancel here
+    is written to one control pipe that every worker watches; a worker whose parent is gone cancels
+    itself too. Workers ignore SIGINT and SIGTERM: the parent alone decides."""
+    control_read, control_write = os.pipe()
+    lock, pids, readers, parent_fds = threading.Lock(), [], [], [control_write]
+    for number in range(settings.processes):
+        record_read, record_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            for fd in parent_fds + [record_read]:
+                os.close(fd)
+            _worker_process(requests, settings, started, described, (number, settings.processes), control_read,
+                            record_write)
+        os.close(record_write)
+        parent_fds.append(record_read)
+        pids.append(pid)
+
+        def relay(fd: int = record_read) -> None:
+            with os.fdopen(fd, 'r', encoding='utf-8') as lines:
+                for line in lines:
+                    with lock:
+                        on_record(json.loads(line))
+        readers.append(threading.Thread(target=relay, daemon=True))
+        readers[-1].start()
+    os.close(control_read)
+    told = False
+    for reader in readers:
+        while reader.is_alive():
+            reader.join(0.05)
+            if cancel.reason is not None and not told:
+                message = cancel.reason.encode()[:_CANCEL_MESSAGE].ljust(_CANCEL_MESSAGE)
+                os.write(control_write, message * settings.processes)
+                told = True
+    os.close(control_write)
+    for pid in pids:
+        os.waitpid(pid, 0)
+
+
+def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, started: float, described: dict,
+                    share: tuple[int, int], control: int, records: int) -> None:
+    """The body of a forked worker: run the share, write its records, exit (never returns)."""
+    status = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        cancel = Cancel()
+
+        def watch() -> None:
+            reason = os.read(control, _CANCEL_MESSAGE).decode(errors='replace').strip()
+            cancel.cancel(reason or 'the end of the process that started the load')
+        threading.Thread(target=watch, daemon=True).start()
+        with os.fdopen(records, 'w', encoding='utf-8') as out:
+            def write(record: dict) -> None:
+                out.write(json.dumps(record, ensure_ascii=False) + '\n')
+                out.flush()
+            _run_share(requests, settings, write, cancel, started, described, share)
+        status = 0
+    except BaseException:  # a bug in this client: say so, and let the parent see the status
+        traceback.print_exc()
+    finally:
+        os._exit(status)
 
 
 def percentiles(values) -> dict | None:
@@ -5017,12 +5162,63 @@ class GapHistogram:
 LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
 UNCLASSIFIED = 'unclassified'  # the kind of a failure in a record older than error_kind
 
+# The per-run figures a service-level objective (--slo NAME=MS) may bound, named as the record names them.
+SLO_FIGURES = {'first_text_ms': 'time to the first content event',
+               'duration_ms': 'time from the start of the run to its end',
+               'mean_event_gap_ms': 'the mean gap between content events',
+               'max_event_gap_ms': 'the largest gap between content events'}
+DEFAULT_SLO_TARGET = 0.99   # the attainment a sweep step needs to be under capacity
+RATE_TOLERANCE = 0.05       # a step also needs its achieved start rate within 5% of its schedule's
+
+
+def parse_slos(texts: list[str]) -> tuple:
+    """--slo NAME=MS values as sorted (name, ms) pairs; UsageError naming what is wrong."""
+    slos = {}
+    for text in texts:
+        name, equals, value = text.partition('=')
+        if name not in SLO_FIGURES:
+            raise UsageError(f'--slo {text!r}: the figure must be one of {", ".join(SLO_FIGURES)}, as NAME=MS')
+        try:
+            bound = float(value) if equals else math.nan
+        except ValueError:
+            bound = math.nan
+        if not _positive_finite(bound):
+            raise UsageError(f'--slo {text!r}: the bound must be a positive number of milliseconds, '
+                             f'e.g. {name}=500')
+        if name in slos:
+            raise UsageError(f'--slo bounds {name} twice')
+        slos[name] = bound
+    return tuple(sorted(slos.items()))
+
+
+def meets_slos(record: dict, slos) -> bool:
+    """Whether the run's figures are within every bound; a figure the run does not have fails its
+    bound, except a gap bound of a run with fewer than two content events, which has no gap."""
+    for name, bound in slos:
+        value = record.get(name)
+        if value is None and not (name.endswith('_event_gap_ms') and record.get('first_text_ms') is not None):
+            return False
+        if value is not None and value > bound:
+            return False
+    return True
+
+
+def first_chunk_success(record: dict) -> bool:
+    """Success as a load tool that stops at the first chunk counts it: a 2xx status and a first
+    content event, whatever came after."""
+    status = (record.get('http') or {}).get('status')
+    return status is not None and 200 <= status < 300 and record.get('first_text_ms') is not None
+
 
 class Summary:
     """The aggregate of many runs, built from their records alone, so that --summary recomputes from the
     saved evidence exactly what the load printed. Keeps a few numbers per run, never the records."""
 
-    def __init__(self) -> None:
+    def __init__(self, slos: tuple | None = None, slo_target: float | None = None, by_step: bool = True) -> None:
+        self.slos, self.slo_target = slos, slo_target  # None: the bounds the records' loads were run with
+        self.slos_seen: set = set()        # the distinct --slo of the loads added, to refuse a mix
+        self.good = self.first_chunk_good = 0
+        self.steps: dict[float, _Step] | None = {} if by_step else None  # by rate
         self.runs = self.ok = 0
         self.by_layer: collections.Counter = collections.Counter()
         self.by_kind: collections.Counter = collections.Counter()
@@ -5062,6 +5258,7 @@ class Summary:
             self.single_runs += 1
         if record.get('cross_check'):
             self.pairs.update(pair_outcomes(record['cross_check']))
+        self._add_goodput(record, load)
         if not record['ok']:
             self.stale += bool((record.get('connection') or {}).get('stale'))
             self.by_layer[record['error_layer']] += 1
@@ -5075,6 +5272,35 @@ class Summary:
         if record['completion_tokens'] is not None:
             self.completion_tokens += record['completion_tokens']
             self.token_runs += 1
+
+    def _add_goodput(self, record: dict, load: dict) -> None:
+        """Count the run as good (ok and within every bound) and as a first-chunk success, and add it
+        to its sweep step."""
+        slos = self.slos if self.slos is not None else tuple(sorted((load.get('slo') or {}).items()))
+        self.slos_seen.add(slos)
+        if self.slo_target is None and load.get('slo_target') is not None:
+            self.slo_target = load['slo_target']  # the target the sweep was run with
+        within = meets_slos(record, slos)
+        self.good += record['ok'] and within
+        self.first_chunk_good += first_chunk_success(record) and within
+        if self.steps is not None and load.get('step') is not None:
+            step = self.steps.get(load['rate'])  # a sweep's steps differ in rate, also across merged files
+            if step is None:
+                step = self.steps[load['rate']] = _Step(load['rate'], load['duration'],
+                                                        Summary(self.slos, self.slo_target, by_step=False))
+            step.add(record)
+
+    def slo_bounds(self) -> tuple:
+        """The bounds good runs met: the ones given, or the one set the records' loads shared."""
+        if self.slos is not None:
+            return self.slos
+        if len(self.slos_seen) > 1:
+            raise UsageError('these records come from loads with different --slo bounds: give --slo to judge '
+                             'them all by the same ones')
+        return next(iter(self.slos_seen), ())
+
+    def target(self) -> float:
+        return self.slo_target if self.slo_target is not None else DEFAULT_SLO_TARGET
 
     def p50_first_text(self) -> float | None:
         values = percentiles(self.latency['first_text_ms'])
@@ -5099,7 +5325,63 @@ class Summary:
             'content_events_per_s': per_second(self.content_events),
             'cross_check': {outcome: self.pairs[outcome] for outcome in PAIR_OUTCOMES} if self.pairs else None,
             **{key: sorted(value, key=str) for key, value in self.seen.items()},
+            **self._goodput(per_second),
         }
+
+    def _goodput(self, per_second) -> dict:
+        """Goodput, attainment and the first-chunk count; with sweep steps, a block per step and the
+        saturation rate."""
+        steps = [step.result(number) for number, (_, step) in enumerate(sorted((self.steps or {}).items()))]
+        saturation = saturation_step(steps, self.target())
+        return {'slo': dict(self.slo_bounds()) or None, 'good': self.good, 'goodput_per_s': per_second(self.good),
+                'slo_attainment': round(self.good / self.runs, 4) if self.runs else None,
+                'first_chunk_good': self.first_chunk_good, 'slo_target': self.target(), 'steps': steps,
+                'saturation_rate': saturation['rate'], 'saturation': saturation if steps else None}
+
+
+class _Step:
+    """One rate of a sweep: its offered rate and duration, the summary of its runs, and how many of
+    them started within the duration (the achieved start rate)."""
+
+    def __init__(self, rate: float, duration: float, summary: Summary) -> None:
+        self.rate, self.duration, self.summary = rate, duration, summary
+        self.on_time = 0
+
+    def add(self, record: dict) -> None:
+        self.summary.add(record)
+        self.on_time += record.get('offset_ms', 0) < self.duration * 1000
+
+    def result(self, number: int) -> dict:
+        whole = self.summary.result()
+        scheduled = whole['planned_runs']
+        return {'step': number, 'rate': self.rate, 'duration_s': self.duration, 'scheduled_runs': scheduled,
+                'scheduled_rate': round(scheduled / self.duration, 3), 'achieved_rate': round(self.on_time / self.duration, 3),
+                'runs': whole['runs'], 'ok': whole['ok'], 'good': whole['good'],
+                'goodput_per_s': round(whole['good'] / self.duration, 3), 'slo_attainment': whole['slo_attainment'],
+                'first_chunk_good': whole['first_chunk_good'],
+                'latency_ms': {field: whole['latency_ms'][field] for field in ('first_text_ms', 'duration_ms')},
+                'event_gaps_ms': whole['event_gaps_ms']}
+
+
+def saturation_step(steps: list[dict], target: float) -> dict:
+    """The highest rate under capacity: walking up the rates, each step must keep its attainment at or
+    above target and start its runs within RATE_TOLERANCE of its schedule's rate. Says which condition
+    the first step past it failed."""
+    under, exceeded, why = None, None, None
+    for step in steps:
+        problems = []
+        if step['slo_attainment'] is None or step['slo_attainment'] < target:
+            problems.append(f'attainment {step["slo_attainment"]} is under the target {target}')
+        if step['achieved_rate'] < (1 - RATE_TOLERANCE) * step['scheduled_rate']:
+            problems.append(f'{step["achieved_rate"]} runs/s started, under {100 - RATE_TOLERANCE * 100:.0f}% '
+                            f'of the {step["scheduled_rate"]} runs/s scheduled')
+        if problems:
+            exceeded, why = step['rate'], ' and '.join(problems)
+            break
+        under = step['rate']
+    if exceeded is None and steps:
+        why = 'every step met the target: the capacity lies above the highest rate'
+    return {'rate': under, 'exceeded_at': exceeded, 'why': why}
 
 
 # What the summary counts of --cross-check pairs: compared (both answers there), of which same or different;
@@ -5155,7 +5437,29 @@ def summary_table(result: dict) -> str:
                                                           ('content_events_per_s', 'content events/s'))
              if result[key] is not None]
     lines.append(f'wall {result["wall_s"]} s: ' + ', '.join(rates))
-    return '\n'.join(lines)
+    return '\n'.join(lines + _goodput_lines(result))
+
+
+def _goodput_lines(result: dict) -> list[str]:
+    """Goodput against what a first-chunk tool would count, and a sweep's steps and saturation."""
+    bounds = ', '.join(f'{name} <= {bound:g} ms' for name, bound in (result['slo'] or {}).items()) or 'no --slo'
+    lines = [f'good {result["good"]} of {result["runs"]} (ok and {bounds}): {result["goodput_per_s"]} good runs/s',
+             f'  a tool that counts a first chunk as success would report {result["first_chunk_good"]} good']
+    if not result['steps']:
+        return lines
+    lines.append(f'{"rate/s":>8}{"started/s":>10}{"runs":>6}{"ok":>6}{"good":>6}{"good/s":>8}{"attain":>8}'
+                 f'{"first text p50":>15}{"p99":>8}')
+    for step in result['steps']:
+        first = step['latency_ms']['first_text_ms']
+        cells = f'{first["p50"]:15.1f}{first["p99"]:8.1f}' if first else f'{"-":>15}{"-":>8}'
+        attain = '-' if step['slo_attainment'] is None else f'{step["slo_attainment"]:.3f}'
+        lines.append(f'{step["rate"]:8g}{step["achieved_rate"]:10g}{step["runs"]:6d}{step["ok"]:6d}{step["good"]:6d}'
+                     f'{step["goodput_per_s"]:8g}{attain:>8}' + cells)
+    saturation = result['saturation']
+    under = 'at no step' if saturation['rate'] is None else f'up to {saturation["rate"]:g} runs/s'
+    past = '' if saturation['exceeded_at'] is None else f'at {saturation["exceeded_at"]:g} runs/s '
+    lines.append(f'under capacity {under}; {past}{saturation["why"]}')
+    return lines
 
 
 # ---------------------------------------------------------------------------
@@ -5228,13 +5532,15 @@ class Report:
                  f'<title>stream-client report: {result["ok"]} of {_count(result["runs"], "run")} ok</title>',
                  f'<style>{_REPORT_CSS}</style></head><body>',
                  f'<h1>{result["ok"]} of {_count(result["runs"], "run")} ok{_e(_unplanned(result))}</h1>',
-                 self._summary_section(result), self._timeline(rows), self._histograms(result),
+                 self._summary_section(result), _sweep_section(result), self._timeline(rows), self._histograms(result),
                  self._scatter(rows), self._errors_section(), '</body></html>\n']
         return '\n'.join(parts)
 
     def _summary_section(self, result: dict) -> str:
         cells = [('runs planned', result['planned_runs']), ('runs', result['runs']), ('ok', result['ok']),
-                 ('not ok', result['not_ok'])]
+                 ('not ok', result['not_ok']), ('good (ok and within every --slo)', result['good']),
+                 ('good runs per second', result['goodput_per_s']),
+                 ('counted by a first-chunk tool', result['first_chunk_good'])]
         cells += [(f'not ok: {layer}', count) for layer, count in result['not_ok_by_layer'].items()]
         cells += [(f'  {kind}', count) for kind, count in list(result['not_ok_by_kind'].items())[:10]]
         cells += [(f'cross-check: {outcome.replace("_", " ")}', count)
@@ -5333,6 +5639,45 @@ class Report:
                     for message, count in counts[:REPORT_ERRORS_PER_KIND]]
             out.append('</table>')
         return '\n'.join(out)
+
+
+def _sweep_section(result: dict) -> str:
+    """A sweep's steps: goodput and attainment against the offered rate, and first text per step."""
+    steps = result['steps']
+    if not steps:
+        return ''
+    width, height, left, top_rate = 700, 200, 50, max(step['rate'] for step in steps)
+    top_goodput = max([step['rate'] for step in steps] + [step['goodput_per_s'] for step in steps])
+    def x(rate: float) -> float:
+        return left + rate / top_rate * (width - left - 20)
+    def line(values: list[tuple[float, float]], colour: str, dash: str = '') -> str:
+        points = ' '.join(f'{x(rate):.1f},{height - value * (height - 10):.1f}' for rate, value in values)
+        return f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="2" {dash}/>'
+    goodput = [(step['rate'], step['goodput_per_s'] / top_goodput) for step in steps]
+    attained = [(step['rate'], step['slo_attainment'] or 0.0) for step in steps]
+    offered = [(step['rate'], step['rate'] / top_goodput) for step in steps]
+    saturation = result['saturation']
+    under = 'at no step' if saturation['rate'] is None else f'up to {saturation["rate"]:g} runs/s'
+    past = '' if saturation['exceeded_at'] is None else f'At {saturation["exceeded_at"]:g} runs/s '
+    out = ['<h2>Sweep</h2>', f'<p>Under capacity (attainment at least {result["slo_target"]}) {_e(under)}. '
+           f'{_e(past + saturation["why"])}.</p>',
+           '<p><span style="color:#2e7d32">goodput (runs/s)</span>, <span style="color:#999">offered rate</span>, '
+           '<span style="color:#1565c0">attainment (0 to 1)</span>, against the offered rate.</p>',
+           f'<svg width="{width}" height="{height + 25}" role="img" aria-label="goodput against offered rate">',
+           f'<line x1="{left}" y1="{height}" x2="{width}" y2="{height}" stroke="#999"/>',
+           f'<text x="{left - 4}" y="14" text-anchor="end">{top_goodput:g}/s</text>',
+           line(offered, '#999', 'stroke-dasharray="4 3"'), line(goodput, '#2e7d32'), line(attained, '#1565c0')]
+    out += [f'<text x="{x(step["rate"]):.1f}" y="{height + 15}" text-anchor="middle">{step["rate"]:g}</text>'
+            for step in steps]
+    out.append('</svg><table><tr><th>offered runs/s</th><th>started runs/s</th><th>runs</th><th>ok</th><th>good</th>'
+               '<th>good runs/s</th><th>attainment</th><th>first text p50 (ms)</th><th>p99</th>'
+               '<th>duration p99 (ms)</th></tr>')
+    for step in steps:
+        first, duration = step['latency_ms']['first_text_ms'], step['latency_ms']['duration_ms']
+        cells = [step['rate'], step['achieved_rate'], step['runs'], step['ok'], step['good'], step['goodput_per_s'],
+                 step['slo_attainment'], first and first['p50'], first and first['p99'], duration and duration['p99']]
+        out.append('<tr>' + ''.join(f'<td class="n">{"-" if value is None else value}</td>' for value in cells) + '</tr>')
+    return '\n'.join(out) + '</table>'
 
 
 def _e(text: str) -> str:
@@ -5469,10 +5814,12 @@ def iter_records(path: str):
         raise UsageError(f'{path} is not an evidence record: {exc}') from None
 
 
-def summarize(paths: list[str], mixed_sources: bool = False, report: bool = False) -> tuple[Summary, Report | None]:
-    """The summary (and, if asked, the report) of the records in saved evidence files; UsageError for
-    unreadable files or mixed sources."""
-    summary = Summary()
+def summarize(paths: list[str], mixed_sources: bool = False, report: bool = False, slos: tuple | None = None,
+              slo_target: float | None = None) -> tuple[Summary, Report | None]:
+    """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
+    (default: the bounds their loads were run with); UsageError for unreadable files, mixed sources
+    or loads run with different bounds."""
+    summary = Summary(slos, slo_target)
     drawing = Report(summary) if report else None
     for path in paths:
         for record in iter_records(path):
@@ -5480,6 +5827,7 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
             if drawing is not None:
                 drawing.add(record)
     check_sources(summary.seen['sources'], mixed_sources, 'summarize')
+    summary.slo_bounds()
     return summary, drawing
 
 
@@ -6266,12 +6614,27 @@ def _parser() -> OneLineParser:
     send.add_argument('--no-proxy', action='store_true',
                       help='ignore HTTPS_PROXY, HTTP_PROXY and NO_PROXY: connect directly')
     load = parser.add_argument_group('many runs')
-    load.add_argument('--runs', type=int, default=1, metavar='N', help='how many runs (default 1)')
+    load.add_argument('--runs', type=int, metavar='N', help='how many runs (default 1)')
     load.add_argument('--concurrency', type=int, metavar='C',
                       help='at most C runs in flight (default 1; under --rate, up to '
                            f'{MAX_OPEN_LOOP_IN_FLIGHT})')
     load.add_argument('--rate', type=float, metavar='R',
                       help='start R runs per second whatever is in flight (an open loop; default: a closed loop)')
+    load.add_argument('--processes', type=int, metavar='P',
+                      help='spread the load\'s runs and its --concurrency over P forked worker processes '
+                           '(default 1), so that at hundreds of streams the client\'s own work does not delay '
+                           'the timestamps; this process still writes the one evidence file')
+    load.add_argument('--rates', metavar='R1,R2,...',
+                      help='a sweep: one open-loop step per rate, each for --duration seconds, to find the rate '
+                           'at which the server saturates (see --slo)')
+    load.add_argument('--duration', type=float, metavar='S',
+                      help='bound an open loop (--rate, or each step of --rates) by time instead of --runs')
+    load.add_argument('--slo', action='append', metavar='NAME=MS',
+                      help='a bound a good run meets, repeatable: ' + ', '.join(SLO_FIGURES) + '; goodput counts '
+                           'the runs that are ok and within every bound')
+    load.add_argument('--slo-target', type=float, metavar='F',
+                      help=f'the attainment (good runs over all) a sweep step needs to count as under capacity '
+                           f'(default {DEFAULT_SLO_TARGET})')
     load.add_argument('--arrivals', choices=ARRIVALS, default='poisson',
                       help='how --rate spaces the starts (default poisson, seeded by --seed)')
     load.add_argument('--seed', type=int, default=0, help='seed of the arrivals and of --fixture mixed (default 0)')
@@ -6672,7 +7035,9 @@ def _compare(args, prog: str) -> int:
 def _summary_command(args, prog: str) -> int:
     report_fd = reserve_output(args.report) if args.report else None
     try:
-        summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None)
+        summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None,
+                                    slos=parse_slos(args.slo) if args.slo else None,
+                                    slo_target=_slo_target(args))
     except UsageError:
         if report_fd is not None:  # nothing to draw: free the name again
             os.close(report_fd)
@@ -6687,16 +7052,66 @@ def _summary_command(args, prog: str) -> int:
     return 0 if result['runs'] and result['ok'] == result['runs'] else 1
 
 
-def _load_settings(args) -> LoadSettings | None:
-    """The load the command line asks for, or None for a single run as before (--runs 1, no load flags)."""
-    if args.keep_alive and args.runs < 2:
+def _load_settings(args) -> list[LoadSettings] | None:
+    """The load the command line asks for, as its steps (one, or one per rate of --rates), or None for a
+    single run as before (--runs 1, no load flags)."""
+    rates = _rates(args.rates) if args.rates is not None else None
+    if rates is not None and args.rate is not None:
+        raise UsageError('--rates runs one step per rate: it replaces --rate')
+    if args.duration is not None and args.runs is not None:
+        raise UsageError('--duration bounds a load by time: it replaces --runs')
+    if rates is not None and args.duration is None:
+        raise UsageError('--rates needs --duration: how many seconds each step runs')
+    if args.duration is not None and args.rate is None and rates is None:
+        raise UsageError('--duration bounds an open loop: give it --rate or --rates')
+    runs = 1 if args.runs is None else args.runs
+    if args.keep_alive and runs < 2 and args.duration is None:
         raise UsageError('--keep-alive needs --runs of 2 or more: one run uses one connection')
-    if args.runs == 1 and args.concurrency is None and args.rate is None and args.prompts is None:
+    slos, target = parse_slos(args.slo or []), _slo_target(args)
+    if runs == 1 and args.duration is None and args.concurrency is None and args.rate is None and args.prompts is None:
+        if slos or target is not None or args.processes is not None:
+            raise UsageError('--slo, --slo-target and --processes are for a load: give --runs, --duration or --rates')
         return None
+    processes = 1 if args.processes is None else args.processes
     if args.capture is not None:
         raise UsageError('--capture keeps the raw bytes of one run; it does not go with --runs, --concurrency, '
-                         '--rate or --prompts')
-    return LoadSettings(args.runs, args.concurrency, args.rate, args.arrivals, args.seed, args.keep_alive)
+                         '--rate, --rates, --duration or --prompts')
+    if args.duration is None:
+        return [LoadSettings(runs, args.concurrency, args.rate, args.arrivals, args.seed, args.keep_alive,
+                             slos=slos, slo_target=target, processes=processes)]
+    if not _positive_finite(args.duration):
+        raise UsageError(f'--duration must be a positive number of seconds, not {args.duration}')
+    if not _positive_finite(rates[0] if rates else args.rate):
+        raise UsageError(f'--rate must be a positive number of runs per second, not {args.rate}')
+    return [LoadSettings(scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate,
+                         args.arrivals, args.seed, args.keep_alive, args.duration, number if rates else None,
+                         slos, target, processes)
+            for number, rate in enumerate(rates or [args.rate])]
+
+
+def _rates(text: str) -> list[float]:
+    """--rates R1,R2,...: distinct positive rates, in ascending order."""
+    rates = []
+    for part in text.split(','):
+        try:
+            rate = float(part)
+        except ValueError:
+            rate = math.nan
+        if not _positive_finite(rate):
+            raise UsageError(f'--rates {text!r}: each rate must be a positive number of runs per second, '
+                             f'not {part.strip()!r}')
+        if rate in rates:
+            raise UsageError(f'--rates {text!r} lists {part.strip()} twice')
+        rates.append(rate)
+    return sorted(rates)
+
+
+def _slo_target(args) -> float | None:
+    """--slo-target, checked: a fraction in (0, 1], or None when not given."""
+    target = args.slo_target
+    if target is not None and not 0 < target <= 1:
+        raise UsageError(f'--slo-target must be a fraction above 0 and at most 1 (e.g. 0.99), not {target}')
+    return target
 
 
 def _reserve_report(args, output_fd: int) -> int | None:
@@ -6752,15 +7167,15 @@ class LoadView:
             self.out.flush()
 
 
-def _run_load(args, requests: list[PreparedRequest], settings: LoadSettings, fd: int, report_fd: int | None,
+def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], fd: int, report_fd: int | None,
               prog: str) -> int:
-    """Run the load, appending each record to the reserved JSON Lines file as its run ends; print the
-    summary (and write the report); return the exit status. SIGINT and SIGTERM cancel the load: no new
-    run starts, the runs in flight end as interrupted and keep their records; a second signal changes
-    nothing."""
-    summary, cancel = Summary(), Cancel()
+    """Run the load, its steps one after another, appending each record to the reserved JSON Lines file
+    as its run ends; print the summary (and write the report); return the exit status. SIGINT and
+    SIGTERM cancel the load: no new run or step starts, the runs in flight end as interrupted and keep
+    their records; a second signal changes nothing."""
+    summary, cancel = Summary(steps[0].slos, steps[0].slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
-    view = LoadView(sys.stderr, args.quiet, settings.runs)
+    view = LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
     write_error: list[OSError] = []
 
     def on_record(record: dict) -> None:
@@ -6780,7 +7195,9 @@ def _run_load(args, requests: list[PreparedRequest], settings: LoadSettings, fd:
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-        run_load(requests, settings, on_record, cancel)
+        for settings in steps:
+            if cancel.reason is None:
+                run_load(requests, settings, on_record, cancel)
     if report is not None:
         write_report(report_fd, report)
     _after_signals(cancel.reason is not None)
@@ -6799,11 +7216,12 @@ def _run_load(args, requests: list[PreparedRequest], settings: LoadSettings, fd:
 
 # What --compare and --summary take besides their files; every other flag is for a run.
 READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
-                 'summary': ('summary', 'report', 'quiet', 'mixed_sources')}
+                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target')}
 # prepare()'s and LoadSettings' parameters, by the flag a user typed.
 FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',
                      'runs': '--runs', 'concurrency': '--concurrency', 'rate': '--rate', 'tools': '--tools',
+                     'processes': '--processes',
                      'tool_choice': '--tool-choice', 'json_schema': '--json-schema', 'cross_check': '--cross-check'}
 
 
@@ -6845,8 +7263,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.output == '-':
                 raise UsageError('--output - is not supported: stdout carries the summary line; '
                                  'give the evidence a file name')
-            settings = _load_settings(args)
-            if args.report is not None and settings is None:
+            steps = _load_settings(args)
+            if args.report is not None and steps is None:
                 raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
             if args.fixture is not None:
                 if args.url is not None:
@@ -6862,8 +7280,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
-        if settings is not None:
-            return _run_load(args, requests, settings, fd, report_fd, parser.prog)
+        if steps is not None:
+            return _run_load(args, requests, steps, fd, report_fd, parser.prog)
         record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:

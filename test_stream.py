@@ -5021,3 +5021,214 @@ class GrammarCaseTests(unittest.TestCase):
                     record = stream_client.run(hostile_request(case, fixture.url))
                     self.assertEqual((record['ok'], record['error_layer'], record['error_kind']), expected,
                                      record['error'])
+
+
+class GoodputTests(unittest.TestCase):
+    """Goodput: runs that are ok and within every --slo bound; sweeps of open-loop steps to saturation."""
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = Path(self.tmp.name)
+
+    def records(self, name: str) -> list[dict]:
+        return [json.loads(line) for line in (self.dir / name).read_text().splitlines()]
+
+    def test_goodput_counts_exactly_the_ok_runs_within_every_bound(self):
+        with Fixture('mixed', seed=11, delay=0.01) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '40', '--concurrency', '8', '--idle', '2',
+                           '--slo', 'first_text_ms=30000', '--slo', 'max_event_gap_ms=30000',
+                           '--output', 'mixed.jsonl', '--quiet', cwd=self.tmp.name, timeout=90)
+        summary, records = json.loads(done.stdout), self.records('mixed.jsonl')
+        bounds = (('first_text_ms', 30000), ('max_event_gap_ms', 30000))
+        good = [r for r in records if r['ok'] and stream_client.meets_slos(r, bounds)]
+        self.assertEqual(summary['good'], len(good))
+        self.assertLess(summary['good'], summary['runs'])  # mixed serves failures too: some runs are not good
+        self.assertEqual(summary['slo_attainment'], round(len(good) / len(records), 4))
+        self.assertEqual(summary['slo'], {'first_text_ms': 30000.0, 'max_event_gap_ms': 30000.0})
+        first_chunk = [r for r in records if 200 <= ((r['http'] or {}).get('status') or 0) < 300
+                       and r['first_text_ms'] is not None]
+        self.assertEqual(summary['first_chunk_good'], len(first_chunk))
+        self.assertGreater(summary['first_chunk_good'], summary['good'])  # cut streams after a first chunk
+        # a tighter bound read back from the same evidence: fewer good runs, the same runs
+        tight = json.loads(run_cli('--summary', 'mixed.jsonl', '--slo', 'first_text_ms=0.001', cwd=self.tmp.name).stdout)
+        self.assertEqual((tight['good'], tight['runs']), (0, summary['runs']))
+        self.assertEqual(json.loads(run_cli('--summary', 'mixed.jsonl', cwd=self.tmp.name).stdout), summary)
+
+    def test_a_cut_stream_is_never_good_however_fast_it_was(self):
+        for mode in ('broken', 'no-done', 'truncated'):
+            with self.subTest(mode=mode), Fixture(mode) as fixture:
+                done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '6', '--concurrency', '3', '--idle', '2',
+                               '--slo', 'first_text_ms=60000', '--slo', 'duration_ms=60000',
+                               '--output', f'{mode}.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+                summary = json.loads(done.stdout)
+                self.assertEqual((summary['ok'], summary['good'], summary['goodput_per_s']), (0, 0, 0.0))
+                self.assertEqual(summary['first_chunk_good'], 6)  # what a first-chunk tool reports
+
+    def test_a_bound_on_a_figure_the_run_lacks_is_not_met(self):
+        ok = {'ok': True, 'first_text_ms': 10.0, 'duration_ms': 50.0, 'mean_event_gap_ms': None,
+              'max_event_gap_ms': None}
+        self.assertTrue(stream_client.meets_slos(ok, (('max_event_gap_ms', 5.0),)))  # one content event: no gap
+        self.assertFalse(stream_client.meets_slos({**ok, 'first_text_ms': None}, (('max_event_gap_ms', 5.0),)))
+        self.assertFalse(stream_client.meets_slos({**ok, 'first_text_ms': None}, (('first_text_ms', 5.0),)))
+        self.assertFalse(stream_client.meets_slos(ok, (('duration_ms', 49.9),)))
+        self.assertTrue(stream_client.meets_slos(ok, (('duration_ms', 50.0),)))
+
+    def test_the_saturation_step_is_the_last_under_capacity_and_says_what_failed_next(self):
+        def step(rate, attainment, achieved=None, scheduled=None):
+            return {'rate': rate, 'slo_attainment': attainment, 'achieved_rate': rate if achieved is None else achieved,
+                    'scheduled_rate': rate if scheduled is None else scheduled}
+        cases = [([step(1, 1.0), step(2, 0.995), step(4, 0.9), step(8, 1.0)], (2, 4, 'attainment 0.9')),
+                 ([step(1, 1.0), step(2, 1.0, achieved=1.89)], (1, 2, '1.89 runs/s started')),
+                 ([step(1, 1.0), step(2, 1.0, achieved=1.91)], (2, None, 'every step met the target')),
+                 ([step(1, 0.5)], (None, 1, 'attainment 0.5')),
+                 ([step(1, None)], (None, 1, 'attainment None'))]
+        for steps, (rate, exceeded, why) in cases:
+            with self.subTest(steps=steps):
+                found = stream_client.saturation_step(steps, 0.99)
+                self.assertEqual((found['rate'], found['exceeded_at']), (rate, exceeded))
+                self.assertIn(why, found['why'])
+
+    def test_the_schedule_of_a_timed_step_is_computed_in_advance(self):
+        self.assertEqual(stream_client.scheduled_runs(4, 'constant', 0, 1.0), 4)
+        self.assertEqual(stream_client.scheduled_runs(4, 'constant', 0, 1.01), 5)
+        settings = stream_client.LoadSettings(runs=stream_client.scheduled_runs(50, 'poisson', 3, 2.0), rate=50,
+                                              seed=3, duration=2.0)
+        offsets = list(stream_client.arrival_offsets(settings))
+        self.assertTrue(offsets and max(offsets) < 2.0)
+        self.assertEqual(len(offsets), settings.runs)
+        longer = list(stream_client.arrival_offsets(dataclasses.replace(settings, runs=settings.runs + 1)))
+        self.assertGreaterEqual(longer[-1], 2.0)  # the next arrival falls outside the duration
+
+    def test_a_sweep_names_the_step_past_a_server_of_known_capacity(self):
+        # The server answers one request at a time, each in about 0.1 s: a capacity of about 10 runs/s.
+        # At 2 runs/s nothing waits; at 40 runs/s the queue grows to seconds, far past the 1.5 s bound.
+        one_at_a_time = threading.Lock()
+        answer = fixture_server.Handler._answer
+
+        def answer_alone(handler, *plan) -> None:
+            with one_at_a_time:
+                answer(handler, *plan)
+        with mock.patch.object(fixture_server.Handler, '_answer', answer_alone), Fixture('ok', delay=0.02) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--rates', '40,2', '--duration', '1',
+                           '--arrivals', 'constant', '--slo', 'first_text_ms=1500', '--deadline', '30', '--idle', '30',
+                           '--output', 'sweep.jsonl', '--report', 'sweep.html', '--quiet', cwd=self.tmp.name,
+                           timeout=120)
+        self.assertIn(done.returncode, (0, 1), done.stderr)
+        summary, records = json.loads(done.stdout), self.records('sweep.jsonl')
+        self.assertEqual([step['rate'] for step in summary['steps']], [2.0, 40.0])
+        self.assertEqual([step['scheduled_runs'] for step in summary['steps']], [2, 40])
+        self.assertEqual({(r['load']['step'], r['load']['rate']) for r in records}, {(0, 2.0), (1, 40.0)})
+        self.assertEqual((summary['saturation_rate'], summary['saturation']['exceeded_at']), (2.0, 40.0))
+        self.assertIn('under the target 0.99', summary['saturation']['why'])
+        self.assertEqual(sum(step['good'] for step in summary['steps']), summary['good'])
+        self.assertEqual(json.loads(run_cli('--summary', 'sweep.jsonl', cwd=self.tmp.name).stdout), summary)
+        page = (self.dir / 'sweep.html').read_text()
+        self.assertIn('<h2>Sweep</h2>', page)
+        self.assertIn('up to 2 runs/s', page)
+
+    def test_a_step_whose_runs_cannot_start_on_time_is_past_capacity(self):
+        # One run in flight at a time, each at least 7 fixture delays of 20 ms long: at most about 7 starts
+        # per second, under 95% of the 20 per second scheduled, however fast the machine.
+        with Fixture('ok', delay=0.02) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--rates', '20', '--duration', '1', '--concurrency',
+                           '1', '--arrivals', 'constant', '--output', 'late.jsonl', '--quiet', cwd=self.tmp.name,
+                           timeout=120)
+        summary = json.loads(done.stdout)
+        step = summary['steps'][0]
+        self.assertEqual((step['scheduled_runs'], step['runs'], step['ok']), (20, 20, 20))
+        self.assertLess(step['achieved_rate'], 0.95 * step['scheduled_rate'])
+        self.assertEqual((summary['saturation_rate'], summary['saturation']['exceeded_at']), (None, 20.0))
+        self.assertIn('runs/s started', summary['saturation']['why'])
+
+    def test_ctrl_c_in_a_sweep_keeps_every_started_run_and_the_steps_done(self):
+        with Fixture('ok', delay=0.05) as fixture:
+            output = self.dir / 'sweep.jsonl'
+            process = subprocess.Popen([sys.executable, CLIENT, '--url', fixture.url, '--model', 'm', '--rates', '4,8',
+                                        '--duration', '5', '--output', str(output)],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and (not output.exists() or output.read_text().count('\n') < 3):
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=30)
+        self.assertEqual(process.returncode, 130, stderr)
+        records = self.records('sweep.jsonl')
+        summary = json.loads(stdout)
+        self.assertEqual(summary['runs'], len(records))
+        self.assertEqual([step['rate'] for step in summary['steps']], [4.0])  # the second step never started
+        self.assertLess(len(records), summary['steps'][0]['scheduled_runs'])
+
+    def test_a_load_spread_over_processes_is_counted_exactly_in_one_file(self):
+        layers = {mode: row.verdict.error_layer for mode, row in FixtureVerdictTests.EXPECTED.items()}
+        with Fixture('mixed', seed=4, delay=0.005) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '45', '--concurrency', '6', '--processes', '3',
+                           '--idle', '2', '--output', 'spread.jsonl', '--quiet', cwd=self.tmp.name, timeout=90)
+            served = fixture.instance.schedule.served
+        records, summary = self.records('spread.jsonl'), json.loads(done.stdout)
+        self.assertEqual(sorted(record['run'] for record in records), list(range(45)))
+        self.assertEqual({record['load']['id'] for record in records} | {record['load']['processes'] for record in records},
+                         {records[0]['load']['id'], 3})
+        expected = collections.Counter()
+        for mode, count in served.items():
+            if layers[mode]:
+                expected[layers[mode]] += count
+        self.assertEqual(summary['not_ok_by_layer'], dict(expected))
+        self.assertEqual((summary['runs'], summary['ok']), (45, served['ok']))
+
+    def test_the_runs_of_a_spread_load_run_in_other_processes(self):
+        # run() is wrapped before the fork, so each worker's records say which process ran them.
+        real_run = stream_client.run
+
+        def run_and_say_where(*args, **kwargs):
+            return {**real_run(*args, **kwargs), 'pid': os.getpid()}
+        records: list[dict] = []
+        with Fixture('ok') as fixture, mock.patch.object(stream_client, 'run', run_and_say_where):
+            requests = [stream_client.prepare(fixture.url, 'm', 'p')]
+            stream_client.run_load(requests, stream_client.LoadSettings(runs=12, concurrency=4, processes=2),
+                                   records.append, stream_client.Cancel())
+        self.assertEqual(sorted(record['run'] for record in records), list(range(12)))
+        by_pid = collections.defaultdict(set)
+        for record in records:
+            by_pid[record['pid']].add(record['run'] % 2)
+        self.assertNotIn(os.getpid(), by_pid)
+        self.assertEqual(sorted(by_pid.values(), key=min), [{0}, {1}])  # each process its share of the runs
+
+    def test_ctrl_c_in_a_spread_load_keeps_one_valid_line_per_started_run(self):
+        with Fixture('ok', delay=0.05) as fixture:
+            output = self.dir / 'spread.jsonl'
+            process = subprocess.Popen([sys.executable, CLIENT, '--url', fixture.url, '--model', 'm', '--runs', '200',
+                                        '--concurrency', '4', '--processes', '2', '--output', str(output)],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and (not output.exists() or output.read_text().count('\n') < 6):
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=30)
+        self.assertEqual(process.returncode, 130, stderr)
+        records = self.records('spread.jsonl')
+        self.assertEqual(len({record['run'] for record in records}), len(records))
+        self.assertLess(len(records), 200)
+        interrupted = [record for record in records if record['error_layer'] == 'interrupted']
+        self.assertTrue(interrupted)
+        self.assertTrue(all('SIGINT' in record['error'] for record in interrupted))
+        summary = json.loads(stdout)
+        self.assertEqual((summary['runs'], summary['planned_runs']), (len(records), 200))
+
+    def test_sweep_and_slo_flags_that_do_not_fit_exit_2_with_one_line(self):
+        cases = {'unknown figure': ['--runs', '2', '--slo', 'ttft=100'], 'no bound': ['--runs', '2', '--slo', 'duration_ms'],
+                 'negative bound': ['--runs', '2', '--slo', 'duration_ms=-5'], 'bound twice':
+                 ['--runs', '2', '--slo', 'duration_ms=5', '--slo', 'duration_ms=6'],
+                 'negative rate': ['--rates', '2,-1', '--duration', '1'], 'zero rate': ['--rates', '0', '--duration', '1'],
+                 'duplicate rate': ['--rates', '2,4,2', '--duration', '1'], 'not a rate': ['--rates', '2,x', '--duration', '1'],
+                 'duration with runs': ['--rate', '2', '--duration', '1', '--runs', '3'],
+                 'rates without duration': ['--rates', '1,2'], 'rates and rate': ['--rates', '1,2', '--rate', '3', '--duration', '1'],
+                 'duration without a rate': ['--duration', '1'], 'negative duration': ['--rate', '2', '--duration', '-1'],
+                 'target above 1': ['--runs', '2', '--slo-target', '1.5'], 'slo on one run': ['--slo', 'duration_ms=5'],
+                 'no processes': ['--runs', '2', '--processes', '0'], 'processes on one run': ['--processes', '2']}
+        for name, args in cases.items():
+            with self.subTest(name):
+                done = run_cli('--fixture', 'ok', '--output', 'run.jsonl', *args, cwd=self.tmp.name)
+                self.assertEqual((done.returncode, done.stderr.count('\n')), (2, 1), done.stderr)
+                self.assertNotIn('Traceback', done.stderr)
+                self.assertFalse((self.dir / 'run.jsonl').exists())

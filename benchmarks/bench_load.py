@@ -31,14 +31,17 @@ only; loopback only; about a minute.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import os
 import re
 import shutil
+import socket
 import socketserver
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -120,7 +123,69 @@ def serve_threads(events: int) -> None:
         server.serve_forever()
 
 
-SERVERS = {'asyncio': '--serve', 'threads': '--serve-threads'}
+PROCESSES = max(1, min(4, os.cpu_count() or 1))  # the client's --processes in the paced scenario
+PACED_EVENTS, PACED_GAP = 64, 0.020  # the paced scenario: 64 content events, one per write, 20 ms apart
+
+
+def paced_events(events: int) -> tuple[bytes, list[bytes], bytes]:
+    """The paced stream in the pieces the paced server writes: the head with the first content event,
+    one chunk per later content event, and the finish, usage and [DONE] with the last chunk."""
+    whole = chunked_stream(events, b'/v1/chat/completions')
+    head, _, body = whole.partition(b'\r\n\r\n')
+    chunks = re.findall(rb'[0-9a-f]+\r\ndata: .*?\n\n\r\n', body, re.S)
+    content, tail = chunks[:events], b''.join(chunks[events:]) + b'0\r\n\r\n'
+    return head + b'\r\n\r\n' + content[0], content[1:], tail
+
+
+def serve_paced(events: int) -> None:
+    """Answer each request with a stream whose content events are written one per write, PACED_GAP apart
+    from the first (written with the head at once); the finish and [DONE] follow the last content event.
+    One timer loop paces every stream from a heap of due times, so the pacing costs little at 1,024."""
+    first, later, tail = paced_events(events)
+
+    async def main() -> None:
+        due: list = []  # (due time, sequence, writer, index of the next later chunk, done future)
+        counter = iter(range(1 << 62))
+        loop = asyncio.get_running_loop()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while True:
+                    head = await reader.readuntil(b'\r\n\r\n')
+                    length = re.search(rb'(?i)\r\ncontent-length: *(\d+)', head)
+                    await reader.readexactly(int(length[1]) if length else 0)
+                    writer.write(first)
+                    finished = loop.create_future()
+                    heapq.heappush(due, (loop.time() + PACED_GAP, next(counter), writer, 0, finished))
+                    await finished
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+
+        async def pace() -> None:
+            while True:
+                now = loop.time()
+                while due and due[0][0] <= now:
+                    at, _, writer, index, finished = heapq.heappop(due)
+                    if writer.is_closing():
+                        finished.set_result(None)
+                        continue
+                    writer.write(later[index] + (tail if index == len(later) - 1 else b''))
+                    if index == len(later) - 1:
+                        finished.set_result(None)
+                    else:
+                        heapq.heappush(due, (at + PACED_GAP, next(counter), writer, index + 1, finished))
+                await asyncio.sleep(max(0.0, min(0.001, due[0][0] - loop.time())) if due else 0.001)
+
+        server = await asyncio.start_server(handle, '127.0.0.1', 0, backlog=2048)
+        asyncio.ensure_future(pace())
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await server.serve_forever()
+    asyncio.run(main())
+
+
+SERVERS = {'asyncio': '--serve', 'threads': '--serve-threads', 'paced': '--serve-paced'}
 
 
 def start_server(events: int, kind: str = 'asyncio') -> tuple[subprocess.Popen, int]:
@@ -128,12 +193,14 @@ def start_server(events: int, kind: str = 'asyncio') -> tuple[subprocess.Popen, 
     return server, int(server.stdout.readline())
 
 
-def load(port: int, runs: int, concurrency: int, tmp: str, wrapper: str | None = None, keep_alive: bool = False) -> dict:
+def load(port: int, runs: int, concurrency: int, tmp: str, wrapper: str | None = None, keep_alive: bool = False,
+         processes: int = 1) -> dict:
     """Run the command line once; return its summary, its CPU seconds and (with wrapper) its peak RSS."""
     output = os.path.join(tmp, f'{runs}-{concurrency}-{len(os.listdir(tmp))}.jsonl')
     command = [CLIENT, '--url', f'http://127.0.0.1:{port}/v1/chat/completions', '--model', 'tiny',
                '--runs', str(runs), '--concurrency', str(concurrency), '--output', output, '--quiet']
     command += ['--keep-alive'] if keep_alive else []
+    command += ['--processes', str(processes)] if processes > 1 else []
     command = [sys.executable, '-c', wrapper, *command] if wrapper else [sys.executable, *command]
     with tempfile.TemporaryFile('w+') as stdout, tempfile.TemporaryFile('w+') as stderr:
         child = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True)
@@ -147,6 +214,45 @@ def load(port: int, runs: int, concurrency: int, tmp: str, wrapper: str | None =
     assert summary['ok'] == runs, summary
     return {'summary': summary, 'cpu': usage.ru_utime + usage.ru_stime, 'output': output,
             'peak_mib': int(peak[-1]) / 1024 if wrapper else None}
+
+
+REQUEST = (b'POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
+           b'Content-Length: 2\r\n\r\n{}')
+
+
+def raw_floor(port: int, concurrency: int, streams: int) -> dict:
+    """The floor: threads that read the paced streams raw, with no parsing and a timestamp per recv, on
+    kept connections, concurrency at a time. Returns the gaps between reads after the first, the first
+    read's time from before the request, and the reads."""
+    gaps, firsts, lock, next_stream = [], [], threading.Lock(), iter(range(streams))
+
+    def worker() -> None:
+        sock = socket.create_connection(('127.0.0.1', port))
+        mine, first = [], []
+        for _ in iter(lambda: next(next_stream, None), None):
+            began = time.perf_counter()
+            sock.sendall(REQUEST)
+            last = None
+            while True:
+                data = sock.recv(65536)
+                now = time.perf_counter()
+                if last is None:
+                    first.append(now - began)
+                else:
+                    mine.append(now - last)
+                last = now
+                if not data or data.endswith(b'0\r\n\r\n'):
+                    break
+        sock.close()
+        with lock:
+            gaps.extend(mine)
+            firsts.extend(first)
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {'gaps_ms': [gap * 1000 for gap in gaps], 'first_ms': [first * 1000 for first in firsts]}
 
 
 def bench_contention(tmp: str) -> list[tuple[str, float, float, str]]:
@@ -258,6 +364,81 @@ def bench_streams_per_second(tmp: str) -> list[tuple[str, float, float, str]]:
     return results
 
 
+def p99(values: list[float]) -> float:
+    return stream_client.percentiles(values)['p99']
+
+
+def floor_run(port: int, concurrency: int, streams: int) -> dict:
+    """The raw floor in its own process: its CPU seconds, gap p99 and median first read."""
+    child = subprocess.Popen([sys.executable, __file__, '--floor', str(port), str(concurrency), str(streams)],
+                             stdout=subprocess.PIPE, text=True)
+    out = child.stdout.read()
+    _, _, usage = os.wait4(child.pid, 0)
+    figures = json.loads(out)
+    return {'cpu': usage.ru_utime + usage.ru_stime, 'events': streams * PACED_EVENTS,
+            'gap_p99': p99(figures['gaps_ms']), 'first_p50': stream_client.percentiles(figures['first_ms'])['p50']}
+
+
+def client_run(port: int, concurrency: int, streams: int, tmp: str, processes: int) -> dict:
+    result = load(port, streams, concurrency, tmp, keep_alive=True, processes=processes)
+    summary = result['summary']
+    return {'cpu': result['cpu'], 'events': summary['content_events_per_s'] * summary['wall_s'],
+            'gap_p99': summary['event_gaps_ms']['p99'], 'first_p50': summary['latency_ms']['first_text_ms']['p50']}
+
+
+def vllm_paced(bench: tuple[list[str], str], port: int, concurrency: int, streams: int) -> dict:
+    """`vllm bench serve` against the paced server: its P99 ITL and median TTFT."""
+    command, tokenizer = bench
+    done = subprocess.run([*command, 'bench', 'serve', '--backend', 'openai-chat', '--base-url',
+                           f'http://127.0.0.1:{port}', '--endpoint', '/v1/chat/completions', '--model', 'tiny',
+                           '--tokenizer', tokenizer, '--dataset-name', 'random', '--random-input-len', '16',
+                           '--random-output-len', str(PACED_EVENTS), '--num-prompts', str(streams),
+                           '--max-concurrency', str(concurrency), '--percentile-metrics', 'ttft,itl',
+                           '--metric-percentiles', '50,99'], capture_output=True, text=True, timeout=900)
+    itl = re.search(r'P99 ITL \(ms\):\s+([\d.]+)', done.stdout)
+    ttft = re.search(r'Median TTFT \(ms\):\s+([\d.]+)', done.stdout)
+    assert itl and ttft, done.stdout[-2000:] + done.stderr[-2000:]
+    return {'gap_p99': float(itl[1]), 'first_p50': float(ttft[1])}
+
+
+def bench_paced(tmp: str) -> list[tuple[str, float, float, str]]:
+    """Streams paced as a model streams them (64 content events, one per write, 20 ms apart), at
+    concurrency 256 and 1,024, on kept connections: this client against a raw threaded reader (the
+    floor), and against vllm bench serve where it is installed. The error of a gap p99 is its distance
+    above the true 20 ms; the first-text figure is the median time from before the request to the
+    first content event, which the server writes at once."""
+    bench, results, truth = vllm_bench_command(), [], PACED_GAP * 1000
+    server, port = start_server(PACED_EVENTS, 'paced')
+    try:
+        for concurrency in (256, 1024):
+            streams = 2 * concurrency
+            floor, client = floor_run(port, concurrency, streams), client_run(port, concurrency, streams, tmp, PROCESSES)
+            rows = [('raw reader (floor)', floor), (f'--processes {PROCESSES}', client)]
+            if bench is not None and concurrency == 1024:
+                rows.append(('vllm bench serve', vllm_paced(bench, port, concurrency, streams)))
+            for name, row in rows:
+                cpu = f'{row["cpu"] / row["events"] * 1e6:6.1f} us CPU per event' if 'cpu' in row else ' ' * 23
+                print(f'  concurrency {concurrency:4d}, {name:18} {cpu}  gap p99 {row["gap_p99"]:7.1f} ms '
+                      f'(error {row["gap_p99"] - truth:6.1f})  first text p50 {row["first_p50"]:7.1f} ms', flush=True)
+            if concurrency == 256:
+                results.append(('paced, concurrency 256: CPU per verified event vs the raw floor',
+                                (client['cpu'] / client['events']) / (floor['cpu'] / floor['events']), 2.0, 'at most'))
+                results.append(('paced, concurrency 256: gap p99 error vs the raw floor',
+                                (client['gap_p99'] - truth) / max(floor['gap_p99'] - truth, 0.1), 1.5, 'at most'))
+            elif len(rows) == 3:
+                peer = rows[2][1]
+                results.append(('paced, concurrency 1024: gap p99 error vs vllm bench serve',
+                                (client['gap_p99'] - truth) / max(peer['gap_p99'] - truth, 0.1), 1.0, 'at most'))
+                results.append(('paced, concurrency 1024: first text vs vllm bench serve TTFT',
+                                client['first_p50'] / peer['first_p50'], 1.0, 'at most'))
+        if bench is None:
+            print('  (vllm bench serve is not installed here: its comparison is skipped)')
+    finally:
+        server.kill()
+        server.wait()
+    return results
+
+
 def main() -> int:
     if sys.argv[1:2] == ['--serve']:
         serve(int(sys.argv[2]))
@@ -265,15 +446,26 @@ def main() -> int:
     if sys.argv[1:2] == ['--serve-threads']:
         serve_threads(int(sys.argv[2]))
         return 0
+    if sys.argv[1:2] == ['--serve-paced']:
+        serve_paced(int(sys.argv[2]))
+        return 0
+    if sys.argv[1:2] == ['--floor']:
+        print(json.dumps(raw_floor(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))))
+        return 0
     print(f'Python {sys.version.split()[0]} on {sys.platform}, {os.cpu_count()} CPUs\n')
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        if sys.argv[1:2] == ['--paced']:  # only the paced scenario
+            print('paced streams (64 events, 20 ms apart, one per write), --keep-alive:')
+            return report(bench_paced(tmp))
         print(f'contention: {EVENTS}-event streams from a loopback server, the command line with --runs')
         results += bench_contention(tmp)
         print('memory, and the report:')
         results += bench_memory_and_report(tmp)
         print('streams per second (16-event streams):')
         results += bench_streams_per_second(tmp)
+        print('paced streams (64 events, 20 ms apart, one per write), --keep-alive:')
+        results += bench_paced(tmp)
     print()
     return report(results)
 
