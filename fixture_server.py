@@ -21,6 +21,7 @@ if sys.version_info < (3, 10):
 import argparse
 import collections
 import dataclasses
+import difflib
 import email.utils
 import html
 import itertools
@@ -972,10 +973,35 @@ def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, **settings)
     return FixtureServer(port, mode=mode, delay=delay, **settings)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2 (no usage first)."""
+
+    def error(self, message: str):
+        self.exit(2, f'{self.prog}: error: {message}\n')
+
+
+def _program_name(module: str) -> str | None:
+    """``python3 -m MODULE`` when started so; None (argparse's default, the script's name) otherwise."""
+    spec = getattr(sys.modules.get('__main__'), '__spec__', None)
+    if spec is not None and spec.name == module:
+        return f'{os.path.basename(sys.executable)} -m {module}'
+    return None
+
+
+def mode_choice(mode: str) -> str:
+    """--mode's value, if it is a mode; else an error naming the closest modes."""
+    if mode in CHOICES:
+        return mode
+    close = difflib.get_close_matches(mode, CHOICES, n=3)
+    hint = f'; did you mean {" or ".join(close)}?' if close else ''
+    raise argparse.ArgumentTypeError(f'no mode {mode!r}{hint} (--help lists the {len(CHOICES)} modes)')
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=_program_name('fixture_server'), description=__doc__.splitlines()[0],
+                           allow_abbrev=False)
     parser.add_argument('--port', type=int, default=18080, help='port on 127.0.0.1; 0 picks a free one')
-    parser.add_argument('--mode', choices=CHOICES, default='ok', metavar='MODE',
+    parser.add_argument('--mode', type=mode_choice, default='ok', metavar='MODE',
                         help=f'how the stream behaves: {", ".join(CHOICES)} (default ok). Slow on purpose: stall '
                              f'and held-open keep the connection until the client leaves, drip sends keepalives; '
                              f'all three for at most {HOLD_LIMIT:g} s. mixed picks a mode per request from a '
@@ -1021,7 +1047,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     except OSError as exc:  # includes ssl.SSLError for an unusable certificate or key
-        parser.exit(2, f'fixture_server.py: error: cannot serve on 127.0.0.1:{args.port}: '
+        parser.exit(2, f'{parser.prog}: error: cannot serve on 127.0.0.1:{args.port}: '
                        f'{exc.strerror or exc}\n')
     with instance:
         what = f'replay of {args.replay}' if args.replay else f'{args.mode}, {args.profile} profile'

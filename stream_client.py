@@ -62,11 +62,13 @@ import calendar
 import codecs
 import collections
 import dataclasses
+import difflib
 import encodings.idna  # noqa: F401 -- the first connect() of a process needs it; imported here, not in the timed run
 import enum
 import hashlib
 import html
 import http.client
+import importlib.util
 import itertools
 import ipaddress
 import json
@@ -3838,17 +3840,53 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f'{self.prog}: error: {message}\n')
 
 
+FIXTURE_FILE = 'fixture_server.py'
+FIXTURE_PROFILES = ('guide', 'vllm')  # fixture_server.PROFILES, named here so that --help needs no fixture
+
+
 def _fixture_server():
-    """The fixture module, for --fixture. Imported here rather than at the top: it is a separate
-    tool that only the command line uses, and every import of this module would otherwise load
-    an HTTP server."""
-    import fixture_server
-    return fixture_server
+    """The fixture module, for --fixture: fixture_server.py beside this file, loaded only then, so that
+    this file copied alone runs everything else. UsageError if it is not there."""
+    loaded = sys.modules.get('fixture_server')
+    if loaded is not None:
+        return loaded
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), FIXTURE_FILE)
+    if not os.path.isfile(path):
+        raise UsageError(f'--fixture needs {FIXTURE_FILE} beside {os.path.basename(__file__)} (in '
+                         f'{os.path.dirname(path)}); copy it there, or point --url at a server')
+    spec = importlib.util.spec_from_file_location('fixture_server', path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules['fixture_server'] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules['fixture_server']
+        raise
+    return module
+
+
+def _fixture_mode(fixture, mode: str) -> str:
+    """mode, if the fixture has it; else UsageError with the closest modes."""
+    if mode in fixture.CHOICES:
+        return mode
+    close = difflib.get_close_matches(mode, fixture.CHOICES, n=3)
+    hint = f'did you mean {" or ".join(close)}? ' if close else ''
+    raise UsageError(f'--fixture has no mode {mode!r}; {hint}python3 {FIXTURE_FILE} --help lists its '
+                     f'{len(fixture.CHOICES)} modes')
+
+
+def _program_name(module: str) -> str | None:
+    """How the program was started, when argparse's default (the script's file name) would be wrong:
+    ``python3 -m MODULE``. None otherwise."""
+    spec = getattr(sys.modules.get('__main__'), '__spec__', None)
+    if spec is not None and spec.name == module:
+        return f'{os.path.basename(sys.executable)} -m {module}'
+    return None
 
 
 def _parser() -> OneLineParser:
-    fixture = _fixture_server()
     parser = OneLineParser(
+        prog=_program_name('stream_client'), allow_abbrev=False,
         description='Stream answers from vLLM or another compatible server (chat completions, completions, the '
                     'Responses API or the Anthropic Messages API) and save evidence of whether each really finished: one run, or many at '
                     'once with a summary built from their verdicts. Exit status: 0 every run ok, 1 a run not ok, '
@@ -3918,12 +3956,13 @@ def _parser() -> OneLineParser:
     out.add_argument('--quiet', action='store_true',
                      help='nothing on stderr: no live text, verdict, progress or table (stdout keeps its JSON line)')
     fix = parser.add_argument_group('the built-in fixture')
-    fix.add_argument('--fixture', metavar='MODE', choices=list(fixture.CHOICES),
-                     help='stream from the synthetic fixture, run in this process on a free loopback port. '
-                          f'MODE is one of: {", ".join(fixture.CHOICES)}. Slow on purpose: stall and held-open '
-                          'last until --idle, drip until --deadline. mixed gives each run a mode from a '
-                          'seeded schedule, for a demo of --runs')
-    fix.add_argument('--fixture-profile', choices=list(fixture.PROFILES), default='guide',
+    fix.add_argument('--fixture', metavar='MODE',
+                     help=f'stream from the synthetic fixture ({FIXTURE_FILE}, beside this file), run in this '
+                          'process on a free loopback port. MODE is one of its modes: ok, broken, truncated, '
+                          f'stall... (python3 {FIXTURE_FILE} --help lists them). Slow on purpose: stall and '
+                          'held-open last until --idle, drip until --deadline. mixed gives each run a mode from '
+                          'a seeded schedule, for a demo of --runs')
+    fix.add_argument('--fixture-profile', choices=FIXTURE_PROFILES, default='guide',
                      help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide)")
     read = parser.add_argument_group('reading saved evidence (nothing is sent)')
     read.add_argument('--compare', nargs='+', metavar='RECORD', help='print saved records side by side')
@@ -4054,6 +4093,7 @@ class _Fixture:
 
     def __init__(self, mode: str, profile: str, api: str, seed: int) -> None:
         fixture = _fixture_server()
+        mode = _fixture_mode(fixture, mode)
         if mode != fixture.MIXED and not fixture.applies(mode, api):
             raise UsageError(f'fixture mode {mode} applies to {" and ".join(fixture.ONLY_ON[mode])} only; '
                              f'add --api {fixture.ONLY_ON[mode][0]}')

@@ -3184,9 +3184,32 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual((record['http']['framing'], record['source']), ('chunked', 'fixture'))
         self.assertRegex(record['response_id'], r'^chatcmpl-[0-9a-f]{16}$')
         usage = re.sub(r'-\n\s+', '-', run_cli('--help', cwd=self.tmp.name).stdout)  # argparse wraps at hyphens
-        for mode in fixture_server.MODES:
-            self.assertIn(mode, usage)
         self.assertIn('drip until --deadline', ' '.join(usage.split()))
+        self.assertEqual(stream_client.FIXTURE_PROFILES, tuple(fixture_server.PROFILES))
+
+    def test_a_mistyped_fixture_mode_gets_the_close_ones_in_one_line(self):
+        done = run_cli('--fixture', 'okk', '--output', 'run.json', cwd=self.tmp.name)
+        self.assertEqual((done.returncode, done.stderr.count('\n')), (2, 1), done.stderr)
+        self.assertIn("no mode 'okk'; did you mean ok?", done.stderr)
+        self.assertFalse((self.dir / 'run.json').exists())
+        for args, words in ((['--mode', 'okk'], "no mode 'okk'; did you mean ok?"),
+                            (['--mode', 'tool-cal'], 'did you mean tool-call'),
+                            (['--tls-cert', 'a.pem'], '--tls-cert and --tls-key go together')):
+            with self.subTest(args=args):
+                done = subprocess.run([sys.executable, str(HERE / 'fixture_server.py'), '--port', '0', *args],
+                                      capture_output=True, text=True, timeout=30)
+                self.assertEqual((done.returncode, done.stderr.count('\n')), (2, 1), done.stderr)
+                self.assertIn(words, done.stderr)
+                self.assertTrue(done.stderr.startswith('fixture_server.py: error: '), done.stderr)
+
+    def test_abbreviated_flags_are_refused(self):
+        done = run_cli('--fixture', 'ok', '--max-token', '64', '--output', 'run.json', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 2)
+        self.assertIn('unrecognized arguments: --max-token', done.stderr)
+        done = subprocess.run([sys.executable, str(HERE / 'fixture_server.py'), '--mod', 'ok'],
+                              capture_output=True, text=True, timeout=30)
+        self.assertEqual(done.returncode, 2)
+        self.assertIn('unrecognized arguments: --mod', done.stderr)
 
     def test_scripts_name_themselves_as_invoked(self):
         for script, name in (('stream_client.py', 'stream-client'), ('fixture_server.py', 'stream-fixture')):
@@ -3235,10 +3258,12 @@ class CommandLineTests(unittest.TestCase):
     def test_module_entry_points_and_version(self):
         version = subprocess.run([sys.executable, '-m', 'stream_client', '--version'], cwd=HERE,
                                  capture_output=True, text=True, timeout=30)
-        self.assertEqual(version.stdout.strip(), f'stream_client.py {stream_client.__version__}')
+        python = os.path.basename(sys.executable)
+        self.assertEqual(version.stdout.strip(), f'{python} -m stream_client {stream_client.__version__}')
         fixture_help = subprocess.run([sys.executable, '-m', 'fixture_server', '--help'], cwd=HERE,
                                       capture_output=True, text=True, timeout=30)
         self.assertIn('--profile', fixture_help.stdout)
+        self.assertTrue(fixture_help.stdout.startswith(f'usage: {python} -m fixture_server'), fixture_help.stdout)
 
     def test_signals_leave_a_valid_record(self):
         for signum, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
@@ -3260,6 +3285,48 @@ class CommandLineTests(unittest.TestCase):
                                  (False, 'interrupted', 'READY \u2713'))
                 self.assertIn(signum.name, record['error'])
                 self.assertFalse(json.loads(stdout)['ok'])
+
+
+class CopiedAloneTests(unittest.TestCase):
+    """stream_client.py copied alone into an empty folder, run by an isolated Python (-I: nothing on the
+    path but the standard library), as on a GPU host: everything but --fixture works."""
+
+    def setUp(self) -> None:
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.dir = Path(tmp.name)
+        (self.dir / 'stream_client.py').write_bytes(Path(CLIENT).read_bytes())
+
+    def alone(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, '-I', 'stream_client.py', *args], cwd=self.dir, capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL, env={'PATH': os.environ['PATH']})
+
+    def test_help_a_run_a_load_and_its_summary(self):
+        self.assertEqual(sorted(path.name for path in self.dir.iterdir()), ['stream_client.py'])
+        done = self.alone('--help')
+        self.assertEqual((done.returncode, done.stderr), (0, ''))
+        self.assertIn('--fixture MODE', done.stdout)
+        with Fixture() as fixture:
+            one = self.alone('--url', fixture.url, '--model', 'm', '--output', 'run.json')
+            self.assertEqual(one.returncode, 0, one.stderr)
+            self.assertTrue(json.loads((self.dir / 'run.json').read_text())['ok'])
+            load = self.alone('--url', fixture.url, '--model', 'm', '--runs', '4', '--concurrency', '2',
+                              '--output', 'load.jsonl')
+            self.assertEqual(load.returncode, 0, load.stderr)
+        self.assertEqual(json.loads(load.stdout)['ok'], 4)
+        summary = self.alone('--summary', 'load.jsonl')
+        self.assertEqual(summary.returncode, 0, summary.stderr)
+        self.assertEqual(json.loads(summary.stdout)['runs'], 4)
+
+    def test_fixture_without_its_file_is_one_line_and_exit_2(self):
+        done = self.alone('--fixture', 'ok', '--output', 'run.json')
+        self.assertEqual((done.returncode, done.stdout), (2, ''))
+        self.assertRegex(done.stderr, r'^stream_client\.py: error: --fixture needs fixture_server\.py beside '
+                                      r'stream_client\.py .*\n$')
+        self.assertFalse((self.dir / 'run.json').exists())
+        (self.dir / 'fixture_server.py').write_bytes((HERE / 'fixture_server.py').read_bytes())
+        done = self.alone('--fixture', 'ok', '--output', 'run.json')  # beside it, -I or not, it is found
+        self.assertEqual(done.returncode, 0, done.stderr)
 
 
 if __name__ == '__main__':
