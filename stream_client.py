@@ -99,9 +99,14 @@ __all__ = [
     'main', 'UsageError',
 ]
 
-MAX_LINE_CHARS = 65_536       # one SSE line, decoded characters
-MAX_EVENT_CHARS = 1_048_576   # the data of one SSE event
-MAX_TEXT_CHARS = 1_048_576    # the assembled answer (and reasoning) text
+MAX_TEXT_CHARS = 1_048_576    # the answer bound: the assembled text and tool-call arguments (and, apart, the reasoning)
+JSON_ESCAPE_CHARS = 12        # the longest JSON escape of one character: an astral one as two \\uXXXX escapes
+MAX_ENVELOPE_CHARS = 1_048_576  # what one event carries besides the answer: ids, usage, the settings echoed
+# One SSE event, and one line of it. The Responses API repeats the whole answer (text, reasoning and
+# arguments) in one data line of its done events and of response.completed, so these bounds follow from
+# the answer bound: every answer within MAX_TEXT_CHARS fits, however the server escapes it.
+MAX_EVENT_CHARS = 2 * MAX_TEXT_CHARS * JSON_ESCAPE_CHARS + MAX_ENVELOPE_CHARS
+MAX_LINE_CHARS = MAX_EVENT_CHARS
 MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
 MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
 READ_SIZE = 65_536            # each recv() asks for this much; it returns what is there
@@ -217,7 +222,8 @@ class Events:
         self._undecoded = b''       # an incomplete UTF-8 character from the last read
         self._started = False       # a character has been decoded (so a BOM is no longer leading)
         self._after_cr = False      # the last read ended in CR: a leading LF completes that CRLF
-        self._line = ''             # the unterminated last line
+        self._open: list[str] = []  # the pieces of the unterminated last line (joined once, when it ends)
+        self._open_chars = 0        # characters in self._open
         self._data: list[str] = []  # data lines of the event in progress
         self._size = 0              # characters in self._data
         self._type = ''             # the event field of the event in progress
@@ -236,12 +242,11 @@ class Events:
             text = text.replace('\r\n', '\n').replace('\r', '\n')
         last = text.rfind('\n')
         if last < 0:
-            self._line += text
-            self._check_open_line()
+            self._hold(text)
             return []
-        block = self._line + text[:last] if self._line else text[:last]
-        self._line = text[last + 1:]
-        self._check_open_line()
+        block = ''.join(self._open) + text[:last] if self._open else text[:last]
+        self._open, self._open_chars = [], 0
+        self._hold(text[last + 1:])
         if not self._data and not self._type and block.endswith('\n') and block.startswith(DATA_PREFIX):
             events = self._single_line_events(block[:-1])
             if events is not None:
@@ -252,8 +257,8 @@ class Events:
         """What the stream would end inside if it ended now, or None at an event boundary."""
         if self._undecoded:
             return f'stream ended inside a UTF-8 character ({_count(len(self._undecoded), "byte")} pending)'
-        if self._line:
-            return f'stream ended inside a line: {_preview(self._line)}'
+        if self._open:
+            return f'stream ended inside a line: {_preview("".join(self._open))}'
         if self._data:
             return 'stream ended inside an event: its blank line never arrived'
         return None
@@ -283,9 +288,13 @@ class Events:
                 text = text[1:]
         return text
 
-    def _check_open_line(self) -> None:
-        if len(self._line) > MAX_LINE_CHARS:
-            raise SSEError(f'line longer than {MAX_LINE_CHARS} characters without a line end')
+    def _hold(self, piece: str) -> None:
+        """Keep the start of a line whose end has not arrived, within MAX_LINE_CHARS."""
+        if piece:
+            self._open.append(piece)
+            self._open_chars += len(piece)
+            if self._open_chars > MAX_LINE_CHARS:
+                raise SSEError(f'line longer than {MAX_LINE_CHARS} characters without a line end')
 
     @staticmethod
     def _single_line_events(core: str) -> list[str] | None:

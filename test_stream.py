@@ -163,7 +163,7 @@ class ParserTests(unittest.TestCase):
         self.assertEqual(parser.feed(b'data: unfinished'), [])
         self.assertIsNone(parser.finish())
         with self.assertRaises(ValueError):
-            Events().feed(b'x' * 65537)
+            Events().feed(b'x' * (MAX_LINE_CHARS + 1))
         parser = Events()
         parser.feed(b'data: \xe2')
         with self.assertRaises(UnicodeDecodeError):
@@ -172,7 +172,7 @@ class ParserTests(unittest.TestCase):
             Events().feed(b'data: \xff\n\n')
 
     def test_parser_errors_are_stream_errors_of_the_sse_layer(self):
-        for feed in (b'x' * 65537, b'data: \xff\n\n'):
+        for feed in (b'x' * (MAX_LINE_CHARS + 1), b'data: \xff\n\n'):
             with self.subTest(feed=feed[:10]), self.assertRaises(StreamError) as caught:
                 Events().feed(feed)
             self.assertEqual(caught.exception.layer, 'sse')
@@ -200,7 +200,7 @@ class ParserTests(unittest.TestCase):
         with self.assertRaises(StreamError):
             for _ in range(MAX_LINE_CHARS // 4096 + 2):
                 parser.feed(b'y' * 4096)
-        self.assertLessEqual(len(parser._line), MAX_LINE_CHARS + 4096)
+        self.assertLessEqual(parser._open_chars, MAX_LINE_CHARS + 4096)
 
     def test_event_bound_counts_all_data_lines(self):
         line = ('data: ' + 'z' * 60_000 + '\n').encode()
@@ -756,6 +756,52 @@ class CompletionChunksTests(unittest.TestCase):
                       outcome(8, 'stop', 8))
 
 
+class AnswerBoundTests(unittest.TestCase):
+    """Every answer within the answer bound gets through, on every API, however the server escapes it:
+    the Responses API repeats the whole text (or arguments) in one data line of its done events and of
+    response.completed. The bytes are vLLM 0.32's (the fixture's vllm profile), with every character
+    escaped as Python's json.dumps does by default, so an astral character takes 12."""
+
+    ASTRAL = '\U0001F600'
+    API_WITH_TOOLS = ('chat', 'responses', 'messages')
+
+    def verdict(self, api: str, plan, spec: stream_client.AnswerSpec | None = None) -> stream_client.Verdict:
+        profile = fixture_server.BUILDERS['vllm', api]('m', 3)
+        profile.dumps = lambda value: json.dumps(value).encode()
+        body = b''.join(b'%x\r\n%s\r\n' % (len(write), write) for write in plan(profile)) + b'0\r\n\r\n'
+        reader = stream_client.ResponseReader(stream_client.VALIDATORS[api](spec=spec))
+        for piece in pieces(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + body, stream_client.READ_SIZE):
+            reader.feed(piece)
+        return stream_client.judge(reader)
+
+    @classmethod
+    def text(cls, chars: int) -> list[str]:
+        return [cls.ASTRAL * 4096] * (chars // 4096) + [cls.ASTRAL * (chars % 4096)]
+
+    def test_a_text_at_the_answer_bound_is_ok_and_one_character_more_is_not(self):
+        for api in stream_client.VALIDATORS:
+            for chars, layer in ((stream_client.MAX_TEXT_CHARS, None), (stream_client.MAX_TEXT_CHARS + 1, 'application')):
+                with self.subTest(api=api, chars=chars):
+                    verdict = self.verdict(api, lambda p: p.preamble() + [p.content(piece) for piece in self.text(chars)]
+                                           + p.closing('stop'))
+                    self.assertEqual(verdict.layer, layer, verdict.message)
+                    if layer:
+                        self.assertIn(f'answer longer than {stream_client.MAX_TEXT_CHARS} characters', verdict.message)
+
+    def test_tool_call_arguments_at_the_answer_bound_are_ok(self):
+        for api in self.API_WITH_TOOLS:
+            with self.subTest(api=api):
+                city = self.text(stream_client.MAX_TEXT_CHARS - len('{"city": ""}'))
+                verdict = self.verdict(api, lambda p: p.tool_calls([('get_weather', ('{"city": "', *city, '"}'))]),
+                                       WEATHER)
+                self.assertEqual(verdict.layer, None, verdict.message)
+
+    def test_the_line_bound_follows_from_the_answer_bound(self):
+        escaped = len(json.dumps(self.ASTRAL)) - 2
+        self.assertEqual(escaped, stream_client.JSON_ESCAPE_CHARS)
+        self.assertGreaterEqual(stream_client.MAX_LINE_CHARS,
+                                2 * stream_client.MAX_TEXT_CHARS * escaped + stream_client.MAX_ENVELOPE_CHARS)
+
 class FramingTests(unittest.TestCase):
     def test_content_length_counts_bytes_and_reports_shortfall_and_overrun(self):
         body = ContentLengthBody(10)
@@ -985,7 +1031,7 @@ class FixtureVerdictTests(unittest.TestCase):
         'multi-choice': row(None, None, False, 'protocol', 'expected choice index 0, got 1',
                             {'': '', 'completions': 'READY '}),
         'split-utf8': row(True, True, True, None, None, ANSWER),
-        'flood': row(None, None, False, 'sse', 'line longer than 65536 characters without a line end', ''),
+        'flood': row(None, None, False, 'sse', f'line longer than {MAX_LINE_CHARS} characters without a line end', ''),
         'sequence-gap': row(None, None, False, 'protocol',
                             'expected sequence_number 6, got 7 in response.output_text.done: an event was lost', ANSWER),
         'type-mismatch': row(None, None, False, 'protocol', "its event field says 'response.text.delta' but its data "
