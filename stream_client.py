@@ -2627,6 +2627,7 @@ class Connection:
         self.local_port = sock.getsockname()[1]
         self.requests = 0                     # requests sent on it so far
         self.idle_since: float | None = None  # monotonic time at which its last response ended
+        self.source: str | None = None        # who answered on it (see _source), once a response head came
 
 
 class KeptConnections:
@@ -2738,6 +2739,8 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
         x.fail(_classify(exc, x))
     finally:
         if connection is not None:
+            if x.reader.head is not None:
+                connection.source = _source(x.reader.head, request.source)
             if cancel is not None:
                 cancel.detach(connection.sock)
             if kept is not None and interrupted is None and _reusable(x):
@@ -3086,7 +3089,7 @@ def build_record(x: Exchange) -> dict:
         'http': _http_facts(head, reader.body),
         'connection': _connection_facts(x),
         'proxy': request.proxy.facts() if request.proxy is not None else None,
-        'source': _source(head, request.source),
+        'source': _run_source(x),
         'url': request.url,
         'request': dict(request.settings),
         'started_at': _utc_iso(timeline.started_wall),
@@ -3126,6 +3129,13 @@ def _connection_facts(x: Exchange) -> dict | None:
 
 def _span_ms(first: float | None, last: float | None) -> float | None:
     return None if first is None else round((last - first) * 1000, 3)
+
+
+def _run_source(x: Exchange) -> str:
+    """Who answered the run: what its response head says; without a head (a kept connection found closed),
+    what the last response on the same connection said; else where the request was sent."""
+    earlier = x.connection.source if x.connection is not None else None
+    return _source(x.reader.head, earlier or x.request.source)
 
 
 def _source(head: ResponseHead | None, requested: str) -> str:

@@ -2545,6 +2545,10 @@ class LoadTests(unittest.TestCase):
         for record in (first, stale, after):
             summary.add(record)
         self.assertEqual(summary.result()['stale_connection_failures'], 1)
+        # The stale run got no head, but its connection had carried the fixture's answer: so does the record,
+        # and a summary of the three is not refused as mixing sources.
+        self.assertEqual([record['source'] for record in (first, stale, after)], ['fixture'] * 3)
+        self.assertEqual(summary.result()['sources'], ['fixture'])
 
     def test_plain_http_is_judged_by_the_address_a_name_resolves_to(self):
         real = socket.getaddrinfo
