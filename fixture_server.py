@@ -647,7 +647,7 @@ MODES = {
     'failed': lambda p: Plan(p.opening() + p.failed()),
     'incomplete': lambda p: Plan(p.opening() + p.closing('length', terminal='response.incomplete')),
 }
-# The modes that only some APIs have; every other mode works on all three.
+# The modes that only some APIs have; every other mode works on all four.
 ONLY_ON = {'reasoning': ('chat', 'responses', 'messages'), **dict.fromkeys(TOOL_MODES, ('chat', 'responses', 'messages')),
            'tool-args-mismatch': ('responses',), 'block-unclosed': ('messages',), 'block-unknown-index': ('messages',),
            'multi-choice': ('chat', 'completions'), 'sequence-gap': ('responses',), 'type-mismatch': ('responses',),
@@ -785,7 +785,7 @@ def mark_replay(head: bytes, writes: list[bytes]) -> tuple[bytes, list[bytes]]:
 
 
 class Handler(BaseHTTPRequestHandler):
-    """Answers POST on the three API paths according to the server's settings, and GET on /v1/models and /health."""
+    """Answers POST on the four API paths according to the server's settings, and GET on /v1/models and /health."""
 
     protocol_version = 'HTTP/1.1'
     server_version = SERVER_NAME

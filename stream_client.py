@@ -20,8 +20,8 @@ built on them:
    subset tool definitions use, for tool-call arguments and JSON answers;
 4. the protocol seam ``StreamValidator``: event data in, the answer's text,
    reasoning and tool calls out, and the API's own idea of "finished"
-   (sans-IO). ``ChatChunks``, ``CompletionChunks`` and ``ResponseEvents``
-   implement it for the three APIs, through ``parser``, ``accept()``,
+   (sans-IO). ``ChatChunks``, ``CompletionChunks``, ``ResponseEvents`` and
+   ``MessagesEvents`` implement it for the four APIs, through ``parser``, ``accept()``,
    ``done``, ``terminal``, ``content_events``, ``outcome_problem()`` and
    ``fields()``; an ``AnswerSpec`` says what the request asked for (text,
    tool calls, JSON);
@@ -183,6 +183,11 @@ def _shorten(text: str, limit: int = 60) -> str:
 def _count(number: int, noun: str) -> str:
     """'1 content event', '2 content events': a count with its noun in the right number."""
     return f'{number} {noun}' if number == 1 else f'{number} {noun}s'
+
+
+def _host_port(host: str, port: int) -> str:
+    """host:port as a URL writes it: an IPv6 address in brackets."""
+    return f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
 
 
 def _preview(text: str, limit: int = 60) -> str:
@@ -1524,8 +1529,12 @@ def server_error_fields(body: object) -> dict:
             'code': error.get('code') if isinstance(error.get('code'), (int, str)) else None}
 
 
-def describe_server_error(error: dict) -> str:
-    kind = ' '.join(str(part) for part in (error['type'], error['code']) if part is not None)
+def describe_server_error(error: dict, said: tuple[str, ...] = ()) -> str:
+    """The server's message, quoted, and its type and code, those the words in ``said`` (the status
+    line already shown) do not repeat."""
+    repeated = {word.lower().replace(' ', '') for word in said}
+    kind = ' '.join(str(part) for part in (error['type'], error['code'])
+                    if part is not None and str(part).lower().replace(' ', '') not in repeated)
     message = error['message'] or '(empty message)'
     return f'{message!r}' + (f' ({kind})' if kind else '')
 
@@ -1961,7 +1970,8 @@ def _status_failure(head: ResponseHead, body: bytes) -> StreamError:
             text = re.sub(r'(?is)<head>.*?</head>|<[^>]*>', ' ', text)  # the title repeats the heading
         text = ' '.join(text.split())
         return StreamError('http', f'{problem}: {_preview(text, 200)}' if text else problem)
-    return StreamError('http', f'{problem}: {describe_server_error(error)}', server_error=error)
+    said = (str(head.status), head.reason)
+    return StreamError('http', f'{problem}: {describe_server_error(error, said)}', server_error=error)
 
 
 def _error_body_reader(head: ResponseHead):
@@ -2141,11 +2151,11 @@ class Proxy:
 
     @property
     def address(self) -> str:
-        return f'[{self.host}]:{self.port}' if ':' in self.host else f'{self.host}:{self.port}'
+        return _host_port(self.host, self.port)
 
     def connect_request(self, host: str, port: int) -> bytes:
         host = host if host.isascii() else host.encode('idna').decode('ascii')  # as DNS and TLS name it
-        target = f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
+        target = _host_port(host, port)
         lines = [f'CONNECT {target} HTTP/1.1', f'Host: {target}', f'User-Agent: stream-client/{__version__}']
         if self.authorization:
             lines.append(f'Proxy-Authorization: {self.authorization}')
@@ -2259,6 +2269,11 @@ class PreparedRequest:
         """Where a connection of this request leads: requests with the same origin may share one."""
         return self.scheme, self.host, self.port, self.proxy
 
+    @property
+    def address(self) -> str:
+        """host:port as a URL writes it ([::1]:8000 for an IPv6 address)."""
+        return _host_port(self.host, self.port)
+
     def secrets(self) -> tuple[str, ...]:
         """The strings no output may hold: the API key and the proxy's credentials."""
         return ((self.token,) if self.token else ()) + (self.proxy.secrets if self.proxy else ())
@@ -2271,7 +2286,10 @@ def _check_url(url: str):
     """The parts and port of a URL this client may connect to, or ValueError."""
     parts = urlsplit(url)
     if parts.scheme not in ('http', 'https'):
-        raise ValueError(f'expected an http:// or https:// URL, got scheme {parts.scheme or "(none)"!r}')
+        path = '' if '/' in url else '/v1/chat/completions'
+        hint = f'; did you mean http://{url}{path}?' if '://' not in url and url[:1].isalnum() else ''
+        raise ValueError(f'expected an http:// or https:// URL such as {DEFAULT_URL}, got '
+                         f'{_shorten(repr(url), 80)}{hint}')
     if parts.username is not None or parts.password is not None:
         raise ValueError('the URL must not contain credentials; put the API key in MODEL_API_KEY')
     if not parts.hostname:
@@ -2323,8 +2341,11 @@ def api_of(path: str, api: str | None = None) -> str:
     for suffix, name in API_PATHS.items():
         if path.endswith(suffix):
             return name
+    base = path.rstrip('/')
+    hint = (f'; did you mean {base}/chat/completions? (an SDK\'s base_url ends in /v1; give the endpoint)'
+            if base.endswith('/v1') else '')
     raise ValueError(f'cannot tell the API from the URL path {path!r}: expected a path ending in '
-                     f'{", ".join(API_PATHS)}, or --api {"|".join(VALIDATORS)} for a server mounted elsewhere')
+                     f'{", ".join(API_PATHS)}, or --api {"|".join(VALIDATORS)} for a server mounted elsewhere{hint}')
 
 
 def _request_body(api: str, model: str, prompt: str, system: str | None, max_tokens: int, temperature: float,
@@ -2622,7 +2643,7 @@ class Connection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         host, port = sock.getpeername()[:2]
-        self.peer = f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
+        self.peer = _host_port(host, port)
         self.peer_ip = host
         self.local_port = sock.getsockname()[1]
         self.requests = 0                     # requests sent on it so far
@@ -2676,7 +2697,7 @@ class Exchange:
         signal_name = signal_name or (self.cancel.reason if self.cancel is not None else None)
         if signal_name is None:
             return None
-        return StreamError('interrupted', f'interrupted by {signal_name} during the {self.phase.value} phase '
+        return StreamError('interrupted', f'{signal_name} during the {self.phase.value} phase '
                                           f'after {_count(self.reader.validator.content_events, "content event")}')
 
 
@@ -2806,13 +2827,13 @@ def _open_tunnel(sock: socket.socket, x: Exchange) -> None:
         raw = sock.recv(READ_SIZE)
         if not raw:
             raise StreamError('proxy', f'the proxy {proxy.address} closed the connection before answering CONNECT '
-                                       f'{request.host}:{request.port}')
+                                       f'{request.address}')
         try:
             head = heads.feed(raw)
         except StreamError as exc:
             raise StreamError('proxy', f'the proxy {proxy.address} answered CONNECT with {exc.message}') from None
     if not 200 <= head.status < 300:
-        raise StreamError('proxy', f'the proxy {proxy.address} refused the tunnel to {request.host}:{request.port}: '
+        raise StreamError('proxy', f'the proxy {proxy.address} refused the tunnel to {request.address}: '
                                    f'{head.status} {head.reason}'.rstrip())
     if heads.rest:
         raise StreamError('proxy', f'the proxy {proxy.address} sent {_count(len(heads.rest), "byte")} after its '
@@ -2955,9 +2976,11 @@ def _classify(exc: BaseException, x: Exchange) -> StreamError:
         return StreamError('tls', f'TLS failed with {request.host}: {exc.reason or exc}{hint}')
     if x.phase is Phase.CONNECT and isinstance(exc, OSError):
         reason = exc.strerror or str(exc) or type(exc).__name__
+        hint = '; is the server running, and listening on that port?' if isinstance(exc, ConnectionRefusedError) \
+            else ''
         if request.proxy is not None:
-            return StreamError('proxy', f'cannot connect to the proxy {request.proxy.address}: {reason}')
-        return StreamError('connect', f'cannot connect to {request.host}:{request.port}: {reason}')
+            return StreamError('proxy', f'cannot connect to the proxy {request.proxy.address}: {reason}{hint}')
+        return StreamError('connect', f'cannot connect to {request.address}: {reason}{hint}')
     if x.phase is Phase.PROXY and isinstance(exc, OSError):
         return StreamError('proxy', f'the tunnel through the proxy {request.proxy.address} failed: '
                                     f'{type(exc).__name__}: {exc}')
@@ -2983,7 +3006,7 @@ def _timeout_failure(x: Exchange) -> StreamError:
         return _deadline_failure(x)
     idle = f'{request.idle:g} s'
     if x.phase is Phase.CONNECT:
-        where = f'the proxy {request.proxy.address}' if request.proxy else f'{request.host}:{request.port}'
+        where = f'the proxy {request.proxy.address}' if request.proxy else request.address
         return StreamError('timeout', f'no connection to {where} within {idle}')
     if x.phase is Phase.PROXY:
         return StreamError('timeout', f'no answer to CONNECT from the proxy {request.proxy.address} within {idle}')
@@ -4291,7 +4314,7 @@ def emit(text: str) -> None:
 
 
 def _interrupted_before_sending(signal_name: str) -> StreamError:
-    return StreamError('interrupted', f'interrupted by {signal_name} before the request was sent')
+    return StreamError('interrupted', f'{signal_name} before the request was sent')
 
 
 def _compare(args, prog: str) -> int:

@@ -1475,7 +1475,13 @@ class FixtureVerdictTests(unittest.TestCase):
             records = [stream(fixture.url, 'm', 'p') for _ in range(40)]
         errors = {record['error'] for record in records if record['error_layer'] == 'http'}
         self.assertEqual(errors, {"http: expected status 200, got 503 Service Unavailable: 'the fixture in mixed "
-                                  "mode served http-error to this request' (Service Unavailable 503)"})
+                                  "mode served http-error to this request'"})  # the type and code repeated the status
+
+    def test_a_server_error_kind_is_kept_when_the_status_does_not_say_it(self):
+        error = {'message': 'no', 'type': 'BadRequestError', 'code': 400}
+        self.assertEqual(stream_client.describe_server_error(error, ('400', 'Bad Request')), "'no' (BadRequestError)")
+        self.assertEqual(stream_client.describe_server_error(error, ('503', 'Service Unavailable')),
+                         "'no' (BadRequestError 400)")
 
     def test_guide_error_page_says_its_message_once(self):
         record = run_fixture('http-error')
@@ -1815,6 +1821,23 @@ class CaptureReplayTests(unittest.TestCase):
         record = stream(f'http://127.0.0.1:{port}/v1/chat/completions', 'm', 'p')
         self.assertEqual(record['error_layer'], 'connect')
         self.assertIn(f'cannot connect to 127.0.0.1:{port}', record['error'])
+        self.assertTrue(record['error'].endswith('; is the server running, and listening on that port?'))
+        if socket.has_ipv6:
+            try:
+                with socket.create_server(('::1', 0), family=socket.AF_INET6) as probe:
+                    port = probe.getsockname()[1]
+            except OSError:
+                return  # no IPv6 loopback here
+            record = stream(f'http://[::1]:{port}/v1/chat/completions', 'm', 'p')
+            self.assertIn(f'cannot connect to [::1]:{port}: ', record['error'])
+
+    def test_a_url_without_scheme_or_path_gets_an_example(self):
+        for url, hint in (('localhost:8000', 'did you mean http://localhost:8000/v1/chat/completions?'),
+                          ('http://127.0.0.1:8000/v1', 'did you mean /v1/chat/completions?'),
+                          ('http://127.0.0.1:8000/v1/', 'did you mean /v1/chat/completions?')):
+            with self.subTest(url=url), self.assertRaises(ValueError) as caught:
+                stream_client.prepare(url, 'm', 'p')
+            self.assertIn(hint, str(caught.exception))
 
     def test_invalid_arguments_raise_before_connecting(self):
         bad = [('ftp://127.0.0.1/v1/chat/completions', {}), ('https://user:secret@example.com/v1/chat/completions', {}),
@@ -3333,7 +3356,7 @@ class CommandLineTests(unittest.TestCase):
                 record = json.loads(output.read_text())
                 self.assertEqual((record['ok'], record['error_layer'], record['text']),
                                  (False, 'interrupted', 'READY \u2713'))
-                self.assertIn(signum.name, record['error'])
+                self.assertRegex(record['error'], rf'^interrupted: {signum.name} during the \w+ phase after ')
                 self.assertFalse(json.loads(stdout)['ok'])
 
 
