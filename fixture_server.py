@@ -582,6 +582,14 @@ def _unterminated(p: GuideProfile) -> Plan:
     return Plan(events + [terminal.rstrip(b'\r\n') + b'\n'])
 
 
+def _cut_mid_answer(p: GuideProfile) -> Plan:
+    """What a proxy's read timeout leaves: the first content event, then half of the next, and the
+    connection closes with the framing short (no terminating chunk, or fewer bytes than Content-Length)."""
+    preamble = p.preamble()  # first: the content events of some APIs name what the preamble opened
+    first, second = p.answer()[:2]
+    return Plan(preamble + [first, second[:len(second) // 2]], missing=MISSING_BYTES)
+
+
 def _long(p: GuideProfile) -> GuideProfile:
     """The profile with BURST_TOKENS content events, unless --tokens chose a number."""
     return p if p.tokens is not None else type(p)(p.model, BURST_TOKENS, p.reasoning_field)
@@ -614,6 +622,7 @@ MODES = {
     'malformed': lambda p: Plan(p.opening() + [b'data: {invalid}\n\n']),
     'http-error': lambda p: Plan(status=503),
     'truncated': lambda p: Plan(p.opening() + p.closing('stop'), missing=MISSING_BYTES),
+    'cut-mid-answer': _cut_mid_answer,
     'no-done': lambda p: Plan(p.opening() + p.closing('stop')[:-1]),
     'unterminated': _unterminated,
     'held-open': lambda p: Plan(p.opening() + p.closing('stop'), missing=MISSING_BYTES, ending='hold'),

@@ -987,6 +987,9 @@ class FixtureVerdictTests(unittest.TestCase):
         'truncated': row(False, True, True, 'transport',
                          {'guide': 'connection closed after 445 of 509 body bytes',
                           'vllm': 'chunked body ended without its terminating chunk'}, ANSWER),
+        'cut-mid-answer': row(False, False, False, 'transport',
+                              {'guide': 'connection closed after', 'vllm': 'chunked body ended without its terminating '
+                                                                           'chunk'}, 'READY '),
         'no-done': row(True, True, False, 'application', {'': 'EOF before [DONE]', 'responses': 'EOF before a terminal',
                                                           'messages': 'EOF before message_stop'}, ANSWER),
         'unterminated': row(True, False, False, 'sse', 'inside an event', ANSWER),
