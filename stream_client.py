@@ -79,6 +79,7 @@ import re
 import signal
 import socket
 import ssl
+import textwrap
 import threading
 import time
 import typing
@@ -3518,31 +3519,38 @@ def _unplanned(result: dict) -> str:
     return f'  (of {result["planned_runs"]} planned)' if result['planned_runs'] > result['runs'] else ''
 
 
+TERMINAL_COLUMNS = 80  # the width the tables for a person fit in
+
+
 def summary_table(result: dict) -> str:
-    """The summary for a person: counts, kinds of failure, and the latency of ok runs."""
+    """The summary for a person, within TERMINAL_COLUMNS: counts, kinds of failure, the latency of ok runs."""
     lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)]
     if result['stale_connection_failures']:
-        lines.append(f'stale connections: {result["stale_connection_failures"]} runs sent on a kept connection that '
-                     'the server or a proxy had closed while idle')
+        lines.append(f'stale connections: {result["stale_connection_failures"]} runs on a kept connection that was '
+                     'closed while idle')
     if result['not_ok']:
-        lines.append('not ok by layer: ' + ', '.join(f'{layer} {count}' for layer, count
-                                                     in result['not_ok_by_layer'].items()))
-        lines += [f'  {count:5d}  {kind}' for kind, count in list(result['not_ok_by_kind'].items())[:10]]
-    lines.append(f'over {_count(result["latency_runs"], "ok run")} '
-                 f'({_count(result["latency_excludes"], "not ok run")} excluded):'
-                 f'{"p50":>10}{"p90":>10}{"p99":>10}{"max":>10}')
-    rows = [(field, result['latency_ms'][field]) for field in LATENCY_FIELDS]
+        lines += textwrap.wrap('not ok by layer: ' + ', '.join(f'{layer} {count}' for layer, count
+                                                               in result['not_ok_by_layer'].items()),
+                               TERMINAL_COLUMNS, subsequent_indent='  ')
+        lines += [f'  {count:5d}  {_shorten(kind, TERMINAL_COLUMNS - 12)}'
+                  for kind, count in list(result['not_ok_by_kind'].items())[:10]]
+    lines.append(f'latency of {_count(result["latency_runs"], "ok run")}, ms '
+                 f'({_count(result["latency_excludes"], "not ok run")} excluded):')
     gaps = result['event_gaps_ms']
+    rows = [(field, result['latency_ms'][field]) for field in LATENCY_FIELDS]
     rows.append((f'content-event gaps ({gaps["count"] if gaps else 0})', gaps))
-    width = len(lines[-1]) - 40
+    width = max(len(name) for name, _ in rows) + 2
+    lines.append(' ' * width + ''.join(f'{key:>9}' for key in ('p50', 'p90', 'p99', 'max')))
     for name, values in rows:
-        cells = ''.join(f'{values[key]:10.1f}' if values else f'{"-":>10}' for key in ('p50', 'p90', 'p99', 'max'))
+        cells = ''.join(f'{values[key]:9.1f}' if values else f'{"-":>9}' for key in ('p50', 'p90', 'p99', 'max'))
         lines.append(f'  {name:<{width - 2}}{cells}')
-    rates = [f'{result[key]} {label}' for key, label in (('runs_per_s', 'runs/s'), ('ok_runs_per_s', 'ok runs/s'),
-                                                          ('completion_tokens_per_s', 'completion tokens/s'),
-                                                          ('content_events_per_s', 'content events/s'))
-             if result[key] is not None]
-    lines.append(f'wall {result["wall_s"]} s: ' + ', '.join(rates))
+    runs, tokens = ([f'{result[key]} {label}' for key, label in group if result[key] is not None]
+                    for group in ((('runs_per_s', 'runs/s'), ('ok_runs_per_s', 'ok runs/s')),
+                                  (('completion_tokens_per_s', 'completion tokens/s'),
+                                   ('content_events_per_s', 'content events/s'))))
+    lines.append(f'wall {result["wall_s"]} s: ' + ', '.join(runs))
+    if tokens:
+        lines.append('  ' + ', '.join(tokens))
     return '\n'.join(lines)
 
 
@@ -4154,6 +4162,7 @@ class LiveView:
     (reasoning dimmed), then a one-line verdict; elsewhere only a failure."""
 
     DIM, RESET = '\x1b[2m', '\x1b[0m'
+    WAIT_NOTICE_S = 3.0  # seconds without anything to show before a run says what it is waiting for
 
     def __init__(self, out, quiet: bool) -> None:
         self.out = out
@@ -4161,10 +4170,32 @@ class LiveView:
         self.live = not quiet and out.isatty()
         self.color = self.live and 'NO_COLOR' not in os.environ
         self.showing = None  # 'reasoning' or 'text' once something was written
+        self._lock = threading.Lock()  # the wait notice is written from a timer's thread
+        self._timer: threading.Timer | None = None
 
     def _write(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
+        with self._lock:
+            self.out.write(text)
+            self.out.flush()
+
+    def start_waiting(self, request: PreparedRequest) -> None:
+        """On a terminal: if nothing has been shown after WAIT_NOTICE_S, say what the run waits for."""
+        if self.live:
+            self._timer = threading.Timer(self.WAIT_NOTICE_S, self.wait_notice, (request,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def wait_notice(self, request: PreparedRequest) -> None:
+        with self._lock:
+            if self.showing is None:
+                self.out.write(f'waiting {self.WAIT_NOTICE_S:g} s so far for the answer from {request.address}; '
+                               f'the run ends after --idle {request.idle:g} s without a byte or at --deadline '
+                               f'{request.deadline:g} s; Ctrl+C stops it and keeps the record\n')
+                self.out.flush()
+
+    def stop_waiting(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
     def reasoning(self, text: str) -> None:
         if self.showing != 'reasoning':
@@ -4186,6 +4217,7 @@ class LiveView:
         self._write(piece)
 
     def verdict(self, record: dict) -> None:
+        self.stop_waiting()
         if self.quiet or (record['ok'] and not self.live):
             return
         if self.showing == 'call':
@@ -4212,10 +4244,9 @@ COMPARE_COLUMNS = (('file', None), ('source', 'source'), ('model', 'model'), ('o
 
 
 def compare_table(paths: list[str], records: list[dict]) -> str:
-    """One aligned row per record."""
-    rows = [[name for name, _ in COMPARE_COLUMNS]]
-    for path, record in zip(paths, records):
-        rows.append([os.path.basename(path)] + [_cell(record.get(key)) for _, key in COMPARE_COLUMNS[1:]])
+    """One line per field and one column per record, so that a few records fit a terminal."""
+    rows = [[name] + [os.path.basename(path) if key is None else _cell(record.get(key))
+                      for path, record in zip(paths, records)] for name, key in COMPARE_COLUMNS]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return '\n'.join('  '.join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
@@ -4273,6 +4304,7 @@ def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _terminate)
+        view.start_waiting(request)
         record = run(request, on_text, on_reasoning, capture, on_call=on_call)
         status = 0 if record['ok'] else 1
     except Interrupted as exc:
@@ -4339,10 +4371,28 @@ def _summary_command(args, prog: str) -> int:
     result = summary.result()
     if report_fd is not None:
         write_report(report_fd, report)
-    emit(json.dumps(result, ensure_ascii=False))
-    if not args.quiet and sys.stderr.isatty():
+    person = not args.quiet and sys.stderr.isatty()
+    if person:
         print(summary_table(result), file=sys.stderr)
+    _emit_summary(result, person, args.summary)
+    _say_written(args)
     return 0 if result['runs'] and result['ok'] == result['runs'] else 1
+
+
+def _emit_summary(result: dict, person: bool, files: list[str]) -> None:
+    """The summary's JSON line on stdout, unless stdout and stderr are both a terminal where a person
+    reads the table instead (the line wraps to a screenful): then a line that says how to get it."""
+    if person and sys.stdout.isatty():
+        print(f'(the JSON summary goes to stdout when it is redirected; or run --summary {" ".join(files)})',
+              file=sys.stderr)
+    else:
+        emit(json.dumps(result, ensure_ascii=False))
+
+
+def _say_written(args) -> None:
+    """Where the report went, unless --quiet."""
+    if args.report is not None and not args.quiet:
+        print(f'report written to {args.report}', file=sys.stderr)
 
 
 def _load_settings(args) -> LoadSettings | None:
@@ -4444,8 +4494,9 @@ def _run_load(args, requests: list[PreparedRequest], settings: LoadSettings, fd:
     _after_signals(cancel.reason is not None)
     result = summary.result()
     view.clear()
-    emit(json.dumps(result, ensure_ascii=False))
     view.finish(result)
+    _emit_summary(result, view.live, [args.output])
+    _say_written(args)
     if write_error:
         print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
               file=sys.stderr)

@@ -2802,15 +2802,57 @@ class LoadTests(unittest.TestCase):
         self.assertIn(status, (0, 1))
         self.assertRegex(text, r'\r\x1b\[Kruns \d+/12  ok \d+  not ok \d+  [\d.]+ s  p50 first text (\d+ ms|-)')
         self.assertIn('\r\x1b[Kruns 12  ok ', text)
-        self.assertIn('over ', text)
+        self.assertIn('latency of ', text)
         self.assertIn('content-event gaps', text)
 
-    def test_the_summary_line_starts_on_a_cleared_line_when_stdout_is_the_terminal_too(self):
+    def test_on_a_terminal_the_table_replaces_the_json_line(self):
         status, text = run_in_terminal('--fixture', 'ok', '--runs', '6', '--concurrency', '2', '--output', 'c.jsonl',
-                                       cwd=self.tmp.name, stdout_too=True)
+                                       '--report', 'c.html', cwd=self.tmp.name, stdout_too=True)
         self.assertEqual(status, 0, text)
-        self.assertRegex(text, r'p50 first text \d+ ms\r\x1b\[K\{"runs": 6, ')  # not appended to the status line
-        self.assertLess(text.index('{"runs": 6'), text.index('over 6 ok runs'))  # then the table
+        self.assertRegex(text, r'p50 first text \d+ ms\r\x1b\[Kruns 6  ok 6')  # the table starts on a cleared line
+        self.assertNotIn('{"runs"', text)  # 1.5 KB of JSON would wrap to a screenful before the table
+        self.assertIn('(the JSON summary goes to stdout when it is redirected; or run --summary c.jsonl)', text)
+        self.assertTrue(text.rstrip().endswith('report written to c.html'), text)
+        for line in text.split('\r\x1b[K')[-1].splitlines():
+            self.assertLessEqual(len(line), 100, line)
+        status, text = run_in_terminal('--summary', 'c.jsonl', cwd=self.tmp.name)  # stdout a pipe: the JSON line
+        self.assertEqual(status, 0, text)
+        self.assertIn('latency of 6 ok runs', text)
+
+    def test_a_run_that_shows_nothing_says_what_it_waits_for(self):
+        class Terminal(list):
+            def isatty(self) -> bool:
+                return True
+            write = list.append
+
+            def flush(self) -> None:
+                pass
+        request = stream_client.prepare('http://[::1]:8000/v1/chat/completions', 'm', 'p', idle=10, deadline=60)
+        quiet, shown = Terminal(), Terminal()
+        stream_client.LiveView(quiet, False).wait_notice(request)  # the timer's call, made at once
+        self.assertEqual(''.join(quiet), f'waiting {stream_client.LiveView.WAIT_NOTICE_S:g} s so far for the answer '
+                                         'from [::1]:8000; the run ends after --idle 10 s without a byte or at '
+                                         '--deadline 60 s; Ctrl+C stops it and keeps the record\n')
+        view = stream_client.LiveView(shown, False)
+        view.text('READY')
+        view.wait_notice(request)  # too late: something is on the screen
+        self.assertEqual(shown, ['READY'])
+        view.start_waiting(request)
+        view.verdict(fake_record(0))
+        self.assertTrue(view._timer.finished.is_set())  # the verdict cancelled the notice
+
+    def test_the_tables_fit_80_columns(self):
+        summary = stream_client.Summary()
+        for run in range(30):
+            summary.add(fake_record(run, ok=run % 3 == 0, error=f'{stream_client.LAYERS[run % 11]}: '
+                                                                f'{"a long message " * 10}{run}'))
+        table = stream_client.summary_table(summary.result())
+        self.assertIn('not ok by layer', table)
+        for line in table.splitlines():
+            self.assertLessEqual(len(line), stream_client.TERMINAL_COLUMNS, line)
+        records = [{**fake_record(0), 'model': 'Qwen/Qwen2.5-1.5B-Instruct', 'source': 'endpoint'}] * 2
+        for line in stream_client.compare_table(['before.json', 'after.json'], records).splitlines():
+            self.assertLessEqual(len(line), stream_client.TERMINAL_COLUMNS, line)
 
     def test_a_summary_counts_the_runs_each_load_planned(self):
         def line(run: int, load_id: str | None, runs: int) -> dict:
@@ -3206,20 +3248,20 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual(ok.stderr, '')
         self.assertEqual(failed.stderr, 'NOT OK [application]: EOF before [DONE] after 2 content events\n')
 
-    def test_compare_prints_one_aligned_row_per_record(self):
+    def test_compare_prints_one_aligned_column_per_record(self):
         for mode in ('ok', 'broken'):
             self.cli(mode, '--output', f'{mode}.json')
         done = run_cli('--compare', 'ok.json', 'broken.json', cwd=self.tmp.name)
         self.assertEqual((done.returncode, done.stderr), (0, ''))
-        header, ok, broken = done.stdout.splitlines()
-        self.assertEqual(header.split(), ['file', 'source', 'model', 'ok', 'layer', 'headers', 'ms', '1st', 'event',
-                                          'ms', '1st', 'text', 'ms', 'duration', 'ms', 'events', 'tokens', 'text',
-                                          'reads', 'buffered'])
+        lines = done.stdout.splitlines()
+        self.assertEqual([line[:12].rstrip() for line in lines], [name for name, _ in stream_client.COMPARE_COLUMNS])
+        rows = {name: line[12:].split() for (name, _), line in zip(stream_client.COMPARE_COLUMNS, lines)}
         reads = json.loads((self.dir / 'ok.json').read_text())['content_reads']  # 1 or 2, as the reads fell
-        self.assertEqual(ok.split()[:5] + ok.split()[-4:], ['ok.json', 'fixture', 'synthetic-fixture', 'yes', '-',
-                                                              '2', '3', str(reads), '-'])
-        self.assertEqual(broken.split()[:5], ['broken.json', 'fixture', 'synthetic-fixture', 'no', 'application'])
-        self.assertEqual(header.index('ok'), ok.index('yes'))
+        self.assertEqual(rows['file'], ['ok.json', 'broken.json'])
+        self.assertEqual([rows[name] for name in ('source', 'ok', 'layer', 'events', 'tokens', 'text reads')],
+                         [['fixture', 'fixture'], ['yes', 'no'], ['-', 'application'], ['2', '2'], ['3', '-'],
+                          [str(reads), rows['text reads'][1]]])
+        self.assertEqual(lines[0].index('broken.json'), lines[3].index('no'))  # aligned
 
     def test_compare_refuses_to_mix_sources_unless_asked(self):
         self.cli('ok', '--output', 'fixture.json')
@@ -3239,7 +3281,7 @@ class CommandLineTests(unittest.TestCase):
                               done.stderr)
         done = run_cli('--compare', 'replay.json', 'endpoint.json', '--mixed-sources', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertEqual(len(done.stdout.splitlines()), 3)
+        self.assertEqual(len(done.stdout.splitlines()), len(stream_client.COMPARE_COLUMNS))
 
     def test_compare_warns_when_the_configurations_differ(self):
         self.cli('ok', '--output', 'a.json')
