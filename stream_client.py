@@ -3560,16 +3560,19 @@ def summary_table(result: dict) -> str:
 
 REPORT_TIMELINE_ROWS = 2000  # runs drawn in the timeline at most (a bounded sample beyond)
 REPORT_ERRORS_PER_LAYER = 5  # distinct error messages shown per layer
-LAYER_COLOURS = {None: '#2e7d32', 'connect': '#6a1b9a', 'proxy': '#4a148c', 'tls': '#8e24aa', 'http': '#7b1fa2',
-                 'transport': '#c62828', 'sse': '#ad1457', 'protocol': '#6d4c41', 'application': '#ef6c00', 'timeout': '#546e7a',
-                 'interrupted': '#212121', 'client': '#000000'}
+# One colour per layer, far apart (Kelly's colours of maximum contrast), ok in green.
+LAYER_COLOURS = {None: '#008856', 'connect': '#0067a5', 'proxy': '#a1caf1', 'tls': '#875692', 'http': '#e68fac',
+                 'transport': '#be0032', 'sse': '#882d17', 'protocol': '#f3c300', 'application': '#f38400',
+                 'timeout': '#5e5e5e', 'interrupted': '#222222', 'client': '#c2b280'}
+REPORT_WIDTH = 1400     # the drawings' width in px; they shrink to fit a narrower window
+MIN_LANE_PX, MAX_LANE_PX = 4, 16  # the height of one lane of the timeline
 _REPORT_CSS = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #111; max-width: 1100px; }
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #111; max-width: 1400px; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; }
 table { border-collapse: collapse; } td, th { padding: 2px 10px; border-bottom: 1px solid #ddd; text-align: left; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 code { font-size: 12px; word-break: break-all; }
-svg { display: block; margin: 0.5em 0; } svg text { font-size: 11px; fill: #333; }
+svg { display: block; margin: 0.5em 0; width: 100%; height: auto; } svg text { font-size: 11px; fill: #333; }
 .key span { display: inline-block; margin-right: 1em; } .key .swatch { width: 10px; height: 10px; margin: 0; }
 @media print { body { margin: 0; } h2 { break-after: avoid; } svg { break-inside: avoid; } }
 """
@@ -3658,30 +3661,32 @@ class Report:
             return '<h2>Timeline</h2><p>No runs.</p>'
         shown = rows if len(rows) <= REPORT_TIMELINE_ROWS else \
             [rows[i * len(rows) // REPORT_TIMELINE_ROWS] for i in range(REPORT_TIMELINE_ROWS)]
+        lanes = _lanes(shown)
         origin = rows[0].start
         span = max(row.start - origin + row.duration_ms / 1000 for row in rows) or 1.0
-        height = max(2, min(8, 600 // len(shown)))
-        width, left = 1000, 40
+        height = max(MIN_LANE_PX, min(MAX_LANE_PX, 600 // (max(lanes) + 1)))
+        width, left = REPORT_WIDTH, 40
         scale = (width - left - 10) / span
-        out = ['<h2>Timeline</h2>', f'<p>One row per run, from its start to its end: a tick at the response head, '
-               f'a dot at the first text; {_legend()}' + (f' A sample of {len(shown)} of the {len(rows)} runs, '
-                                                         'evenly spaced in start order.' if len(shown) < len(rows)
-                                                         else '') + '</p>',
-               f'<svg width="{width}" height="{len(shown) * height + 20}" role="img" aria-label="timeline">',
-               f'<text x="{left}" y="{len(shown) * height + 15}">0 s</text>'
-               f'<text x="{width - 10}" y="{len(shown) * height + 15}" text-anchor="end">{span:.2f} s</text>']
-        for i, row in enumerate(shown):
-            x, y = left + (row.start - origin) * scale, i * height
+        bottom = (max(lanes) + 1) * height
+        out = ['<h2>Timeline</h2>', f'<p>One bar per run, from its start to its end, in lanes: a run takes the '
+               f'first lane free when it starts, so there are as many lanes as runs were in flight at most '
+               f'({max(lanes) + 1}). A tick at the response head, a dot at the first text; {_legend()}'
+               + (f' A sample of {len(shown)} of the {len(rows)} runs, evenly spaced in start order.'
+                  if len(shown) < len(rows) else '') + '</p>',
+               f'<svg viewBox="0 0 {width} {bottom + 20}" width="{width}" height="{bottom + 20}" role="img" '
+               f'aria-label="timeline">', _axis(left, width - 10, bottom, 0, span, 's')]
+        for row, lane in zip(shown, lanes):
+            x, y = left + (row.start - origin) * scale, lane * height
             title = f'run {row.run}: ' + (f'NOT OK {row.error}' if row.error else 'ok') + f', {row.duration_ms:.0f} ms'
             marks = ''
             if row.headers_ms is not None:
-                marks += (f'<rect x="{x + row.headers_ms / 1000 * scale:.1f}" y="{y}" width="1.5" height="{height}" '
+                marks += (f'<rect x="{x + row.headers_ms / 1000 * scale:.1f}" y="{y}" width="1.5" height="{height - 1}" '
                           f'fill="#000"/>')
             if row.first_text_ms is not None:
-                marks += (f'<circle cx="{x + row.first_text_ms / 1000 * scale:.1f}" cy="{y + height / 2}" '
-                          f'r="{max(1, height / 2)}" fill="#fff" stroke="#000" stroke-width="0.5"/>')
+                marks += (f'<circle cx="{x + row.first_text_ms / 1000 * scale:.1f}" cy="{y + (height - 1) / 2}" '
+                          f'r="{max(1, (height - 1) / 2)}" fill="#fff" stroke="#000" stroke-width="0.5"/>')
             out.append(f'<g class="run"><title>{_e(title)}</title><rect x="{x:.1f}" y="{y}" '
-                       f'width="{max(1.0, row.duration_ms / 1000 * scale):.1f}" height="{max(1, height - 1)}" '
+                       f'width="{max(1.0, row.duration_ms / 1000 * scale):.1f}" height="{height - 1}" '
                        f'fill="{LAYER_COLOURS.get(row.layer, "#000")}"/>{marks}</g>')
         return '\n'.join(out) + '</svg>'
 
@@ -3698,19 +3703,18 @@ class Report:
                '<p>Each dot an ok run: drift upwards means first text slows as the load goes on.</p>']
         if not points:
             return '\n'.join(out + ['<p>No ok runs.</p>'])
-        origin, width, height, left = rows[0].start, 1000, 260, 70
+        origin, width, height, left = rows[0].start, REPORT_WIDTH, 260, 70
         span = max(start - origin for start, _ in points) or 1.0
         low, top = min(value for _, value in points), max(value for _, value in points)
         room = (top - low) or 1.0
-        out.append(f'<svg width="{width}" height="{height + 30}" role="img" aria-label="first text against start">'
-                   f'<line x1="{left}" y1="{height + 5}" x2="{width}" y2="{height + 5}" stroke="#999"/>'
+        out.append(f'<svg viewBox="0 0 {width} {height + 30}" width="{width}" height="{height + 30}" role="img" '
+                   f'aria-label="first text against start">'
                    f'<line x1="{left}" y1="0" x2="{left}" y2="{height + 5}" stroke="#999"/>'
                    f'<text x="{left - 4}" y="10" text-anchor="end">{top:.1f} ms</text>'
                    f'<text x="{left - 4}" y="{height}" text-anchor="end">{low:.1f} ms</text>'
-                   f'<text x="{left}" y="{height + 20}">0 s</text>'
-                   f'<text x="{width}" y="{height + 20}" text-anchor="end">{span:.2f} s</text>')
+                   + _axis(left + 3, width - 5, height + 5, 0, span, 's'))
         out += [f'<circle cx="{left + 3 + (start - origin) / span * (width - left - 8):.1f}" '
-                f'cy="{height - (value - low) / room * (height - 8):.1f}" r="2" fill="#2e7d32"/>'
+                f'cy="{height - (value - low) / room * (height - 8):.1f}" r="2" fill="{LAYER_COLOURS[None]}"/>'
                 for start, value in points]
         return '\n'.join(out) + '</svg>'
 
@@ -3737,8 +3741,45 @@ def _legend() -> str:
                                           f'{layer or "ok"}</span>' for layer, colour in LAYER_COLOURS.items()) + '</span>'
 
 
+def _lanes(rows: list[_Row]) -> list[int]:
+    """The timeline lane of each run (rows in start order): the first lane whose last run has ended."""
+    ends: list[float] = []  # when each lane's last run ends
+    lanes = []
+    for row in rows:
+        lane = next((i for i, end in enumerate(ends) if end <= row.start), len(ends))
+        if lane == len(ends):
+            ends.append(0.0)
+        ends[lane] = row.start + row.duration_ms / 1000
+        lanes.append(lane)
+    return lanes
+
+
+def _ticks(low: float, high: float, most: int = 8) -> list[float]:
+    """Round values from low to high for an axis: steps of 1, 2 or 5 times a power of ten, at most ``most``."""
+    room = high - low
+    if room <= 0:
+        return [low]
+    step = 10 ** math.floor(math.log10(room / most))
+    step = next(step * factor for factor in (1, 2, 5, 10) if room / (step * factor) <= most)
+    first = math.ceil(low / step) * step
+    return [first + i * step for i in range(int((high - first) / step + 1e-9) + 1)]
+
+
+def _axis(x0: float, x1: float, y: float, low: float, high: float, unit: str) -> str:
+    """A horizontal axis from x0 (low) to x1 (high) at height y, with a labelled tick at each round value."""
+    scale = (x1 - x0) / ((high - low) or 1.0)
+    ticks = _ticks(low, high)
+    decimals = max(0, -math.floor(math.log10(ticks[1] - ticks[0]))) if len(ticks) > 1 else 1
+    out = [f'<line x1="{x0}" y1="{y}" x2="{x1}" y2="{y}" stroke="#999"/>']
+    for tick in ticks:
+        x = x0 + (tick - low) * scale
+        out.append(f'<line x1="{x:.1f}" y1="{y}" x2="{x:.1f}" y2="{y + 4}" stroke="#999"/>'
+                   f'<text x="{x:.1f}" y="{y + 15}" text-anchor="middle">{tick:.{decimals}f} {unit}</text>')
+    return ''.join(out)
+
+
 def _histogram(values: list[float], bins: int = 40) -> str:
-    """An SVG histogram of values (ms)."""
+    """An SVG histogram of values (ms), its axis labelled at round values."""
     if not values:
         return '<p>No ok runs.</p>'
     low, high = min(values), max(values)
@@ -3746,15 +3787,14 @@ def _histogram(values: list[float], bins: int = 40) -> str:
     counts = [0] * bins
     for value in values:
         counts[min(bins - 1, int((value - low) / width_ms))] += 1
-    tallest, width, height, left = max(counts), 1000, 120, 60
-    bar = (width - left) / bins
-    out = [f'<svg width="{width}" height="{height + 20}" role="img" aria-label="histogram">',
-           f'<text x="{left - 4}" y="10" text-anchor="end">{tallest}</text>',
-           f'<text x="{left}" y="{height + 15}">{low:.1f} ms</text>',
-           f'<text x="{width}" y="{height + 15}" text-anchor="end">{high:.1f} ms</text>']
+    tallest, width, height, left = max(counts), REPORT_WIDTH, 120, 60
+    bar = (width - left - 10) / bins
+    out = [f'<svg viewBox="0 0 {width} {height + 22}" width="{width}" height="{height + 22}" role="img" '
+           f'aria-label="histogram">', f'<text x="{left - 4}" y="10" text-anchor="end">{tallest} runs</text>',
+           _axis(left, left + bins * bar, height + 2, low, low + bins * width_ms, 'ms')]
     out += [f'<rect x="{left + i * bar:.1f}" y="{height - count / tallest * height:.1f}" width="{bar - 1:.1f}" '
-            f'height="{count / tallest * height:.1f}" fill="#2e7d32"><title>{_count(count, "run")} from '
-            f'{low + i * width_ms:.1f} ms</title></rect>' for i, count in enumerate(counts) if count]
+            f'height="{count / tallest * height:.1f}" fill="{LAYER_COLOURS[None]}"><title>{_count(count, "run")} '
+            f'from {low + i * width_ms:.1f} ms</title></rect>' for i, count in enumerate(counts) if count]
     return '\n'.join(out) + '</svg>'
 
 
