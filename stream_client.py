@@ -12,39 +12,47 @@ One file by design: copy it to a GPU host and run it with the Python that is
 there, nothing to install. The public names are in ``__all__``.
 
 The module reads top to bottom as the layers of a response, then what is
-built on them:
+built on them. Each item is the title of a section banner below (a test
+keeps this map and the banners in step):
 
-1. limits and errors (``StreamError`` carries its layer);
-2. the SSE parser ``Events``: bytes in, event data out (sans-IO);
-3. JSON answers (sans-IO): ``strict_json()`` and ``JsonSchema``, the schema
-   subset tool definitions use, for tool-call arguments and JSON answers;
-4. the protocol seam ``StreamValidator``: event data in, the answer's text,
-   reasoning and tool calls out, and the API's own idea of "finished"
-   (sans-IO). ``ChatChunks``, ``CompletionChunks``, ``ResponseEvents`` and
-   ``MessagesEvents`` implement it for the four APIs, through ``parser``, ``accept()``,
-   ``done``, ``terminal``, ``content_events``, ``outcome_problem()`` and
-   ``fields()``; an ``AnswerSpec`` says what the request asked for (text,
-   tool calls, JSON);
-5. HTTP (sans-IO): ``ResponseHeadParser`` reads the status line and headers
-   strictly, ``body_reader()`` chooses the framing, and one reader per
-   framing knows how its body ends;
-6. the whole response (sans-IO): ``ResponseReader`` composes 2 to 5, bytes
-   in through ``feed()`` and ``eof()``, the answer's pieces and each
-   layer's state out; tests, fuzzers and offline analysis use it as the
-   transport does;
-7. the request: ``prepare()`` returns a frozen ``PreparedRequest``, which is
-   what a run sends;
-8. the transport: ``run()`` connects, sends, and is the socket loop around a
-   ResponseReader under the idle timeout and the overall deadline, filling
-   an ``Exchange`` (what a run saw) and its ``Timeline``;
-9. the verdict: ``judge()`` decides why a run is not ok, in one place, and
-   ``build_record()`` turns an exchange into the evidence record;
-10. many runs: ``run_load()`` runs prepared requests from worker threads, and
-    ``Summary`` aggregates their records;
-11. the report: ``Report`` draws a load as one static HTML page;
-12. evidence files: created once and never overwritten, and read back
-    (``iter_records()``, ``summarize()``);
-13. the command line.
+1. Limits and errors
+   The bounds, and ``StreamError``, which carries the layer of a failure.
+2. SSE: bytes to event data (sans-IO)
+   ``Events`` (and ``TypedEvents``): bytes in, event data out.
+3. JSON answers: strict JSON and the JSON Schema subset that tools use (sans-IO)
+   ``strict_json()`` and ``JsonSchema``, for tool-call arguments and JSON answers.
+4. The protocol seam: event data to the answer (sans-IO)
+   ``StreamValidator``: event data in through ``accept()``, the ``Pieces``
+   (text, reasoning, tool call) out, and the API's own idea of "finished"
+   (``done``, ``outcome_problem()``, ``fields()``). ``ChatChunks``,
+   ``CompletionChunks``, ``ResponseEvents`` and ``MessagesEvents`` implement
+   it for the four APIs; an ``AnswerSpec`` says what the request asked for
+   (text, tool calls, JSON).
+5. HTTP: the response head and the body framing (sans-IO)
+   ``ResponseHeadParser`` reads the status line and headers strictly,
+   ``body_reader()`` chooses the framing, and one reader per framing knows
+   how its body ends.
+6. The whole response (sans-IO): bytes in, the answer's pieces and the verdict out
+   ``ResponseReader`` composes 2 to 5: bytes in through ``feed()`` and
+   ``eof()``, the answer's pieces and each layer's state out; tests, fuzzers
+   and offline analysis use it as the transport does.
+7. The request (checked before any connection)
+   ``prepare()`` returns a frozen ``PreparedRequest``, which is what a run sends.
+8. Transport: one request, read under the idle timeout and the overall deadline
+   ``run()`` connects, sends, and is the socket loop around a ``ResponseReader``,
+   filling an ``Exchange`` (what a run saw) and its ``Timeline``.
+9. The verdict and the evidence record
+   ``judge()`` decides why a run is not ok, in one place, and
+   ``build_record()`` turns an exchange into the evidence record.
+10. Many runs: a load of strict runs, and a summary built from their verdicts
+    ``run_load()`` runs prepared requests from worker threads; ``Summary``
+    aggregates their records.
+11. The report: one self-contained HTML page per load
+    ``Report`` draws a load as one static HTML page.
+12. Evidence files: each created once and never overwritten, and read back
+    ``iter_records()`` and ``summarize()`` read them back.
+13. Command line
+    ``main()``: one run, a load, or reading saved evidence.
 """
 import os
 import sys
@@ -89,16 +97,22 @@ __version__ = '0.1.0'
 
 __all__ = [
     # one run, and the record it returns
-    'stream', 'prepare', 'run', 'PreparedRequest', 'Capture', 'Cancel', 'Interrupted',
+    'stream', 'prepare', 'run', 'PreparedRequest', 'Capture', 'Cancel', 'Interrupted', 'KeptConnections',
     # judging bytes without a socket
-    'ResponseReader', 'judge', 'Verdict', 'Events', 'TypedEvents', 'StreamValidator', 'ChatChunks',
-    'CompletionChunks', 'ResponseEvents', 'VALIDATORS', 'StreamError', 'SSEError', 'LAYERS',
+    'ResponseReader', 'judge', 'Verdict', 'Events', 'TypedEvents', 'StreamValidator', 'Pieces', 'ChatChunks',
+    'CompletionChunks', 'ResponseEvents', 'MessagesEvents', 'VALIDATORS', 'StreamError', 'SSEError',
+    'SSEDecodeError', 'LAYERS', 'MAX_LINE_CHARS', 'MAX_EVENT_CHARS', 'MAX_TEXT_CHARS',
     # tool calls and JSON answers
     'AnswerSpec', 'ToolCall', 'JsonSchema', 'SchemaError', 'strict_json',
     # many runs, and reading saved evidence
     'run_load', 'LoadSettings', 'arrival_offsets', 'Summary', 'Report', 'iter_records', 'summarize',
     'main', 'UsageError',
 ]
+
+
+# ---------------------------------------------------------------------------
+# Limits and errors
+# ---------------------------------------------------------------------------
 
 MAX_TEXT_CHARS = 1_048_576    # the answer bound: the assembled text and tool-call arguments (and, apart, the reasoning)
 JSON_ESCAPE_CHARS = 12        # the longest JSON escape of one character: an astral one as two \\uXXXX escapes
@@ -354,7 +368,7 @@ class TypedEvents(Events):
         return self._type or 'message', data
 
     @staticmethod
-    def _untyped(events: list[str]) -> list[tuple[str, str, str]]:
+    def _untyped(events: list[str]) -> list[tuple[str, str]]:
         return [('message', data) for data in events]
 
 
@@ -726,11 +740,23 @@ class ToolCall:
                 'arguments_problem': self.problem(spec)}
 
 
+class Pieces(typing.NamedTuple):
+    """What one event adds to the answer, each '' when it adds none: text, reasoning text, and a piece
+    of a tool call for display (its name and "(" as the call opens, then its arguments)."""
+
+    text: str = ''
+    reasoning: str = ''
+    call: str = ''
+
+
+_NOTHING = Pieces()  # an event that adds nothing to show (a role, a finish, a usage event...)
+
+
 class StreamValidator:
     """What the read loop needs from the validator of one streaming API.
 
     The read loop creates the API's ``parser`` and gives each event it
-    returns to ``accept()``, which returns ``(text, reasoning, call)``: the
+    returns to ``accept()``, which returns its ``Pieces`` (text, reasoning, call): the
     answer and reasoning text that event carried, and a piece of a tool call
     for display (see ``_shown``); '' when none. It
     raises StreamError. ``done`` says that the API's ``terminal`` marker
@@ -758,7 +784,7 @@ class StreamValidator:
         self.completion_tokens: int | None = None
         self.response_id: str | None = None
 
-    def accept(self, event) -> tuple[str, str, str]:
+    def accept(self, event) -> Pieces:
         raise NotImplementedError
 
     def outcome_problem(self) -> str | None:
@@ -901,14 +927,14 @@ class _ChoiceChunks(StreamValidator):
         self.expect_finish = expect_finish
         self.max_tokens = max_tokens
 
-    def accept(self, data: str) -> tuple[str, str, str]:
+    def accept(self, data: str) -> Pieces:
         """Apply one event's data; return the answer text, reasoning text and tool-call piece it carried."""
         if self.done:
             raise StreamError('protocol', f'event after [DONE]: {_preview(data)}')
         self.data_events += 1
         if data == '[DONE]':
             self.done = True
-            return '', '', ''
+            return _NOTHING
         chunk = self._load_object(data)
         if 'error' in chunk:
             error = server_error_fields(chunk)
@@ -921,7 +947,7 @@ class _ChoiceChunks(StreamValidator):
             self.completion_tokens = _token_count(usage, 'completion_tokens')
         choices = chunk.get('choices')
         if choices is None or choices == []:
-            return '', '', ''
+            return _NOTHING
         if not isinstance(choices, list) or len(choices) != 1:
             count = len(choices) if isinstance(choices, list) else type(choices).__name__
             raise StreamError('protocol', f'expected one choice per chunk (n=1), got {count}')
@@ -931,7 +957,7 @@ class _ChoiceChunks(StreamValidator):
             raise StreamError('protocol', f'expected choice index 0, got {_shorten(repr(seen))}')
         return self._take_choice(choice)
 
-    def _take_choice(self, choice: dict) -> tuple[str, str, str]:
+    def _take_choice(self, choice: dict) -> Pieces:
         raise NotImplementedError
 
     def _text_field(self, value: object, name: str) -> str | None:
@@ -998,7 +1024,7 @@ class ChatChunks(_ChoiceChunks):
 
     api = 'chat'
 
-    def _take_choice(self, choice: dict) -> tuple[str, str, str]:
+    def _take_choice(self, choice: dict) -> Pieces:
         delta = choice.get('delta')
         if delta is None:
             delta = {}
@@ -1020,7 +1046,7 @@ class ChatChunks(_ChoiceChunks):
             self._add_reasoning(reasoning)
         call = self._take_tool_deltas(delta['tool_calls']) if delta.get('tool_calls') else ''
         self._take_finish(choice.get('finish_reason'))
-        return text or '', reasoning or '', call
+        return Pieces(text or '', reasoning or '', call)
 
     def _take_tool_deltas(self, deltas: object) -> str:
         """Assemble delta.tool_calls; return what they add, for display ('name(' as a call opens, then
@@ -1074,12 +1100,12 @@ class CompletionChunks(_ChoiceChunks):
 
     api = 'completions'
 
-    def _take_choice(self, choice: dict) -> tuple[str, str, str]:
+    def _take_choice(self, choice: dict) -> Pieces:
         text = self._text_field(choice.get('text'), 'text')
         if text:
             self._add_text(text)
         self._take_finish(choice.get('finish_reason'))
-        return text or '', '', ''
+        return Pieces(text=text or '')
 
 
 def _token_count(usage: object, key: str) -> int:
@@ -1134,7 +1160,7 @@ class ResponseEvents(StreamValidator):
     def terminal(self) -> str:
         return self.terminal_event or 'the terminal event'
 
-    def accept(self, event: tuple[str, str]) -> tuple[str, str, str]:
+    def accept(self, event: tuple[str, str]) -> Pieces:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
         kind, body = self._typed_body(event, f'the terminal event {self.terminal_event}')
         sequence = body.get('sequence_number')
@@ -1143,24 +1169,24 @@ class ResponseEvents(StreamValidator):
                                           f'{_shorten(repr(sequence))} in {kind}: an event was lost or repeated')
         self._sequence += 1
         take = self._TAKE.get(kind)
-        return take(self, body) if take else ('', '', '')
+        return take(self, body) if take else _NOTHING
 
-    def _take_started(self, body: dict) -> tuple[str, str, str]:
+    def _take_started(self, body: dict) -> Pieces:
         response = body.get('response')
         if self.response_id is None and isinstance(response, dict) and isinstance(response.get('id'), str):
             self.response_id = response['id']
-        return '', '', ''
+        return _NOTHING
 
-    def _take_item(self, body: dict) -> tuple[str, str, str]:
+    def _take_item(self, body: dict) -> Pieces:
         item = body.get('item')
         kind = item.get('type') if isinstance(item, dict) else None
         if kind == 'function_call':
-            return '', '', self._open_call(item, body.get('output_index'))
+            return Pieces(call=self._open_call(item, body.get('output_index')))
         if kind not in ('message', 'reasoning'):
             raise StreamError('protocol', f'an output item of type {_shorten(repr(kind))} arrived in event '
                                           f'{self.data_events}; this client reads messages, reasoning and '
                                           'function calls')
-        return '', '', ''
+        return _NOTHING
 
     def _open_call(self, item: dict, output_index: object) -> str:
         event = self.data_events
@@ -1186,24 +1212,24 @@ class ResponseEvents(StreamValidator):
                                           f'{_shorten(repr(body.get("output_index")))}, where no function call opened')
         return call
 
-    def _take_arguments_delta(self, body: dict) -> tuple[str, str, str]:
+    def _take_arguments_delta(self, body: dict) -> Pieces:
         call, delta = self._call_at(body), self._string(body, 'delta')
         if not delta:
-            return '', '', ''
+            return _NOTHING
         self._add_call_arguments(call, delta)
-        return '', '', self._shown(call, delta)
+        return Pieces(call=self._shown(call, delta))
 
-    def _take_arguments_done(self, body: dict) -> tuple[str, str, str]:
+    def _take_arguments_done(self, body: dict) -> Pieces:
         call = self._call_at(body)
         self._check_arguments('response.function_call_arguments.done', call, self._string(body, 'arguments'))
-        return '', '', ''
+        return _NOTHING
 
-    def _take_item_done(self, body: dict) -> tuple[str, str, str]:
+    def _take_item_done(self, body: dict) -> Pieces:
         item = body.get('item')
         if isinstance(item, dict) and item.get('type') == 'function_call':
             call = self._call_at(body)
             self._check_arguments('response.output_item.done', call, item.get('arguments'))
-        return '', '', ''
+        return _NOTHING
 
     def _check_arguments(self, source: str, call: ToolCall, claimed: object) -> None:
         if claimed != call.arguments:
@@ -1211,25 +1237,25 @@ class ResponseEvents(StreamValidator):
                                           f'{_preview(str(claimed))}, but its deltas assembled '
                                           f'{_preview(call.arguments)}')
 
-    def _take_text_delta(self, body: dict) -> tuple[str, str, str]:
+    def _take_text_delta(self, body: dict) -> Pieces:
         delta = self._string(body, 'delta')
         self._texts.setdefault(self._part(body), []).append(delta)
         if delta:
             self._add_text(delta)
-        return delta, '', ''
+        return Pieces(text=delta)
 
-    def _take_text_done(self, body: dict) -> tuple[str, str, str]:
+    def _take_text_done(self, body: dict) -> Pieces:
         assembled = ''.join(self._texts.get(self._part(body), []))
         self._check_same('response.output_text.done', self._string(body, 'text'), assembled)
-        return '', '', ''
+        return _NOTHING
 
-    def _take_reasoning_delta(self, body: dict) -> tuple[str, str, str]:
+    def _take_reasoning_delta(self, body: dict) -> Pieces:
         delta = self._string(body, 'delta')
         if delta:
             self._add_reasoning(delta)
-        return '', delta, ''
+        return Pieces(reasoning=delta)
 
-    def _take_terminal(self, body: dict) -> tuple[str, str, str]:
+    def _take_terminal(self, body: dict) -> Pieces:
         kind = body['type']
         self.terminal_event, self.done = kind, True
         response = body.get('response') if isinstance(body.get('response'), dict) else {}
@@ -1250,7 +1276,7 @@ class ResponseEvents(StreamValidator):
             self.completion_tokens = _token_count(response['usage'], 'output_tokens')
         self._check_same(kind, _output_text(response.get('output')), self.text)
         self._check_output_calls(kind, response.get('output'))
-        return '', '', ''
+        return _NOTHING
 
     def _check_output_calls(self, kind: str, output: object) -> None:
         """The terminal event's function calls must be the ones the stream assembled, in order."""
@@ -1371,11 +1397,11 @@ class MessagesEvents(StreamValidator):
         self.stop_reason: str | None = None
         self.blocks: list[_Block] = []
 
-    def accept(self, event: tuple[str, str]) -> tuple[str, str, str]:
+    def accept(self, event: tuple[str, str]) -> Pieces:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
         kind, body = self._typed_body(event, 'message_stop')
         if kind == 'ping':
-            return '', '', ''
+            return _NOTHING
         if kind == 'error':
             error = server_error_fields(body)
             raise StreamError('application', 'server sent an error event: ' + describe_server_error(error),
@@ -1383,18 +1409,18 @@ class MessagesEvents(StreamValidator):
         if not self.started and kind != 'message_start':
             raise StreamError('protocol', f'{kind} arrived in event {self.data_events}, before message_start')
         take = self._TAKE.get(kind)
-        return take(self, body) if take else ('', '', '')
+        return take(self, body) if take else _NOTHING
 
-    def _take_message_start(self, body: dict) -> tuple[str, str, str]:
+    def _take_message_start(self, body: dict) -> Pieces:
         if self.started:
             raise StreamError('protocol', f'a second message_start in event {self.data_events}')
         self.started = True
         message = body.get('message')
         if isinstance(message, dict) and isinstance(message.get('id'), str):
             self.response_id = message['id']
-        return '', '', ''
+        return _NOTHING
 
-    def _take_block_start(self, body: dict) -> tuple[str, str, str]:
+    def _take_block_start(self, body: dict) -> Pieces:
         index, block = body.get('index'), body.get('content_block')
         kind = block.get('type') if isinstance(block, dict) else None
         if index != len(self.blocks):
@@ -1416,7 +1442,7 @@ class MessagesEvents(StreamValidator):
             self.calls.append(call)
             self.content_events += 1
         self.blocks.append(_Block(kind, call))
-        return '', '', self._shown(call, opening=True) if call else ''
+        return Pieces(call=self._shown(call, opening=True) if call else '')
 
     def _open_block(self, body: dict, what: str) -> _Block:
         index = body.get('index')
@@ -1429,7 +1455,7 @@ class MessagesEvents(StreamValidator):
                                           'content_block_stop')
         return block
 
-    def _take_block_delta(self, body: dict) -> tuple[str, str, str]:
+    def _take_block_delta(self, body: dict) -> Pieces:
         block = self._open_block(body, 'content_block_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         kind = delta.get('type')
@@ -1438,27 +1464,27 @@ class MessagesEvents(StreamValidator):
                                           f'{body["index"]}, a {block.kind} block')
         field = {'text_delta': 'text', 'thinking_delta': 'thinking', 'input_json_delta': 'partial_json'}.get(kind)
         if field is None:  # a signature_delta: nothing to show
-            return '', '', ''
+            return _NOTHING
         piece = delta.get(field)
         if not isinstance(piece, str):
             raise StreamError('protocol', f'expected {kind}.{field} to be a string in event {self.data_events}, '
                                           f'got {type(piece).__name__}')
         if not piece:
-            return '', '', ''
+            return _NOTHING
         if kind == 'text_delta':
             self._add_text(piece)
-            return piece, '', ''
+            return Pieces(text=piece)
         if kind == 'thinking_delta':
             self._add_reasoning(piece)
-            return '', piece, ''
+            return Pieces(reasoning=piece)
         self._add_call_arguments(block.call, piece)
-        return '', '', self._shown(block.call, piece)
+        return Pieces(call=self._shown(block.call, piece))
 
-    def _take_block_stop(self, body: dict) -> tuple[str, str, str]:
+    def _take_block_stop(self, body: dict) -> Pieces:
         self._open_block(body, 'content_block_stop').open = False
-        return '', '', ''
+        return _NOTHING
 
-    def _take_message_delta(self, body: dict) -> tuple[str, str, str]:
+    def _take_message_delta(self, body: dict) -> Pieces:
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         reason = delta.get('stop_reason')
         if reason is not None and not isinstance(reason, str):
@@ -1467,15 +1493,15 @@ class MessagesEvents(StreamValidator):
         self.stop_reason = reason if reason is not None else self.stop_reason
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')
-        return '', '', ''
+        return _NOTHING
 
-    def _take_message_stop(self, body: dict) -> tuple[str, str, str]:
+    def _take_message_stop(self, body: dict) -> Pieces:
         still_open = [index for index, block in enumerate(self.blocks) if block.open]
         if still_open:
             raise StreamError('protocol', f'message_stop in event {self.data_events} while block {still_open[0]} '
                                           'was still open (no content_block_stop)')
         self.done = True
-        return '', '', ''
+        return _NOTHING
 
     _TAKE = {'message_start': _take_message_start, 'content_block_start': _take_block_start,
              'content_block_delta': _take_block_delta, 'content_block_stop': _take_block_stop,
@@ -1997,7 +2023,7 @@ class ResponseReader:
     readers. No socket, no clock: run() is the socket loop around it, and tests, fuzzers and
     offline analysis of a capture feed it the same way.
 
-    ``feed(data)`` returns the ``(text, reasoning, call)`` of each event those bytes completed,
+    ``feed(data)`` returns the ``Pieces`` (text, reasoning, call) of each event those bytes completed,
     in order, as the validator's accept() gives them. ``eof()`` says the connection closed. When
     a layer breaks, ``error`` holds its StreamError, ``feed`` returns what was accepted before
     the break, and nothing more should be fed. ``message_complete`` says the message ended as its framing promised. A status
@@ -2027,9 +2053,9 @@ class ResponseReader:
     def reading_error_body(self) -> bool:
         return self._error_body is not None
 
-    def feed(self, data: bytes) -> list[tuple[str, str, str]]:
-        """Consume the next bytes of the response; return the (text, reasoning, call) of each event completed."""
-        pieces: list[tuple[str, str, str]] = []
+    def feed(self, data: bytes) -> list[Pieces]:
+        """Consume the next bytes of the response; return the Pieces of each event completed."""
+        pieces: list[Pieces] = []
         if self.error is not None:
             return pieces
         if len(self.opening) < 8:
@@ -2082,7 +2108,7 @@ class ResponseReader:
             self.body = body_reader(head)
         return self._heads.rest
 
-    def _feed_body(self, data: bytes, pieces: list[tuple[str, str, str]]) -> None:
+    def _feed_body(self, data: bytes, pieces: list[Pieces]) -> None:
         accept = self.validator.accept
         for event in self.events.feed(self.body.feed(data)):
             pieces.append(accept(event))
@@ -2578,7 +2604,7 @@ class Timeline:
     def ms(self, at: float | None) -> float | None:
         return None if at is None else round((at - self.started) * 1000, 3)
 
-    def note_read(self, at: float, pieces: list[tuple[str, str, str]]) -> None:
+    def note_read(self, at: float, pieces: list[Pieces]) -> None:
         """Stamp the events of one read, which all arrived at ``at``: the first event, first text (a
         tool call's name and arguments count as the answer's text) and first reasoning, the gaps
         between content events, and how many content events the read carried."""
@@ -2718,7 +2744,7 @@ def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: fl
     """
     request = prepare(url, model, prompt, max_tokens=max_tokens, idle=idle,
                       deadline=deadline, ca_file=ca_file, token=token, **options)
-    return run(request, on_text, on_reasoning, on_call=on_call)
+    return run(request, on_text=on_text, on_reasoning=on_reasoning, on_call=on_call)
 
 
 class _Show(typing.NamedTuple):
@@ -2729,8 +2755,8 @@ class _Show(typing.NamedTuple):
     call: typing.Callable | None = None
 
 
-def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capture | None = None,
-        cancel: Cancel | None = None, on_call=None, kept: KeptConnections | None = None) -> dict:
+def run(request: PreparedRequest, *, on_text=None, on_reasoning=None, on_call=None,
+        capture: Capture | None = None, cancel: Cancel | None = None, kept: KeptConnections | None = None) -> dict:
     """Perform a prepared request; return the record (see stream()).
 
     Safe to call from many threads at once. When ``capture`` is given, the
@@ -4345,7 +4371,7 @@ def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _terminate)
         view.start_waiting(request)
-        record = run(request, on_text, on_reasoning, capture, on_call=on_call)
+        record = run(request, on_text=on_text, on_reasoning=on_reasoning, on_call=on_call, capture=capture)
         status = 0 if record['ok'] else 1
     except Interrupted as exc:
         record = exc.record or failed_record(request, _interrupted_before_sending(exc.signal_name))

@@ -3435,6 +3435,37 @@ class CommandLineTests(unittest.TestCase):
                 self.assertFalse(json.loads(stdout)['ok'])
 
 
+class ModuleShapeTests(unittest.TestCase):
+    """What a maintainer relies on: ``__all__`` names exactly the public API (as httpx's
+    tests/test_exported_members.py checks), and the map in the docstring stays true."""
+
+    def test_all_names_exactly_the_public_names(self):
+        tree = ast.parse(Path(CLIENT).read_text(encoding='utf-8'))
+        defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+        defined |= {target.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                    for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                    if isinstance(target, ast.Name)}
+        public = sorted(name for name in defined if not name.startswith('_'))
+        self.assertEqual(public, sorted(stream_client.__all__))  # a new name is public only when it says so
+        self.assertEqual(len(stream_client.__all__), len(set(stream_client.__all__)))
+        for name in stream_client.__all__:
+            self.assertTrue(getattr(stream_client, name).__doc__ or name.isupper(), f'{name} has no docstring')
+
+    def test_the_module_map_names_every_section_banner_and_every_validator(self):
+        source = Path(CLIENT).read_text(encoding='utf-8')
+        banners = re.findall(r'^# -{20,}\n# (.+)\n# -{20,}$', source, re.M)
+        doc = stream_client.__doc__
+        titles = re.findall(r'^(\d+)\. (.+)$', doc, re.M)
+        self.assertEqual([int(number) for number, _ in titles], list(range(1, len(titles) + 1)))
+        self.assertEqual([title for _, title in titles], banners)
+        named = set(re.findall(r'``(\w+)(?:\(\))?``', doc))
+        for validator in stream_client.VALIDATORS.values():
+            self.assertIn(validator.__name__, named)
+        instances = (stream_client.ChatChunks(), stream_client.ResponseReader(stream_client.ChatChunks()))
+        for name in named - {'__all__'}:
+            with self.subTest(name=name):  # every name the docstring gives exists, so none goes stale
+                self.assertTrue(hasattr(stream_client, name) or any(hasattr(thing, name) for thing in instances), name)
+
 class CopiedAloneTests(unittest.TestCase):
     """stream_client.py copied alone into an empty folder, run by an isolated Python (-I: nothing on the
     path but the standard library), as on a GPU host: everything but --fixture works."""
