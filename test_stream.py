@@ -3466,6 +3466,70 @@ class ModuleShapeTests(unittest.TestCase):
             with self.subTest(name=name):  # every name the docstring gives exists, so none goes stale
                 self.assertTrue(hasattr(stream_client, name) or any(hasattr(thing, name) for thing in instances), name)
 
+def github_anchor(heading: str) -> str:
+    """The #anchor GitHub gives a Markdown heading."""
+    return re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
+
+
+class DocsTests(unittest.TestCase):
+    """The manual in docs/ stays whole: every flag and fixture mode is documented, and no link is dead."""
+
+    PAGES = [HERE / 'README.md', *sorted((HERE / 'docs').glob('*.md'))]
+
+    def docs_text(self) -> str:
+        return '\n'.join(page.read_text(encoding='utf-8') for page in self.PAGES[1:])
+
+    def test_every_flag_that_help_prints_is_in_the_docs(self):
+        docs = self.docs_text()
+        for script in ('stream_client.py', 'fixture_server.py'):
+            usage = subprocess.run([sys.executable, str(HERE / script), '--help'], capture_output=True, text=True,
+                                   timeout=30).stdout
+            flags = set(re.findall(r'(?<![\w-])(--[a-z][a-z-]*)', re.sub(r'-\n\s+', '-', usage)))
+            self.assertGreater(len(flags), 10)
+            for flag in sorted(flags):
+                with self.subTest(script=script, flag=flag):
+                    self.assertTrue(re.search(rf'(?<![\w-]){re.escape(flag)}(?![a-z-])', docs), f'{flag} is not in docs/')
+
+    def test_every_fixture_mode_is_in_the_docs(self):
+        docs = self.docs_text()
+        for mode in fixture_server.CHOICES:
+            with self.subTest(mode=mode):
+                self.assertIn(f'| `{mode}` |', docs)  # a row of the fixture's table of modes
+
+    def test_every_relative_link_resolves(self):
+        anchors = {}
+        for page in self.PAGES:
+            text = re.sub(r'```.*?```', '', page.read_text(encoding='utf-8'), flags=re.S)
+            anchors[page.resolve()] = {github_anchor(heading) for heading in re.findall(r'^#+ (.+)$', text, re.M)}
+        links = 0
+        for page in self.PAGES:
+            text = re.sub(r'```.*?```', '', page.read_text(encoding='utf-8'), flags=re.S)
+            for target in re.findall(r'\]\(([^)\s]+)\)', text):
+                if re.match(r'[a-z]+:', target):
+                    continue  # not relative
+                links += 1
+                path, _, anchor = target.partition('#')
+                destination = (page.parent / path).resolve() if path else page.resolve()
+                with self.subTest(page=page.name, link=target):
+                    self.assertTrue(destination.exists(), f'{page.name} links to {target}, which does not exist')
+                    if anchor and destination.suffix == '.md':
+                        self.assertIn(anchor, anchors.get(destination, set()), f'{page.name}: no heading #{anchor}')
+        self.assertGreater(links, 20)
+
+    def test_each_doc_opens_with_what_it_is_for_and_who_needs_it(self):
+        for page in self.PAGES[1:]:
+            with self.subTest(page=page.name):
+                title, blank, first, *_ = page.read_text(encoding='utf-8').splitlines()
+                self.assertTrue(title.startswith('# ') and blank == '', page.name)
+                self.assertRegex(first, r'^For (anyone|everyone)')
+
+    def test_the_readme_stays_short_and_its_test_command_is_what_ci_runs(self):
+        readme = (HERE / 'README.md').read_text(encoding='utf-8')
+        self.assertLessEqual(len(readme.splitlines()), 250)
+        self.assertTrue(readme.split('```sh\n')[1].startswith('python3 stream_client.py --fixture ok --output '
+                                                               'fixture-ok.json\npython3 -m unittest\n```'))
+        self.assertIn('"$python" -m unittest 2>&1', (HERE / '.ci' / 'run').read_text())
+
 class CopiedAloneTests(unittest.TestCase):
     """stream_client.py copied alone into an empty folder, run by an isolated Python (-I: nothing on the
     path but the standard library), as on a GPU host: everything but --fixture works."""
