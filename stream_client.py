@@ -4440,17 +4440,18 @@ def _summary_command(args, prog: str) -> int:
     person = not args.quiet and sys.stderr.isatty()
     if person:
         print(summary_table(result), file=sys.stderr)
-    _emit_summary(result, person, args.summary)
+    _emit_summary(result, person, None)
     _say_written(args)
     return 0 if result['runs'] and result['ok'] == result['runs'] else 1
 
 
-def _emit_summary(result: dict, person: bool, files: list[str]) -> None:
+def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:
     """The summary's JSON line on stdout, unless stdout and stderr are both a terminal where a person
-    reads the table instead (the line wraps to a screenful): then a line that says how to get it."""
+    reads the table instead (the line wraps to a screenful): then a line that says how to get it (from
+    the load's files, when they are not being read already)."""
     if person and sys.stdout.isatty():
-        print(f'(the JSON summary goes to stdout when it is redirected; or run --summary {" ".join(files)})',
-              file=sys.stderr)
+        later = f'; or run --summary {" ".join(files)}' if files else ''
+        print(f'(the JSON summary goes to stdout when it is redirected{later})', file=sys.stderr)
     else:
         emit(json.dumps(result, ensure_ascii=False))
 

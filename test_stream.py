@@ -2816,9 +2816,10 @@ class LoadTests(unittest.TestCase):
         self.assertTrue(text.rstrip().endswith('report written to c.html'), text)
         for line in text.split('\r\x1b[K')[-1].splitlines():
             self.assertLessEqual(len(line), 100, line)
-        status, text = run_in_terminal('--summary', 'c.jsonl', cwd=self.tmp.name)  # stdout a pipe: the JSON line
+        status, text = run_in_terminal('--summary', 'c.jsonl', cwd=self.tmp.name, stdout_too=True)
         self.assertEqual(status, 0, text)
         self.assertIn('latency of 6 ok runs', text)
+        self.assertIn('(the JSON summary goes to stdout when it is redirected)', text)
 
     def test_a_run_that_shows_nothing_says_what_it_waits_for(self):
         class Terminal(list):
