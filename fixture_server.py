@@ -23,6 +23,7 @@ if sys.version_info < (3, 10):
 import argparse
 import collections
 import dataclasses
+import difflib
 import email.utils
 import html
 import itertools
@@ -589,6 +590,14 @@ def _unterminated(p: GuideProfile) -> Plan:
     return Plan(events + [terminal.rstrip(b'\r\n') + b'\n'])
 
 
+def _cut_mid_answer(p: GuideProfile) -> Plan:
+    """What a proxy's read timeout leaves: the first content event, then half of the next, and the
+    connection closes with the framing short (no terminating chunk, or fewer bytes than Content-Length)."""
+    preamble = p.preamble()  # first: the content events of some APIs name what the preamble opened
+    first, second = p.answer()[:2]
+    return Plan(preamble + [first, second[:len(second) // 2]], missing=MISSING_BYTES)
+
+
 def _long(p: GuideProfile) -> GuideProfile:
     """The profile with BURST_TOKENS content events, unless --tokens chose a number."""
     return p if p.tokens is not None else type(p)(p.model, BURST_TOKENS, p.reasoning_field)
@@ -730,6 +739,7 @@ MODES = {
     'malformed': lambda p: Plan(p.opening() + [b'data: {invalid}\n\n']),
     'http-error': lambda p: Plan(status=503),
     'truncated': lambda p: Plan(p.opening() + p.closing('stop'), missing=MISSING_BYTES),
+    'cut-mid-answer': _cut_mid_answer,
     'no-done': lambda p: Plan(p.opening() + p.closing('stop')[:-1]),
     'unterminated': _unterminated,
     'held-open': lambda p: Plan(p.opening() + p.closing('stop'), missing=MISSING_BYTES, ending='hold'),
@@ -764,7 +774,7 @@ MODES = {
     'incomplete': lambda p: Plan(p.opening() + p.closing('length', terminal='response.incomplete')),
     **{mode: (lambda pair: lambda p: Plan(pair_stream(p, pair)))(pair) for mode, pair in PAIRS.items()},
 }
-# The modes that only some APIs have; every other mode works on all three.
+# The modes that only some APIs have; every other mode works on all four.
 ONLY_ON = {'reasoning': ('chat', 'responses', 'messages'), **dict.fromkeys(TOOL_MODES, ('chat', 'responses', 'messages')),
            'tool-args-mismatch': ('responses',), 'block-unclosed': ('messages',), 'block-unknown-index': ('messages',),
            'multi-choice': ('chat', 'completions'), 'sequence-gap': ('responses',), 'type-mismatch': ('responses',),
@@ -903,7 +913,7 @@ def mark_replay(head: bytes, writes: list[bytes]) -> tuple[bytes, list[bytes]]:
 
 
 class Handler(BaseHTTPRequestHandler):
-    """Answers POST on the three API paths according to the server's settings, and GET on /v1/models and /health."""
+    """Answers POST on the four API paths according to the server's settings, and GET on /v1/models and /health."""
 
     protocol_version = 'HTTP/1.1'
     server_version = SERVER_NAME
@@ -1106,10 +1116,35 @@ def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, **settings)
     return FixtureServer(port, mode=mode, delay=delay, **settings)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2 (no usage first)."""
+
+    def error(self, message: str):
+        self.exit(2, f'{self.prog}: error: {message}\n')
+
+
+def _program_name(module: str) -> str | None:
+    """``python3 -m MODULE`` when started so; None (argparse's default, the script's name) otherwise."""
+    spec = getattr(sys.modules.get('__main__'), '__spec__', None)
+    if spec is not None and spec.name == module:
+        return f'{os.path.basename(sys.executable)} -m {module}'
+    return None
+
+
+def mode_choice(mode: str) -> str:
+    """--mode's value, if it is a mode; else an error naming the closest modes."""
+    if mode in CHOICES:
+        return mode
+    close = difflib.get_close_matches(mode, CHOICES, n=3)
+    hint = f'; did you mean {" or ".join(close)}?' if close else ''
+    raise argparse.ArgumentTypeError(f'no mode {mode!r}{hint} (--help lists the {len(CHOICES)} modes)')
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=_program_name('fixture_server'), description=__doc__.splitlines()[0],
+                           allow_abbrev=False)
     parser.add_argument('--port', type=int, default=18080, help='port on 127.0.0.1; 0 picks a free one')
-    parser.add_argument('--mode', choices=CHOICES, default='ok', metavar='MODE',
+    parser.add_argument('--mode', type=mode_choice, default='ok', metavar='MODE',
                         help=f'how the stream behaves: {", ".join(CHOICES)} (default ok). Slow on purpose: stall '
                              f'and held-open keep the connection until the client leaves, drip sends keepalives; '
                              f'all three for at most {HOLD_LIMIT:g} s. mixed picks a mode per request from a '
@@ -1163,7 +1198,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     except OSError as exc:  # includes ssl.SSLError for an unusable certificate or key
-        parser.exit(2, f'fixture_server.py: error: cannot serve on 127.0.0.1:{args.port}: '
+        parser.exit(2, f'{parser.prog}: error: cannot serve on 127.0.0.1:{args.port}: '
                        f'{exc.strerror or exc}\n')
     with instance:
         what = f'replay of {args.replay}' if args.replay else f'{args.mode}, {args.profile} profile'

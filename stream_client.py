@@ -12,55 +12,66 @@ One file by design: copy it to a GPU host and run it with the Python that is
 there, nothing to install. The public names are in ``__all__``.
 
 The module reads top to bottom as the layers of a response, then what is
-built on them:
+built on them. Each item is the title of a section banner below (a test
+keeps this map and the banners in step):
 
-1. limits and errors: ``FAILURE_KINDS``, the one table of every failure's
-   stable kind and layer, and ``StreamError``, which carries both;
-2. the SSE parser ``Events``: bytes in, event data out (sans-IO);
-3. JSON answers (sans-IO): ``strict_json()`` and ``JsonSchema`` (drafts 2020-12
-   and 7, ECMA-262 patterns; docs/json-schema.md), for tool-call arguments and
-   JSON answers;
-4. the protocol seam ``StreamValidator``: event data in, the answer's text,
-   reasoning and tool calls out (sans-IO), with the outcome rules the APIs
-   share written once. ``ChatChunks``, ``CompletionChunks``,
+1. Limits and errors
+   The bounds; ``FAILURE_KINDS``, the one table of every failure's stable
+   kind and layer; and ``StreamError``, which carries both.
+2. SSE: bytes to event data (sans-IO)
+   ``Events`` (and ``TypedEvents``): bytes in, event data out.
+3. JSON answers: strict JSON and JSON Schema, drafts 2020-12 and 7 (sans-IO)
+   ``strict_json()`` and ``JsonSchema`` (ECMA-262 patterns; docs/json-schema.md),
+   for tool-call arguments and JSON answers.
+4. The protocol seam: event data to the answer (sans-IO)
+   ``StreamValidator``: event data in through ``accept()``, the ``Pieces``
+   (text, reasoning, tool call) out, with the outcome rules the APIs share
+   written once (``outcome()``). ``ChatChunks``, ``CompletionChunks``,
    ``ResponseEvents`` and ``MessagesEvents`` are each API's grammar (the
    parts of an answer, their states, the events each state accepts), and
-   declare its own signals through ``parser``, ``accept()``, ``done``,
-   ``terminal``, ``finish()`` and ``fields()``; ``outcome()`` says whether
-   the answer finished; an ``AnswerSpec`` says what the request asked for
-   (text, tool calls, JSON);
-   then the answer as a whole (sans-IO): the signals one finished stream
-   shows (``answer_problem()``: the whole budget used by a tool-call finish,
-   tool-call markup in the text), the parser of an unstreamed answer
-   (``unstreamed_answer()``) and ``compare_answers()``, the
-   ``--cross-check`` of the two;
-5. HTTP (sans-IO): ``ResponseHeadParser`` reads the status line and headers
-   strictly, ``body_reader()`` chooses the framing, and one reader per
-   framing knows how its body ends;
-6. the whole response (sans-IO): ``ResponseReader`` composes 2 to 5, bytes
-   in through ``feed()`` and ``eof()``, the answer's pieces and each
-   layer's state out; tests, fuzzers and offline analysis use it as the
-   transport does; ``UnstreamedReader`` reads the cross-check's unstreamed twin;
-7. the request: ``prepare()`` returns a frozen ``PreparedRequest``, which is
-   what a run sends;
-8. the transport: ``run()`` connects, sends, and is the socket loop around a
-   ResponseReader under the idle timeout and the overall deadline, filling
-   an ``Exchange`` (what a run saw) and its ``Timeline``; with ``--cross-check``
-   it then sends the unstreamed twin;
-9. the verdict: ``judge()`` decides why a run is not ok, in one place and
-   without I/O, from a ResponseReader and the transport's failure, which is
-   built next to it (timeouts, the deadline, a stale connection, a signal);
-   ``build_record()`` turns an exchange into the evidence record;
-10. many runs: ``run_load()`` runs prepared requests from worker threads, and
-    ``Summary`` aggregates their records;
-11. the report: ``Report`` draws a load as one static HTML page;
-12. evidence files: created once and never overwritten, and read back
-    (``iter_records()``, ``summarize()``);
-13. the exporter: ``Exporter`` answers Prometheus's scrapes of
-    ``/probe?target=NAME`` with one run's verdict in the text exposition
-    format (``parse_targets()``, ``probe_families()``, ``exposition()`` and
-    ``SingleFlight`` are sans-IO), and ``ExporterServer`` serves it;
-14. the command line.
+   declare its own signals through ``parser``, ``done``, ``terminal``,
+   ``finish()`` and ``fields()``; an ``AnswerSpec`` says what the request
+   asked for (text, tool calls, JSON).
+5. The answer as a whole: the signals one stream shows, the unstreamed twin, the cross-check (sans-IO)
+   ``answer_problem()`` adds the signals of a finished stream (the whole
+   budget used by a tool-call finish, tool-call markup in the text);
+   ``unstreamed_answer()`` parses an unstreamed answer, and
+   ``compare_answers()`` is the ``--cross-check`` of the two.
+6. HTTP: the response head and the body framing (sans-IO)
+   ``ResponseHeadParser`` reads the status line and headers strictly,
+   ``body_reader()`` chooses the framing, and one reader per framing knows
+   how its body ends.
+7. The whole response (sans-IO): bytes in, the answer's pieces and the verdict out
+   ``ResponseReader`` composes 2 to 6: bytes in through ``feed()`` and
+   ``eof()``, the answer's pieces and each layer's state out; tests, fuzzers
+   and offline analysis use it as the transport does. ``UnstreamedReader``
+   reads the cross-check's unstreamed twin.
+8. The request (checked before any connection)
+   ``prepare()`` returns a frozen ``PreparedRequest``, which is what a run sends.
+9. Transport: one request, read under the idle timeout and the overall deadline
+   ``run()`` connects, sends, and is the socket loop around a ``ResponseReader``,
+   filling an ``Exchange`` (what a run saw) and its ``Timeline``; with
+   ``--cross-check`` it then sends the unstreamed twin.
+10. The verdict and the evidence record
+    ``judge()`` decides why a run is not ok, in one place and without I/O,
+    from a ``ResponseReader`` and the transport's failure, which is built next
+    to it (timeouts, the deadline, a stale connection, a signal);
+    ``build_record()`` turns an exchange into the evidence record.
+11. Many runs: a load of strict runs, and a summary built from their verdicts
+    ``run_load()`` runs prepared requests from worker threads (or forked
+    worker processes); ``Summary`` aggregates their records, with goodput
+    and a rate sweep's steps.
+12. The report: one self-contained HTML page per load
+    ``Report`` draws a load as one static HTML page.
+13. Evidence files: each created once and never overwritten, and read back
+    ``iter_records()`` and ``summarize()`` read them back.
+14. The exporter: the verdict of one run per scrape, for Prometheus
+    ``Exporter`` answers Prometheus's scrapes of ``/probe?target=NAME`` with
+    one run's verdict in the text exposition format (``parse_targets()``,
+    ``probe_families()``, ``exposition()`` and ``SingleFlight`` are sans-IO),
+    and ``ExporterServer`` serves it.
+15. Command line
+    ``main()``: one run, a load, a sweep, the exporter, or reading saved evidence.
 """
 import os
 import sys
@@ -79,6 +90,7 @@ import codecs
 import collections
 import contextlib
 import dataclasses
+import difflib
 import encodings.idna  # noqa: F401 -- the first connect() of a process needs it; imported here, not in the timed run
 import enum
 import fractions
@@ -86,6 +98,7 @@ import hashlib
 import html
 import http.client
 import http.server
+import importlib.util
 import itertools
 import ipaddress
 import json
@@ -99,6 +112,7 @@ import signal
 import socket
 import ssl
 import struct
+import textwrap
 import threading
 import time
 import traceback
@@ -111,11 +125,11 @@ __version__ = '0.1.0'
 
 __all__ = [
     # one run, and the record it returns
-    'stream', 'prepare', 'run', 'PreparedRequest', 'Capture', 'Cancel', 'Interrupted',
+    'stream', 'prepare', 'run', 'PreparedRequest', 'Capture', 'Cancel', 'Interrupted', 'KeptConnections',
     # judging bytes without a socket
-    'ResponseReader', 'judge', 'Verdict', 'Events', 'TypedEvents', 'StreamValidator', 'ChatChunks',
-    'CompletionChunks', 'ResponseEvents', 'VALIDATORS', 'MessagesEvents', 'StreamError', 'SSEError', 'LAYERS',
-    'FAILURE_KINDS',
+    'ResponseReader', 'judge', 'Verdict', 'Events', 'TypedEvents', 'StreamValidator', 'Pieces', 'ChatChunks',
+    'CompletionChunks', 'ResponseEvents', 'MessagesEvents', 'VALIDATORS', 'StreamError', 'SSEError',
+    'SSEDecodeError', 'LAYERS', 'FAILURE_KINDS', 'MAX_LINE_CHARS', 'MAX_EVENT_CHARS', 'MAX_TEXT_CHARS',
     # tool calls and JSON answers
     'AnswerSpec', 'ToolCall', 'JsonSchema', 'SchemaError', 'strict_json',
     # --cross-check: the unstreamed twin and the comparison
@@ -127,9 +141,19 @@ __all__ = [
     'main', 'UsageError',
 ]
 
-MAX_LINE_CHARS = 65_536       # one SSE line, decoded characters
-MAX_EVENT_CHARS = 1_048_576   # the data of one SSE event
-MAX_TEXT_CHARS = 1_048_576    # the assembled answer (and reasoning) text
+
+# ---------------------------------------------------------------------------
+# Limits and errors
+# ---------------------------------------------------------------------------
+
+MAX_TEXT_CHARS = 1_048_576    # the answer bound: the assembled text and tool-call arguments (and, apart, the reasoning)
+JSON_ESCAPE_CHARS = 12        # the longest JSON escape of one character: an astral one as two \\uXXXX escapes
+MAX_ENVELOPE_CHARS = 1_048_576  # what one event carries besides the answer: ids, usage, the settings echoed
+# One SSE event, and one line of it. The Responses API repeats the whole answer (text, reasoning and
+# arguments) in one data line of its done events and of response.completed, so these bounds follow from
+# the answer bound: every answer within MAX_TEXT_CHARS fits, however the server escapes it.
+MAX_EVENT_CHARS = 2 * MAX_TEXT_CHARS * JSON_ESCAPE_CHARS + MAX_ENVELOPE_CHARS
+MAX_LINE_CHARS = MAX_EVENT_CHARS
 MAX_TOKEN_IDS = 1_048_576     # generated token ids kept from one answer (--cross-check)
 MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
 MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
@@ -336,6 +360,11 @@ def _count(number: int, noun: str) -> str:
     return f'{number} {noun}' if number == 1 else f'{number} {noun}s'
 
 
+def _host_port(host: str, port: int) -> str:
+    """host:port as a URL writes it: an IPv6 address in brackets."""
+    return f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
+
+
 def _preview(text: str, limit: int = 60) -> str:
     """A quoted, shortened copy of untrusted text for an error message."""
     return repr(_shorten(text, limit))
@@ -373,7 +402,8 @@ class Events:
         self._undecoded = b''       # an incomplete UTF-8 character from the last read
         self._started = False       # a character has been decoded (so a BOM is no longer leading)
         self._after_cr = False      # the last read ended in CR: a leading LF completes that CRLF
-        self._line = ''             # the unterminated last line
+        self._open: list[str] = []  # the pieces of the unterminated last line (joined once, when it ends)
+        self._open_chars = 0        # characters in self._open
         self._data: list[str] = []  # data lines of the event in progress
         self._size = 0              # characters in self._data
         self._type = ''             # the event field of the event in progress
@@ -392,12 +422,11 @@ class Events:
             text = text.replace('\r\n', '\n').replace('\r', '\n')
         last = text.rfind('\n')
         if last < 0:
-            self._line += text
-            self._check_open_line()
+            self._hold(text)
             return []
-        block = self._line + text[:last] if self._line else text[:last]
-        self._line = text[last + 1:]
-        self._check_open_line()
+        block = ''.join(self._open) + text[:last] if self._open else text[:last]
+        self._open, self._open_chars = [], 0
+        self._hold(text[last + 1:])
         if not self._data and not self._type and block.endswith('\n') and block.startswith(DATA_PREFIX):
             events = self._single_line_events(block[:-1])
             if events is not None:
@@ -409,8 +438,8 @@ class Events:
         if self._undecoded:
             return SSEError('eof_in_utf8', f'stream ended inside a UTF-8 character '
                                            f'({_count(len(self._undecoded), "byte")} pending)')
-        if self._line:
-            return SSEError('eof_in_line', f'stream ended inside a line: {_preview(self._line)}')
+        if self._open:
+            return SSEError('eof_in_line', f'stream ended inside a line: {_preview("".join(self._open))}')
         if self._data:
             return SSEError('eof_in_event', 'stream ended inside an event: its blank line never arrived')
         return None
@@ -440,9 +469,13 @@ class Events:
                 text = text[1:]
         return text
 
-    def _check_open_line(self) -> None:
-        if len(self._line) > MAX_LINE_CHARS:
-            raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters without a line end')
+    def _hold(self, piece: str) -> None:
+        """Keep the start of a line whose end has not arrived, within MAX_LINE_CHARS."""
+        if piece:
+            self._open.append(piece)
+            self._open_chars += len(piece)
+            if self._open_chars > MAX_LINE_CHARS:
+                raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters without a line end')
 
     @staticmethod
     def _single_line_events(core: str) -> list[str] | None:
@@ -496,7 +529,7 @@ class TypedEvents(Events):
         return self._type or 'message', data
 
     @staticmethod
-    def _untyped(events: list[str]) -> list[tuple[str, str, str]]:
+    def _untyped(events: list[str]) -> list[tuple[str, str]]:
         return [('message', data) for data in events]
 
 
@@ -1646,11 +1679,23 @@ class ToolCall:
                 'arguments_problem': problem and problem.message}
 
 
+class Pieces(typing.NamedTuple):
+    """What one event adds to the answer, each '' when it adds none: text, reasoning text, and a piece
+    of a tool call for display (its name and "(" as the call opens, then its arguments)."""
+
+    text: str = ''
+    reasoning: str = ''
+    call: str = ''
+
+
+_NOTHING = Pieces()  # an event that adds nothing to show (a role, a finish, a usage event...)
+
+
 class StreamValidator:
     """What the read loop needs from the validator of one streaming API, and the rules all four share.
 
     The read loop creates the API's ``parser`` and gives each event it
-    returns to ``accept()``, which returns ``(text, reasoning, call)``: the
+    returns to ``accept()``, which returns its ``Pieces`` (text, reasoning, call): the
     answer and reasoning text that event carried, and a piece of a tool call
     for display (see ``_shown``); '' when none. It raises StreamError.
     ``done`` says that the API's ``terminal`` marker arrived; ``outcome()``
@@ -1698,7 +1743,7 @@ class StreamValidator:
         self.tokens_per_event: list[int] = []     # how many each event that carried any had
         self.skipped_events: list[str] = []  # event types the API says to ignore, each skipped here
 
-    def accept(self, event) -> tuple[str, str, str]:
+    def accept(self, event) -> Pieces:
         raise NotImplementedError
 
     def _take_token_ids(self, value: object) -> None:
@@ -1928,14 +1973,14 @@ class _ChoiceChunks(StreamValidator):
     token_noun = 'completion token'
     finish_reason: str | None = None  # until the choice's finish_reason arrives
 
-    def accept(self, data: str) -> tuple[str, str, str]:
+    def accept(self, data: str) -> Pieces:
         """Apply one event's data; return the answer text, reasoning text and tool-call piece it carried."""
         if self.done:
             raise _failure('event_after_terminal', f'event after [DONE]: {_preview(data)}')
         self.data_events += 1
         if data == '[DONE]':
             self.done = True
-            return '', '', ''
+            return _NOTHING
         chunk = self._load_object(data)
         if 'error' in chunk:
             raise self._server_error(chunk)
@@ -1946,7 +1991,7 @@ class _ChoiceChunks(StreamValidator):
             self.completion_tokens = _token_count(usage, 'completion_tokens')
         choices = chunk.get('choices')
         if choices is None or choices == []:
-            return '', '', ''
+            return _NOTHING
         if not isinstance(choices, list) or len(choices) != 1:
             count = len(choices) if isinstance(choices, list) else type(choices).__name__
             raise _failure('choices_not_one', f'expected one choice per chunk (n=1), got {count}')
@@ -1962,7 +2007,7 @@ class _ChoiceChunks(StreamValidator):
                                                 f'finish_reason {closed_by!r} closed it')
         return carried
 
-    def _take_choice(self, choice: dict) -> tuple[str, str, str]:
+    def _take_choice(self, choice: dict) -> Pieces:
         raise NotImplementedError
 
     def _text_field(self, value: object, name: str) -> str | None:
@@ -2008,7 +2053,7 @@ class ChatChunks(_ChoiceChunks):
 
     api = 'chat'
 
-    def _take_choice(self, choice: dict) -> tuple[str, str, str]:
+    def _take_choice(self, choice: dict) -> Pieces:
         delta = choice.get('delta')
         if delta is None:
             delta = {}
@@ -2030,7 +2075,7 @@ class ChatChunks(_ChoiceChunks):
             self._add_reasoning(reasoning)
         call = self._take_tool_deltas(delta['tool_calls']) if delta.get('tool_calls') else ''
         self._take_finish(choice.get('finish_reason'))
-        return text or '', reasoning or '', call
+        return Pieces(text or '', reasoning or '', call)
 
     def _take_tool_deltas(self, deltas: object) -> str:
         """Assemble delta.tool_calls; return what they add, for display ('name(' as a call opens, then
@@ -2082,12 +2127,12 @@ class CompletionChunks(_ChoiceChunks):
 
     api = 'completions'
 
-    def _take_choice(self, choice: dict) -> tuple[str, str, str]:
+    def _take_choice(self, choice: dict) -> Pieces:
         text = self._text_field(choice.get('text'), 'text')
         if text:
             self._add_text(text)
         self._take_finish(choice.get('finish_reason'))
-        return text or '', '', ''
+        return Pieces(text=text or '')
 
 
 def _token_count(usage: object, key: str) -> int:
@@ -2155,7 +2200,7 @@ class ResponseEvents(StreamValidator):
     def terminal(self) -> str:
         return self.terminal_event or 'the terminal event'
 
-    def accept(self, event: tuple[str, str]) -> tuple[str, str, str]:
+    def accept(self, event: tuple[str, str]) -> Pieces:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
         kind, body = self._typed_body(event, f'the terminal event {self.terminal_event}')
         sequence = body.get('sequence_number')
@@ -2166,24 +2211,24 @@ class ResponseEvents(StreamValidator):
         take = self._GRAMMAR.get(kind)
         if take is None:  # not an event of the grammar below: skipped, and listed in the record
             self.skipped_events.append(kind)
-            return '', '', ''
+            return _NOTHING
         if not self.created and kind not in ('response.created', 'error'):
             raise _failure('event_out_of_order', f'{kind} arrived in event {self.data_events}, before response.created')
         return take(self, body)
 
-    def _take_created(self, body: dict) -> tuple[str, str, str]:
+    def _take_created(self, body: dict) -> Pieces:
         if self.created:
             raise _failure('event_out_of_order', f'a second response.created in event {self.data_events}')
         self.created = True
         return self._take_started(body)
 
-    def _take_started(self, body: dict) -> tuple[str, str, str]:
+    def _take_started(self, body: dict) -> Pieces:
         response = body.get('response')
         if self.response_id is None and isinstance(response, dict) and isinstance(response.get('id'), str):
             self.response_id = response['id']
-        return '', '', ''
+        return _NOTHING
 
-    def _take_item(self, body: dict) -> tuple[str, str, str]:
+    def _take_item(self, body: dict) -> Pieces:
         item, index, event = body.get('item'), body.get('output_index'), self.data_events
         kind = item.get('type') if isinstance(item, dict) else None
         if kind not in RESPONSE_ITEMS:
@@ -2196,7 +2241,7 @@ class ResponseEvents(StreamValidator):
         call = self._open_call(item) if kind == 'function_call' else None
         self._item_ids.add(item.get('id'))
         self.items.append(_Part(kind, item.get('id'), call))
-        return '', '', self._shown(call, opening=True) if call else ''
+        return Pieces(call=self._shown(call, opening=True) if call else '')
 
     def _next_index(self, index: object, parts: list, what: str) -> None:
         """A part opens at the next index of its list: not at one already taken, and without skipping."""
@@ -2247,23 +2292,23 @@ class ResponseEvents(StreamValidator):
                                                 f'{body["output_index"]}, after its {after}')
         return item, part
 
-    def _take_part_added(self, body: dict) -> tuple[str, str, str]:
+    def _take_part_added(self, body: dict) -> Pieces:
         item = self._open_item(body, ('message', 'reasoning'))
         index = body.get('content_index')
         self._next_index(index, item.parts, f'content part {_shorten(repr(index))} of output item {body["output_index"]}')
         part = body.get('part') if isinstance(body.get('part'), dict) else {}
         item.parts.append(_Part(part.get('type')))
-        return '', '', ''
+        return _NOTHING
 
-    def _take_part_done(self, body: dict) -> tuple[str, str, str]:
+    def _take_part_done(self, body: dict) -> Pieces:
         _, part = self._open_part(body, ('message', 'reasoning'), None)
         copy = body.get('part') if isinstance(body.get('part'), dict) else {}
         if copy.get('type') == 'output_text':
             self._check_same('response.content_part.done', copy.get('text'), part.text)
         part.open = False
-        return '', '', ''
+        return _NOTHING
 
-    def _take_delta(self, body: dict) -> tuple[str, str, str]:
+    def _take_delta(self, body: dict) -> Pieces:
         """A piece of a message's text or of a reasoning item's, for its open part."""
         reasoning = body['type'] == 'response.reasoning_text.delta'
         _, part = self._open_part(body, ('reasoning',) if reasoning else ('message',),
@@ -2272,14 +2317,14 @@ class ResponseEvents(StreamValidator):
         part.pieces.append(delta)
         if delta:
             (self._add_reasoning if reasoning else self._add_text)(delta)
-        return ('', delta, '') if reasoning else (delta, '', '')
+        return Pieces(reasoning=delta) if reasoning else Pieces(text=delta)
 
-    def _take_text_done(self, body: dict) -> tuple[str, str, str]:
+    def _take_text_done(self, body: dict) -> Pieces:
         kinds = ('reasoning',) if body['type'] == 'response.reasoning_text.done' else ('message',)
         _, part = self._open_part(body, kinds, body['type'])
         self._check_same(body['type'], self._string(body, 'text'), part.text)
         part.text_done = True
-        return '', '', ''
+        return _NOTHING
 
     def _open_arguments(self, body: dict) -> ToolCall:
         item = self._open_item(body, ('function_call',))
@@ -2289,14 +2334,14 @@ class ResponseEvents(StreamValidator):
                                                 'response.function_call_arguments.done')
         return item
 
-    def _take_arguments_delta(self, body: dict) -> tuple[str, str, str]:
+    def _take_arguments_delta(self, body: dict) -> Pieces:
         call, delta = self._open_arguments(body).call, self._string(body, 'delta')
         if not delta:
-            return '', '', ''
+            return _NOTHING
         self._add_call_arguments(call, delta)
-        return '', '', self._shown(call, delta)
+        return Pieces(call=self._shown(call, delta))
 
-    def _take_arguments_done(self, body: dict) -> tuple[str, str, str]:
+    def _take_arguments_done(self, body: dict) -> Pieces:
         item = self._open_arguments(body)
         self._check_arguments('response.function_call_arguments.done', item.call, self._string(body, 'arguments'))
         if body.get('name', item.call.name) != item.call.name:
@@ -2304,9 +2349,9 @@ class ResponseEvents(StreamValidator):
                                                    f'names {_preview(str(body["name"]))}, but tool call '
                                                    f'{item.call.index} opened as {item.call.name!r}')
         item.text_done = True
-        return '', '', ''
+        return _NOTHING
 
-    def _take_item_done(self, body: dict) -> tuple[str, str, str]:
+    def _take_item_done(self, body: dict) -> Pieces:
         item = self._open_item(body, tuple(RESPONSE_ITEMS))
         still_open = [index for index, part in enumerate(item.parts) if part.open and part.kind != 'reasoning_text']
         if still_open:
@@ -2315,7 +2360,7 @@ class ResponseEvents(StreamValidator):
                                               'open (no response.content_part.done)')
         self._check_item('response.output_item.done', item, body.get('item'))
         item.open = False
-        return '', '', ''
+        return _NOTHING
 
     def _check_item(self, source: str, item: _Part, copy: object) -> None:
         """A closing copy of an output item must be the item the stream opened and assembled."""
@@ -2338,7 +2383,7 @@ class ResponseEvents(StreamValidator):
                                                    f'arguments {_preview(str(claimed))}, but its deltas assembled '
                                                    f'{_preview(call.arguments)}')
 
-    def _take_terminal(self, body: dict) -> tuple[str, str, str]:
+    def _take_terminal(self, body: dict) -> Pieces:
         kind = body['type']
         self.terminal_event, self.done = kind, True
         response = body.get('response') if isinstance(body.get('response'), dict) else {}
@@ -2364,7 +2409,7 @@ class ResponseEvents(StreamValidator):
         if claimed != [item.id for item in self.items]:
             raise _failure('closing_copy_differs', f'{kind} lists the output items {_preview(json.dumps(claimed))}, '
                                                    f'but the stream opened {_preview(json.dumps([i.id for i in self.items]))}')
-        return '', '', ''
+        return _NOTHING
 
     def _check_output_calls(self, kind: str, output: list) -> None:
         """The terminal event's function calls must be the ones the stream assembled, in order."""
@@ -2475,7 +2520,7 @@ class MessagesEvents(StreamValidator):
         self.stop_reason: str | None = None
         self.blocks: list[_Part] = []
 
-    def accept(self, event: tuple[str, str]) -> tuple[str, str, str]:
+    def accept(self, event: tuple[str, str]) -> Pieces:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
         kind, body = self._typed_body(event, 'message_stop')
         if kind == 'error':
@@ -2483,7 +2528,7 @@ class MessagesEvents(StreamValidator):
         take = self._TAKE.get(kind)
         if take is None:
             self.skipped_events.append(kind)
-            return '', '', ''
+            return _NOTHING
         if kind != 'ping' and kind not in MESSAGE_STATES[self.state]:
             raise self._out_of_state(kind)
         return take(self, body)
@@ -2496,17 +2541,17 @@ class MessagesEvents(StreamValidator):
             return _failure('event_out_of_order', f'a second message_start in event {event}')
         return _failure('event_after_close', f'{kind} in event {event}, after message_delta ended the content')
 
-    def _take_ping(self, body: dict) -> tuple[str, str, str]:
-        return '', '', ''
+    def _take_ping(self, body: dict) -> Pieces:
+        return _NOTHING
 
-    def _take_message_start(self, body: dict) -> tuple[str, str, str]:
+    def _take_message_start(self, body: dict) -> Pieces:
         self.state = 'content'
         message = body.get('message')
         if isinstance(message, dict) and isinstance(message.get('id'), str):
             self.response_id = message['id']
-        return '', '', ''
+        return _NOTHING
 
-    def _take_block_start(self, body: dict) -> tuple[str, str, str]:
+    def _take_block_start(self, body: dict) -> Pieces:
         index, block, event = body.get('index'), body.get('content_block'), self.data_events
         kind = block.get('type') if isinstance(block, dict) else None
         if index != len(self.blocks):
@@ -2527,7 +2572,7 @@ class MessagesEvents(StreamValidator):
                                                   'and a name')
             call = self._new_call('a tool_use block', call_id, name)
         self.blocks.append(_Part(kind, call=call))
-        return '', '', self._shown(call, opening=True) if call else ''
+        return Pieces(call=self._shown(call, opening=True) if call else '')
 
     def _open_block(self, body: dict, what: str) -> _Part:
         index = body.get('index')
@@ -2540,7 +2585,7 @@ class MessagesEvents(StreamValidator):
                                                 'content_block_stop')
         return block
 
-    def _take_block_delta(self, body: dict) -> tuple[str, str, str]:
+    def _take_block_delta(self, body: dict) -> Pieces:
         block = self._open_block(body, 'content_block_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         kind = delta.get('type')
@@ -2549,25 +2594,25 @@ class MessagesEvents(StreamValidator):
                                          f'{body["index"]}, a {block.kind} block')
         field = DELTA_PIECES.get(kind)
         if field is None:  # a signature_delta or a citations_delta: nothing to show
-            return '', '', ''
+            return _NOTHING
         piece = delta.get(field)
         if not isinstance(piece, str):
             raise _failure('field_type', f'expected {kind}.{field} to be a string in event {self.data_events}, '
                                          f'got {type(piece).__name__}')
         if not piece:
-            return '', '', ''
+            return _NOTHING
         if kind == 'text_delta':
             self._add_text(piece)
-            return piece, '', ''
+            return Pieces(text=piece)
         if kind == 'thinking_delta':
             self._add_reasoning(piece)
-            return '', piece, ''
+            return Pieces(reasoning=piece)
         self._add_call_arguments(block.call, piece)
-        return '', '', self._shown(block.call, piece)
+        return Pieces(call=self._shown(block.call, piece))
 
-    def _take_block_stop(self, body: dict) -> tuple[str, str, str]:
+    def _take_block_stop(self, body: dict) -> Pieces:
         self._open_block(body, 'content_block_stop').open = False
-        return '', '', ''
+        return _NOTHING
 
     def _still_open(self, kind: str) -> None:
         """The content ends (message_delta, message_stop) only with every block stopped."""
@@ -2576,7 +2621,7 @@ class MessagesEvents(StreamValidator):
             raise _failure('part_still_open', f'{kind} in event {self.data_events} while block {still_open[0]} '
                                               'was still open (no content_block_stop)')
 
-    def _take_message_delta(self, body: dict) -> tuple[str, str, str]:
+    def _take_message_delta(self, body: dict) -> Pieces:
         self._still_open('message_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         reason = delta.get('stop_reason')
@@ -2589,12 +2634,12 @@ class MessagesEvents(StreamValidator):
         self.state, self.stop_reason = 'finishing', reason or self.stop_reason
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')
-        return '', '', ''
+        return _NOTHING
 
-    def _take_message_stop(self, body: dict) -> tuple[str, str, str]:
+    def _take_message_stop(self, body: dict) -> Pieces:
         self._still_open('message_stop')
         self.done = True
-        return '', '', ''
+        return _NOTHING
 
     _TAKE = {'ping': _take_ping, 'message_start': _take_message_start, 'content_block_start': _take_block_start,
              'content_block_delta': _take_block_delta, 'content_block_stop': _take_block_stop,
@@ -2638,8 +2683,12 @@ def server_error_fields(body: object) -> dict:
             'code': error.get('code') if isinstance(error.get('code'), (int, str)) else None}
 
 
-def describe_server_error(error: dict) -> str:
-    kind = ' '.join(str(part) for part in (error['type'], error['code']) if part is not None)
+def describe_server_error(error: dict, said: tuple[str, ...] = ()) -> str:
+    """The server's message, quoted, and its type and code, those the words in ``said`` (the status
+    line already shown) do not repeat."""
+    repeated = {word.lower().replace(' ', '') for word in said}
+    kind = ' '.join(str(part) for part in (error['type'], error['code'])
+                    if part is not None and str(part).lower().replace(' ', '') not in repeated)
     message = error['message'] or '(empty message)'
     return f'{message!r}' + (f' ({kind})' if kind else '')
 
@@ -2713,7 +2762,8 @@ def streamed_answer(validator: StreamValidator) -> Answer:
 def budget_used_by_tool_call(answer: Answer, max_tokens: int) -> str | None:
     """Why a tool-call finish is not trusted: the usage shows the whole output budget used, which is how
     a call cut by max_tokens looks when the server relabels it (vLLM #53269, #58228)."""
-    if answer.ended_as != 'tool_calls' or answer.completion_tokens is None or answer.completion_tokens < max_tokens:
+    if answer.ended_as != 'tool_calls' or None in (answer.completion_tokens, max_tokens) or \
+            answer.completion_tokens < max_tokens:
         return None
     return (f'the whole budget of {max_tokens} tokens was used; vLLM reports a call cut by max_tokens as '
             f'"{answer.finish}"; raise --max-tokens')
@@ -3419,7 +3469,8 @@ def _status_failure(head: ResponseHead, body: bytes) -> StreamError:
             text = re.sub(r'(?is)<head>.*?</head>|<[^>]*>', ' ', text)  # the title repeats the heading
         text = ' '.join(text.split())
         return _failure('status_not_200', f'{problem}: {_preview(text, 200)}' if text else problem)
-    return _failure('status_not_200', f'{problem}: {describe_server_error(error)}', server_error=error)
+    said = (str(head.status), head.reason)
+    return _failure('status_not_200', f'{problem}: {describe_server_error(error, said)}', server_error=error)
 
 
 def _error_body_reader(head: ResponseHead):
@@ -3444,7 +3495,7 @@ class ResponseReader:
     readers. No socket, no clock: run() is the socket loop around it, and tests, fuzzers and
     offline analysis of a capture feed it the same way.
 
-    ``feed(data)`` returns the ``(text, reasoning, call)`` of each event those bytes completed,
+    ``feed(data)`` returns the ``Pieces`` (text, reasoning, call) of each event those bytes completed,
     in order, as the validator's accept() gives them. ``eof()`` says the connection closed. When
     a layer breaks, ``error`` holds its StreamError, ``feed`` returns what was accepted before
     the break, and nothing more should be fed. ``message_complete`` says the message ended as its framing promised. A status
@@ -3474,9 +3525,9 @@ class ResponseReader:
     def reading_error_body(self) -> bool:
         return self._error_body is not None
 
-    def feed(self, data: bytes) -> list[tuple[str, str, str]]:
-        """Consume the next bytes of the response; return the (text, reasoning, call) of each event completed."""
-        pieces: list[tuple[str, str, str]] = []
+    def feed(self, data: bytes) -> list[Pieces]:
+        """Consume the next bytes of the response; return the Pieces of each event completed."""
+        pieces: list[Pieces] = []
         if self.error is not None:
             return pieces
         if len(self.opening) < 8:
@@ -3532,7 +3583,7 @@ class ResponseReader:
             self.body = body_reader(head)
         return self._heads.rest
 
-    def _feed_body(self, data: bytes, pieces: list[tuple[str, str, str]]) -> None:
+    def _feed_body(self, data: bytes, pieces: list[Pieces]) -> None:
         accept = self.validator.accept
         for event in self.events.feed(self.body.feed(data)):
             pieces.append(accept(event))
@@ -3657,11 +3708,11 @@ class Proxy:
 
     @property
     def address(self) -> str:
-        return f'[{self.host}]:{self.port}' if ':' in self.host else f'{self.host}:{self.port}'
+        return _host_port(self.host, self.port)
 
     def connect_request(self, host: str, port: int) -> bytes:
         host = host if host.isascii() else host.encode('idna').decode('ascii')  # as DNS and TLS name it
-        target = f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
+        target = _host_port(host, port)
         lines = [f'CONNECT {target} HTTP/1.1', f'Host: {target}', f'User-Agent: stream-client/{__version__}']
         if self.authorization:
             lines.append(f'Proxy-Authorization: {self.authorization}')
@@ -3776,6 +3827,11 @@ class PreparedRequest:
         """Where a connection of this request leads: requests with the same origin may share one."""
         return self.scheme, self.host, self.port, self.proxy
 
+    @property
+    def address(self) -> str:
+        """host:port as a URL writes it ([::1]:8000 for an IPv6 address)."""
+        return _host_port(self.host, self.port)
+
     def secrets(self) -> tuple[str, ...]:
         """The strings no output may hold: the API key and the proxy's credentials."""
         return ((self.token,) if self.token else ()) + (self.proxy.secrets if self.proxy else ())
@@ -3788,7 +3844,10 @@ def _check_url(url: str):
     """The parts and port of a URL this client may connect to, or ValueError."""
     parts = urlsplit(url)
     if parts.scheme not in ('http', 'https'):
-        raise ValueError(f'expected an http:// or https:// URL, got scheme {parts.scheme or "(none)"!r}')
+        path = '' if '/' in url else '/v1/chat/completions'
+        hint = f'; did you mean http://{url}{path}?' if '://' not in url and url[:1].isalnum() else ''
+        raise ValueError(f'expected an http:// or https:// URL such as {DEFAULT_URL}, got '
+                         f'{_shorten(repr(url), 80)}{hint}')
     if parts.username is not None or parts.password is not None:
         raise ValueError('the URL must not contain credentials; put the API key in MODEL_API_KEY')
     if not parts.hostname:
@@ -3840,8 +3899,11 @@ def api_of(path: str, api: str | None = None) -> str:
     for suffix, name in API_PATHS.items():
         if path.endswith(suffix):
             return name
+    base = path.rstrip('/')
+    hint = (f'; did you mean {base}/chat/completions? (an SDK\'s base_url ends in /v1; give the endpoint)'
+            if base.endswith('/v1') else '')
     raise ValueError(f'cannot tell the API from the URL path {path!r}: expected a path ending in '
-                     f'{", ".join(API_PATHS)}, or --api {"|".join(VALIDATORS)} for a server mounted elsewhere')
+                     f'{", ".join(API_PATHS)}, or --api {"|".join(VALIDATORS)} for a server mounted elsewhere{hint}')
 
 
 def _request_body(api: str, model: str, prompt: str, system: str | None, max_tokens: int, temperature: float,
@@ -4098,7 +4160,7 @@ class Timeline:
     def ms(self, at: float | None) -> float | None:
         return None if at is None else round((at - self.started) * 1000, 3)
 
-    def note_read(self, at: float, pieces: list[tuple[str, str, str]]) -> None:
+    def note_read(self, at: float, pieces: list[Pieces]) -> None:
         """Stamp the events of one read, which all arrived at ``at``: the first event, first text (a
         tool call's name and arguments count as the answer's text) and first reasoning, the gaps
         between content events, and how many content events the read carried."""
@@ -4164,11 +4226,12 @@ class Connection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         host, port = sock.getpeername()[:2]
-        self.peer = f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
+        self.peer = _host_port(host, port)
         self.peer_ip = host
         self.local_port = sock.getsockname()[1]
         self.requests = 0                     # requests sent on it so far
         self.idle_since: float | None = None  # monotonic time at which its last response ended
+        self.source: str | None = None        # who answered on it (see _source), once a response head came
 
 
 def _stray_bytes(sock: socket.socket) -> bool:
@@ -4248,7 +4311,7 @@ def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: fl
     """
     request = prepare(url, model, prompt, max_tokens=max_tokens, idle=idle,
                       deadline=deadline, ca_file=ca_file, token=token, **options)
-    return run(request, on_text, on_reasoning, on_call=on_call)
+    return run(request, on_text=on_text, on_reasoning=on_reasoning, on_call=on_call)
 
 
 class _Show(typing.NamedTuple):
@@ -4259,8 +4322,8 @@ class _Show(typing.NamedTuple):
     call: typing.Callable | None = None
 
 
-def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capture | None = None,
-        cancel: Cancel | None = None, on_call=None, kept: KeptConnections | None = None) -> dict:
+def run(request: PreparedRequest, *, on_text=None, on_reasoning=None, on_call=None,
+        capture: Capture | None = None, cancel: Cancel | None = None, kept: KeptConnections | None = None) -> dict:
     """Perform a prepared request; return the record (see stream()).
 
     Safe to call from many threads at once. When ``capture`` is given, the
@@ -4293,6 +4356,8 @@ def run(request: PreparedRequest, on_text=None, on_reasoning=None, capture: Capt
         x.fail(_classify(exc, x))
     finally:
         if connection is not None:
+            if x.reader.head is not None:
+                connection.source = _source(x.reader.head, request.source)
             if cancel is not None:
                 cancel.detach(connection.sock)
             if kept is not None and interrupted is None and _reusable(x):
@@ -4413,13 +4478,13 @@ def _open_tunnel(sock: socket.socket, x: Exchange) -> None:
         raw = sock.recv(READ_SIZE)
         if not raw:
             raise _failure('proxy_closed', f'the proxy {proxy.address} closed the connection before answering CONNECT '
-                                           f'{request.host}:{request.port}')
+                                           f'{request.address}')
         try:
             head = heads.feed(raw)
         except StreamError as exc:
             raise _failure('proxy_bad_answer', f'the proxy {proxy.address} answered CONNECT with {exc.message}') from None
     if not 200 <= head.status < 300:
-        raise _failure('proxy_refused', f'the proxy {proxy.address} refused the tunnel to {request.host}:{request.port}: '
+        raise _failure('proxy_refused', f'the proxy {proxy.address} refused the tunnel to {request.address}: '
                                         f'{head.status} {head.reason}'.rstrip())
     if heads.rest:
         raise _failure('proxy_extra_bytes', f'the proxy {proxy.address} sent {_count(len(heads.rest), "byte")} after its '
@@ -4592,7 +4657,7 @@ def _interruption(x: Exchange, signal_name: str | None = None) -> StreamError | 
     signal_name = signal_name or (x.cancel.reason if x.cancel is not None else None)
     if signal_name is None:
         return None
-    return _failure('interrupted', f'interrupted by {signal_name} during the {x.phase.value} phase '
+    return _failure('interrupted', f'{signal_name} during the {x.phase.value} phase '
                                    f'after {_count(x.reader.validator.content_events, "content event")}')
 
 
@@ -4657,9 +4722,11 @@ def _classify(exc: BaseException, x: Exchange) -> StreamError:
         return _failure('tls_failed', f'TLS failed with {request.host}: {exc.reason or exc}{hint}')
     if x.phase is Phase.CONNECT and isinstance(exc, OSError):
         reason = exc.strerror or str(exc) or type(exc).__name__
+        hint = '; is the server running, and listening on that port?' if isinstance(exc, ConnectionRefusedError) \
+            else ''
         if request.proxy is not None:
-            return _failure('proxy_unreachable', f'cannot connect to the proxy {request.proxy.address}: {reason}')
-        return _failure('connect_failed', f'cannot connect to {request.host}:{request.port}: {reason}')
+            return _failure('proxy_unreachable', f'cannot connect to the proxy {request.proxy.address}: {reason}{hint}')
+        return _failure('connect_failed', f'cannot connect to {request.address}: {reason}{hint}')
     if x.phase is Phase.PROXY and isinstance(exc, OSError):
         return _failure('proxy_tunnel_failed', f'the tunnel through the proxy {request.proxy.address} failed: '
                                                f'{type(exc).__name__}: {exc}')
@@ -4685,7 +4752,7 @@ def _timeout_failure(x: Exchange) -> StreamError:
         return _deadline_failure(x)
     idle = f'{request.idle:g} s'
     if x.phase is Phase.CONNECT:
-        where = f'the proxy {request.proxy.address}' if request.proxy else f'{request.host}:{request.port}'
+        where = f'the proxy {request.proxy.address}' if request.proxy else request.address
         return _failure('connect_timeout', f'no connection to {where} within {idle}')
     if x.phase is Phase.PROXY:
         return _failure('proxy_timeout', f'no answer to CONNECT from the proxy {request.proxy.address} within {idle}')
@@ -4751,7 +4818,7 @@ def build_record(x: Exchange) -> dict:
         'http': _http_facts(head, reader.body),
         'connection': _connection_facts(x),
         'proxy': request.proxy.facts() if request.proxy is not None else None,
-        'source': _source(head, request.source),
+        'source': _run_source(x),
         'url': request.url,
         'request': dict(request.settings),
         'started_at': _utc_iso(timeline.started_wall),
@@ -4791,6 +4858,13 @@ def _connection_facts(x: Exchange) -> dict | None:
 
 def _span_ms(first: float | None, last: float | None) -> float | None:
     return None if first is None else round((last - first) * 1000, 3)
+
+
+def _run_source(x: Exchange) -> str:
+    """Who answered the run: what its response head says; without a head (a kept connection found closed),
+    what the last response on the same connection said; else where the request was sent."""
+    earlier = x.connection.source if x.connection is not None else None
+    return _source(x.reader.head, earlier or x.request.source)
 
 
 def _source(head: ResponseHead | None, requested: str) -> str:
@@ -5407,38 +5481,44 @@ def _meaning(kind: str) -> str:
     return FAILURE_KINDS.get(kind, ('', 'a record written before failures had kinds'))[1]
 
 
+TERMINAL_COLUMNS = 80  # the width the tables for a person fit in
+
+
 def summary_table(result: dict) -> str:
-    """The summary for a person: counts, kinds of failure, and the latency of ok runs."""
+    """The summary for a person, within TERMINAL_COLUMNS: counts, kinds of failure, the latency of ok runs."""
     lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)]
     if result['stale_connection_failures']:
-        lines.append(f'stale connections: {result["stale_connection_failures"]} runs sent on a kept connection that '
-                     'the server or a proxy had closed while idle')
+        lines.append(f'stale connections: {result["stale_connection_failures"]} runs on a kept connection that was '
+                     'closed while idle')
     if result['not_ok']:
-        lines.append('not ok by layer: ' + ', '.join(f'{layer} {count}' for layer, count
-                                                     in result['not_ok_by_layer'].items()))
-        lines += [f'  {count:5d}  {kind}: {_meaning(kind)}' for kind, count in list(result['not_ok_by_kind'].items())[:10]]
-    lines.append(f'over {_count(result["latency_runs"], "ok run")} '
-                 f'({_count(result["latency_excludes"], "not ok run")} excluded):'
-                 f'{"p50":>10}{"p90":>10}{"p99":>10}{"max":>10}')
-    rows = [(field, result['latency_ms'][field]) for field in LATENCY_FIELDS]
+        lines += textwrap.wrap('not ok by layer: ' + ', '.join(f'{layer} {count}' for layer, count
+                                                               in result['not_ok_by_layer'].items()),
+                               TERMINAL_COLUMNS, subsequent_indent='  ')
+        lines += [f'  {count:5d}  {_shorten(f"{kind}: {_meaning(kind)}", TERMINAL_COLUMNS - 12)}'
+                  for kind, count in list(result['not_ok_by_kind'].items())[:10]]
+    lines.append(f'latency of {_count(result["latency_runs"], "ok run")}, ms '
+                 f'({_count(result["latency_excludes"], "not ok run")} excluded):')
     gaps = result['event_gaps_ms']
+    rows = [(field, result['latency_ms'][field]) for field in LATENCY_FIELDS]
     rows.append((f'content-event gaps ({gaps["count"] if gaps else 0})', gaps))
-    width = len(lines[-1]) - 40
+    width = max(len(name) for name, _ in rows) + 2
+    lines.append(' ' * width + ''.join(f'{key:>9}' for key in ('p50', 'p90', 'p99', 'max')))
     for name, values in rows:
-        cells = ''.join(f'{values[key]:10.1f}' if values else f'{"-":>10}' for key in ('p50', 'p90', 'p99', 'max'))
+        cells = ''.join(f'{values[key]:9.1f}' if values else f'{"-":>9}' for key in ('p50', 'p90', 'p99', 'max'))
         lines.append(f'  {name:<{width - 2}}{cells}')
     pairs = result.get('cross_check')
     if pairs:
         lines.append(f'cross-check: {_count(pairs["pairs"], "pair")}, {pairs["compared"]} compared: {pairs["same"]} same, '
                      f'{pairs["different"]} different; {pairs["not_comparable"]} not comparable, '
                      f'{pairs["without_token_ids"]} without token ids, {pairs["unstreamed_failed"]} unstreamed failed')
-    rates = [f'{result[key]} {label}' for key, label in (('runs_per_s', 'runs/s'), ('ok_runs_per_s', 'ok runs/s'),
-                                                          ('completion_tokens_per_s', 'completion tokens/s'),
-                                                          ('content_events_per_s', 'content events/s'))
-             if result[key] is not None]
-    lines.append(f'wall {result["wall_s"]} s: ' + ', '.join(rates))
+    runs, tokens = ([f'{result[key]} {label}' for key, label in group if result[key] is not None]
+                    for group in ((('runs_per_s', 'runs/s'), ('ok_runs_per_s', 'ok runs/s')),
+                                  (('completion_tokens_per_s', 'completion tokens/s'),
+                                   ('content_events_per_s', 'content events/s'))))
+    lines.append(f'wall {result["wall_s"]} s: ' + ', '.join(runs))
+    if tokens:
+        lines.append('  ' + ', '.join(tokens))
     return '\n'.join(lines + _goodput_lines(result))
-
 
 def _goodput_lines(result: dict) -> list[str]:
     """Goodput against what a first-chunk tool would count, and a sweep's steps and saturation."""
@@ -5468,17 +5548,19 @@ def _goodput_lines(result: dict) -> list[str]:
 
 REPORT_TIMELINE_ROWS = 2000  # runs drawn in the timeline at most (a bounded sample beyond)
 REPORT_ERRORS_PER_KIND = 5  # distinct error messages shown per kind of failure
-LAYER_COLOURS = {None: '#2e7d32', 'connect': '#6a1b9a', 'proxy': '#4a148c', 'tls': '#8e24aa', 'http': '#7b1fa2',
-                 'transport': '#c62828', 'sse': '#ad1457', 'protocol': '#6d4c41', 'application': '#ef6c00',
-                 'cross-check': '#f9a825', 'timeout': '#546e7a',
-                 'interrupted': '#212121', 'client': '#000000'}
+# One colour per layer, far apart (Kelly's colours of maximum contrast), ok in green.
+LAYER_COLOURS = {None: '#008856', 'connect': '#0067a5', 'proxy': '#a1caf1', 'tls': '#875692', 'http': '#e68fac',
+                 'transport': '#be0032', 'sse': '#882d17', 'protocol': '#f3c300', 'application': '#f38400',
+                 'cross-check': '#8db600', 'timeout': '#5e5e5e', 'interrupted': '#222222', 'client': '#c2b280'}
+REPORT_WIDTH = 1400     # the drawings' width in px; they shrink to fit a narrower window
+MIN_LANE_PX, MAX_LANE_PX = 4, 16  # the height of one lane of the timeline
 _REPORT_CSS = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #111; max-width: 1100px; }
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #111; max-width: 1400px; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; }
 table { border-collapse: collapse; } td, th { padding: 2px 10px; border-bottom: 1px solid #ddd; text-align: left; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 code { font-size: 12px; word-break: break-all; }
-svg { display: block; margin: 0.5em 0; } svg text { font-size: 11px; fill: #333; }
+svg { display: block; margin: 0.5em 0; width: 100%; height: auto; } svg text { font-size: 11px; fill: #333; }
 .key span { display: inline-block; margin-right: 1em; } .key .swatch { width: 10px; height: 10px; margin: 0; }
 @media print { body { margin: 0; } h2 { break-after: avoid; } svg { break-inside: avoid; } }
 """
@@ -5571,30 +5653,32 @@ class Report:
             return '<h2>Timeline</h2><p>No runs.</p>'
         shown = rows if len(rows) <= REPORT_TIMELINE_ROWS else \
             [rows[i * len(rows) // REPORT_TIMELINE_ROWS] for i in range(REPORT_TIMELINE_ROWS)]
+        lanes = _lanes(shown)
         origin = rows[0].start
         span = max(row.start - origin + row.duration_ms / 1000 for row in rows) or 1.0
-        height = max(2, min(8, 600 // len(shown)))
-        width, left = 1000, 40
+        height = max(MIN_LANE_PX, min(MAX_LANE_PX, 600 // (max(lanes) + 1)))
+        width, left = REPORT_WIDTH, 40
         scale = (width - left - 10) / span
-        out = ['<h2>Timeline</h2>', f'<p>One row per run, from its start to its end: a tick at the response head, '
-               f'a dot at the first text; {_legend()}' + (f' A sample of {len(shown)} of the {len(rows)} runs, '
-                                                         'evenly spaced in start order.' if len(shown) < len(rows)
-                                                         else '') + '</p>',
-               f'<svg width="{width}" height="{len(shown) * height + 20}" role="img" aria-label="timeline">',
-               f'<text x="{left}" y="{len(shown) * height + 15}">0 s</text>'
-               f'<text x="{width - 10}" y="{len(shown) * height + 15}" text-anchor="end">{span:.2f} s</text>']
-        for i, row in enumerate(shown):
-            x, y = left + (row.start - origin) * scale, i * height
+        bottom = (max(lanes) + 1) * height
+        out = ['<h2>Timeline</h2>', f'<p>One bar per run, from its start to its end, in lanes: a run takes the '
+               f'first lane free when it starts, so there are as many lanes as runs were in flight at most '
+               f'({max(lanes) + 1}). A tick at the response head, a dot at the first text; {_legend()}'
+               + (f' A sample of {len(shown)} of the {len(rows)} runs, evenly spaced in start order.'
+                  if len(shown) < len(rows) else '') + '</p>',
+               f'<svg viewBox="0 0 {width} {bottom + 20}" width="{width}" height="{bottom + 20}" role="img" '
+               f'aria-label="timeline">', _axis(left, width - 10, bottom, 0, span, 's')]
+        for row, lane in zip(shown, lanes):
+            x, y = left + (row.start - origin) * scale, lane * height
             title = f'run {row.run}: ' + (f'NOT OK {row.error}' if row.error else 'ok') + f', {row.duration_ms:.0f} ms'
             marks = ''
             if row.headers_ms is not None:
-                marks += (f'<rect x="{x + row.headers_ms / 1000 * scale:.1f}" y="{y}" width="1.5" height="{height}" '
+                marks += (f'<rect x="{x + row.headers_ms / 1000 * scale:.1f}" y="{y}" width="1.5" height="{height - 1}" '
                           f'fill="#000"/>')
             if row.first_text_ms is not None:
-                marks += (f'<circle cx="{x + row.first_text_ms / 1000 * scale:.1f}" cy="{y + height / 2}" '
-                          f'r="{max(1, height / 2)}" fill="#fff" stroke="#000" stroke-width="0.5"/>')
+                marks += (f'<circle cx="{x + row.first_text_ms / 1000 * scale:.1f}" cy="{y + (height - 1) / 2}" '
+                          f'r="{max(1, (height - 1) / 2)}" fill="#fff" stroke="#000" stroke-width="0.5"/>')
             out.append(f'<g class="run"><title>{_e(title)}</title><rect x="{x:.1f}" y="{y}" '
-                       f'width="{max(1.0, row.duration_ms / 1000 * scale):.1f}" height="{max(1, height - 1)}" '
+                       f'width="{max(1.0, row.duration_ms / 1000 * scale):.1f}" height="{height - 1}" '
                        f'fill="{LAYER_COLOURS.get(row.layer, "#000")}"/>{marks}</g>')
         return '\n'.join(out) + '</svg>'
 
@@ -5611,19 +5695,18 @@ class Report:
                '<p>Each dot an ok run: drift upwards means first text slows as the load goes on.</p>']
         if not points:
             return '\n'.join(out + ['<p>No ok runs.</p>'])
-        origin, width, height, left = rows[0].start, 1000, 260, 70
+        origin, width, height, left = rows[0].start, REPORT_WIDTH, 260, 70
         span = max(start - origin for start, _ in points) or 1.0
         low, top = min(value for _, value in points), max(value for _, value in points)
         room = (top - low) or 1.0
-        out.append(f'<svg width="{width}" height="{height + 30}" role="img" aria-label="first text against start">'
-                   f'<line x1="{left}" y1="{height + 5}" x2="{width}" y2="{height + 5}" stroke="#999"/>'
+        out.append(f'<svg viewBox="0 0 {width} {height + 30}" width="{width}" height="{height + 30}" role="img" '
+                   f'aria-label="first text against start">'
                    f'<line x1="{left}" y1="0" x2="{left}" y2="{height + 5}" stroke="#999"/>'
                    f'<text x="{left - 4}" y="10" text-anchor="end">{top:.1f} ms</text>'
                    f'<text x="{left - 4}" y="{height}" text-anchor="end">{low:.1f} ms</text>'
-                   f'<text x="{left}" y="{height + 20}">0 s</text>'
-                   f'<text x="{width}" y="{height + 20}" text-anchor="end">{span:.2f} s</text>')
+                   + _axis(left + 3, width - 5, height + 5, 0, span, 's'))
         out += [f'<circle cx="{left + 3 + (start - origin) / span * (width - left - 8):.1f}" '
-                f'cy="{height - (value - low) / room * (height - 8):.1f}" r="2" fill="#2e7d32"/>'
+                f'cy="{height - (value - low) / room * (height - 8):.1f}" r="2" fill="{LAYER_COLOURS[None]}"/>'
                 for start, value in points]
         return '\n'.join(out) + '</svg>'
 
@@ -5689,8 +5772,45 @@ def _legend() -> str:
                                           f'{layer or "ok"}</span>' for layer, colour in LAYER_COLOURS.items()) + '</span>'
 
 
+def _lanes(rows: list[_Row]) -> list[int]:
+    """The timeline lane of each run (rows in start order): the first lane whose last run has ended."""
+    ends: list[float] = []  # when each lane's last run ends
+    lanes = []
+    for row in rows:
+        lane = next((i for i, end in enumerate(ends) if end <= row.start), len(ends))
+        if lane == len(ends):
+            ends.append(0.0)
+        ends[lane] = row.start + row.duration_ms / 1000
+        lanes.append(lane)
+    return lanes
+
+
+def _ticks(low: float, high: float, most: int = 8) -> list[float]:
+    """Round values from low to high for an axis: steps of 1, 2 or 5 times a power of ten, at most ``most``."""
+    room = high - low
+    if room <= 0:
+        return [low]
+    step = 10 ** math.floor(math.log10(room / most))
+    step = next(step * factor for factor in (1, 2, 5, 10) if room / (step * factor) <= most)
+    first = math.ceil(low / step) * step
+    return [first + i * step for i in range(int((high - first) / step + 1e-9) + 1)]
+
+
+def _axis(x0: float, x1: float, y: float, low: float, high: float, unit: str) -> str:
+    """A horizontal axis from x0 (low) to x1 (high) at height y, with a labelled tick at each round value."""
+    scale = (x1 - x0) / ((high - low) or 1.0)
+    ticks = _ticks(low, high)
+    decimals = max(0, -math.floor(math.log10(ticks[1] - ticks[0]))) if len(ticks) > 1 else 1
+    out = [f'<line x1="{x0}" y1="{y}" x2="{x1}" y2="{y}" stroke="#999"/>']
+    for tick in ticks:
+        x = x0 + (tick - low) * scale
+        out.append(f'<line x1="{x:.1f}" y1="{y}" x2="{x:.1f}" y2="{y + 4}" stroke="#999"/>'
+                   f'<text x="{x:.1f}" y="{y + 15}" text-anchor="middle">{tick:.{decimals}f} {unit}</text>')
+    return ''.join(out)
+
+
 def _histogram(values: list[float], bins: int = 40) -> str:
-    """An SVG histogram of values (ms)."""
+    """An SVG histogram of values (ms), its axis labelled at round values."""
     if not values:
         return '<p>No ok runs.</p>'
     low, high = min(values), max(values)
@@ -5698,15 +5818,14 @@ def _histogram(values: list[float], bins: int = 40) -> str:
     counts = [0] * bins
     for value in values:
         counts[min(bins - 1, int((value - low) / width_ms))] += 1
-    tallest, width, height, left = max(counts), 1000, 120, 60
-    bar = (width - left) / bins
-    out = [f'<svg width="{width}" height="{height + 20}" role="img" aria-label="histogram">',
-           f'<text x="{left - 4}" y="10" text-anchor="end">{tallest}</text>',
-           f'<text x="{left}" y="{height + 15}">{low:.1f} ms</text>',
-           f'<text x="{width}" y="{height + 15}" text-anchor="end">{high:.1f} ms</text>']
+    tallest, width, height, left = max(counts), REPORT_WIDTH, 120, 60
+    bar = (width - left - 10) / bins
+    out = [f'<svg viewBox="0 0 {width} {height + 22}" width="{width}" height="{height + 22}" role="img" '
+           f'aria-label="histogram">', f'<text x="{left - 4}" y="10" text-anchor="end">{tallest} runs</text>',
+           _axis(left, left + bins * bar, height + 2, low, low + bins * width_ms, 'ms')]
     out += [f'<rect x="{left + i * bar:.1f}" y="{height - count / tallest * height:.1f}" width="{bar - 1:.1f}" '
-            f'height="{count / tallest * height:.1f}" fill="#2e7d32"><title>{_count(count, "run")} from '
-            f'{low + i * width_ms:.1f} ms</title></rect>' for i, count in enumerate(counts) if count]
+            f'height="{count / tallest * height:.1f}" fill="{LAYER_COLOURS[None]}"><title>{_count(count, "run")} '
+            f'from {low + i * width_ms:.1f} ms</title></rect>' for i, count in enumerate(counts) if count]
     return '\n'.join(out) + '</svg>'
 
 
@@ -5900,6 +6019,8 @@ def _target_problem(key: str, keys: dict[str, argparse.Action], value: object) -
         return f'must be {noun}, not {_seen(value)}'
     if action.choices is not None and value not in action.choices:
         return f'must be one of {", ".join(map(str, action.choices))}, not {_preview(str(value))}'
+    if key == 'fixture' and value not in _fixture_server().CHOICES:
+        return f'must be one of the fixture\'s modes (python3 {FIXTURE_FILE} --help), not {_preview(str(value))}'
     return None
 
 
@@ -6558,17 +6679,53 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f'{self.prog}: error: {message}\n')
 
 
+FIXTURE_FILE = 'fixture_server.py'
+FIXTURE_PROFILES = ('guide', 'vllm')  # fixture_server.PROFILES, named here so that --help needs no fixture
+
+
 def _fixture_server():
-    """The fixture module, for --fixture. Imported here rather than at the top: it is a separate
-    tool that only the command line uses, and every import of this module would otherwise load
-    an HTTP server."""
-    import fixture_server
-    return fixture_server
+    """The fixture module, for --fixture: fixture_server.py beside this file, loaded only then, so that
+    this file copied alone runs everything else. UsageError if it is not there."""
+    loaded = sys.modules.get('fixture_server')
+    if loaded is not None:
+        return loaded
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), FIXTURE_FILE)
+    if not os.path.isfile(path):
+        raise UsageError(f'--fixture needs {FIXTURE_FILE} beside {os.path.basename(__file__)} (in '
+                         f'{os.path.dirname(path)}); copy it there, or point --url at a server')
+    spec = importlib.util.spec_from_file_location('fixture_server', path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules['fixture_server'] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules['fixture_server']
+        raise
+    return module
+
+
+def _fixture_mode(fixture, mode: str) -> str:
+    """mode, if the fixture has it; else UsageError with the closest modes."""
+    if mode in fixture.CHOICES:
+        return mode
+    close = difflib.get_close_matches(mode, fixture.CHOICES, n=3)
+    hint = f'did you mean {" or ".join(close)}? ' if close else ''
+    raise UsageError(f'--fixture has no mode {mode!r}; {hint}python3 {FIXTURE_FILE} --help lists its '
+                     f'{len(fixture.CHOICES)} modes')
+
+
+def _program_name(module: str) -> str | None:
+    """How the program was started, when argparse's default (the script's file name) would be wrong:
+    ``python3 -m MODULE``. None otherwise."""
+    spec = getattr(sys.modules.get('__main__'), '__spec__', None)
+    if spec is not None and spec.name == module:
+        return f'{os.path.basename(sys.executable)} -m {module}'
+    return None
 
 
 def _parser() -> OneLineParser:
-    fixture = _fixture_server()
     parser = OneLineParser(
+        prog=_program_name('stream_client'), allow_abbrev=False,
         description='Stream answers from vLLM or another compatible server (chat completions, completions, the '
                     'Responses API or the Anthropic Messages API) and save evidence of whether each really finished: one run, or many at '
                     'once with a summary built from their verdicts. Exit status: 0 every run ok, 1 a run not ok, '
@@ -6658,12 +6815,13 @@ def _parser() -> OneLineParser:
     out.add_argument('--quiet', action='store_true',
                      help='nothing on stderr: no live text, verdict, progress or table (stdout keeps its JSON line)')
     fix = parser.add_argument_group('the built-in fixture')
-    fix.add_argument('--fixture', metavar='MODE', choices=list(fixture.CHOICES),
-                     help='stream from the synthetic fixture, run in this process on a free loopback port. '
-                          f'MODE is one of: {", ".join(fixture.CHOICES)}. Slow on purpose: stall and held-open '
-                          'last until --idle, drip until --deadline. mixed gives each run a mode from a '
-                          'seeded schedule, for a demo of --runs')
-    fix.add_argument('--fixture-profile', choices=list(fixture.PROFILES), default='guide',
+    fix.add_argument('--fixture', metavar='MODE',
+                     help=f'stream from the synthetic fixture ({FIXTURE_FILE}, beside this file), run in this '
+                          'process on a free loopback port. MODE is one of its modes: ok, broken, truncated, '
+                          f'stall... (python3 {FIXTURE_FILE} --help lists them). Slow on purpose: stall and '
+                          'held-open last until --idle, drip until --deadline. mixed gives each run a mode from '
+                          'a seeded schedule, for a demo of --runs')
+    fix.add_argument('--fixture-profile', choices=FIXTURE_PROFILES, default='guide',
                      help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide)")
     read = parser.add_argument_group('reading saved evidence (nothing is sent)')
     read.add_argument('--compare', nargs='+', metavar='RECORD', help='print saved records side by side')
@@ -6826,6 +6984,7 @@ class _Fixture:
 
     def __init__(self, mode: str, profile: str, api: str, seed: int) -> None:
         fixture = _fixture_server()
+        mode = _fixture_mode(fixture, mode)
         if mode != fixture.MIXED and not fixture.applies(mode, api):
             raise UsageError(f'fixture mode {mode} applies to {" and ".join(fixture.ONLY_ON[mode])} only; '
                              f'add --api {fixture.ONLY_ON[mode][0]}')
@@ -6844,6 +7003,7 @@ class LiveView:
     (reasoning dimmed), then a one-line verdict; elsewhere only a failure."""
 
     DIM, RESET = '\x1b[2m', '\x1b[0m'
+    WAIT_NOTICE_S = 3.0  # seconds without anything to show before a run says what it is waiting for
 
     def __init__(self, out, quiet: bool) -> None:
         self.out = out
@@ -6851,10 +7011,32 @@ class LiveView:
         self.live = not quiet and out.isatty()
         self.color = self.live and 'NO_COLOR' not in os.environ
         self.showing = None  # 'reasoning' or 'text' once something was written
+        self._lock = threading.Lock()  # the wait notice is written from a timer's thread
+        self._timer: threading.Timer | None = None
 
     def _write(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
+        with self._lock:
+            self.out.write(text)
+            self.out.flush()
+
+    def start_waiting(self, request: PreparedRequest) -> None:
+        """On a terminal: if nothing has been shown after WAIT_NOTICE_S, say what the run waits for."""
+        if self.live:
+            self._timer = threading.Timer(self.WAIT_NOTICE_S, self.wait_notice, (request,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def wait_notice(self, request: PreparedRequest) -> None:
+        with self._lock:
+            if self.showing is None:
+                self.out.write(f'waiting {self.WAIT_NOTICE_S:g} s so far for the answer from {request.address}; '
+                               f'the run ends after --idle {request.idle:g} s without a byte or at --deadline '
+                               f'{request.deadline:g} s; Ctrl+C stops it and keeps the record\n')
+                self.out.flush()
+
+    def stop_waiting(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
     def reasoning(self, text: str) -> None:
         if self.showing != 'reasoning':
@@ -6876,6 +7058,7 @@ class LiveView:
         self._write(piece)
 
     def verdict(self, record: dict) -> None:
+        self.stop_waiting()
         if self.quiet or (record['ok'] and not self.live):
             return
         if self.showing == 'call':
@@ -6917,10 +7100,9 @@ COMPARE_COLUMNS = (('file', None), ('source', 'source'), ('model', 'model'), ('o
 
 
 def compare_table(paths: list[str], records: list[dict]) -> str:
-    """One aligned row per record."""
-    rows = [[name for name, _ in COMPARE_COLUMNS]]
-    for path, record in zip(paths, records):
-        rows.append([os.path.basename(path)] + [_cell(record.get(key)) for _, key in COMPARE_COLUMNS[1:]])
+    """One line per field and one column per record, so that a few records fit a terminal."""
+    rows = [[name] + [os.path.basename(path) if key is None else _cell(record.get(key))
+                      for path, record in zip(paths, records)] for name, key in COMPARE_COLUMNS]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return '\n'.join('  '.join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
@@ -6978,7 +7160,8 @@ def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _terminate)
-        record = run(request, on_text, on_reasoning, capture, on_call=on_call)
+        view.start_waiting(request)
+        record = run(request, on_text=on_text, on_reasoning=on_reasoning, on_call=on_call, capture=capture)
         status = 0 if record['ok'] else 1
     except Interrupted as exc:
         record = exc.record or failed_record(request, _interrupted_before_sending(exc.signal_name))
@@ -7019,7 +7202,7 @@ def emit(text: str) -> None:
 
 
 def _interrupted_before_sending(signal_name: str) -> StreamError:
-    return _failure('interrupted', f'interrupted by {signal_name} before the request was sent')
+    return _failure('interrupted', f'{signal_name} before the request was sent')
 
 
 def _compare(args, prog: str) -> int:
@@ -7046,10 +7229,29 @@ def _summary_command(args, prog: str) -> int:
     result = summary.result()
     if report_fd is not None:
         write_report(report_fd, report)
-    emit(json.dumps(result, ensure_ascii=False))
-    if not args.quiet and sys.stderr.isatty():
+    person = not args.quiet and sys.stderr.isatty()
+    if person:
         print(summary_table(result), file=sys.stderr)
+    _emit_summary(result, person, None)
+    _say_written(args)
     return 0 if result['runs'] and result['ok'] == result['runs'] else 1
+
+
+def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:
+    """The summary's JSON line on stdout, unless stdout and stderr are both a terminal where a person
+    reads the table instead (the line wraps to a screenful): then a line that says how to get it (from
+    the load's files, when they are not being read already)."""
+    if person and sys.stdout.isatty():
+        later = f'; or run --summary {" ".join(files)}' if files else ''
+        print(f'(the JSON summary goes to stdout when it is redirected{later})', file=sys.stderr)
+    else:
+        emit(json.dumps(result, ensure_ascii=False))
+
+
+def _say_written(args) -> None:
+    """Where the report went, unless --quiet."""
+    if args.report is not None and not args.quiet:
+        print(f'report written to {args.report}', file=sys.stderr)
 
 
 def _load_settings(args) -> list[LoadSettings] | None:
@@ -7203,8 +7405,9 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     _after_signals(cancel.reason is not None)
     result = summary.result()
     view.clear()
-    emit(json.dumps(result, ensure_ascii=False))
     view.finish(result)
+    _emit_summary(result, view.live, [args.output])
+    _say_written(args)
     if write_error:
         print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
               file=sys.stderr)

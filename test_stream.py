@@ -10,6 +10,7 @@ import hashlib
 import html.parser
 import itertools
 import json
+import math
 import os
 import random
 import re
@@ -172,7 +173,7 @@ class ParserTests(unittest.TestCase):
         self.assertEqual(parser.feed(b'data: unfinished'), [])
         self.assertIsNone(parser.finish())
         with self.assertRaises(ValueError):
-            Events().feed(b'x' * 65537)
+            Events().feed(b'x' * (MAX_LINE_CHARS + 1))
         parser = Events()
         parser.feed(b'data: \xe2')
         with self.assertRaises(UnicodeDecodeError):
@@ -181,7 +182,7 @@ class ParserTests(unittest.TestCase):
             Events().feed(b'data: \xff\n\n')
 
     def test_parser_errors_are_stream_errors_of_the_sse_layer(self):
-        for feed in (b'x' * 65537, b'data: \xff\n\n'):
+        for feed in (b'x' * (MAX_LINE_CHARS + 1), b'data: \xff\n\n'):
             with self.subTest(feed=feed[:10]), self.assertRaises(StreamError) as caught:
                 Events().feed(feed)
             self.assertEqual(caught.exception.layer, 'sse')
@@ -209,7 +210,7 @@ class ParserTests(unittest.TestCase):
         with self.assertRaises(StreamError):
             for _ in range(MAX_LINE_CHARS // 4096 + 2):
                 parser.feed(b'y' * 4096)
-        self.assertLessEqual(len(parser._line), MAX_LINE_CHARS + 4096)
+        self.assertLessEqual(parser._open_chars, MAX_LINE_CHARS + 4096)
 
     def test_event_bound_counts_all_data_lines(self):
         line = ('data: ' + 'z' * 60_000 + '\n').encode()
@@ -1009,6 +1010,52 @@ class CompletionChunksTests(unittest.TestCase):
                       outcome(8, 'stop', 8))
 
 
+class AnswerBoundTests(unittest.TestCase):
+    """Every answer within the answer bound gets through, on every API, however the server escapes it:
+    the Responses API repeats the whole text (or arguments) in one data line of its done events and of
+    response.completed. The bytes are vLLM 0.32's (the fixture's vllm profile), with every character
+    escaped as Python's json.dumps does by default, so an astral character takes 12."""
+
+    ASTRAL = '\U0001F600'
+    API_WITH_TOOLS = ('chat', 'responses', 'messages')
+
+    def verdict(self, api: str, plan, spec: stream_client.AnswerSpec | None = None) -> stream_client.Verdict:
+        profile = fixture_server.BUILDERS['vllm', api]('m', 3)
+        profile.dumps = lambda value: json.dumps(value).encode()
+        body = b''.join(b'%x\r\n%s\r\n' % (len(write), write) for write in plan(profile)) + b'0\r\n\r\n'
+        reader = stream_client.ResponseReader(stream_client.VALIDATORS[api](spec=spec))
+        for piece in pieces(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + body, stream_client.READ_SIZE):
+            reader.feed(piece)
+        return stream_client.judge(reader)
+
+    @classmethod
+    def text(cls, chars: int) -> list[str]:
+        return [cls.ASTRAL * 4096] * (chars // 4096) + [cls.ASTRAL * (chars % 4096)]
+
+    def test_a_text_at_the_answer_bound_is_ok_and_one_character_more_is_not(self):
+        for api in stream_client.VALIDATORS:
+            for chars, layer in ((stream_client.MAX_TEXT_CHARS, None), (stream_client.MAX_TEXT_CHARS + 1, 'application')):
+                with self.subTest(api=api, chars=chars):
+                    verdict = self.verdict(api, lambda p: p.preamble() + [p.content(piece) for piece in self.text(chars)]
+                                           + p.closing('stop'))
+                    self.assertEqual(verdict.layer, layer, verdict.message)
+                    if layer:
+                        self.assertIn(f'answer longer than {stream_client.MAX_TEXT_CHARS} characters', verdict.message)
+
+    def test_tool_call_arguments_at_the_answer_bound_are_ok(self):
+        for api in self.API_WITH_TOOLS:
+            with self.subTest(api=api):
+                city = self.text(stream_client.MAX_TEXT_CHARS - len('{"city": ""}'))
+                verdict = self.verdict(api, lambda p: p.tool_calls([('get_weather', ('{"city": "', *city, '"}'))]),
+                                       WEATHER)
+                self.assertEqual(verdict.layer, None, verdict.message)
+
+    def test_the_line_bound_follows_from_the_answer_bound(self):
+        escaped = len(json.dumps(self.ASTRAL)) - 2
+        self.assertEqual(escaped, stream_client.JSON_ESCAPE_CHARS)
+        self.assertGreaterEqual(stream_client.MAX_LINE_CHARS,
+                                2 * stream_client.MAX_TEXT_CHARS * escaped + stream_client.MAX_ENVELOPE_CHARS)
+
 class FramingTests(unittest.TestCase):
     def test_content_length_counts_bytes_and_reports_shortfall_and_overrun(self):
         body = ContentLengthBody(10)
@@ -1194,6 +1241,9 @@ class FixtureVerdictTests(unittest.TestCase):
         'truncated': row(False, True, True, 'transport',
                          {'guide': 'connection closed after 445 of 509 body bytes',
                           'vllm': 'chunked body ended without its terminating chunk'}, ANSWER),
+        'cut-mid-answer': row(False, False, False, 'transport',
+                              {'guide': 'connection closed after', 'vllm': 'chunked body ended without its terminating '
+                                                                           'chunk'}, 'READY '),
         'no-done': row(True, True, False, 'application', {'': 'EOF before [DONE]', 'responses': 'EOF before a terminal',
                                                           'messages': 'EOF before message_stop'}, ANSWER),
         'unterminated': row(True, False, False, 'sse', 'inside an event', ANSWER),
@@ -1238,7 +1288,7 @@ class FixtureVerdictTests(unittest.TestCase):
         'multi-choice': row(None, None, False, 'protocol', 'expected choice index 0, got 1',
                             {'': '', 'completions': 'READY '}),
         'split-utf8': row(True, True, True, None, None, ANSWER),
-        'flood': row(None, None, False, 'sse', 'line longer than 65536 characters without a line end', ''),
+        'flood': row(None, None, False, 'sse', f'line longer than {MAX_LINE_CHARS} characters without a line end', ''),
         'sequence-gap': row(None, None, False, 'protocol',
                             'expected sequence_number 6, got 7 in response.output_text.done: an event was lost', ANSWER),
         'type-mismatch': row(None, None, False, 'protocol', "its event field says 'response.text.delta' but its data "
@@ -1694,7 +1744,13 @@ class FixtureVerdictTests(unittest.TestCase):
             records = [stream(fixture.url, 'm', 'p') for _ in range(40)]
         errors = {record['error'] for record in records if record['error_layer'] == 'http'}
         self.assertEqual(errors, {"http: expected status 200, got 503 Service Unavailable: 'the fixture in mixed "
-                                  "mode served http-error to this request' (Service Unavailable 503)"})
+                                  "mode served http-error to this request'"})  # the type and code repeated the status
+
+    def test_a_server_error_kind_is_kept_when_the_status_does_not_say_it(self):
+        error = {'message': 'no', 'type': 'BadRequestError', 'code': 400}
+        self.assertEqual(stream_client.describe_server_error(error, ('400', 'Bad Request')), "'no' (BadRequestError)")
+        self.assertEqual(stream_client.describe_server_error(error, ('503', 'Service Unavailable')),
+                         "'no' (BadRequestError 400)")
 
     def test_guide_error_page_says_its_message_once(self):
         record = run_fixture('http-error')
@@ -2036,6 +2092,23 @@ class CaptureReplayTests(unittest.TestCase):
         record = stream(f'http://127.0.0.1:{port}/v1/chat/completions', 'm', 'p')
         self.assertEqual(record['error_layer'], 'connect')
         self.assertIn(f'cannot connect to 127.0.0.1:{port}', record['error'])
+        self.assertTrue(record['error'].endswith('; is the server running, and listening on that port?'))
+        if socket.has_ipv6:
+            try:
+                with socket.create_server(('::1', 0), family=socket.AF_INET6) as probe:
+                    port = probe.getsockname()[1]
+            except OSError:
+                return  # no IPv6 loopback here
+            record = stream(f'http://[::1]:{port}/v1/chat/completions', 'm', 'p')
+            self.assertIn(f'cannot connect to [::1]:{port}: ', record['error'])
+
+    def test_a_url_without_scheme_or_path_gets_an_example(self):
+        for url, hint in (('localhost:8000', 'did you mean http://localhost:8000/v1/chat/completions?'),
+                          ('http://127.0.0.1:8000/v1', 'did you mean /v1/chat/completions?'),
+                          ('http://127.0.0.1:8000/v1/', 'did you mean /v1/chat/completions?')):
+            with self.subTest(url=url), self.assertRaises(ValueError) as caught:
+                stream_client.prepare(url, 'm', 'p')
+            self.assertIn(hint, str(caught.exception))
 
     def test_invalid_arguments_raise_before_connecting(self):
         bad = [('ftp://127.0.0.1/v1/chat/completions', {}), ('https://user:secret@example.com/v1/chat/completions', {}),
@@ -2772,6 +2845,10 @@ class LoadTests(unittest.TestCase):
         for record in (first, stale, after):
             summary.add(record)
         self.assertEqual(summary.result()['stale_connection_failures'], 1)
+        # The stale run got no head, but its connection had carried the fixture's answer: so does the record,
+        # and a summary of the three is not refused as mixing sources.
+        self.assertEqual([record['source'] for record in (first, stale, after)], ['fixture'] * 3)
+        self.assertEqual(summary.result()['sources'], ['fixture'])
 
     def test_plain_http_is_judged_by_the_address_a_name_resolves_to(self):
         real = socket.getaddrinfo
@@ -3000,15 +3077,58 @@ class LoadTests(unittest.TestCase):
         self.assertIn(status, (0, 1))
         self.assertRegex(text, r'\r\x1b\[Kruns \d+/12  ok \d+  not ok \d+  [\d.]+ s  p50 first text (\d+ ms|-)')
         self.assertIn('\r\x1b[Kruns 12  ok ', text)
-        self.assertIn('over ', text)
+        self.assertIn('latency of ', text)
         self.assertIn('content-event gaps', text)
 
-    def test_the_summary_line_starts_on_a_cleared_line_when_stdout_is_the_terminal_too(self):
+    def test_on_a_terminal_the_table_replaces_the_json_line(self):
         status, text = run_in_terminal('--fixture', 'ok', '--runs', '6', '--concurrency', '2', '--output', 'c.jsonl',
-                                       cwd=self.tmp.name, stdout_too=True)
+                                       '--report', 'c.html', cwd=self.tmp.name, stdout_too=True)
         self.assertEqual(status, 0, text)
-        self.assertRegex(text, r'p50 first text \d+ ms\r\x1b\[K\{"runs": 6, ')  # not appended to the status line
-        self.assertLess(text.index('{"runs": 6'), text.index('over 6 ok runs'))  # then the table
+        self.assertRegex(text, r'p50 first text \d+ ms\r\x1b\[Kruns 6  ok 6')  # the table starts on a cleared line
+        self.assertNotIn('{"runs"', text)  # 1.5 KB of JSON would wrap to a screenful before the table
+        self.assertIn('(the JSON summary goes to stdout when it is redirected; or run --summary c.jsonl)', text)
+        self.assertTrue(text.rstrip().endswith('report written to c.html'), text)
+        for line in text.split('\r\x1b[K')[-1].splitlines():
+            self.assertLessEqual(len(line), 100, line)
+        status, text = run_in_terminal('--summary', 'c.jsonl', cwd=self.tmp.name, stdout_too=True)
+        self.assertEqual(status, 0, text)
+        self.assertIn('latency of 6 ok runs', text)
+        self.assertIn('(the JSON summary goes to stdout when it is redirected)', text)
+
+    def test_a_run_that_shows_nothing_says_what_it_waits_for(self):
+        class Terminal(list):
+            def isatty(self) -> bool:
+                return True
+            write = list.append
+
+            def flush(self) -> None:
+                pass
+        request = stream_client.prepare('http://[::1]:8000/v1/chat/completions', 'm', 'p', idle=10, deadline=60)
+        quiet, shown = Terminal(), Terminal()
+        stream_client.LiveView(quiet, False).wait_notice(request)  # the timer's call, made at once
+        self.assertEqual(''.join(quiet), f'waiting {stream_client.LiveView.WAIT_NOTICE_S:g} s so far for the answer '
+                                         'from [::1]:8000; the run ends after --idle 10 s without a byte or at '
+                                         '--deadline 60 s; Ctrl+C stops it and keeps the record\n')
+        view = stream_client.LiveView(shown, False)
+        view.text('READY')
+        view.wait_notice(request)  # too late: something is on the screen
+        self.assertEqual(shown, ['READY'])
+        view.start_waiting(request)
+        view.verdict(fake_record(0))
+        self.assertTrue(view._timer.finished.is_set())  # the verdict cancelled the notice
+
+    def test_the_tables_fit_80_columns(self):
+        summary = stream_client.Summary()
+        for run in range(30):
+            summary.add(fake_record(run, ok=run % 3 == 0, error=f'{stream_client.LAYERS[run % 11]}: '
+                                                                f'{"a long message " * 10}{run}'))
+        table = stream_client.summary_table(summary.result())
+        self.assertIn('not ok by layer', table)
+        for line in table.splitlines():
+            self.assertLessEqual(len(line), stream_client.TERMINAL_COLUMNS, line)
+        records = [{**fake_record(0), 'model': 'Qwen/Qwen2.5-1.5B-Instruct', 'source': 'endpoint'}] * 2
+        for line in stream_client.compare_table(['before.json', 'after.json'], records).splitlines():
+            self.assertLessEqual(len(line), stream_client.TERMINAL_COLUMNS, line)
 
     def test_a_summary_counts_the_runs_each_load_planned(self):
         def line(run: int, load_id: str | None, runs: int) -> dict:
@@ -3130,6 +3250,35 @@ class ReportTests(unittest.TestCase):
         self.assertIn(f'A sample of {stream_client.REPORT_TIMELINE_ROWS} of the 2500 runs', page)
         self.assertEqual(reader.cell('not ok: transport'), '250')
         self.assertIn('250 runs, 1 distinct message', page)
+
+    def test_the_layers_colours_are_far_apart(self):
+        def rgb(colour: str) -> tuple[int, ...]:
+            return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+        colours = list(stream_client.LAYER_COLOURS.values())
+        self.assertEqual(set(stream_client.LAYER_COLOURS) - {None}, set(stream_client.LAYERS))
+        closest = min(math.dist(rgb(a), rgb(b)) for a, b in itertools.combinations(colours, 2))
+        self.assertGreater(closest, 60)  # the four purples and two blacks of before were under 45 apart
+
+    def test_the_timeline_packs_runs_in_lanes_and_the_axes_have_round_ticks(self):
+        summary = stream_client.Summary()
+        report = stream_client.Report(summary)
+        for run in range(500):  # four in flight at a time, each 100 ms long, 25 ms apart
+            record = fake_record(run, start=f'2026-11-30T10:00:{run * 25 // 1000:02d}.{run * 25 % 1000:03d}Z')
+            record['duration_ms'] = 100.0
+            summary.add(record)
+            report.add(record)
+        page = report.html()
+        self.assertEqual(PageReader(page).rows, 500)
+        self.assertIn('as many lanes as runs were in flight at most (4)', page)
+        heights = {float(value) for value in re.findall(r'<rect x="[\d.]+" y="\d+" width="[\d.]+" height="([\d.]+)" '
+                                                        r'fill="#008856"/>', page)}
+        self.assertEqual(heights, {stream_client.MAX_LANE_PX - 1})  # not 1 px: 500 runs share 4 lanes
+        self.assertEqual(stream_client._lanes(report.rows[:6]), [0, 1, 2, 3, 0, 1])
+        self.assertEqual(stream_client._ticks(0, 12.4), [0, 2, 4, 6, 8, 10, 12])
+        self.assertEqual(stream_client._ticks(152.0, 155.4), [152.0, 152.5, 153.0, 153.5, 154.0, 154.5, 155.0])
+        for label in ('0 s', '2 s', '10 s', '12 s'):  # the span is 12.575 s
+            self.assertTrue(f'>{label}</text>' in page, label)
+        self.assertTrue('viewBox="0 0 1400 ' in page)
 
     def test_report_rules_on_the_command_line(self):
         (self.dir / 'taken.html').write_text('kept')
@@ -3404,20 +3553,20 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual(ok.stderr, '')
         self.assertEqual(failed.stderr, 'NOT OK [application]: EOF before [DONE] after 2 content events\n')
 
-    def test_compare_prints_one_aligned_row_per_record(self):
+    def test_compare_prints_one_aligned_column_per_record(self):
         for mode in ('ok', 'broken'):
             self.cli(mode, '--output', f'{mode}.json')
         done = run_cli('--compare', 'ok.json', 'broken.json', cwd=self.tmp.name)
         self.assertEqual((done.returncode, done.stderr), (0, ''))
-        header, ok, broken = done.stdout.splitlines()
-        self.assertEqual(header.split(), ['file', 'source', 'model', 'ok', 'layer', 'headers', 'ms', '1st', 'event',
-                                          'ms', '1st', 'text', 'ms', 'duration', 'ms', 'events', 'tokens', 'text',
-                                          'reads', 'buffered'])
+        lines = done.stdout.splitlines()
+        self.assertEqual([line[:12].rstrip() for line in lines], [name for name, _ in stream_client.COMPARE_COLUMNS])
+        rows = {name: line[12:].split() for (name, _), line in zip(stream_client.COMPARE_COLUMNS, lines)}
         reads = json.loads((self.dir / 'ok.json').read_text())['content_reads']  # 1 or 2, as the reads fell
-        self.assertEqual(ok.split()[:5] + ok.split()[-4:], ['ok.json', 'fixture', 'synthetic-fixture', 'yes', '-',
-                                                              '2', '3', str(reads), '-'])
-        self.assertEqual(broken.split()[:5], ['broken.json', 'fixture', 'synthetic-fixture', 'no', 'application'])
-        self.assertEqual(header.index('ok'), ok.index('yes'))
+        self.assertEqual(rows['file'], ['ok.json', 'broken.json'])
+        self.assertEqual([rows[name] for name in ('source', 'ok', 'layer', 'events', 'tokens', 'text reads')],
+                         [['fixture', 'fixture'], ['yes', 'no'], ['-', 'application'], ['2', '2'], ['3', '-'],
+                          [str(reads), rows['text reads'][1]]])
+        self.assertEqual(lines[0].index('broken.json'), lines[3].index('no'))  # aligned
 
     def test_compare_refuses_to_mix_sources_unless_asked(self):
         self.cli('ok', '--output', 'fixture.json')
@@ -3437,7 +3586,7 @@ class CommandLineTests(unittest.TestCase):
                               done.stderr)
         done = run_cli('--compare', 'replay.json', 'endpoint.json', '--mixed-sources', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertEqual(len(done.stdout.splitlines()), 3)
+        self.assertEqual(len(done.stdout.splitlines()), len(stream_client.COMPARE_COLUMNS))
 
     def test_compare_warns_when_the_configurations_differ(self):
         self.cli('ok', '--output', 'a.json')
@@ -3458,9 +3607,32 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual((record['http']['framing'], record['source']), ('chunked', 'fixture'))
         self.assertRegex(record['response_id'], r'^chatcmpl-[0-9a-f]{16}$')
         usage = re.sub(r'-\n\s+', '-', run_cli('--help', cwd=self.tmp.name).stdout)  # argparse wraps at hyphens
-        for mode in fixture_server.MODES:
-            self.assertIn(mode, usage)
         self.assertIn('drip until --deadline', ' '.join(usage.split()))
+        self.assertEqual(stream_client.FIXTURE_PROFILES, tuple(fixture_server.PROFILES))
+
+    def test_a_mistyped_fixture_mode_gets_the_close_ones_in_one_line(self):
+        done = run_cli('--fixture', 'okk', '--output', 'run.json', cwd=self.tmp.name)
+        self.assertEqual((done.returncode, done.stderr.count('\n')), (2, 1), done.stderr)
+        self.assertIn("no mode 'okk'; did you mean ok?", done.stderr)
+        self.assertFalse((self.dir / 'run.json').exists())
+        for args, words in ((['--mode', 'okk'], "no mode 'okk'; did you mean ok?"),
+                            (['--mode', 'tool-cal'], 'did you mean tool-call'),
+                            (['--tls-cert', 'a.pem'], '--tls-cert and --tls-key go together')):
+            with self.subTest(args=args):
+                done = subprocess.run([sys.executable, str(HERE / 'fixture_server.py'), '--port', '0', *args],
+                                      capture_output=True, text=True, timeout=30)
+                self.assertEqual((done.returncode, done.stderr.count('\n')), (2, 1), done.stderr)
+                self.assertIn(words, done.stderr)
+                self.assertTrue(done.stderr.startswith('fixture_server.py: error: '), done.stderr)
+
+    def test_abbreviated_flags_are_refused(self):
+        done = run_cli('--fixture', 'ok', '--max-token', '64', '--output', 'run.json', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 2)
+        self.assertIn('unrecognized arguments: --max-token', done.stderr)
+        done = subprocess.run([sys.executable, str(HERE / 'fixture_server.py'), '--mod', 'ok'],
+                              capture_output=True, text=True, timeout=30)
+        self.assertEqual(done.returncode, 2)
+        self.assertIn('unrecognized arguments: --mod', done.stderr)
 
     def test_scripts_name_themselves_as_invoked(self):
         for script, name in (('stream_client.py', 'stream-client'), ('fixture_server.py', 'stream-fixture')):
@@ -3509,10 +3681,12 @@ class CommandLineTests(unittest.TestCase):
     def test_module_entry_points_and_version(self):
         version = subprocess.run([sys.executable, '-m', 'stream_client', '--version'], cwd=HERE,
                                  capture_output=True, text=True, timeout=30)
-        self.assertEqual(version.stdout.strip(), f'stream_client.py {stream_client.__version__}')
+        python = os.path.basename(sys.executable)
+        self.assertEqual(version.stdout.strip(), f'{python} -m stream_client {stream_client.__version__}')
         fixture_help = subprocess.run([sys.executable, '-m', 'fixture_server', '--help'], cwd=HERE,
                                       capture_output=True, text=True, timeout=30)
         self.assertIn('--profile', fixture_help.stdout)
+        self.assertTrue(fixture_help.stdout.startswith(f'usage: {python} -m fixture_server'), fixture_help.stdout)
 
     def test_signals_leave_a_valid_record(self):
         for signum, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
@@ -3532,7 +3706,7 @@ class CommandLineTests(unittest.TestCase):
                 record = json.loads(output.read_text())
                 self.assertEqual((record['ok'], record['error_layer'], record['text']),
                                  (False, 'interrupted', 'READY \u2713'))
-                self.assertIn(signum.name, record['error'])
+                self.assertRegex(record['error'], rf'^interrupted: {signum.name} during the \w+ phase after ')
                 self.assertFalse(json.loads(stdout)['ok'])
 
 
@@ -4449,7 +4623,7 @@ class CrossCheckTests(unittest.TestCase):
         self.assertTrue(record['ok'], record['error'])
         cross = record['cross_check']
         self.assertEqual(cross['same'], None)
-        self.assertTrue(cross['unstreamed_problem'].startswith('interrupted: interrupted by SIGTERM'),
+        self.assertTrue(cross['unstreamed_problem'].startswith('interrupted: SIGTERM'),
                         cross['unstreamed_problem'])
 
     def test_summary_and_report_count_the_pairs(self):
@@ -4529,7 +4703,7 @@ def responses_events(*bodies: dict) -> list[tuple[str, str]]:
 
 def fake_exchange(phase: str, *, proxy: bool = False, started_ago: float = 0.0, **extra) -> types.SimpleNamespace:
     """Enough of an Exchange for the transport's failures, without a socket."""
-    request = types.SimpleNamespace(host='127.0.0.1', port=9, scheme='http', idle=1.0, deadline=5.0,
+    request = types.SimpleNamespace(host='127.0.0.1', port=9, address='127.0.0.1:9', scheme='http', idle=1.0, deadline=5.0,
                                     proxy=types.SimpleNamespace(address='127.0.0.1:3128',
                                                                 connect_request=lambda host, port: b'')
                                     if proxy else None)
@@ -4650,7 +4824,8 @@ FAILURE_PRODUCERS = {
                                                          fake_exchange('BODY')).kind,
     'unended_after_terminal': lambda: stream_client._timeout_failure(_done_but_unended()).kind,
     'line_too_long': lambda: kind_raised(lambda: Events().feed(b'x' * (MAX_LINE_CHARS + 1))),
-    'event_too_long': lambda: kind_raised(lambda: Events().feed((b'data: ' + b'x' * 60_000 + b'\n') * 20)),
+    'event_too_long': lambda: with_bound('MAX_EVENT_CHARS', 1000, lambda: kind_raised(
+        lambda: Events().feed((b'data: ' + b'x' * 600 + b'\n') * 2))),
     'invalid_utf8': lambda: kind_raised(lambda: Events().feed(b'data: \xff\n\n')),
     'eof_in_utf8': lambda: (lambda parser: (parser.feed('é'.encode()[:1]), parser.pending().kind)[1])(Events()),
     'eof_in_line': lambda: kind_of_response(SSE_HEAD + b'\r\ndata: {}'),
@@ -4958,6 +5133,143 @@ class HostileCaseTests(unittest.TestCase):
                     server.close()
                 self.assertEqual([(record['ok'], record['error_layer']) for record in records],
                                  list(zip(case['expect_ok'], case['expect_layer'])), [r['error'] for r in records])
+
+
+class ModuleShapeTests(unittest.TestCase):
+    """What a maintainer relies on: ``__all__`` names exactly the public API (as httpx's
+    tests/test_exported_members.py checks), and the map in the docstring stays true."""
+
+    def test_all_names_exactly_the_public_names(self):
+        tree = ast.parse(Path(CLIENT).read_text(encoding='utf-8'))
+        defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+        defined |= {target.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                    for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                    if isinstance(target, ast.Name)}
+        public = sorted(name for name in defined if not name.startswith('_'))
+        self.assertEqual(public, sorted(stream_client.__all__))  # a new name is public only when it says so
+        self.assertEqual(len(stream_client.__all__), len(set(stream_client.__all__)))
+        for name in stream_client.__all__:
+            self.assertTrue(getattr(stream_client, name).__doc__ or name.isupper(), f'{name} has no docstring')
+
+    def test_the_module_map_names_every_section_banner_and_every_validator(self):
+        source = Path(CLIENT).read_text(encoding='utf-8')
+        banners = re.findall(r'^# -{20,}\n# (.+)\n# -{20,}$', source, re.M)
+        doc = stream_client.__doc__
+        titles = re.findall(r'^(\d+)\. (.+)$', doc, re.M)
+        self.assertEqual([int(number) for number, _ in titles], list(range(1, len(titles) + 1)))
+        self.assertEqual([title for _, title in titles], banners)
+        named = set(re.findall(r'``(\w+)(?:\(\))?``', doc))
+        for validator in stream_client.VALIDATORS.values():
+            self.assertIn(validator.__name__, named)
+        instances = (stream_client.ChatChunks(), stream_client.ResponseReader(stream_client.ChatChunks()))
+        for name in named - {'__all__'}:
+            with self.subTest(name=name):  # every name the docstring gives exists, so none goes stale
+                self.assertTrue(hasattr(stream_client, name) or any(hasattr(thing, name) for thing in instances), name)
+
+def github_anchor(heading: str) -> str:
+    """The #anchor GitHub gives a Markdown heading."""
+    return re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
+
+
+class DocsTests(unittest.TestCase):
+    """The manual in docs/ stays whole: every flag and fixture mode is documented, and no link is dead."""
+
+    PAGES = [HERE / 'README.md', *sorted((HERE / 'docs').glob('*.md'))]
+
+    def docs_text(self) -> str:
+        return '\n'.join(page.read_text(encoding='utf-8') for page in self.PAGES[1:])
+
+    def test_every_flag_that_help_prints_is_in_the_docs(self):
+        docs = self.docs_text()
+        for script in ('stream_client.py', 'fixture_server.py'):
+            usage = subprocess.run([sys.executable, str(HERE / script), '--help'], capture_output=True, text=True,
+                                   timeout=30).stdout
+            flags = set(re.findall(r'(?<![\w-])(--[a-z][a-z-]*)', re.sub(r'-\n\s+', '-', usage)))
+            self.assertGreater(len(flags), 10)
+            for flag in sorted(flags):
+                with self.subTest(script=script, flag=flag):
+                    self.assertTrue(re.search(rf'(?<![\w-]){re.escape(flag)}(?![a-z-])', docs), f'{flag} is not in docs/')
+
+    def test_every_fixture_mode_is_in_the_docs(self):
+        docs = self.docs_text()
+        for mode in fixture_server.CHOICES:
+            with self.subTest(mode=mode):
+                self.assertIn(f'| `{mode}` |', docs)  # a row of the fixture's table of modes
+
+    def test_every_relative_link_resolves(self):
+        anchors = {}
+        for page in self.PAGES:
+            text = re.sub(r'```.*?```', '', page.read_text(encoding='utf-8'), flags=re.S)
+            anchors[page.resolve()] = {github_anchor(heading) for heading in re.findall(r'^#+ (.+)$', text, re.M)}
+        links = 0
+        for page in self.PAGES:
+            text = re.sub(r'```.*?```', '', page.read_text(encoding='utf-8'), flags=re.S)
+            for target in re.findall(r'\]\(([^)\s]+)\)', text):
+                if re.match(r'[a-z]+:', target):
+                    continue  # not relative
+                links += 1
+                path, _, anchor = target.partition('#')
+                destination = (page.parent / path).resolve() if path else page.resolve()
+                with self.subTest(page=page.name, link=target):
+                    self.assertTrue(destination.exists(), f'{page.name} links to {target}, which does not exist')
+                    if anchor and destination.suffix == '.md':
+                        self.assertIn(anchor, anchors.get(destination, set()), f'{page.name}: no heading #{anchor}')
+        self.assertGreater(links, 20)
+
+    def test_each_doc_opens_with_what_it_is_for_and_who_needs_it(self):
+        for page in self.PAGES[1:]:
+            with self.subTest(page=page.name):
+                title, blank, first, *_ = page.read_text(encoding='utf-8').splitlines()
+                self.assertTrue(title.startswith('# ') and blank == '', page.name)
+                self.assertRegex(first, r'^For (anyone|everyone)')
+
+    def test_the_readme_stays_short_and_its_test_command_is_what_ci_runs(self):
+        readme = (HERE / 'README.md').read_text(encoding='utf-8')
+        self.assertLessEqual(len(readme.splitlines()), 250)
+        self.assertTrue(readme.split('```sh\n')[1].startswith('python3 stream_client.py --fixture ok --output '
+                                                               'fixture-ok.json\npython3 -m unittest\n```'))
+        self.assertIn('"$python" -m unittest 2>&1', (HERE / '.ci' / 'run').read_text())
+
+class CopiedAloneTests(unittest.TestCase):
+    """stream_client.py copied alone into an empty folder, run by an isolated Python (-I: nothing on the
+    path but the standard library), as on a GPU host: everything but --fixture works."""
+
+    def setUp(self) -> None:
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.dir = Path(tmp.name)
+        (self.dir / 'stream_client.py').write_bytes(Path(CLIENT).read_bytes())
+
+    def alone(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, '-I', 'stream_client.py', *args], cwd=self.dir, capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL, env={'PATH': os.environ['PATH']})
+
+    def test_help_a_run_a_load_and_its_summary(self):
+        self.assertEqual(sorted(path.name for path in self.dir.iterdir()), ['stream_client.py'])
+        done = self.alone('--help')
+        self.assertEqual((done.returncode, done.stderr), (0, ''))
+        self.assertIn('--fixture MODE', done.stdout)
+        with Fixture() as fixture:
+            one = self.alone('--url', fixture.url, '--model', 'm', '--output', 'run.json')
+            self.assertEqual(one.returncode, 0, one.stderr)
+            self.assertTrue(json.loads((self.dir / 'run.json').read_text())['ok'])
+            load = self.alone('--url', fixture.url, '--model', 'm', '--runs', '4', '--concurrency', '2',
+                              '--output', 'load.jsonl')
+            self.assertEqual(load.returncode, 0, load.stderr)
+        self.assertEqual(json.loads(load.stdout)['ok'], 4)
+        summary = self.alone('--summary', 'load.jsonl')
+        self.assertEqual(summary.returncode, 0, summary.stderr)
+        self.assertEqual(json.loads(summary.stdout)['runs'], 4)
+
+    def test_fixture_without_its_file_is_one_line_and_exit_2(self):
+        done = self.alone('--fixture', 'ok', '--output', 'run.json')
+        self.assertEqual((done.returncode, done.stdout), (2, ''))
+        self.assertRegex(done.stderr, r'^stream_client\.py: error: --fixture needs fixture_server\.py beside '
+                                      r'stream_client\.py .*\n$')
+        self.assertFalse((self.dir / 'run.json').exists())
+        (self.dir / 'fixture_server.py').write_bytes((HERE / 'fixture_server.py').read_bytes())
+        done = self.alone('--fixture', 'ok', '--output', 'run.json')  # beside it, -I or not, it is found
+        self.assertEqual(done.returncode, 0, done.stderr)
 
 
 if __name__ == '__main__':
