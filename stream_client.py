@@ -33,13 +33,13 @@ keeps this map and the banners in step):
    ``finish()`` and ``fields()``; an ``AnswerSpec`` says what the request
    asked for (text, tool calls, JSON).
 5. The answer as a whole: the signals one stream shows, the unstreamed twin, the cross-check (sans-IO)
-   ``answer_problem()`` adds the signals of a finished stream (the whole
+   ``_answer_problem()`` adds the signals of a finished stream (the whole
    budget used by a tool-call finish, tool-call markup in the text);
    ``unstreamed_answer()`` parses an unstreamed answer, and
    ``compare_answers()`` is the ``--cross-check`` of the two.
 6. HTTP: the response head and the body framing (sans-IO)
-   ``ResponseHeadParser`` reads the status line and headers strictly,
-   ``body_reader()`` chooses the framing, and one reader per framing knows
+   ``_ResponseHeadParser`` reads the status line and headers strictly,
+   ``_body_reader()`` chooses the framing, and one reader per framing knows
    how its body ends.
 7. The whole response (sans-IO): bytes in, the answer's pieces and the verdict out
    ``ResponseReader`` composes 2 to 6: bytes in through ``feed()`` and
@@ -50,13 +50,13 @@ keeps this map and the banners in step):
    ``prepare()`` returns a frozen ``PreparedRequest``, which is what a run sends.
 9. Transport: one request, read under the idle timeout and the overall deadline
    ``run()`` connects, sends, and is the socket loop around a ``ResponseReader``,
-   filling an ``Exchange`` (what a run saw) and its ``Timeline``; with
+   filling an ``_Exchange`` (what a run saw) and its ``_Timeline``; with
    ``--cross-check`` it then sends the unstreamed twin.
 10. The verdict and the evidence record
     ``judge()`` decides why a run is not ok, in one place and without I/O,
     from a ``ResponseReader`` and the transport's failure, which is built next
     to it (timeouts, the deadline, a stale connection, a signal);
-    ``build_record()`` turns an exchange into the evidence record.
+    ``_build_record()`` turns an exchange into the evidence record.
 11. Many runs: a load of strict runs, and a summary built from their verdicts
     ``run_load()`` runs prepared requests from worker threads (or forked
     worker processes); ``Summary`` aggregates their records, with goodput
@@ -147,20 +147,20 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 MAX_TEXT_CHARS = 1_048_576    # the answer bound: the assembled text and tool-call arguments (and, apart, the reasoning)
-JSON_ESCAPE_CHARS = 12        # the longest JSON escape of one character: an astral one as two \\uXXXX escapes
-MAX_ENVELOPE_CHARS = 1_048_576  # what one event carries besides the answer: ids, usage, the settings echoed
+_JSON_ESCAPE_CHARS = 12        # the longest JSON escape of one character: an astral one as two \\uXXXX escapes
+_MAX_ENVELOPE_CHARS = 1_048_576  # what one event carries besides the answer: ids, usage, the settings echoed
 # One SSE event, and one line of it. The Responses API repeats the whole answer (text, reasoning and
 # arguments) in one data line of its done events and of response.completed, so these bounds follow from
 # the answer bound: every answer within MAX_TEXT_CHARS fits, however the server escapes it.
-MAX_EVENT_CHARS = 2 * MAX_TEXT_CHARS * JSON_ESCAPE_CHARS + MAX_ENVELOPE_CHARS
+MAX_EVENT_CHARS = 2 * MAX_TEXT_CHARS * _JSON_ESCAPE_CHARS + _MAX_ENVELOPE_CHARS
 MAX_LINE_CHARS = MAX_EVENT_CHARS
-MAX_TOKEN_IDS = 1_048_576     # generated token ids kept from one answer (--cross-check)
-MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
-MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
-READ_SIZE = 65_536            # each recv() asks for this much; it returns what is there
-MAX_CAPTURE_BYTES = 16 * 1024 * 1024  # raw response bytes kept for --capture
-DATA_PREFIX = 'data: '        # the usual start of an SSE data line (the space is optional)
-REPLAY_HEADER = 'x-synthetic-fixture'  # fixture_server.py adds "x-synthetic-fixture: replay" to a replayed capture
+_MAX_TOKEN_IDS = 1_048_576     # generated token ids kept from one answer (--cross-check)
+_MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
+_MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
+_READ_SIZE = 65_536            # each recv() asks for this much; it returns what is there
+_MAX_CAPTURE_BYTES = 16 * 1024 * 1024  # raw response bytes kept for --capture
+_DATA_PREFIX = 'data: '        # the usual start of an SSE data line (the space is optional)
+_REPLAY_HEADER = 'x-synthetic-fixture'  # fixture_server.py adds "x-synthetic-fixture: replay" to a replayed capture
 
 # Where a run failed, in the order a response is received.
 LAYERS = ('connect', 'proxy', 'tls', 'http', 'transport', 'sse', 'protocol',
@@ -327,7 +327,7 @@ class SSEDecodeError(SSEError, UnicodeDecodeError):
         self.layer, self.kind, self.message, self.server_error = 'sse', kind, message, None
 
 
-class StaleConnectionError(StreamError):
+class _StaleConnectionError(StreamError):
     """A reused connection that ended before any response byte: the server or a proxy closed it while
     it was idle (layer ``transport``). Not retried: the load counts these apart."""
 
@@ -427,7 +427,7 @@ class Events:
         block = ''.join(self._open) + text[:last] if self._open else text[:last]
         self._open, self._open_chars = [], 0
         self._hold(text[last + 1:])
-        if not self._data and not self._type and block.endswith('\n') and block.startswith(DATA_PREFIX):
+        if not self._data and not self._type and block.endswith('\n') and block.startswith(_DATA_PREFIX):
             events = self._single_line_events(block[:-1])
             if events is not None:
                 return self._untyped(events)
@@ -480,11 +480,11 @@ class Events:
     @staticmethod
     def _single_line_events(core: str) -> list[str] | None:
         """Split ``data: A\\n\\ndata: B`` into ['A', 'B'], or None if the block has another shape."""
-        events = core.split('\n\n' + DATA_PREFIX)
+        events = core.split('\n\n' + _DATA_PREFIX)
         if core.count('\n') != 2 * (len(events) - 1):
             return None  # some event has several lines, or extra blank lines
-        events[0] = events[0][len(DATA_PREFIX):]
-        if max(map(len, events)) > MAX_LINE_CHARS - len(DATA_PREFIX):
+        events[0] = events[0][len(_DATA_PREFIX):]
+        if max(map(len, events)) > MAX_LINE_CHARS - len(_DATA_PREFIX):
             raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters')
         return events
 
@@ -644,11 +644,11 @@ def _seen(value: object) -> str:
 # construct by construct; what has no faithful translation is refused, never given a looser meaning.
 # Compiled with re.ASCII, \d, \w and \b keep ECMA's ASCII meaning; the rest is spelled out here.
 
-ECMA_SPACE = '\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff'  # \s: WhiteSpace, LineTerminator
-ECMA_NOT_NEWLINE = '[^\n\r\u2028\u2029]'  # what . matches
-CONTROL_ESCAPES = {'t': '\t', 'n': '\n', 'v': '\x0b', 'f': '\x0c', 'r': '\r'}
+_ECMA_SPACE = '\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff'  # \s: WhiteSpace, LineTerminator
+_ECMA_NOT_NEWLINE = '[^\n\r\u2028\u2029]'  # what . matches
+_CONTROL_ESCAPES = {'t': '\t', 'n': '\n', 'v': '\x0b', 'f': '\x0c', 'r': '\r'}
 # General_Category names and aliases ECMA-262 accepts in \p{...}, each to the categories it covers.
-GENERAL_CATEGORIES = {
+_GENERAL_CATEGORIES = {
     'L': 'Lu Ll Lt Lm Lo', 'Letter': 'Lu Ll Lt Lm Lo', 'LC': 'Lu Ll Lt', 'Cased_Letter': 'Lu Ll Lt',
     'Lu': 'Lu', 'Uppercase_Letter': 'Lu', 'Ll': 'Ll', 'Lowercase_Letter': 'Ll', 'Lt': 'Lt',
     'Titlecase_Letter': 'Lt', 'Lm': 'Lm', 'Modifier_Letter': 'Lm', 'Lo': 'Lo', 'Other_Letter': 'Lo',
@@ -693,10 +693,10 @@ def _property_members(name: str) -> str:
         return '\\x00-\\U0010ffff'
     if key == 'ASCII':
         return '\\x00-\\x7f'
-    if key not in GENERAL_CATEGORIES:
+    if key not in _GENERAL_CATEGORIES:
         raise SchemaError(f'the property class \\p{{{name}}} is not supported (only General_Category '
                           'values, ASCII and Any are)', 'unsupported')
-    ranges = sorted(piece for category in GENERAL_CATEGORIES[key].split() for piece in _category_ranges(category))
+    ranges = sorted(piece for category in _GENERAL_CATEGORIES[key].split() for piece in _category_ranges(category))
     return ''.join(f'\\U{low:08x}' if low == high else f'\\U{low:08x}-\\U{high:08x}' for low, high in ranges)
 
 
@@ -734,7 +734,7 @@ class _EcmaPattern:
                 self.out.append('\\Z')  # end of input only: Python's $ also matches before a final newline
                 self.quantifiable = False
             elif char == '.':
-                self.out.append(ECMA_NOT_NEWLINE)
+                self.out.append(_ECMA_NOT_NEWLINE)
                 self.quantifiable = True
             else:
                 self.out.append(re.escape(char))
@@ -807,11 +807,11 @@ class _EcmaPattern:
         if char == 'b':
             return '\\x08' if in_class else '\\b'
         if char == 's':
-            return ECMA_SPACE if in_class else f'[{ECMA_SPACE}]'
+            return _ECMA_SPACE if in_class else f'[{_ECMA_SPACE}]'
         if char == 'S':
-            return f'[^{ECMA_SPACE}]'
-        if char in CONTROL_ESCAPES:
-            return re.escape(CONTROL_ESCAPES[char])
+            return f'[^{_ECMA_SPACE}]'
+        if char in _CONTROL_ESCAPES:
+            return re.escape(_CONTROL_ESCAPES[char])
         if char == 'c':
             letter = self.source[self.at:self.at + 1]
             if not ('A' <= letter <= 'Z' or 'a' <= letter <= 'z'):
@@ -912,35 +912,35 @@ def _ecma_pattern(source: str) -> re.Pattern:
 
 # -- the schema ---------------------------------------------------------------------------------------
 
-JSON_TYPES = ('null', 'boolean', 'integer', 'number', 'string', 'array', 'object')
-DRAFTS = {'https://json-schema.org/draft/2020-12/schema': '2020-12', 'http://json-schema.org/draft-07/schema': '7',
+_JSON_TYPES = ('null', 'boolean', 'integer', 'number', 'string', 'array', 'object')
+_DRAFTS = {'https://json-schema.org/draft/2020-12/schema': '2020-12', 'http://json-schema.org/draft-07/schema': '7',
           'http://json-schema.org/draft-06/schema': '7', 'http://json-schema.org/draft-04/schema': '7'}
 # Keywords that never change whether a value is valid, and are not reported.
-ANNOTATIONS = frozenset({'title', 'description', 'default', 'examples', '$schema', '$id', '$comment', 'deprecated',
+_ANNOTATIONS = frozenset({'title', 'description', 'default', 'examples', '$schema', '$id', '$comment', 'deprecated',
                          'readOnly', 'writeOnly', 'strict', '$vocabulary', '$anchor', '$dynamicAnchor', '$defs',
                          'definitions'})
 # Annotations that some tools assert: reported in ``unchecked`` as not asserted.
-NOT_ASSERTED = frozenset({'format', 'contentMediaType', 'contentEncoding', 'contentSchema'})
-COMMON_KEYWORDS = frozenset({
+_NOT_ASSERTED = frozenset({'format', 'contentMediaType', 'contentEncoding', 'contentSchema'})
+_COMMON_KEYWORDS = frozenset({
     '$ref', 'type', 'enum', 'const', 'minLength', 'maxLength', 'pattern', 'minimum', 'maximum', 'exclusiveMinimum',
     'exclusiveMaximum', 'multipleOf', 'minItems', 'maxItems', 'uniqueItems', 'items', 'contains', 'required',
     'minProperties', 'maxProperties', 'properties', 'patternProperties', 'additionalProperties', 'propertyNames',
     'allOf', 'anyOf', 'oneOf', 'not', 'if', 'then', 'else'})
-CHECKED_KEYWORDS = {
-    '2020-12': COMMON_KEYWORDS | {'$dynamicRef', 'prefixItems', 'minContains', 'maxContains', 'dependentRequired',
+_CHECKED_KEYWORDS = {
+    '2020-12': _COMMON_KEYWORDS | {'$dynamicRef', 'prefixItems', 'minContains', 'maxContains', 'dependentRequired',
                                   'dependentSchemas', 'unevaluatedItems', 'unevaluatedProperties',
                                   'dependencies'},  # draft 7's, still read by 2020-12 validators for compatibility
-    '7': COMMON_KEYWORDS | {'additionalItems', 'dependencies'},
+    '7': _COMMON_KEYWORDS | {'additionalItems', 'dependencies'},
 }
 # Where subschemas sit: keyword -> 'one' (a schema), 'list' (schemas), 'map' (name -> schema).
-SUBSCHEMAS = {
+_SUBSCHEMAS = {
     'additionalProperties': 'one', 'propertyNames': 'one', 'not': 'one', 'if': 'one', 'then': 'one', 'else': 'one',
     'contains': 'one', 'unevaluatedItems': 'one', 'unevaluatedProperties': 'one', 'additionalItems': 'one',
     'allOf': 'list', 'anyOf': 'list', 'oneOf': 'list', 'prefixItems': 'list',
     'properties': 'map', 'patternProperties': 'map', '$defs': 'map', 'definitions': 'map', 'dependentSchemas': 'map',
 }
-MAX_REFERENCES = 256  # references followed within one check, beyond which a schema is taken to loop
-ROOT_URI = 'urn:stream-client:schema'  # the base URI of a schema without $id
+_MAX_REFERENCES = 256  # references followed within one check, beyond which a schema is taken to loop
+_ROOT_URI = 'urn:stream-client:schema'  # the base URI of a schema without $id
 
 
 def _join(base: str, ref: str) -> str:
@@ -1021,23 +1021,23 @@ class JsonSchema:
         self.root = schema
         self.unchecked: list[str] = []
         self.draft = self._draft(schema)
-        self.keywords = CHECKED_KEYWORDS[self.draft]
+        self.keywords = _CHECKED_KEYWORDS[self.draft]
         self._resources: dict[str, object] = {}       # absolute URI (no fragment) -> schema
         self._anchors: dict[str, object] = {}         # absolute URI with #name -> schema
         self._dynamic: set[str] = set()               # the anchors of those that are $dynamicAnchor
         self._base_of: dict[int, str] = {}            # id(schema) -> the base URI it sits under
         self._nodes: dict[int, _Node] = {}
-        self._resources[ROOT_URI] = schema
+        self._resources[_ROOT_URI] = schema
         try:
-            self._register(schema, ROOT_URI, '#')
-            self._node = self._compile(schema, ROOT_URI, '#')
+            self._register(schema, _ROOT_URI, '#')
+            self._node = self._compile(schema, _ROOT_URI, '#')
         except RecursionError:
             raise SchemaError('the schema is nested too deeply to be checked', 'unsupported') from None
 
     def problem(self, value: object) -> str | None:
         """The first violation, as '$.city: expected string, got 3', or None when the value is valid."""
         try:
-            return self._node.problem(value, None, None, (ROOT_URI, None, 0))
+            return self._node.problem(value, None, None, (_ROOT_URI, None, 0))
         except RecursionError:  # a value nested deeper than Python's stack: not shown to be valid
             return '$: nested too deeply to be checked against the schema'
 
@@ -1050,7 +1050,7 @@ class JsonSchema:
             return '2020-12'
         if not isinstance(named, str):
             raise SchemaError(f'#/$schema: expected a URI, got {_seen(named)}')
-        draft = DRAFTS.get(named.rstrip('#'))
+        draft = _DRAFTS.get(named.rstrip('#'))
         if draft is None:
             raise SchemaError(f'#/$schema: {named!r} is neither draft 2020-12 nor draft 7 (or older); another '
                               'meta-schema is another document, which is never fetched', 'remote')
@@ -1060,7 +1060,7 @@ class JsonSchema:
         """Record the resources ($id) and anchors of the document, with the base URI of each schema."""
         if not isinstance(schema, dict):
             return
-        if where != '#' and '$schema' in schema and DRAFTS.get(str(schema['$schema']).rstrip('#')) != self.draft:
+        if where != '#' and '$schema' in schema and _DRAFTS.get(str(schema['$schema']).rstrip('#')) != self.draft:
             raise SchemaError(f'{where}: $schema {_seen(schema["$schema"])} differs from the document\'s; '
                               'one draft per document is supported', 'unsupported')
         ignore_siblings = self.draft == '7' and '$ref' in schema
@@ -1095,7 +1095,7 @@ class JsonSchema:
     def _subschemas(self, schema: dict, where: str):
         """(keyword, subschema, where) for each subschema this draft reads, known keywords only."""
         for keyword, value in schema.items():
-            shape = SUBSCHEMAS.get(keyword) if keyword in self.keywords or keyword in ('$defs', 'definitions') \
+            shape = _SUBSCHEMAS.get(keyword) if keyword in self.keywords or keyword in ('$defs', 'definitions') \
                 else None
             if keyword == 'items':
                 shape = 'list' if isinstance(value, list) and self.draft == '7' else 'one'
@@ -1157,8 +1157,8 @@ class JsonSchema:
         for key in schema:
             if key in self.keywords and key not in applied:
                 self.unchecked.append(f'{key} at {where} (ignored beside $ref, as draft 7 says)')
-            elif key not in self.keywords and key not in ANNOTATIONS:
-                note = ' (an annotation, not asserted)' if key in NOT_ASSERTED else ''
+            elif key not in self.keywords and key not in _ANNOTATIONS:
+                note = ' (an annotation, not asserted)' if key in _NOT_ASSERTED else ''
                 self.unchecked.append(f'{key} at {where}{note}')
         for keyword in ('$defs', 'definitions'):
             if keyword in schema and not isinstance(schema[keyword], dict):
@@ -1214,8 +1214,8 @@ class JsonSchema:
         node = self._compile(target, target_base, f'{where}/$ref')
 
         def check(value, path, seen, scope):
-            if scope[2] >= MAX_REFERENCES:
-                return f'{_where(path)}: the schema refers to itself more than {MAX_REFERENCES} times here'
+            if scope[2] >= _MAX_REFERENCES:
+                return f'{_where(path)}: the schema refers to itself more than {_MAX_REFERENCES} times here'
             return node.problem(value, path, seen, (scope[0], scope[1], scope[2] + 1))
         return check
 
@@ -1234,8 +1234,8 @@ class JsonSchema:
                       for uri, found in self._anchors.items() if uri in self._dynamic and uri.endswith('#' + name)}
 
         def check(value, path, seen, scope):
-            if scope[2] >= MAX_REFERENCES:
-                return f'{_where(path)}: the schema refers to itself more than {MAX_REFERENCES} times here'
+            if scope[2] >= _MAX_REFERENCES:
+                return f'{_where(path)}: the schema refers to itself more than {_MAX_REFERENCES} times here'
             node = initial
             if dynamic:
                 resources, link = [], scope
@@ -1253,8 +1253,8 @@ class JsonSchema:
         if 'type' not in schema:
             return None
         names = schema['type'] if isinstance(schema['type'], list) else [schema['type']]
-        if not names or any(name not in JSON_TYPES for name in names) or len(set(names)) != len(names):
-            raise SchemaError(f'{where}/type: expected one of {", ".join(JSON_TYPES)}, got {_seen(schema["type"])}')
+        if not names or any(name not in _JSON_TYPES for name in names) or len(set(names)) != len(names):
+            raise SchemaError(f'{where}/type: expected one of {", ".join(_JSON_TYPES)}, got {_seen(schema["type"])}')
 
         def check(value, path, seen, scope):
             if any(_is_type(value, name) for name in names):
@@ -1608,7 +1608,7 @@ def _one_of_problem(nodes: list[_Node], value, path, seen, scope) -> str | None:
 # The protocol seam: event data to the answer (sans-IO)
 # ---------------------------------------------------------------------------
 
-TOOL_CHOICES = ('auto', 'required', 'none')  # or the name of one tool
+_TOOL_CHOICES = ('auto', 'required', 'none')  # or the name of one tool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1627,14 +1627,14 @@ class AnswerSpec:
             raise ValueError('each tool needs a name of its own')
         if (self.tool_choice is None) != (not self.tools):
             raise ValueError('a tool choice goes with tools, and tools with a tool choice')
-        if self.tool_choice is not None and self.tool_choice not in TOOL_CHOICES and self.tool_choice not in names:
-            raise ValueError(f'tool_choice {self.tool_choice!r} is none of {", ".join(TOOL_CHOICES)} and '
+        if self.tool_choice is not None and self.tool_choice not in _TOOL_CHOICES and self.tool_choice not in names:
+            raise ValueError(f'tool_choice {self.tool_choice!r} is none of {", ".join(_TOOL_CHOICES)} and '
                              f'names no tool offered ({", ".join(names)})')
 
     @property
     def named(self) -> str | None:
         """The one tool the choice forces, or None."""
-        return self.tool_choice if self.tool_choice not in (None, *TOOL_CHOICES) else None
+        return self.tool_choice if self.tool_choice not in (None, *_TOOL_CHOICES) else None
 
     def unchecked(self) -> list[str]:
         """The schema keywords that are not checked, with the tool or answer whose schema has them."""
@@ -1754,8 +1754,8 @@ class StreamValidator:
             raise _failure('token_ids_invalid', f'expected token_ids to be a list of integers in event '
                                                 f'{self.data_events}, got {_shorten(repr(value))}')
         self.token_ids = self.token_ids if self.token_ids is not None else []
-        if len(self.token_ids) + len(value) > MAX_TOKEN_IDS:
-            raise _failure('too_many_token_ids', f'more than {MAX_TOKEN_IDS} token ids')
+        if len(self.token_ids) + len(value) > _MAX_TOKEN_IDS:
+            raise _failure('too_many_token_ids', f'more than {_MAX_TOKEN_IDS} token ids')
         self.token_ids.extend(value)
         if value:
             self.tokens_per_event.append(len(value))
@@ -1861,9 +1861,9 @@ class StreamValidator:
 
     def _server_error(self, fields: dict, sent: str = 'an error event') -> StreamError:
         """The failure of an error the server reported in the stream, with its own message."""
-        error = server_error_fields(fields)
+        error = _server_error_fields(fields)
         return _failure('server_error_event' if sent == 'an error event' else 'response_failed',
-                        f'server sent {sent}: {describe_server_error(error)}', error)
+                        f'server sent {sent}: {_describe_server_error(error)}', error)
 
     def _offered_tools(self, what: str) -> int:
         """The event number, once it is known that the request offered tools, which ``what`` needs."""
@@ -2143,8 +2143,8 @@ def _token_count(usage: object, key: str) -> int:
     return count
 
 
-RESPONSE_TERMINALS = ('response.completed', 'response.incomplete', 'response.failed', 'error')
-RESPONSE_ITEMS = {'message': 'message', 'reasoning': 'reasoning item', 'function_call': 'function call'}
+_RESPONSE_TERMINALS = ('response.completed', 'response.incomplete', 'response.failed', 'error')
+_RESPONSE_ITEMS = {'message': 'message', 'reasoning': 'reasoning item', 'function_call': 'function call'}
 
 
 class _Part:
@@ -2231,7 +2231,7 @@ class ResponseEvents(StreamValidator):
     def _take_item(self, body: dict) -> Pieces:
         item, index, event = body.get('item'), body.get('output_index'), self.data_events
         kind = item.get('type') if isinstance(item, dict) else None
-        if kind not in RESPONSE_ITEMS:
+        if kind not in _RESPONSE_ITEMS:
             raise _failure('unsupported_part', f'an output item of type {_shorten(repr(kind))} arrived in event '
                                                f'{event}; this client reads messages, reasoning and function calls')
         self._next_index(index, self.items, f'an output item at output_index {_shorten(repr(index))}')
@@ -2264,7 +2264,7 @@ class ResponseEvents(StreamValidator):
         item = self.items[index] if type(index) is int and 0 <= index < len(self.items) else None
         if item is None or item.kind not in kinds:
             raise _failure('part_not_open', f'{kind} in event {event} is for output_index {_shorten(repr(index))}, '
-                                            f'where no {RESPONSE_ITEMS[kinds[0]]} opened')
+                                            f'where no {_RESPONSE_ITEMS[kinds[0]]} opened')
         if not item.open:
             raise _failure('event_after_close', f'{kind} in event {event} for output item {index}, after its '
                                                 'response.output_item.done')
@@ -2352,7 +2352,7 @@ class ResponseEvents(StreamValidator):
         return _NOTHING
 
     def _take_item_done(self, body: dict) -> Pieces:
-        item = self._open_item(body, tuple(RESPONSE_ITEMS))
+        item = self._open_item(body, tuple(_RESPONSE_ITEMS))
         still_open = [index for index, part in enumerate(item.parts) if part.open and part.kind != 'reasoning_text']
         if still_open:
             raise _failure('part_still_open', f'response.output_item.done in event {self.data_events} while content '
@@ -2430,7 +2430,7 @@ class ResponseEvents(StreamValidator):
                 'response.reasoning_text.done': _take_text_done,
                 'response.function_call_arguments.delta': _take_arguments_delta,
                 'response.function_call_arguments.done': _take_arguments_done,
-                **dict.fromkeys(RESPONSE_TERMINALS, _take_terminal)}
+                **dict.fromkeys(_RESPONSE_TERMINALS, _take_terminal)}
 
     @staticmethod
     def _string(body: dict, key: str) -> str:
@@ -2485,22 +2485,22 @@ def _output_text(output: object) -> str:
 # The Messages grammar. The message goes through these states, and each state accepts these events;
 # ping and error are accepted in every state, and an event type named nowhere here is skipped and
 # listed in the record, as Anthropic tells clients to do with event types they do not know.
-MESSAGE_STATES = {'unstarted': ('message_start',),
+_MESSAGE_STATES = {'unstarted': ('message_start',),
                   'content': ('content_block_start', 'content_block_delta', 'content_block_stop', 'message_delta',
                               'message_stop'),
                   'finishing': ('message_delta', 'message_stop')}
 # A content block's type and the delta types it accepts; the field of each delta that carries its piece.
-BLOCK_DELTAS = {'text': ('text_delta', 'citations_delta'), 'thinking': ('thinking_delta', 'signature_delta'),
+_BLOCK_DELTAS = {'text': ('text_delta', 'citations_delta'), 'thinking': ('thinking_delta', 'signature_delta'),
                 'redacted_thinking': (), 'tool_use': ('input_json_delta',)}
-DELTA_PIECES = {'text_delta': 'text', 'thinking_delta': 'thinking', 'input_json_delta': 'partial_json'}
+_DELTA_PIECES = {'text_delta': 'text', 'thinking_delta': 'thinking', 'input_json_delta': 'partial_json'}
 
 
 class MessagesEvents(StreamValidator):
     """Validates one streamed answer of the Anthropic Messages API (/v1/messages), as a grammar (docs/apis.md).
 
     Every event's ``event`` field names the ``type`` in its data. The message
-    goes through ``MESSAGE_STATES``: blocks numbered from 0 follow one another
-    in ``content``, each content_block_start, its deltas (``BLOCK_DELTAS``)
+    goes through ``_MESSAGE_STATES``: blocks numbered from 0 follow one another
+    in ``content``, each content_block_start, its deltas (``_BLOCK_DELTAS``)
     and content_block_stop; the first message_delta, with every block
     stopped, moves it to ``finishing``; message_stop ends it. ``ping`` may
     come anywhere; an ``error`` event keeps the server's type and message.
@@ -2529,7 +2529,7 @@ class MessagesEvents(StreamValidator):
         if take is None:
             self.skipped_events.append(kind)
             return _NOTHING
-        if kind != 'ping' and kind not in MESSAGE_STATES[self.state]:
+        if kind != 'ping' and kind not in _MESSAGE_STATES[self.state]:
             raise self._out_of_state(kind)
         return take(self, body)
 
@@ -2560,7 +2560,7 @@ class MessagesEvents(StreamValidator):
         if self.blocks and self.blocks[-1].open:
             raise _failure('event_out_of_order', f'content_block_start for block {index} in event {event} while '
                                                  f'block {index - 1} was still open (no content_block_stop)')
-        if kind not in BLOCK_DELTAS:
+        if kind not in _BLOCK_DELTAS:
             raise _failure('unsupported_part', f'a content block of type {_shorten(repr(kind))} in event '
                                                f'{event}; this client reads text, thinking and tool_use blocks')
         call = None
@@ -2589,10 +2589,10 @@ class MessagesEvents(StreamValidator):
         block = self._open_block(body, 'content_block_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         kind = delta.get('type')
-        if kind not in BLOCK_DELTAS[block.kind]:
+        if kind not in _BLOCK_DELTAS[block.kind]:
             raise _failure('delta_type', f'a {_shorten(str(kind))} in event {self.data_events} for block '
                                          f'{body["index"]}, a {block.kind} block')
-        field = DELTA_PIECES.get(kind)
+        field = _DELTA_PIECES.get(kind)
         if field is None:  # a signature_delta or a citations_delta: nothing to show
             return _NOTHING
         piece = delta.get(field)
@@ -2669,7 +2669,7 @@ VALIDATORS = {'chat': ChatChunks, 'completions': CompletionChunks, 'responses': 
               'messages': MessagesEvents}
 
 
-def server_error_fields(body: object) -> dict:
+def _server_error_fields(body: object) -> dict:
     """message/type/code from an error object: vLLM's nested or flat forms, or a bare string."""
     error = body.get('error', body) if isinstance(body, dict) else body
     if isinstance(error, str):
@@ -2678,12 +2678,12 @@ def server_error_fields(body: object) -> dict:
         error = {'message': repr(error)}
     message = error.get('message')
     message = '' if message is None else str(message)
-    return {'message': message[:MAX_SERVER_MESSAGE],
+    return {'message': message[:_MAX_SERVER_MESSAGE],
             'type': error.get('type') if isinstance(error.get('type'), str) else None,
             'code': error.get('code') if isinstance(error.get('code'), (int, str)) else None}
 
 
-def describe_server_error(error: dict, said: tuple[str, ...] = ()) -> str:
+def _describe_server_error(error: dict, said: tuple[str, ...] = ()) -> str:
     """The server's message, quoted, and its type and code, those the words in ``said`` (the status
     line already shown) do not repeat."""
     repeated = {word.lower().replace(' ', '') for word in said}
@@ -2697,15 +2697,15 @@ def describe_server_error(error: dict, said: tuple[str, ...] = ()) -> str:
 # The answer as a whole: the signals one stream shows, the unstreamed twin, the cross-check (sans-IO)
 # ---------------------------------------------------------------------------
 
-TOKEN_ID_APIS = ('chat', 'completions')  # the APIs on which vLLM 0.32 returns token ids (return_token_ids)
-STREAMED_ONLY_KEYS = ('stream_options',)  # request keys vLLM refuses on an unstreamed request
-MAX_UNSTREAMED_BODY = 16 * 1024 * 1024    # bytes of an unstreamed answer that are read
+_TOKEN_ID_APIS = ('chat', 'completions')  # the APIs on which vLLM 0.32 returns token ids (return_token_ids)
+_STREAMED_ONLY_KEYS = ('stream_options',)  # request keys vLLM refuses on an unstreamed request
+_MAX_UNSTREAMED_BODY = 16 * 1024 * 1024    # bytes of an unstreamed answer that are read
 # The markup tool-call parsers extract (hermes, llama3, mistral, functionary, gpt-oss harmony, kimi, deepseek).
-TOOL_MARKUP = ('<tool_call>', '</tool_call>', '<|python_tag|>', '[TOOL_CALLS]', '<function=', '<|channel|>',
+_TOOL_MARKUP = ('<tool_call>', '</tool_call>', '<|python_tag|>', '[TOOL_CALLS]', '<function=', '<|channel|>',
                '<|call|>', '<|tool_calls_section_begin|>', '<|tool_call_begin|>', '<｜tool▁calls▁begin｜>',
                '<｜tool▁call▁begin｜>')
 # How each API's finish words end an answer: stop, length (the output budget), tool_calls.
-ENDED_AS = {'stop': 'stop', 'end_turn': 'stop', 'stop_sequence': 'stop', 'completed': 'stop',
+_ENDED_AS = {'stop': 'stop', 'end_turn': 'stop', 'stop_sequence': 'stop', 'completed': 'stop',
             'length': 'length', 'max_tokens': 'length', 'incomplete (max_output_tokens)': 'length',
             'tool_calls': 'tool_calls', 'tool_use': 'tool_calls'}
 
@@ -2736,7 +2736,7 @@ class Answer:
     @property
     def ended_as(self) -> str | None:
         """stop, length or tool_calls (a stop with calls is a tool-call finish), or None for other words."""
-        ended = ENDED_AS.get(self.finish)
+        ended = _ENDED_AS.get(self.finish)
         return 'tool_calls' if self.calls and ended in ('stop', 'tool_calls') else ended
 
 
@@ -2746,20 +2746,20 @@ def _responses_finish(status: object, reason: object) -> str | None:
     return f'{status} ({reason})' if isinstance(reason, str) and reason else status
 
 
-STREAMED_FINISH = {'chat': lambda v: v.finish_reason, 'completions': lambda v: v.finish_reason,
+_STREAMED_FINISH = {'chat': lambda v: v.finish_reason, 'completions': lambda v: v.finish_reason,
                    'responses': lambda v: _responses_finish(v.status, v.incomplete_reason),
                    'messages': lambda v: v.stop_reason}
 
 
-def streamed_answer(validator: StreamValidator) -> Answer:
+def _streamed_answer(validator: StreamValidator) -> Answer:
     """The answer a validator assembled."""
     return Answer(validator.text, validator.reasoning,
                   tuple(AnsweredCall(call.name, call.arguments) for call in validator.calls),
-                  STREAMED_FINISH[validator.api](validator), validator.completion_tokens,
+                  _STREAMED_FINISH[validator.api](validator), validator.completion_tokens,
                   None if validator.token_ids is None else tuple(validator.token_ids))
 
 
-def budget_used_by_tool_call(answer: Answer, max_tokens: int) -> str | None:
+def _budget_used_by_tool_call(answer: Answer, max_tokens: int) -> str | None:
     """Why a tool-call finish is not trusted: the usage shows the whole output budget used, which is how
     a call cut by max_tokens looks when the server relabels it (vLLM #53269, #58228)."""
     if answer.ended_as != 'tool_calls' or None in (answer.completion_tokens, max_tokens) or \
@@ -2769,12 +2769,12 @@ def budget_used_by_tool_call(answer: Answer, max_tokens: int) -> str | None:
             f'"{answer.finish}"; raise --max-tokens')
 
 
-def tool_markup_in_text(answer: Answer, spec: AnswerSpec) -> str | None:
+def _tool_markup_in_text(answer: Answer, spec: AnswerSpec) -> str | None:
     """Why visible text is not the answer, when tools were offered: it holds tool-call markup, so the
     server's parser failed to extract a call (vLLM #47903, #50512)."""
     if not spec.tools:
         return None
-    found = sorted((position, marker) for marker in TOOL_MARKUP for position in [answer.text.find(marker)]
+    found = sorted((position, marker) for marker in _TOOL_MARKUP for position in [answer.text.find(marker)]
                    if position >= 0)
     if not found:
         return None
@@ -2784,7 +2784,7 @@ def tool_markup_in_text(answer: Answer, spec: AnswerSpec) -> str | None:
             'did not extract a call')
 
 
-def answer_problem(validator: StreamValidator, cross_check: dict | None = None) -> StreamError | None:
+def _answer_problem(validator: StreamValidator, cross_check: dict | None = None) -> StreamError | None:
     """Why the streamed answer is not a finished one, or None when it is: the validator's outcome, and
     the two signals of a finished stream. The whole budget used by a tool-call finish comes first (it
     explains arguments cut short), markup in the text after the outcome. A comparable cross-check
@@ -2793,23 +2793,23 @@ def answer_problem(validator: StreamValidator, cross_check: dict | None = None) 
     outcome = validator.outcome()
     if not validator.done:
         return outcome
-    answer = streamed_answer(validator)
-    budget = budget_used_by_tool_call(answer, validator.max_tokens) if validator.expect_finish == 'stop' else None
+    answer = _streamed_answer(validator)
+    budget = _budget_used_by_tool_call(answer, validator.max_tokens) if validator.expect_finish == 'stop' else None
     if budget and not _finished_alike(cross_check):
         return _failure('budget_used_by_tool_call', budget)
     if outcome:
         return outcome
-    markup = tool_markup_in_text(answer, validator.spec)
+    markup = _tool_markup_in_text(answer, validator.spec)
     return _failure('tool_markup_in_text', markup) if markup else None
 
 
 def _finished_alike(cross_check: dict | None) -> bool:
     """Whether a cross-check shows the same tokens finishing by themselves, unstreamed."""
     return bool(cross_check and cross_check['comparable']
-                and ENDED_AS.get(cross_check['unstreamed_finish']) in ('stop', 'tool_calls'))
+                and _ENDED_AS.get(cross_check['unstreamed_finish']) in ('stop', 'tool_calls'))
 
 
-def tokens_per_event(validator: StreamValidator) -> dict | None:
+def _tokens_per_event(validator: StreamValidator) -> dict | None:
     """How many token ids the events that carried any had (several per event is the known trigger of
     streaming bugs), or None when the server sent no token ids."""
     if validator.token_ids is None:
@@ -2831,8 +2831,8 @@ def _unstreamed_body(data: bytes) -> dict:
     if not isinstance(value, dict):
         raise _failure('unstreamed_malformed', f'the unstreamed answer is {_seen(value)}, not a JSON object')
     if 'error' in value:
-        error = server_error_fields(value)
-        raise _failure('unstreamed_error', 'the unstreamed answer is an error: ' + describe_server_error(error),
+        error = _server_error_fields(value)
+        raise _failure('unstreamed_error', 'the unstreamed answer is an error: ' + _describe_server_error(error),
                        server_error=error)
     return value
 
@@ -2924,7 +2924,7 @@ def _unstreamed_message(body: dict) -> Answer:
                   _usage(body, 'output_tokens'))
 
 
-UNSTREAMED_ANSWERS = {'chat': _unstreamed_chat, 'completions': _unstreamed_completion,
+_UNSTREAMED_ANSWERS = {'chat': _unstreamed_chat, 'completions': _unstreamed_completion,
                       'responses': _unstreamed_response, 'messages': _unstreamed_message}
 
 
@@ -2932,10 +2932,10 @@ def unstreamed_answer(api: str, data: bytes) -> Answer:
     """The answer in the body of an unstreamed (``stream: false``) response with status 200, judged in
     its own right: strict JSON, one choice, its text, reasoning, tool calls, finish, usage and token
     ids. StreamError when it is not one."""
-    return UNSTREAMED_ANSWERS[api](_unstreamed_body(data))
+    return _UNSTREAMED_ANSWERS[api](_unstreamed_body(data))
 
 
-def first_divergence(streamed: tuple[int, ...], unstreamed: tuple[int, ...]) -> int | None:
+def _first_divergence(streamed: tuple[int, ...], unstreamed: tuple[int, ...]) -> int | None:
     """The index of the first token that differs (or where the shorter one ends); None when they are equal."""
     if streamed == unstreamed:
         return None
@@ -3008,7 +3008,7 @@ def cross_check_record(streamed: Answer, status: int | None, unstreamed: Answer 
     return {'comparable': comparable, 'same': None if unstreamed is None else not differences,
             'differences': differences,
             'notes': _text_only_differences(streamed, unstreamed) if unstreamed is not None else [],
-            'diverged_at_token': first_divergence(streamed_ids, unstreamed_ids) if comparable is False else None,
+            'diverged_at_token': _first_divergence(streamed_ids, unstreamed_ids) if comparable is False else None,
             'token_ids': {'streamed': None if streamed_ids is None else len(streamed_ids),
                           'unstreamed': None if unstreamed_ids is None else len(unstreamed_ids)},
             'completion_tokens': {'streamed': streamed.completion_tokens,
@@ -3020,7 +3020,7 @@ def cross_check_record(streamed: Answer, status: int | None, unstreamed: Answer 
                                       for call in unstreamed.calls] if unstreamed else None}
 
 
-def unstreamed_problem(answer: Answer, expect_finish: str = 'stop') -> str | None:
+def _unstreamed_problem(answer: Answer, expect_finish: str = 'stop') -> str | None:
     """Why an unstreamed answer is not a finished one, judged by its finish alone (a fixed-length load
     expects the budget to end it)."""
     if answer.ended_as in (('length',) if expect_finish == 'length' else ('stop', 'tool_calls')):
@@ -3028,7 +3028,7 @@ def unstreamed_problem(answer: Answer, expect_finish: str = 'stop') -> str | Non
     return f'the unstreamed answer did not finish: its finish is {answer.finish}'
 
 
-def cross_check_failure(cross_check: dict | None) -> StreamError | None:
+def _cross_check_failure(cross_check: dict | None) -> StreamError | None:
     """The cross-check failure of a pair: the same tokens, another answer. Pairs without token ids, or
     whose tokens diverged, never fail: a different generation cannot be ruled out."""
     if not cross_check or cross_check['comparable'] is not True or cross_check['same'] is not False:
@@ -3049,8 +3049,8 @@ def cross_check_failure(cross_check: dict | None) -> StreamError | None:
 # framing ends: feed() returns payload bytes, overrun counts bytes seen past
 # the end of the message, eof_failure() says why a close was premature.
 
-MAX_HEAD_BYTES = 65_536        # status lines and header sections, 1xx responses included
-MAX_BODY_SIZE = 2**60 - 1      # the largest Content-Length or chunk size accepted, in bytes (leading zeros are free)
+_MAX_HEAD_BYTES = 65_536        # status lines and header sections, 1xx responses included
+_MAX_BODY_SIZE = 2**60 - 1      # the largest Content-Length or chunk size accepted, in bytes (leading zeros are free)
 
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _TEXT = rb'[\t \x21-\x7e\x80-\xff]*'  # visible characters, space and tab: a field value or reason phrase
@@ -3063,7 +3063,7 @@ _HEAD_END = re.compile(rb'\n\r?\n')
 
 
 @dataclasses.dataclass(frozen=True)
-class ResponseHead:
+class _ResponseHead:
     """The status line and header fields of the final response, and the 1xx statuses skipped before it."""
 
     status: int
@@ -3085,7 +3085,7 @@ class ResponseHead:
         return [part.strip().lower() for value in self.get_all(name) for part in value.split(',') if part.strip()]
 
 
-class ResponseHeadParser:
+class _ResponseHeadParser:
     """The head of a response: status line and header section (RFC 9112, 4 and 5).
 
     ``feed(bytes)`` returns the final ResponseHead once its blank line has
@@ -3103,14 +3103,14 @@ class ResponseHeadParser:
         self.interim: list[int] = []  # their statuses
         self.rest = b''
 
-    def feed(self, raw: bytes) -> ResponseHead | None:
+    def feed(self, raw: bytes) -> _ResponseHead | None:
         searched = max(0, len(self._buf) - 2)
         self._buf += raw
         while True:
             end = _HEAD_END.search(self._buf, searched)
             if end is None:
-                if self._skipped + len(self._buf) > MAX_HEAD_BYTES:
-                    raise _failure('head_too_long', f'response head longer than {MAX_HEAD_BYTES} bytes')
+                if self._skipped + len(self._buf) > _MAX_HEAD_BYTES:
+                    raise _failure('head_too_long', f'response head longer than {_MAX_HEAD_BYTES} bytes')
                 return None
             head = _parse_head(self._buf[:end.start()], tuple(self.interim))
             self._skipped += end.end()
@@ -3130,7 +3130,7 @@ class ResponseHeadParser:
         return _failure('eof_in_head', f'connection closed inside the response head after {_count(received, "byte")}')
 
 
-def _parse_head(block: bytes, interim: tuple[int, ...]) -> ResponseHead:
+def _parse_head(block: bytes, interim: tuple[int, ...]) -> _ResponseHead:
     """The status line and fields of one head, without its blank line."""
     lines = [line[:-1] if line.endswith(b'\r') else line for line in block.split(b'\n')]
     status = _STATUS_LINE.fullmatch(lines[0])
@@ -3148,7 +3148,7 @@ def _parse_head(block: bytes, interim: tuple[int, ...]) -> ResponseHead:
         if field is None:
             raise _failure('bad_header_line', _malformed_field(line))
         fields.append([field[1].decode('ascii'), field[2].rstrip(b' \t').decode('latin-1')])
-    return ResponseHead(int(status[3]), (status[4] or b'').decode('latin-1'), f'{status[1].decode()}.{status[2].decode()}',
+    return _ResponseHead(int(status[3]), (status[4] or b'').decode('latin-1'), f'{status[1].decode()}.{status[2].decode()}',
                         tuple((name, value) for name, value in fields), interim)
 
 
@@ -3164,7 +3164,7 @@ def _malformed_field(line: bytes) -> str:
     return f'invalid header line {seen}; expected "name: value" with a token name and visible characters'
 
 
-class ContentLengthBody:
+class _ContentLengthBody:
     """A body of exactly `declared` bytes."""
 
     framing = 'content-length'
@@ -3197,7 +3197,7 @@ class ContentLengthBody:
                                         f'{self.declared}')
 
 
-class Chunk(enum.Enum):
+class _Chunk(enum.Enum):
     """Where a chunked body is: the states of ChunkedBody."""
 
     SIZE = 'chunk-size line'
@@ -3207,15 +3207,15 @@ class Chunk(enum.Enum):
     COMPLETE = 'complete'
 
 
-MAX_CHUNK_LINE = 4096        # bytes of one chunk-size or trailer line
-MAX_TRAILER_BYTES = 16_384   # bytes of the whole trailer section
+_MAX_CHUNK_LINE = 4096        # bytes of one chunk-size or trailer line
+_MAX_TRAILER_BYTES = 16_384   # bytes of the whole trailer section
 
 # RFC 9112 7.1.1: chunk-ext = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )
 _CHUNK_EXTENSIONS = re.compile(rb'(?:[ \t]*;[ \t]*' + _TOKEN + rb'(?:[ \t]*=[ \t]*(?:' + _TOKEN + b'|' + _QUOTED
                                + rb'))?)*[ \t]*')
 
 
-class ChunkedBody:
+class _ChunkedBody:
     """A body in chunked transfer coding (RFC 9112, 7.1), ending with its zero chunk and trailer.
 
     Every chunk-size line ends in CRLF (a trailer line, like a header line, may
@@ -3234,14 +3234,14 @@ class ChunkedBody:
         self._pending = b''        # an incomplete line or chunk-ending CRLF
         self._chunk_left = 0       # payload bytes still owed by the current chunk
         self._trailer_bytes = 0
-        self._state = Chunk.SIZE   # SIZE -> (DATA -> DATA_END ->) SIZE ... SIZE(0) -> TRAILER -> COMPLETE
+        self._state = _Chunk.SIZE   # SIZE -> (DATA -> DATA_END ->) SIZE ... SIZE(0) -> TRAILER -> COMPLETE
 
     @property
     def complete(self) -> bool:
-        return self._state is Chunk.COMPLETE
+        return self._state is _Chunk.COMPLETE
 
     def feed(self, raw: bytes) -> bytes:
-        SIZE, DATA, DATA_END, COMPLETE, HEX = Chunk.SIZE, Chunk.DATA, Chunk.DATA_END, Chunk.COMPLETE, self._HEX
+        SIZE, DATA, DATA_END, COMPLETE, HEX = _Chunk.SIZE, _Chunk.DATA, _Chunk.DATA_END, _Chunk.COMPLETE, self._HEX
         buf = self._pending + raw if self._pending else raw
         self._pending = b''
         out = []
@@ -3260,7 +3260,7 @@ class ChunkedBody:
                     size = self._chunk_size(line)
                 pos = eol + 1
                 if not size:
-                    state = Chunk.TRAILER
+                    state = _Chunk.TRAILER
                     continue
                 stop = pos + size
                 if stop + 2 <= end:  # the whole chunk and its CRLF are here: take them in one step
@@ -3302,8 +3302,8 @@ class ChunkedBody:
         return payload
 
     def _keep_partial_line(self, buf: bytes, pos: int, end: int) -> None:
-        if end - pos > MAX_CHUNK_LINE:
-            raise _failure('chunk_line_too_long', f'{self._state.value} longer than {MAX_CHUNK_LINE} bytes without a line end')
+        if end - pos > _MAX_CHUNK_LINE:
+            raise _failure('chunk_line_too_long', f'{self._state.value} longer than {_MAX_CHUNK_LINE} bytes without a line end')
         self._pending = buf[pos:]
 
     @staticmethod
@@ -3329,9 +3329,9 @@ class ChunkedBody:
             raise _failure('bad_chunk_size', f'invalid chunk size line {bytes(content[:40])!r}: '
                                              'expected hexadecimal digits')
         size = int(digits, 16)  # base 16 has no digit limit, and the line is bounded
-        if size > MAX_BODY_SIZE:
+        if size > _MAX_BODY_SIZE:
             raise _failure('chunk_too_large', f'chunk size 0x{bytes(digits.lstrip(b"0")[:40]).decode()} is over the '
-                                              f'bound of {MAX_BODY_SIZE} bytes')
+                                              f'bound of {_MAX_BODY_SIZE} bytes')
         return size
 
     def _trailer_line(self, line: bytes) -> bool:
@@ -3341,8 +3341,8 @@ class ChunkedBody:
         if not content:
             return True
         self._trailer_bytes += len(line) + 1
-        if self._trailer_bytes > MAX_TRAILER_BYTES:
-            raise _failure('trailer_too_long', f'trailer section longer than {MAX_TRAILER_BYTES} bytes')
+        if self._trailer_bytes > _MAX_TRAILER_BYTES:
+            raise _failure('trailer_too_long', f'trailer section longer than {_MAX_TRAILER_BYTES} bytes')
         if not _FIELD_LINE.fullmatch(content):
             raise _failure('bad_trailer_line', f'invalid trailer line {bytes(content[:40])!r}: '
                                                'expected a field line "name: value"')
@@ -3350,12 +3350,12 @@ class ChunkedBody:
 
     def eof_failure(self) -> StreamError | None:
         state, received = self._state, _count(self.received, 'body byte')
-        if state is Chunk.COMPLETE:
+        if state is _Chunk.COMPLETE:
             return None
-        if state is Chunk.DATA or state is Chunk.DATA_END:
+        if state is _Chunk.DATA or state is _Chunk.DATA_END:
             return _failure('eof_in_chunk', f'connection closed inside a chunk after {received} '
                                             f'({_count(self._chunk_left, "byte")} of that chunk missing)')
-        if state is Chunk.TRAILER:
+        if state is _Chunk.TRAILER:
             return _failure('eof_in_trailer', f'chunked body ended inside its trailer after {received}')
         return _failure('no_last_chunk', f'chunked body ended without its terminating chunk after {received}')
 
@@ -3366,7 +3366,7 @@ class ChunkedBody:
         return _failure('body_overrun', f'{_count(self.overrun, "byte")} after the terminating chunk')
 
 
-class CloseDelimitedBody:
+class _CloseDelimitedBody:
     """A body with neither length nor chunking: it ends when the server closes."""
 
     framing = 'close'
@@ -3387,7 +3387,7 @@ class CloseDelimitedBody:
         return f'{_count(self.received, "body byte")} and the connection still open'
 
 
-def body_reader(head: ResponseHead) -> ContentLengthBody | ChunkedBody | CloseDelimitedBody:
+def _body_reader(head: _ResponseHead) -> _ContentLengthBody | _ChunkedBody | _CloseDelimitedBody:
     """Choose the body framing from the response head (RFC 9112, 6.3), refusing what cannot be decoded."""
     encodings = head.field_list('Content-Encoding')
     if any(coding != 'identity' for coding in encodings):
@@ -3398,12 +3398,12 @@ def body_reader(head: ResponseHead) -> ContentLengthBody | ChunkedBody | CloseDe
                                                    f'{", ".join(head.get_all("Transfer-Encoding"))!r}; expected chunked alone')
         if head.get_all('Content-Length'):
             raise _failure('ambiguous_framing', 'both Transfer-Encoding and Content-Length: the framing is ambiguous')
-        return ChunkedBody()
-    length = content_length(head)
-    return CloseDelimitedBody() if length is None else ContentLengthBody(length)
+        return _ChunkedBody()
+    length = _content_length(head)
+    return _CloseDelimitedBody() if length is None else _ContentLengthBody(length)
 
 
-def content_length(head: ResponseHead) -> int | None:
+def _content_length(head: _ResponseHead) -> int | None:
     """The declared Content-Length, or None when there is none. StreamError('http') when it is not
     1*DIGIT, when a list of values disagrees, or when its value is over MAX_BODY_SIZE; any number of
     leading zeros is allowed (RFC 9110, 8.6)."""
@@ -3415,9 +3415,9 @@ def content_length(head: ResponseHead) -> int | None:
         if not part.isdigit() or not part.isascii():
             raise _failure('bad_content_length', f'invalid Content-Length {_shorten(", ".join(parts))!r}: expected digits')
         significant = part.lstrip('0') or '0'
-        if len(significant) > len(str(MAX_BODY_SIZE)) or int(significant) > MAX_BODY_SIZE:  # no int() of 4,300 digits
+        if len(significant) > len(str(_MAX_BODY_SIZE)) or int(significant) > _MAX_BODY_SIZE:  # no int() of 4,300 digits
             raise _failure('bad_content_length', f'Content-Length {_shorten(significant, 30)} is over the bound of '
-                                                 f'{MAX_BODY_SIZE} bytes')
+                                                 f'{_MAX_BODY_SIZE} bytes')
         values.add(int(significant))
     if len(values) != 1:
         raise _failure('bad_content_length', f'Content-Length values disagree: {_shorten(", ".join(parts))!r}')
@@ -3431,7 +3431,7 @@ def content_length(head: ResponseHead) -> int | None:
 class Capture:
     """The raw response bytes (status line, headers, body as received), up to a bound."""
 
-    def __init__(self, limit: int = MAX_CAPTURE_BYTES) -> None:
+    def __init__(self, limit: int = _MAX_CAPTURE_BYTES) -> None:
         self.data = bytearray()
         self.limit = limit
         self.truncated = False
@@ -3447,7 +3447,7 @@ _PRIVATE_HEADERS = frozenset({'set-cookie', 'set-cookie2', 'cookie', 'authorizat
                               'proxy-authorization', 'www-authenticate', 'proxy-authenticate'})
 
 
-def _public_headers(head: ResponseHead) -> list[list[str]]:
+def _public_headers(head: _ResponseHead) -> list[list[str]]:
     """The response headers worth keeping: no cookies, nothing auth-related."""
     return [[name, value] for name, value in head.headers if name.lower() not in _PRIVATE_HEADERS]
 
@@ -3458,11 +3458,11 @@ def _check_content_type(value: str | None) -> None:
         raise _failure('content_type', f'expected content-type text/event-stream, got {value or "none"!r}')
 
 
-def _status_failure(head: ResponseHead, body: bytes) -> StreamError:
+def _status_failure(head: _ResponseHead, body: bytes) -> StreamError:
     """The unexpected status, with the server's own error message when its body has one."""
     problem = f'expected status 200, got {head.status} {head.reason}'.rstrip()
     try:
-        error = server_error_fields(json.loads(body))
+        error = _server_error_fields(json.loads(body))
     except (ValueError, RecursionError):
         text = body.decode('utf-8', 'replace')
         if 'html' in (head.get('Content-Type') or '').lower():
@@ -3470,19 +3470,19 @@ def _status_failure(head: ResponseHead, body: bytes) -> StreamError:
         text = ' '.join(text.split())
         return _failure('status_not_200', f'{problem}: {_preview(text, 200)}' if text else problem)
     said = (str(head.status), head.reason)
-    return _failure('status_not_200', f'{problem}: {describe_server_error(error, said)}', server_error=error)
+    return _failure('status_not_200', f'{problem}: {_describe_server_error(error, said)}', server_error=error)
 
 
-def _error_body_reader(head: ResponseHead):
+def _error_body_reader(head: _ResponseHead):
     """The framing reader of an error response, or None when its framing is unusable too
     (the status already says what failed)."""
     try:
-        return body_reader(head)
+        return _body_reader(head)
     except StreamError:
         return None
 
 
-def response_head(head: ResponseHead) -> bytes:
+def _response_head(head: _ResponseHead) -> bytes:
     """The status line and headers as received (minus cookies and auth headers), for a capture."""
     lines = [f'HTTP/{head.version} {head.status} {head.reason}']
     lines += [f'{name}: {value}' for name, value in _public_headers(head)]
@@ -3507,13 +3507,13 @@ class ResponseReader:
         self.validator = validator
         self.events = validator.parser()
         self.capture = capture
-        self.head: ResponseHead | None = None
-        self.body: ContentLengthBody | ChunkedBody | CloseDelimitedBody | None = None
+        self.head: _ResponseHead | None = None
+        self.body: _ContentLengthBody | _ChunkedBody | _CloseDelimitedBody | None = None
         self.error: StreamError | None = None
         self.received = 0     # bytes fed, head included
         self.opening = b''    # the first bytes fed, which say what kind of server answered
         self.reads = 0        # feeds that carried body bytes
-        self._heads = ResponseHeadParser()
+        self._heads = _ResponseHeadParser()
         self._error_body: list[bytes] | None = None  # the body of a response whose status is not 200
         self._error_size = 0
 
@@ -3563,7 +3563,7 @@ class ResponseReader:
 
     def status_failure(self) -> StreamError:
         """The failure of a response whose status is not 200, with the server's message when it sent one."""
-        return _status_failure(self.head, b''.join(self._error_body or ())[:MAX_ERROR_BODY])
+        return _status_failure(self.head, b''.join(self._error_body or ())[:_MAX_ERROR_BODY])
 
     def _feed_head(self, data: bytes) -> bytes:
         """Feed the head parser; once the head is whole, choose the body reader and return the body's first bytes."""
@@ -3572,7 +3572,7 @@ class ResponseReader:
             return b''
         self.head = head
         if self.capture is not None:
-            self.capture.keep(response_head(head))
+            self.capture.keep(_response_head(head))
         if head.status != 200:
             self._error_body = []
             self.body = _error_body_reader(head)
@@ -3580,7 +3580,7 @@ class ResponseReader:
                 raise self.status_failure()
         else:
             _check_content_type(head.get('Content-Type'))
-            self.body = body_reader(head)
+            self.body = _body_reader(head)
         return self._heads.rest
 
     def _feed_body(self, data: bytes, pieces: list[Pieces]) -> None:
@@ -3597,7 +3597,7 @@ class ResponseReader:
             raise self.status_failure() from None
         self._error_body.append(part)
         self._error_size += len(part)
-        if self.body.complete or self._error_size >= MAX_ERROR_BODY:
+        if self.body.complete or self._error_size >= _MAX_ERROR_BODY:
             raise self.status_failure()
 
 
@@ -3607,10 +3607,10 @@ class UnstreamedReader:
     clock. ``complete`` once the message ended or a layer broke (``error``); ``answer()`` judges it."""
 
     def __init__(self) -> None:
-        self.head: ResponseHead | None = None
-        self.body: ContentLengthBody | ChunkedBody | CloseDelimitedBody | None = None
+        self.head: _ResponseHead | None = None
+        self.body: _ContentLengthBody | _ChunkedBody | _CloseDelimitedBody | None = None
         self.error: StreamError | None = None
-        self._heads = ResponseHeadParser()
+        self._heads = _ResponseHeadParser()
         self._parts: list[bytes] = []
         self._size = 0
 
@@ -3626,7 +3626,7 @@ class UnstreamedReader:
                 self.head = self._heads.feed(data)
                 if self.head is None:
                     return
-                self.body = body_reader(self.head)
+                self.body = _body_reader(self.head)
                 data = self._heads.rest
             if data:
                 self._keep(self.body.feed(data))
@@ -3635,8 +3635,8 @@ class UnstreamedReader:
 
     def _keep(self, part: bytes) -> None:
         self._size += len(part)
-        if self._size > MAX_UNSTREAMED_BODY:
-            raise _failure('unstreamed_too_long', f'the unstreamed answer is longer than {MAX_UNSTREAMED_BODY} bytes')
+        if self._size > _MAX_UNSTREAMED_BODY:
+            raise _failure('unstreamed_too_long', f'the unstreamed answer is longer than {_MAX_UNSTREAMED_BODY} bytes')
         self._parts.append(part)
 
     def eof(self) -> None:
@@ -3652,7 +3652,7 @@ class UnstreamedReader:
             raise self.error
         body = b''.join(self._parts)
         if self.head.status != 200:
-            raise _status_failure(self.head, body[:MAX_ERROR_BODY])
+            raise _status_failure(self.head, body[:_MAX_ERROR_BODY])
         return unstreamed_answer(api, body)
 
 
@@ -3660,14 +3660,14 @@ class UnstreamedReader:
 # The request (checked before any connection)
 # ---------------------------------------------------------------------------
 
-DEFAULT_URL = 'http://127.0.0.1:8000/v1/chat/completions'
-DEFAULT_PROMPT = 'Reply with exactly the word READY.'
+_DEFAULT_URL = 'http://127.0.0.1:8000/v1/chat/completions'
+_DEFAULT_PROMPT = 'Reply with exactly the word READY.'
 
 # The APIs, by the end of the URL path that serves them.
-API_PATHS = {'/v1/chat/completions': 'chat', '/v1/completions': 'completions', '/v1/responses': 'responses',
+_API_PATHS = {'/v1/chat/completions': 'chat', '/v1/completions': 'completions', '/v1/responses': 'responses',
              '/v1/messages': 'messages'}
 # Per API, the request keys that have a flag of their own (or no say at all), which --extra may not set.
-RESERVED_KEYS = {
+_RESERVED_KEYS = {
     'chat': {'model': '--model', 'messages': '--prompt/--system', 'stream': None, 'n': None,
              'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop', 'tools': '--tools',
              'tool_choice': '--tool-choice', 'response_format': '--json-schema'},
@@ -3681,8 +3681,8 @@ RESERVED_KEYS = {
                  'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop_sequences': '--stop',
                  'tools': '--tools', 'tool_choice': '--tool-choice', 'output_config': '--json-schema'},
 }
-FINISHES = ('stop', 'length')
-ANTHROPIC_VERSION = '2023-06-01'  # the anthropic-version header of a /v1/messages request
+_FINISHES = ('stop', 'length')
+_ANTHROPIC_VERSION = '2023-06-01'  # the anthropic-version header of a /v1/messages request
 
 
 def _is_loopback(host: str) -> bool:
@@ -3697,7 +3697,7 @@ def _positive_finite(value: float) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class Proxy:
+class _Proxy:
     """A forward proxy to tunnel https through (CONNECT): where it is, and the Proxy-Authorization that
     the credentials of its URL make. The credentials stay out of its repr and of every output."""
 
@@ -3723,7 +3723,7 @@ class Proxy:
         return {'address': self.address, 'credentials': bool(self.authorization)}
 
 
-def proxy_from_environment(scheme: str, host: str, environ: typing.Mapping[str, str]) -> Proxy | None:
+def _proxy_from_environment(scheme: str, host: str, environ: typing.Mapping[str, str]) -> _Proxy | None:
     """The proxy that HTTPS_PROXY/https_proxy (HTTP_PROXY/http_proxy for http; lower case first, as
     curl reads them, and an empty one as unset) names for this host, unless NO_PROXY/no_proxy covers
     it; loopback never goes through a proxy. ValueError for a proxy URL this client cannot use."""
@@ -3732,7 +3732,7 @@ def proxy_from_environment(scheme: str, host: str, environ: typing.Mapping[str, 
     names = ('https_proxy', 'HTTPS_PROXY') if scheme == 'https' else ('http_proxy', 'HTTP_PROXY')
     url = next((environ[name] for name in names if environ.get(name)), None)
     no_proxy = next((environ[name] for name in ('no_proxy', 'NO_PROXY') if environ.get(name)), '')
-    if url is None or bypasses_proxy(host, no_proxy):
+    if url is None or _bypasses_proxy(host, no_proxy):
         return None
     parts = urlsplit(url if '://' in url else 'http://' + url)
     if parts.scheme != 'http' or not parts.hostname:
@@ -3744,16 +3744,16 @@ def proxy_from_environment(scheme: str, host: str, environ: typing.Mapping[str, 
         raise ValueError(f'the proxy in {names[1]} has an invalid port') from None
     user, password = unquote(parts.username or ''), unquote(parts.password or '')
     if not (user or password):
-        return Proxy(parts.hostname, port)
+        return _Proxy(parts.hostname, port)
     pair = f'{user}:{password}'
     if not pair.isascii() or not pair.isprintable():
         raise ValueError(f'the proxy credentials in {names[1]} hold characters that cannot go into a header')
     authorization = 'Basic ' + base64.b64encode(pair.encode()).decode()
-    return Proxy(parts.hostname, port, authorization, tuple(secret for secret in (authorization, pair, password)
+    return _Proxy(parts.hostname, port, authorization, tuple(secret for secret in (authorization, pair, password)
                                                             if secret))
 
 
-def bypasses_proxy(host: str, no_proxy: str) -> bool:
+def _bypasses_proxy(host: str, no_proxy: str) -> bool:
     """Whether NO_PROXY covers host, as curl matches it: '*' covers every host; a name covers itself and the
     hosts of its domain (a leading dot is ignored); an IP address covers itself, a CIDR block its addresses."""
     host = host.lower().strip('[]').rstrip('.')
@@ -3805,7 +3805,7 @@ class PreparedRequest:
     ssl_context: ssl.SSLContext | None = dataclasses.field(default=None, repr=False, compare=False)
     token: str = dataclasses.field(default='', repr=False)
     spec: AnswerSpec = dataclasses.field(default_factory=AnswerSpec, repr=False)  # tools, tool choice, JSON schema
-    proxy: Proxy | None = None  # the forward proxy https goes through, if one does
+    proxy: _Proxy | None = None  # the forward proxy https goes through, if one does
     twin: 'PreparedRequest | None' = dataclasses.field(default=None, repr=False)  # --cross-check's unstreamed twin
 
     def __post_init__(self) -> None:
@@ -3819,7 +3819,7 @@ class PreparedRequest:
             raise ValueError(f'port must be 1 to 65535, got {self.port}')
         if not (_positive_finite(self.idle) and _positive_finite(self.deadline)):
             raise ValueError('idle and deadline must be positive finite numbers')
-        if self.api not in VALIDATORS or self.expect_finish not in FINISHES:
+        if self.api not in VALIDATORS or self.expect_finish not in _FINISHES:
             raise ValueError(f'unknown api {self.api!r} or expected finish {self.expect_finish!r}')
 
     @property
@@ -3846,7 +3846,7 @@ def _check_url(url: str):
     if parts.scheme not in ('http', 'https'):
         path = '' if '/' in url else '/v1/chat/completions'
         hint = f'; did you mean http://{url}{path}?' if '://' not in url and url[:1].isalnum() else ''
-        raise ValueError(f'expected an http:// or https:// URL such as {DEFAULT_URL}, got '
+        raise ValueError(f'expected an http:// or https:// URL such as {_DEFAULT_URL}, got '
                          f'{_shorten(repr(url), 80)}{hint}')
     if parts.username is not None or parts.password is not None:
         raise ValueError('the URL must not contain credentials; put the API key in MODEL_API_KEY')
@@ -3890,20 +3890,20 @@ def _check_number(name: str, value, low: float, low_ok: bool) -> float:
     return float(value)
 
 
-def api_of(path: str, api: str | None = None) -> str:
+def _api_of(path: str, api: str | None = None) -> str:
     """The API a request goes to: the one named, or the one its URL path ends with."""
     if api is not None:
         if api not in VALIDATORS:
             raise ValueError(f'unknown api {api!r}; choose from {", ".join(VALIDATORS)}')
         return api
-    for suffix, name in API_PATHS.items():
+    for suffix, name in _API_PATHS.items():
         if path.endswith(suffix):
             return name
     base = path.rstrip('/')
     hint = (f'; did you mean {base}/chat/completions? (an SDK\'s base_url ends in /v1; give the endpoint)'
             if base.endswith('/v1') else '')
     raise ValueError(f'cannot tell the API from the URL path {path!r}: expected a path ending in '
-                     f'{", ".join(API_PATHS)}, or --api {"|".join(VALIDATORS)} for a server mounted elsewhere{hint}')
+                     f'{", ".join(_API_PATHS)}, or --api {"|".join(VALIDATORS)} for a server mounted elsewhere{hint}')
 
 
 def _request_body(api: str, model: str, prompt: str, system: str | None, max_tokens: int, temperature: float,
@@ -3919,8 +3919,8 @@ def _request_body(api: str, model: str, prompt: str, system: str | None, max_tok
     if extra is not None and not isinstance(extra, dict):
         raise ValueError(f'extra must be a JSON object, got {type(extra).__name__}')
     for key in extra or {}:
-        if key in RESERVED_KEYS[api]:
-            flag = RESERVED_KEYS[api][key]
+        if key in _RESERVED_KEYS[api]:
+            flag = _RESERVED_KEYS[api][key]
             raise ValueError(f'extra may not set {key!r}' + (f'; use {flag}' if flag else ''))
     if api == 'chat':
         messages = ([{'role': 'system', 'content': system}] if system is not None else []) \
@@ -3947,7 +3947,7 @@ def _request_body(api: str, model: str, prompt: str, system: str | None, max_tok
     return {**body, **(extra or {})}
 
 
-SCHEMA_REFUSALS = {'invalid': 'not a valid schema', 'remote': 'a schema that needs another document',
+_SCHEMA_REFUSALS = {'invalid': 'not a valid schema', 'remote': 'a schema that needs another document',
                    'unsupported': 'a schema that cannot be checked faithfully'}  # SchemaError.kind, in a sentence
 
 
@@ -3973,7 +3973,7 @@ def _answer_spec(api: str, tools: list | None, tool_choice: str | None, json_sch
         try:
             schema = JsonSchema(json_schema)
         except SchemaError as exc:
-            raise ValueError(f'json_schema is {SCHEMA_REFUSALS[exc.kind]}: {exc}') from None
+            raise ValueError(f'json_schema is {_SCHEMA_REFUSALS[exc.kind]}: {exc}') from None
     return AnswerSpec(declared, tool_choice, schema)
 
 
@@ -3988,7 +3988,7 @@ def _declared_tool(number: int, tool: object) -> tuple[str, JsonSchema | None]:
     try:
         return name, JsonSchema(function['parameters'])
     except SchemaError as exc:
-        raise ValueError(f'tools[{number}] ({name}) has parameters that are {SCHEMA_REFUSALS[exc.kind]}: {exc}') from None
+        raise ValueError(f'tools[{number}] ({name}) has parameters that are {_SCHEMA_REFUSALS[exc.kind]}: {exc}') from None
 
 
 def _answer_fields(api: str, tools: list | None, spec: AnswerSpec, json_schema: dict | None) -> dict:
@@ -4001,14 +4001,14 @@ def _answer_fields(api: str, tools: list | None, spec: AnswerSpec, json_schema: 
                                                                ('description', tool['function'].get('description')),
                                                                ('input_schema', tool['function'].get('parameters')))
                                 if value is not None} for tool in tools]
-            fields['tool_choice'] = ({'type': {'required': 'any'}.get(choice, choice)} if choice in TOOL_CHOICES
+            fields['tool_choice'] = ({'type': {'required': 'any'}.get(choice, choice)} if choice in _TOOL_CHOICES
                                      else {'type': 'tool', 'name': choice})
         elif api == 'responses':  # the Responses API takes the function's keys flattened into the tool
             fields['tools'] = [{'type': 'function', **tool['function']} for tool in tools]
-            fields['tool_choice'] = choice if choice in TOOL_CHOICES else {'type': 'function', 'name': choice}
+            fields['tool_choice'] = choice if choice in _TOOL_CHOICES else {'type': 'function', 'name': choice}
         else:
             fields['tools'] = tools
-            fields['tool_choice'] = choice if choice in TOOL_CHOICES else {'type': 'function',
+            fields['tool_choice'] = choice if choice in _TOOL_CHOICES else {'type': 'function',
                                                                            'function': {'name': choice}}
     if json_schema is not None:
         if api == 'messages':
@@ -4044,9 +4044,9 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     API returns them; it needs temperature 0 or a ``seed`` in ``extra``.
     """
     parts, port = _check_url(url)
-    api = api_of(parts.path, api)
-    if expect_finish not in FINISHES:
-        raise ValueError(f'expect_finish must be one of {", ".join(FINISHES)}, got {expect_finish!r}')
+    api = _api_of(parts.path, api)
+    if expect_finish not in _FINISHES:
+        raise ValueError(f'expect_finish must be one of {", ".join(_FINISHES)}, got {expect_finish!r}')
     idle = _check_number('idle', idle, 0, False)
     deadline = _check_number('deadline', deadline, 0, False)
     temperature = _check_number('temperature', temperature, 0, True)
@@ -4056,13 +4056,13 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     body = _request_body(api, model, prompt, system, max_tokens, temperature, stop, extra)
     spec = _answer_spec(api, tools, tool_choice, json_schema)
     body.update(_answer_fields(api, tools, spec, json_schema))
-    if cross_check and api in TOKEN_ID_APIS:
+    if cross_check and api in _TOKEN_ID_APIS:
         body['return_token_ids'] = True
     headers = {'Content-Type': 'application/json', 'Accept': 'text/event-stream',
                'Accept-Encoding': 'identity',  # no compression: a proxy must pass the events as they are
                'User-Agent': f'stream-client/{__version__}'}
     if api == 'messages':
-        headers['anthropic-version'] = ANTHROPIC_VERSION
+        headers['anthropic-version'] = _ANTHROPIC_VERSION
     if token:
         if not token.isprintable() or not token.isascii() or ' ' in token:
             raise ValueError('MODEL_API_KEY holds characters that cannot go into an HTTP header')
@@ -4079,23 +4079,23 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     data = json.dumps(body, ensure_ascii=False).encode()
     request = PreparedRequest(url=url, scheme=parts.scheme, host=parts.hostname, port=port, path=parts.path or '/',
                               api=api, model=model, body=data, headers=headers,
-                              wire=render_request(parts.scheme, parts.hostname, port, parts.path or '/', headers,
+                              wire=_render_request(parts.scheme, parts.hostname, port, parts.path or '/', headers,
                                                   data),
                               idle=idle, deadline=deadline, settings=settings, max_tokens=max_tokens,
                               expect_finish=expect_finish, source=source, ssl_context=context, token=token or '',
-                              spec=spec, proxy=proxy_from_environment(parts.scheme, parts.hostname, os.environ)
+                              spec=spec, proxy=_proxy_from_environment(parts.scheme, parts.hostname, os.environ)
                               if trust_env else None)
-    return dataclasses.replace(request, twin=unstreamed_twin(request, body)) if cross_check else request
+    return dataclasses.replace(request, twin=_unstreamed_twin(request, body)) if cross_check else request
 
 
-def unstreamed_twin(request: PreparedRequest, body: dict) -> PreparedRequest:
+def _unstreamed_twin(request: PreparedRequest, body: dict) -> PreparedRequest:
     """The same request with ``stream: false`` and without what only a streamed request may carry."""
     twin_body = {key: False if key == 'stream' else value for key, value in body.items()
-                 if key not in STREAMED_ONLY_KEYS}
+                 if key not in _STREAMED_ONLY_KEYS}
     data = json.dumps(twin_body, ensure_ascii=False).encode()
     headers = {**request.headers, 'Accept': 'application/json'}
     return dataclasses.replace(request, body=data, headers=headers,
-                               wire=render_request(request.scheme, request.host, request.port, request.path,
+                               wire=_render_request(request.scheme, request.host, request.port, request.path,
                                                    headers, data))
 
 
@@ -4109,7 +4109,7 @@ class _Recorder:
         self.sent += data
 
 
-def render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes) -> bytes:
+def _render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes) -> bytes:
     """The bytes of a POST request, formatted (and its header names and values checked) by http.client.
     Done once per prepared request; every run sends these bytes on its own connection."""
     connection_class = http.client.HTTPSConnection if scheme == 'https' else http.client.HTTPConnection
@@ -4126,7 +4126,7 @@ def render_request(scheme: str, host: str, port: int, path: str, headers: dict, 
 # Transport: one request, read under the idle timeout and the overall deadline
 # ---------------------------------------------------------------------------
 
-class Phase(enum.Enum):
+class _Phase(enum.Enum):
     """The part of the exchange a run is in; failures name it."""
 
     CONNECT = 'connect'
@@ -4137,7 +4137,7 @@ class Phase(enum.Enum):
     BODY = 'body'
 
 
-class Timeline:
+class _Timeline:
     """Monotonic stamps of one run, taken only by the transport, and how the text was delivered."""
 
     def __init__(self) -> None:
@@ -4220,7 +4220,7 @@ def _shut(sock: socket.socket) -> None:
         pass
 
 
-class Connection:
+class _Connection:
     """An open connection: its socket, the address it really reached, and how often it has been used."""
 
     def __init__(self, sock: socket.socket) -> None:
@@ -4250,9 +4250,9 @@ class KeptConnections:
     thread at a time."""
 
     def __init__(self) -> None:
-        self._by_origin: dict[tuple, Connection] = {}
+        self._by_origin: dict[tuple, _Connection] = {}
 
-    def take(self, origin: tuple) -> Connection | None:
+    def take(self, origin: tuple) -> _Connection | None:
         """The connection kept to this origin, unless bytes arrived on it while it was idle: they answer no
         request, and RFC 9112 (6.3) forbids reading them as the next response, so it is closed and a new
         one is used. One the server closed while idle is taken: the run reports a stale connection."""
@@ -4262,7 +4262,7 @@ class KeptConnections:
             return None
         return connection
 
-    def keep(self, origin: tuple, connection: Connection) -> None:
+    def keep(self, origin: tuple, connection: _Connection) -> None:
         connection.idle_since = time.monotonic()
         self._by_origin[origin] = connection
 
@@ -4272,7 +4272,7 @@ class KeptConnections:
         self._by_origin.clear()
 
 
-class Exchange:
+class _Exchange:
     """What one run saw: the timeline, owned by the transport, and the response reader, which owns the
     head, the body framing, the events and the answer. ``failure`` is the first failure, whichever
     layer it came from."""
@@ -4281,11 +4281,11 @@ class Exchange:
                  cancel: Cancel | None = None) -> None:
         self.request = request
         self.cancel = cancel
-        self.timeline = Timeline()
-        self.phase = Phase.CONNECT
+        self.timeline = _Timeline()
+        self.phase = _Phase.CONNECT
         self.reader = ResponseReader(request.new_validator(), capture)
         self.failure: StreamError | None = None
-        self.connection: Connection | None = None
+        self.connection: _Connection | None = None
         self.reused = False            # the connection was kept from an earlier run
         self.idle_s: float | None = None  # how long a reused connection had been idle
         self.cross_check: dict | None = None  # --cross-check: the unstreamed twin and the comparison
@@ -4335,7 +4335,7 @@ def run(request: PreparedRequest, *, on_text=None, on_reasoning=None, on_call=No
     with ``cross_check`` then sends its unstreamed twin on a connection of
     its own, and the record's ``cross_check`` compares the two answers.
     """
-    x = Exchange(request, capture, cancel)
+    x = _Exchange(request, capture, cancel)
     interrupted = None
     connection = kept.take(request.origin) if kept is not None else None
     try:
@@ -4370,42 +4370,42 @@ def run(request: PreparedRequest, *, on_text=None, on_reasoning=None, on_call=No
             x.cross_check = _cross_check(x, cancel)
         except KeyboardInterrupt as exc:
             interrupted = getattr(exc, 'signal_name', 'SIGINT')
-            x.cross_check = cross_check_record(streamed_answer(x.reader.validator), None, None,
+            x.cross_check = cross_check_record(_streamed_answer(x.reader.validator), None, None,
                                                f'interrupted by {interrupted} during the unstreamed request')
-    record = build_record(x)
+    record = _build_record(x)
     if interrupted:
         raise Interrupted(interrupted, record)
     return record
 
 
-def _cross_check(x: Exchange, cancel: Cancel | None) -> dict:
+def _cross_check(x: _Exchange, cancel: Cancel | None) -> dict:
     """Send the unstreamed twin of a streamed run that got an answer with status 200, and compare."""
-    streamed = streamed_answer(x.reader.validator)
+    streamed = _streamed_answer(x.reader.validator)
     if x.reader.head is None or x.reader.head.status != 200:
         return cross_check_record(streamed, None, None, 'not sent: the streamed request got no answer with status 200')
-    reader = _fetch_unstreamed(Exchange(x.request.twin, cancel=cancel))  # an exchange for its phase and clock
+    reader = _fetch_unstreamed(_Exchange(x.request.twin, cancel=cancel))  # an exchange for its phase and clock
     status = reader.head.status if reader.head is not None else None
     try:
         answer = reader.answer(x.request.api)
     except StreamError as exc:
         return cross_check_record(streamed, status, None, str(exc))
-    return cross_check_record(streamed, status, answer, unstreamed_problem(answer, x.request.expect_finish))
+    return cross_check_record(streamed, status, answer, _unstreamed_problem(answer, x.request.expect_finish))
 
 
-def _fetch_unstreamed(x: Exchange) -> UnstreamedReader:
+def _fetch_unstreamed(x: _Exchange) -> UnstreamedReader:
     """Send an unstreamed request on a connection of its own and read its whole response, under the same
     time bounds as a run; a failure ends up as the reader's error."""
     reader, connection = UnstreamedReader(), None
     try:
         x.timeline.start()
         connection = _connect(x)
-        x.phase = Phase.REQUEST
+        x.phase = _Phase.REQUEST
         connection.sock.settimeout(_wait(x))
         connection.sock.sendall(x.request.wire)
-        x.phase = Phase.HEADERS
+        x.phase = _Phase.HEADERS
         while not reader.complete:
             connection.sock.settimeout(_wait(x))
-            raw = connection.sock.recv(READ_SIZE)
+            raw = connection.sock.recv(_READ_SIZE)
             if not raw:
                 stop = _interruption(x)
                 if stop:
@@ -4413,7 +4413,7 @@ def _fetch_unstreamed(x: Exchange) -> UnstreamedReader:
                 reader.eof()
                 break
             reader.feed(raw)
-            x.phase = Phase.BODY if reader.head is not None else x.phase
+            x.phase = _Phase.BODY if reader.head is not None else x.phase
     except StreamError as exc:
         reader.error = reader.error or exc
     except Exception as exc:  # as in run(): keep the evidence
@@ -4426,7 +4426,7 @@ def _fetch_unstreamed(x: Exchange) -> UnstreamedReader:
     return reader
 
 
-def _connect(x: Exchange) -> Connection:
+def _connect(x: _Exchange) -> _Connection:
     """The TCP connection (to the proxy, when one is used, then a tunnel through it) and, for https,
     the TLS handshake, each step under the idle timeout cut to the deadline."""
     request, proxy = x.request, x.request.proxy
@@ -4439,13 +4439,13 @@ def _connect(x: Exchange) -> Connection:
         x.cancel.attach(sock)
     try:
         if proxy is not None:
-            x.phase = Phase.PROXY
+            x.phase = _Phase.PROXY
             _open_tunnel(sock, x)
         if request.scheme == 'http':
-            connection = Connection(sock)
+            connection = _Connection(sock)
             _check_plain_peer(connection, request)
             return connection
-        x.phase = Phase.TLS
+        x.phase = _Phase.TLS
         sock.settimeout(_wait(x))
         tls = request.ssl_context.wrap_socket(sock, server_hostname=request.host)
     except BaseException:
@@ -4456,26 +4456,26 @@ def _connect(x: Exchange) -> Connection:
     if x.cancel is not None:  # the TLS socket took over the connection
         x.cancel.detach(sock)
         x.cancel.attach(tls)
-    return Connection(tls)
+    return _Connection(tls)
 
 
-def _check_plain_peer(connection: Connection, request: PreparedRequest) -> None:
+def _check_plain_peer(connection: _Connection, request: PreparedRequest) -> None:
     """Plain http only to loopback, judged by the address really connected to, not by the name."""
     if not ipaddress.ip_address(connection.peer_ip.partition('%')[0]).is_loopback:
         raise _failure('not_loopback', f'plain http is allowed only to loopback addresses, but {request.host} '
                                        f'connected to {connection.peer}; nothing was sent')
 
 
-def _open_tunnel(sock: socket.socket, x: Exchange) -> None:
+def _open_tunnel(sock: socket.socket, x: _Exchange) -> None:
     """CONNECT through the proxy to the origin (RFC 9110, 9.3.6); StreamError('proxy') unless it answers 2xx."""
     request, proxy = x.request, x.request.proxy
     sock.settimeout(_wait(x))
     sock.sendall(proxy.connect_request(request.host, request.port))
-    heads = ResponseHeadParser()
+    heads = _ResponseHeadParser()
     head = None
     while head is None:
         sock.settimeout(_wait(x))
-        raw = sock.recv(READ_SIZE)
+        raw = sock.recv(_READ_SIZE)
         if not raw:
             raise _failure('proxy_closed', f'the proxy {proxy.address} closed the connection before answering CONNECT '
                                            f'{request.address}')
@@ -4491,14 +4491,14 @@ def _open_tunnel(sock: socket.socket, x: Exchange) -> None:
                                             '2xx to CONNECT, before the tunnel was used')
 
 
-def _reuse(x: Exchange, connection: Connection) -> None:
+def _reuse(x: _Exchange, connection: _Connection) -> None:
     """Take up a kept connection: the clock starts now, as the request goes out on it."""
     x.reused, x.idle_s = True, time.monotonic() - connection.idle_since
     if x.cancel is not None:
         x.cancel.attach(connection.sock)
 
 
-def _reusable(x: Exchange) -> bool:
+def _reusable(x: _Exchange) -> bool:
     """Whether a connection may carry the next request: its response ended cleanly on a framing that says
     where it ends (Content-Length, or chunked and read to its last chunk), in HTTP/1.1, without
     Connection: close, and nothing went wrong below the event stream."""
@@ -4509,18 +4509,18 @@ def _reusable(x: Exchange) -> bool:
             and not body.overrun and head.version == '1.1' and 'close' not in head.field_list('Connection'))
 
 
-def _exchange(sock: socket.socket, x: Exchange, show: _Show) -> None:
+def _exchange(sock: socket.socket, x: _Exchange, show: _Show) -> None:
     try:
-        x.phase = Phase.REQUEST
+        x.phase = _Phase.REQUEST
         sock.settimeout(_wait(x))
         sock.sendall(x.request.wire)
-        x.phase = Phase.HEADERS
+        x.phase = _Phase.HEADERS
         _read_response(sock, x, show)
     except (OSError, StreamError) as exc:
         raise _exchange_failure(exc, x) from None
 
 
-def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
+def _read_response(sock: socket.socket, x: _Exchange, show: _Show) -> None:
     """Feed the reader until the HTTP message ends or the connection closes, under both time bounds.
 
     The clock is read once per read, right after it returns: every event of one read gets that time,
@@ -4545,9 +4545,9 @@ def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
         if now > deadline_at:
             raise _deadline_failure(x)
         pieces = reader.feed(raw)
-        if x.phase is Phase.HEADERS and reader.head is not None:
+        if x.phase is _Phase.HEADERS and reader.head is not None:
             timeline.headers_at = now
-            x.phase = Phase.BODY
+            x.phase = _Phase.BODY
         if pieces:
             timeline.note_read(now, pieces)
         if pieces and showing:
@@ -4564,7 +4564,7 @@ def _read_response(sock: socket.socket, x: Exchange, show: _Show) -> None:
             return
 
 
-def _receiver(sock: socket.socket, x: Exchange):
+def _receiver(sock: socket.socket, x: _Exchange):
     """A function that reads the next bytes under the idle timeout cut to the deadline (TimeoutError).
 
     A plain socket on Linux waits in the kernel, under SO_RCVTIMEO, so that each read is one system
@@ -4574,7 +4574,7 @@ def _receiver(sock: socket.socket, x: Exchange):
     if type(sock) is not socket.socket or not sys.platform.startswith('linux'):
         def receive() -> bytes:
             sock.settimeout(_wait(x))
-            return sock.recv(READ_SIZE)
+            return sock.recv(_READ_SIZE)
         return receive
     sock.settimeout(None)
     armed = [-1.0]  # the SO_RCVTIMEO in force, in seconds
@@ -4587,13 +4587,13 @@ def _receiver(sock: socket.socket, x: Exchange):
                             struct.pack('ll', int(seconds), int(seconds % 1 * 1_000_000)))
             armed[0] = seconds
         try:
-            return sock.recv(READ_SIZE)
+            return sock.recv(_READ_SIZE)
         except BlockingIOError:  # SO_RCVTIMEO ran out
             raise TimeoutError('timed out') from None
     return receive
 
 
-def _wait(x: Exchange) -> float:
+def _wait(x: _Exchange) -> float:
     """The socket timeout for the next operation: the idle timeout, cut to the deadline."""
     remaining = x.request.deadline - (time.perf_counter() - x.timeline.started)
     if remaining <= 0:
@@ -4637,7 +4637,7 @@ def judge(reader: ResponseReader, failure: StreamError | None = None, cross_chec
     the answer itself.
     """
     failure = failure or reader.error or reader.early_end()
-    outcome = answer_problem(reader.validator, cross_check)
+    outcome = _answer_problem(reader.validator, cross_check)
     application_complete = outcome is None and not (failure is not None and failure.server_error)
     if failure is not None:
         if failure.layer != 'transport':
@@ -4645,14 +4645,14 @@ def judge(reader: ResponseReader, failure: StreamError | None = None, cross_chec
         event_complete = reader.events.pending() is None if reader.body is not None else None
         return Verdict('transport', failure.message, False, event_complete, application_complete, failure.kind)
     transport, events = reader.body.eof_failure(), reader.events.pending()
-    first = transport or events or outcome or cross_check_failure(cross_check)
+    first = transport or events or outcome or _cross_check_failure(cross_check)
     return Verdict(first and first.layer, first and first.message, transport is None, events is None,
                    application_complete, first and first.kind)
 
 
 # The transport's failures: what the socket, the clocks and the signals saw, which the reader could not.
 
-def _interruption(x: Exchange, signal_name: str | None = None) -> StreamError | None:
+def _interruption(x: _Exchange, signal_name: str | None = None) -> StreamError | None:
     """The failure of a run stopped by a signal (or by its Cancel), or None if it was not."""
     signal_name = signal_name or (x.cancel.reason if x.cancel is not None else None)
     if signal_name is None:
@@ -4661,19 +4661,19 @@ def _interruption(x: Exchange, signal_name: str | None = None) -> StreamError | 
                                    f'after {_count(x.reader.validator.content_events, "content event")}')
 
 
-def _exchange_failure(exc: OSError | StreamError, x: Exchange) -> BaseException:
+def _exchange_failure(exc: OSError | StreamError, x: _Exchange) -> BaseException:
     """What a failure while the request was sent or the response read means: the status line, when an
     error response had begun; a stale kept connection; a plain request to a TLS port; or itself."""
     if x.reader.reading_error_body:  # the status line already says what failed; keep what arrived
         return x.reader.status_failure()
     if _closed_while_idle(x, exc):
-        return StaleConnectionError(x.connection.requests, x.idle_s)
+        return _StaleConnectionError(x.connection.requests, x.idle_s)
     if isinstance(exc, StreamError) and _looks_like_tls(x):
         return StreamError(exc.layer, f'{exc.message}; is this port TLS? try https://', kind=exc.kind)
     return exc
 
 
-def _closed_while_idle(x: Exchange, exc: BaseException) -> bool:
+def _closed_while_idle(x: _Exchange, exc: BaseException) -> bool:
     """Whether a reused connection ended (closed or reset) before any response byte: not a timeout, and
     not a failure of a later layer."""
     if not x.reused or x.reader.received or isinstance(exc, TimeoutError):
@@ -4681,7 +4681,7 @@ def _closed_while_idle(x: Exchange, exc: BaseException) -> bool:
     return isinstance(exc, OSError) or exc.layer == 'transport'
 
 
-def _looks_like_tls(x: Exchange) -> bool:
+def _looks_like_tls(x: _Exchange) -> bool:
     """Whether a plain http request that got no response head reached a TLS port: the server closed
     without a byte (as TLS servers do on a plaintext request), or its bytes start a TLS record."""
     reader = x.reader
@@ -4691,22 +4691,22 @@ def _looks_like_tls(x: Exchange) -> bool:
     return reader.received == 0 or (len(opening) >= 2 and 20 <= opening[0] <= 23 and opening[1] == 3)
 
 
-def _deadline_failure(x: Exchange) -> StreamError:
+def _deadline_failure(x: _Exchange) -> StreamError:
     deadline = f'{x.request.deadline:g} s'
     validator = x.reader.validator
-    if x.phase is Phase.BODY and validator.done:
+    if x.phase is _Phase.BODY and validator.done:
         return _unended_after_terminal(x, f'the overall deadline of {deadline}')
     return _failure('deadline', f'overall deadline of {deadline} reached during the {x.phase.value} phase '
                                 f'after {_count(validator.content_events, "content event")}')
 
 
-def _unended_after_terminal(x: Exchange, bound: str) -> StreamError:
+def _unended_after_terminal(x: _Exchange, bound: str) -> StreamError:
     """The terminal event arrived but the HTTP message never ended: a transport failure, whichever bound noticed."""
     return _failure('unended_after_terminal', f'message did not end within {bound} after {x.reader.validator.terminal}; '
                                               f'received {x.reader.body.progress()}')
 
 
-def _classify(exc: BaseException, x: Exchange) -> StreamError:
+def _classify(exc: BaseException, x: _Exchange) -> StreamError:
     """Turn an exception from the socket, TLS or http.client into a layered failure."""
     request = x.request
     stop = _interruption(x)
@@ -4720,21 +4720,21 @@ def _classify(exc: BaseException, x: Exchange) -> StreamError:
     if isinstance(exc, ssl.SSLError):
         hint = '; the answer was not TLS: is this port plain http?' if exc.reason in _NOT_TLS else ''
         return _failure('tls_failed', f'TLS failed with {request.host}: {exc.reason or exc}{hint}')
-    if x.phase is Phase.CONNECT and isinstance(exc, OSError):
+    if x.phase is _Phase.CONNECT and isinstance(exc, OSError):
         reason = exc.strerror or str(exc) or type(exc).__name__
         hint = '; is the server running, and listening on that port?' if isinstance(exc, ConnectionRefusedError) \
             else ''
         if request.proxy is not None:
             return _failure('proxy_unreachable', f'cannot connect to the proxy {request.proxy.address}: {reason}{hint}')
         return _failure('connect_failed', f'cannot connect to {request.address}: {reason}{hint}')
-    if x.phase is Phase.PROXY and isinstance(exc, OSError):
+    if x.phase is _Phase.PROXY and isinstance(exc, OSError):
         return _failure('proxy_tunnel_failed', f'the tunnel through the proxy {request.proxy.address} failed: '
                                                f'{type(exc).__name__}: {exc}')
-    if x.phase is Phase.TLS and isinstance(exc, OSError):
+    if x.phase is _Phase.TLS and isinstance(exc, OSError):
         return _failure('tls_failed', f'TLS handshake with {request.host} failed: {type(exc).__name__}: {exc}')
-    if x.phase in (Phase.REQUEST, Phase.HEADERS) and isinstance(exc, (OSError, http.client.HTTPException)):
+    if x.phase in (_Phase.REQUEST, _Phase.HEADERS) and isinstance(exc, (OSError, http.client.HTTPException)):
         return _failure('no_response_head', f'no valid response headers: {type(exc).__name__}: {exc}')
-    if x.phase is Phase.BODY and isinstance(exc, OSError):
+    if x.phase is _Phase.BODY and isinstance(exc, OSError):
         received = x.reader.body.received if x.reader.body else 0
         return _failure('connection_failed', f'connection failed after {_count(received, "body byte")}: '
                                              f'{type(exc).__name__}: {exc}')
@@ -4746,19 +4746,19 @@ _NOT_TLS = frozenset({'WRONG_VERSION_NUMBER', 'RECORD_LAYER_FAILURE', 'PACKET_LE
                       'HTTP_REQUEST', 'UNEXPECTED_RECORD'})
 
 
-def _timeout_failure(x: Exchange) -> StreamError:
+def _timeout_failure(x: _Exchange) -> StreamError:
     request = x.request
     if time.perf_counter() - x.timeline.started >= request.deadline - 0.001:
         return _deadline_failure(x)
     idle = f'{request.idle:g} s'
-    if x.phase is Phase.CONNECT:
+    if x.phase is _Phase.CONNECT:
         where = f'the proxy {request.proxy.address}' if request.proxy else request.address
         return _failure('connect_timeout', f'no connection to {where} within {idle}')
-    if x.phase is Phase.PROXY:
+    if x.phase is _Phase.PROXY:
         return _failure('proxy_timeout', f'no answer to CONNECT from the proxy {request.proxy.address} within {idle}')
-    if x.phase is Phase.TLS:
+    if x.phase is _Phase.TLS:
         return _failure('tls_timeout', f'TLS handshake with {request.host} not finished within {idle}')
-    if x.phase is not Phase.BODY:
+    if x.phase is not _Phase.BODY:
         return _failure('headers_timeout', f'no response headers within the idle timeout of {idle}')
     if x.reader.validator.done:
         return _unended_after_terminal(x, f'the idle timeout of {idle}')
@@ -4766,7 +4766,7 @@ def _timeout_failure(x: Exchange) -> StreamError:
                                     f'{_count(x.reader.validator.content_events, "content event")}')
 
 
-def build_record(x: Exchange) -> dict:
+def _build_record(x: _Exchange) -> dict:
     """The JSON evidence record of a run (never contains the API key)."""
     verdict = judge(x.reader, x.failure, x.cross_check)
     timeline, request, reader = x.timeline, x.request, x.reader
@@ -4809,8 +4809,8 @@ def build_record(x: Exchange) -> dict:
         'content_reads': timeline.content_reads,
         'max_content_events_per_read': timeline.max_content_events_per_read,
         'content_span_ms': _span_ms(timeline.first_text_at, timeline.last_text_at),
-        'buffered_delivery': buffered_delivery(answer['content_events'], timeline.content_reads),
-        'tokens_per_event': tokens_per_event(reader.validator),
+        'buffered_delivery': _buffered_delivery(answer['content_events'], timeline.content_reads),
+        'tokens_per_event': _tokens_per_event(reader.validator),
         'cross_check': x.cross_check,
         'response_id': answer['response_id'],
         'request_id': head.get('x-request-id') if head else None,
@@ -4822,18 +4822,18 @@ def build_record(x: Exchange) -> dict:
         'url': request.url,
         'request': dict(request.settings),
         'started_at': _utc_iso(timeline.started_wall),
-        'client': {'version': __version__, 'python': PYTHON_VERSION, 'platform': PLATFORM},
+        'client': {'version': __version__, 'python': _PYTHON_VERSION, 'platform': _PLATFORM},
         'capture': None if reader.capture is None else {'bytes': len(reader.capture.data),
                                                         'truncated': reader.capture.truncated},
     }
-    return redact(record, request.secrets())
+    return _redact(record, request.secrets())
 
 
-MIN_EVENTS_FOR_BUFFERING_HINT = 8   # fewer content events than this: too short to tell
-BUFFERED_EVENTS_PER_READ = 4        # content events per content-carrying read that mean "held back"
+_MIN_EVENTS_FOR_BUFFERING_HINT = 8   # fewer content events than this: too short to tell
+_BUFFERED_EVENTS_PER_READ = 4        # content events per content-carrying read that mean "held back"
 
 
-def buffered_delivery(content_events: int, content_reads: int) -> bool | None:
+def _buffered_delivery(content_events: int, content_reads: int) -> bool | None:
     """Whether the text arrived in bursts, as a proxy that holds the stream back delivers it.
 
     None (cannot tell) under MIN_EVENTS_FOR_BUFFERING_HINT content events: a
@@ -4841,51 +4841,51 @@ def buffered_delivery(content_events: int, content_reads: int) -> bool | None:
     Otherwise true when the reads that carried text carried, on average, at
     least BUFFERED_EVENTS_PER_READ content events each.
     """
-    if content_events < MIN_EVENTS_FOR_BUFFERING_HINT:
+    if content_events < _MIN_EVENTS_FOR_BUFFERING_HINT:
         return None
-    return content_events >= BUFFERED_EVENTS_PER_READ * content_reads
+    return content_events >= _BUFFERED_EVENTS_PER_READ * content_reads
 
 
-def _connection_facts(x: Exchange) -> dict | None:
+def _connection_facts(x: _Exchange) -> dict | None:
     """What the record says of the connection: whether it was kept from an earlier run, how many requests
     it has carried, the address really reached (the proxy's, through one) and the local port."""
     connection = x.connection
     if connection is None:
         return None
     return {'reused': x.reused, 'request_on_connection': connection.requests, 'peer': connection.peer,
-            'local_port': connection.local_port, 'stale': isinstance(x.failure, StaleConnectionError)}
+            'local_port': connection.local_port, 'stale': isinstance(x.failure, _StaleConnectionError)}
 
 
 def _span_ms(first: float | None, last: float | None) -> float | None:
     return None if first is None else round((last - first) * 1000, 3)
 
 
-def _run_source(x: Exchange) -> str:
+def _run_source(x: _Exchange) -> str:
     """Who answered the run: what its response head says; without a head (a kept connection found closed),
     what the last response on the same connection said; else where the request was sent."""
     earlier = x.connection.source if x.connection is not None else None
     return _source(x.reader.head, earlier or x.request.source)
 
 
-def _source(head: ResponseHead | None, requested: str) -> str:
+def _source(head: _ResponseHead | None, requested: str) -> str:
     """fixture (the synthetic fixture answered), replay (the fixture replayed a capture), or what was asked."""
     if head is not None:
-        if head.get(REPLAY_HEADER) == 'replay':
+        if head.get(_REPLAY_HEADER) == 'replay':
             return 'replay'
         if (head.get('server') or '').startswith('synthetic-fixture'):
             return 'fixture'
     return requested
 
 
-def _declared_length(head: ResponseHead) -> int | None:
+def _declared_length(head: _ResponseHead) -> int | None:
     """The Content-Length for the record: None when there is none or it is not usable."""
     try:
-        return content_length(head)
+        return _content_length(head)
     except StreamError:
         return None
 
 
-def _http_facts(head: ResponseHead | None, body) -> dict | None:
+def _http_facts(head: _ResponseHead | None, body) -> dict | None:
     """What the record says of the HTTP message: its status line, framing headers and body size."""
     if head is None:
         return None
@@ -4911,11 +4911,11 @@ def _platform() -> str:
     return f'{uname.sysname} {uname.release} {uname.machine}'
 
 
-PYTHON_VERSION = sys.version.split()[0]
-PLATFORM = _platform()  # constant for the life of the process
+_PYTHON_VERSION = sys.version.split()[0]
+_PLATFORM = _platform()  # constant for the life of the process
 
 
-def redact(value, secrets: tuple[str, ...]):
+def _redact(value, secrets: tuple[str, ...]):
     """A copy of value with every occurrence of each secret in its strings replaced."""
     if not secrets:
         return value
@@ -4924,27 +4924,27 @@ def redact(value, secrets: tuple[str, ...]):
             value = value.replace(secret, '[redacted]')
         return value
     if isinstance(value, dict):
-        return {key: redact(item, secrets) for key, item in value.items()}
+        return {key: _redact(item, secrets) for key, item in value.items()}
     if isinstance(value, list):
-        return [redact(item, secrets) for item in value]
+        return [_redact(item, secrets) for item in value]
     return value
 
 
-def failed_record(request: PreparedRequest, failure: StreamError) -> dict:
+def _failed_record(request: PreparedRequest, failure: StreamError) -> dict:
     """The record of a run that never started (interrupted before sending, or a bug in this client)."""
-    x = Exchange(request)
+    x = _Exchange(request)
     x.fail(failure)
     x.timeline.ended = x.timeline.started
-    return build_record(x)
+    return _build_record(x)
 
 
 # ---------------------------------------------------------------------------
 # Many runs: a load of strict runs, and a summary built from their verdicts
 # ---------------------------------------------------------------------------
 
-ARRIVALS = ('poisson', 'constant')
-MAX_OPEN_LOOP_IN_FLIGHT = 512  # runs in flight at most under --rate without --concurrency
-MAX_PROCESSES = 64             # worker processes of one load at most
+_ARRIVALS = ('poisson', 'constant')
+_MAX_OPEN_LOOP_IN_FLIGHT = 512  # runs in flight at most under --rate without --concurrency
+_MAX_PROCESSES = 64             # worker processes of one load at most
 
 
 @dataclasses.dataclass(frozen=True)
@@ -4972,11 +4972,11 @@ class LoadSettings:
             raise ValueError(f'concurrency must be a positive integer, got {self.concurrency!r}')
         if self.rate is not None and not _positive_finite(self.rate):
             raise ValueError(f'rate must be a positive finite number of runs per second, got {self.rate!r}')
-        if self.arrivals not in ARRIVALS:
-            raise ValueError(f'arrivals must be one of {", ".join(ARRIVALS)}, got {self.arrivals!r}')
+        if self.arrivals not in _ARRIVALS:
+            raise ValueError(f'arrivals must be one of {", ".join(_ARRIVALS)}, got {self.arrivals!r}')
         if isinstance(self.processes, bool) or not isinstance(self.processes, int) or \
-                not 1 <= self.processes <= MAX_PROCESSES:
-            raise ValueError(f'processes must be a whole number from 1 to {MAX_PROCESSES}, got {self.processes!r}')
+                not 1 <= self.processes <= _MAX_PROCESSES:
+            raise ValueError(f'processes must be a whole number from 1 to {_MAX_PROCESSES}, got {self.processes!r}')
         if self.duration is not None and (self.rate is None or not _positive_finite(self.duration)):
             raise ValueError(f'duration bounds an open loop: a positive number of seconds with a rate, '
                              f'got {self.duration!r}')
@@ -4984,7 +4984,7 @@ class LoadSettings:
     @property
     def in_flight(self) -> int:
         """The most runs that may be in flight at once."""
-        default = 1 if self.rate is None else MAX_OPEN_LOOP_IN_FLIGHT
+        default = 1 if self.rate is None else _MAX_OPEN_LOOP_IN_FLIGHT
         return min(self.runs, self.concurrency or default)
 
     def described(self) -> dict:
@@ -5002,7 +5002,7 @@ def _open_loop_offsets(rate: float, arrivals: str, seed: int):
         at += 1 / rate if arrivals == 'constant' else rng.expovariate(rate)
 
 
-def scheduled_runs(rate: float, arrivals: str, seed: int, duration: float) -> int:
+def _scheduled_runs(rate: float, arrivals: str, seed: int, duration: float) -> int:
     """How many runs the seeded open-loop schedule at rate starts within duration seconds."""
     if not (_positive_finite(rate) and _positive_finite(duration)):
         raise ValueError(f'rate and duration must be positive finite numbers, got {rate!r} and {duration!r}')
@@ -5192,7 +5192,7 @@ def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, sta
         os._exit(status)
 
 
-def percentiles(values) -> dict | None:
+def _percentiles(values) -> dict | None:
     """p50, p90, p99 (nearest rank) and max of values, or None when there are none."""
     ordered = sorted(values)
     if not ordered:
@@ -5202,7 +5202,7 @@ def percentiles(values) -> dict | None:
     return {'p50': rank(50), 'p90': rank(90), 'p99': rank(99), 'max': ordered[-1]}
 
 
-class GapHistogram:
+class _GapHistogram:
     """Content-event gaps pooled over many runs in bounded memory: counted in buckets 1% wide (and zero
     apart), so each percentile is the upper bound of its bucket, at most 1% above the true value."""
 
@@ -5233,25 +5233,25 @@ class GapHistogram:
         return {'p50': rank(50), 'p90': rank(90), 'p99': rank(99), 'max': self.max, 'count': self.count}
 
 
-LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
-UNCLASSIFIED = 'unclassified'  # the kind of a failure in a record older than error_kind
+_LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
+_UNCLASSIFIED = 'unclassified'  # the kind of a failure in a record older than error_kind
 
 # The per-run figures a service-level objective (--slo NAME=MS) may bound, named as the record names them.
-SLO_FIGURES = {'first_text_ms': 'time to the first content event',
+_SLO_FIGURES = {'first_text_ms': 'time to the first content event',
                'duration_ms': 'time from the start of the run to its end',
                'mean_event_gap_ms': 'the mean gap between content events',
                'max_event_gap_ms': 'the largest gap between content events'}
-DEFAULT_SLO_TARGET = 0.99   # the attainment a sweep step needs to be under capacity
-RATE_TOLERANCE = 0.05       # a step also needs its achieved start rate within 5% of its schedule's
+_DEFAULT_SLO_TARGET = 0.99   # the attainment a sweep step needs to be under capacity
+_RATE_TOLERANCE = 0.05       # a step also needs its achieved start rate within 5% of its schedule's
 
 
-def parse_slos(texts: list[str]) -> tuple:
+def _parse_slos(texts: list[str]) -> tuple:
     """--slo NAME=MS values as sorted (name, ms) pairs; UsageError naming what is wrong."""
     slos = {}
     for text in texts:
         name, equals, value = text.partition('=')
-        if name not in SLO_FIGURES:
-            raise UsageError(f'--slo {text!r}: the figure must be one of {", ".join(SLO_FIGURES)}, as NAME=MS')
+        if name not in _SLO_FIGURES:
+            raise UsageError(f'--slo {text!r}: the figure must be one of {", ".join(_SLO_FIGURES)}, as NAME=MS')
         try:
             bound = float(value) if equals else math.nan
         except ValueError:
@@ -5265,7 +5265,7 @@ def parse_slos(texts: list[str]) -> tuple:
     return tuple(sorted(slos.items()))
 
 
-def meets_slos(record: dict, slos) -> bool:
+def _meets_slos(record: dict, slos) -> bool:
     """Whether the run's figures are within every bound; a figure the run does not have fails its
     bound, except a gap bound of a run with fewer than two content events, which has no gap."""
     for name, bound in slos:
@@ -5277,7 +5277,7 @@ def meets_slos(record: dict, slos) -> bool:
     return True
 
 
-def first_chunk_success(record: dict) -> bool:
+def _first_chunk_success(record: dict) -> bool:
     """Success as a load tool that stops at the first chunk counts it: a 2xx status and a first
     content event, whatever came after."""
     status = (record.get('http') or {}).get('status')
@@ -5296,8 +5296,8 @@ class Summary:
         self.runs = self.ok = 0
         self.by_layer: collections.Counter = collections.Counter()
         self.by_kind: collections.Counter = collections.Counter()
-        self.latency = {field: array.array('d') for field in LATENCY_FIELDS}
-        self.gaps = GapHistogram()
+        self.latency = {field: array.array('d') for field in _LATENCY_FIELDS}
+        self.gaps = _GapHistogram()
         self.completion_tokens = self.token_runs = self.content_events = 0
         self.first_start: float | None = None
         self.last_end: float | None = None
@@ -5331,15 +5331,15 @@ class Summary:
         else:
             self.single_runs += 1
         if record.get('cross_check'):
-            self.pairs.update(pair_outcomes(record['cross_check']))
+            self.pairs.update(_pair_outcomes(record['cross_check']))
         self._add_goodput(record, load)
         if not record['ok']:
             self.stale += bool((record.get('connection') or {}).get('stale'))
             self.by_layer[record['error_layer']] += 1
-            self.by_kind[record.get('error_kind') or UNCLASSIFIED] += 1
+            self.by_kind[record.get('error_kind') or _UNCLASSIFIED] += 1
             return
         self.ok += 1
-        for field in LATENCY_FIELDS:
+        for field in _LATENCY_FIELDS:
             self.latency[field].append(record[field])
         self.gaps.add(record['event_gaps_ms'])
         self.content_events += record['content_events']
@@ -5354,9 +5354,9 @@ class Summary:
         self.slos_seen.add(slos)
         if self.slo_target is None and load.get('slo_target') is not None:
             self.slo_target = load['slo_target']  # the target the sweep was run with
-        within = meets_slos(record, slos)
+        within = _meets_slos(record, slos)
         self.good += record['ok'] and within
-        self.first_chunk_good += first_chunk_success(record) and within
+        self.first_chunk_good += _first_chunk_success(record) and within
         if self.steps is not None and load.get('step') is not None:
             step = self.steps.get(load['rate'])  # a sweep's steps differ in rate, also across merged files
             if step is None:
@@ -5374,10 +5374,10 @@ class Summary:
         return next(iter(self.slos_seen), ())
 
     def target(self) -> float:
-        return self.slo_target if self.slo_target is not None else DEFAULT_SLO_TARGET
+        return self.slo_target if self.slo_target is not None else _DEFAULT_SLO_TARGET
 
     def p50_first_text(self) -> float | None:
-        values = percentiles(self.latency['first_text_ms'])
+        values = _percentiles(self.latency['first_text_ms'])
         return values and values['p50']
 
     def result(self) -> dict:
@@ -5391,13 +5391,13 @@ class Summary:
             'stale_connection_failures': self.stale,
             'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
             'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
-            'latency_ms': {field: percentiles(self.latency[field]) for field in LATENCY_FIELDS},
+            'latency_ms': {field: _percentiles(self.latency[field]) for field in _LATENCY_FIELDS},
             'latency_runs': self.ok, 'latency_excludes': self.runs - self.ok,
             'event_gaps_ms': self.gaps.result(),
             'wall_s': round(wall, 3), 'runs_per_s': per_second(self.runs), 'ok_runs_per_s': per_second(self.ok),
             'completion_tokens_per_s': per_second(self.completion_tokens) if self.token_runs else None,
             'content_events_per_s': per_second(self.content_events),
-            'cross_check': {outcome: self.pairs[outcome] for outcome in PAIR_OUTCOMES} if self.pairs else None,
+            'cross_check': {outcome: self.pairs[outcome] for outcome in _PAIR_OUTCOMES} if self.pairs else None,
             **{key: sorted(value, key=str) for key, value in self.seen.items()},
             **self._goodput(per_second),
         }
@@ -5406,7 +5406,7 @@ class Summary:
         """Goodput, attainment and the first-chunk count; with sweep steps, a block per step and the
         saturation rate."""
         steps = [step.result(number) for number, (_, step) in enumerate(sorted((self.steps or {}).items()))]
-        saturation = saturation_step(steps, self.target())
+        saturation = _saturation_step(steps, self.target())
         return {'slo': dict(self.slo_bounds()) or None, 'good': self.good, 'goodput_per_s': per_second(self.good),
                 'slo_attainment': round(self.good / self.runs, 4) if self.runs else None,
                 'first_chunk_good': self.first_chunk_good, 'slo_target': self.target(), 'steps': steps,
@@ -5437,7 +5437,7 @@ class _Step:
                 'event_gaps_ms': whole['event_gaps_ms']}
 
 
-def saturation_step(steps: list[dict], target: float) -> dict:
+def _saturation_step(steps: list[dict], target: float) -> dict:
     """The highest rate under capacity: walking up the rates, each step must keep its attainment at or
     above target and start its runs within RATE_TOLERANCE of its schedule's rate. Says which condition
     the first step past it failed."""
@@ -5446,8 +5446,8 @@ def saturation_step(steps: list[dict], target: float) -> dict:
         problems = []
         if step['slo_attainment'] is None or step['slo_attainment'] < target:
             problems.append(f'attainment {step["slo_attainment"]} is under the target {target}')
-        if step['achieved_rate'] < (1 - RATE_TOLERANCE) * step['scheduled_rate']:
-            problems.append(f'{step["achieved_rate"]} runs/s started, under {100 - RATE_TOLERANCE * 100:.0f}% '
+        if step['achieved_rate'] < (1 - _RATE_TOLERANCE) * step['scheduled_rate']:
+            problems.append(f'{step["achieved_rate"]} runs/s started, under {100 - _RATE_TOLERANCE * 100:.0f}% '
                             f'of the {step["scheduled_rate"]} runs/s scheduled')
         if problems:
             exceeded, why = step['rate'], ' and '.join(problems)
@@ -5460,11 +5460,11 @@ def saturation_step(steps: list[dict], target: float) -> dict:
 
 # What the summary counts of --cross-check pairs: compared (both answers there), of which same or different;
 # not comparable (the token ids diverged), without token ids, and unstreamed requests that failed.
-PAIR_OUTCOMES = ('pairs', 'compared', 'same', 'different', 'not_comparable', 'without_token_ids',
+_PAIR_OUTCOMES = ('pairs', 'compared', 'same', 'different', 'not_comparable', 'without_token_ids',
                  'unstreamed_failed')
 
 
-def pair_outcomes(cross: dict) -> list[str]:
+def _pair_outcomes(cross: dict) -> list[str]:
     """The PAIR_OUTCOMES one cross-check record counts in."""
     if cross['same'] is None:
         return ['pairs', 'unstreamed_failed']
@@ -5481,10 +5481,10 @@ def _meaning(kind: str) -> str:
     return FAILURE_KINDS.get(kind, ('', 'a record written before failures had kinds'))[1]
 
 
-TERMINAL_COLUMNS = 80  # the width the tables for a person fit in
+_TERMINAL_COLUMNS = 80  # the width the tables for a person fit in
 
 
-def summary_table(result: dict) -> str:
+def _summary_table(result: dict) -> str:
     """The summary for a person, within TERMINAL_COLUMNS: counts, kinds of failure, the latency of ok runs."""
     lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)]
     if result['stale_connection_failures']:
@@ -5493,13 +5493,13 @@ def summary_table(result: dict) -> str:
     if result['not_ok']:
         lines += textwrap.wrap('not ok by layer: ' + ', '.join(f'{layer} {count}' for layer, count
                                                                in result['not_ok_by_layer'].items()),
-                               TERMINAL_COLUMNS, subsequent_indent='  ')
-        lines += [f'  {count:5d}  {_shorten(f"{kind}: {_meaning(kind)}", TERMINAL_COLUMNS - 12)}'
+                               _TERMINAL_COLUMNS, subsequent_indent='  ')
+        lines += [f'  {count:5d}  {_shorten(f"{kind}: {_meaning(kind)}", _TERMINAL_COLUMNS - 12)}'
                   for kind, count in list(result['not_ok_by_kind'].items())[:10]]
     lines.append(f'latency of {_count(result["latency_runs"], "ok run")}, ms '
                  f'({_count(result["latency_excludes"], "not ok run")} excluded):')
     gaps = result['event_gaps_ms']
-    rows = [(field, result['latency_ms'][field]) for field in LATENCY_FIELDS]
+    rows = [(field, result['latency_ms'][field]) for field in _LATENCY_FIELDS]
     rows.append((f'content-event gaps ({gaps["count"] if gaps else 0})', gaps))
     width = max(len(name) for name, _ in rows) + 2
     lines.append(' ' * width + ''.join(f'{key:>9}' for key in ('p50', 'p90', 'p99', 'max')))
@@ -5546,14 +5546,15 @@ def _goodput_lines(result: dict) -> list[str]:
 # The report: one self-contained HTML page per load
 # ---------------------------------------------------------------------------
 
-REPORT_TIMELINE_ROWS = 2000  # runs drawn in the timeline at most (a bounded sample beyond)
-REPORT_ERRORS_PER_KIND = 5  # distinct error messages shown per kind of failure
+_REPORT_TIMELINE_ROWS = 2000  # runs drawn in the timeline at most (a bounded sample beyond)
+_REPORT_ERRORS_PER_KIND = 5  # distinct error messages shown per kind of failure
 # One colour per layer, far apart (Kelly's colours of maximum contrast), ok in green.
-LAYER_COLOURS = {None: '#008856', 'connect': '#0067a5', 'proxy': '#a1caf1', 'tls': '#875692', 'http': '#e68fac',
+_LAYER_COLOURS = {None: '#008856', 'connect': '#0067a5', 'proxy': '#a1caf1', 'tls': '#875692', 'http': '#e68fac',
                  'transport': '#be0032', 'sse': '#882d17', 'protocol': '#f3c300', 'application': '#f38400',
                  'cross-check': '#8db600', 'timeout': '#5e5e5e', 'interrupted': '#222222', 'client': '#c2b280'}
-REPORT_WIDTH = 1400     # the drawings' width in px; they shrink to fit a narrower window
-MIN_LANE_PX, MAX_LANE_PX = 4, 16  # the height of one lane of the timeline
+_REPORT_WIDTH = 1400     # the drawings' width in px; they shrink to fit a narrower window
+_MIN_LANE_PX = 4   # the height of one lane of the timeline, px: at least
+_MAX_LANE_PX = 16  # and at most
 _REPORT_CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #111; max-width: 1400px; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; }
@@ -5595,7 +5596,7 @@ class Report:
                               record.get('run', 0), record['headers_ms'], record['first_text_ms'],
                               record['error'] or '', record['error_layer']))
         if not record['ok']:
-            self.errors[record.get('error_kind') or UNCLASSIFIED][record['error']] += 1
+            self.errors[record.get('error_kind') or _UNCLASSIFIED][record['error']] += 1
         load = record.get('load') or {}
         request = record.get('request') or {}
         for name, value in (('URL', record.get('url')), ('model', record.get('model')),
@@ -5631,7 +5632,7 @@ class Report:
                                            for name, value in cells]
         out.append('</table><table><tr><th>over ok runs (' + str(result['latency_excludes']) + ' not ok excluded)'
                    '</th><th>p50</th><th>p90</th><th>p99</th><th>max</th></tr>')
-        for field in LATENCY_FIELDS:
+        for field in _LATENCY_FIELDS:
             values = result['latency_ms'][field]
             out.append(f'<tr><td>{field}</td>' + ''.join(
                 f'<td class="n">{values[key]:.1f}</td>' if values else '<td class="n">-</td>'
@@ -5651,13 +5652,13 @@ class Report:
     def _timeline(self, rows: list[_Row]) -> str:
         if not rows:
             return '<h2>Timeline</h2><p>No runs.</p>'
-        shown = rows if len(rows) <= REPORT_TIMELINE_ROWS else \
-            [rows[i * len(rows) // REPORT_TIMELINE_ROWS] for i in range(REPORT_TIMELINE_ROWS)]
+        shown = rows if len(rows) <= _REPORT_TIMELINE_ROWS else \
+            [rows[i * len(rows) // _REPORT_TIMELINE_ROWS] for i in range(_REPORT_TIMELINE_ROWS)]
         lanes = _lanes(shown)
         origin = rows[0].start
         span = max(row.start - origin + row.duration_ms / 1000 for row in rows) or 1.0
-        height = max(MIN_LANE_PX, min(MAX_LANE_PX, 600 // (max(lanes) + 1)))
-        width, left = REPORT_WIDTH, 40
+        height = max(_MIN_LANE_PX, min(_MAX_LANE_PX, 600 // (max(lanes) + 1)))
+        width, left = _REPORT_WIDTH, 40
         scale = (width - left - 10) / span
         bottom = (max(lanes) + 1) * height
         out = ['<h2>Timeline</h2>', f'<p>One bar per run, from its start to its end, in lanes: a run takes the '
@@ -5679,7 +5680,7 @@ class Report:
                           f'r="{max(1, (height - 1) / 2)}" fill="#fff" stroke="#000" stroke-width="0.5"/>')
             out.append(f'<g class="run"><title>{_e(title)}</title><rect x="{x:.1f}" y="{y}" '
                        f'width="{max(1.0, row.duration_ms / 1000 * scale):.1f}" height="{height - 1}" '
-                       f'fill="{LAYER_COLOURS.get(row.layer, "#000")}"/>{marks}</g>')
+                       f'fill="{_LAYER_COLOURS.get(row.layer, "#000")}"/>{marks}</g>')
         return '\n'.join(out) + '</svg>'
 
     def _histograms(self, result: dict) -> str:
@@ -5695,7 +5696,7 @@ class Report:
                '<p>Each dot an ok run: drift upwards means first text slows as the load goes on.</p>']
         if not points:
             return '\n'.join(out + ['<p>No ok runs.</p>'])
-        origin, width, height, left = rows[0].start, REPORT_WIDTH, 260, 70
+        origin, width, height, left = rows[0].start, _REPORT_WIDTH, 260, 70
         span = max(start - origin for start, _ in points) or 1.0
         low, top = min(value for _, value in points), max(value for _, value in points)
         room = (top - low) or 1.0
@@ -5706,7 +5707,7 @@ class Report:
                    f'<text x="{left - 4}" y="{height}" text-anchor="end">{low:.1f} ms</text>'
                    + _axis(left + 3, width - 5, height + 5, 0, span, 's'))
         out += [f'<circle cx="{left + 3 + (start - origin) / span * (width - left - 8):.1f}" '
-                f'cy="{height - (value - low) / room * (height - 8):.1f}" r="2" fill="{LAYER_COLOURS[None]}"/>'
+                f'cy="{height - (value - low) / room * (height - 8):.1f}" r="2" fill="{_LAYER_COLOURS[None]}"/>'
                 for start, value in points]
         return '\n'.join(out) + '</svg>'
 
@@ -5719,7 +5720,7 @@ class Report:
             out.append(f'<h3>{_e(kind)}: {_count(sum(self.errors[kind].values()), "run")}, '
                        f'{_count(len(counts), "distinct message")}</h3><p>{_e(_meaning(kind))}</p><table>')
             out += [f'<tr><td class="n">{count}</td><td><code>{_e(message)}</code></td></tr>'
-                    for message, count in counts[:REPORT_ERRORS_PER_KIND]]
+                    for message, count in counts[:_REPORT_ERRORS_PER_KIND]]
             out.append('</table>')
         return '\n'.join(out)
 
@@ -5769,7 +5770,7 @@ def _e(text: str) -> str:
 
 def _legend() -> str:
     return '<span class="key">' + ''.join(f'<span><span class="swatch" style="background:{colour}"></span> '
-                                          f'{layer or "ok"}</span>' for layer, colour in LAYER_COLOURS.items()) + '</span>'
+                                          f'{layer or "ok"}</span>' for layer, colour in _LAYER_COLOURS.items()) + '</span>'
 
 
 def _lanes(rows: list[_Row]) -> list[int]:
@@ -5818,13 +5819,13 @@ def _histogram(values: list[float], bins: int = 40) -> str:
     counts = [0] * bins
     for value in values:
         counts[min(bins - 1, int((value - low) / width_ms))] += 1
-    tallest, width, height, left = max(counts), REPORT_WIDTH, 120, 60
+    tallest, width, height, left = max(counts), _REPORT_WIDTH, 120, 60
     bar = (width - left - 10) / bins
     out = [f'<svg viewBox="0 0 {width} {height + 22}" width="{width}" height="{height + 22}" role="img" '
            f'aria-label="histogram">', f'<text x="{left - 4}" y="10" text-anchor="end">{tallest} runs</text>',
            _axis(left, left + bins * bar, height + 2, low, low + bins * width_ms, 'ms')]
     out += [f'<rect x="{left + i * bar:.1f}" y="{height - count / tallest * height:.1f}" width="{bar - 1:.1f}" '
-            f'height="{count / tallest * height:.1f}" fill="{LAYER_COLOURS[None]}"><title>{_count(count, "run")} '
+            f'height="{count / tallest * height:.1f}" fill="{_LAYER_COLOURS[None]}"><title>{_count(count, "run")} '
             f'from {low + i * width_ms:.1f} ms</title></rect>' for i, count in enumerate(counts) if count]
     return '\n'.join(out) + '</svg>'
 
@@ -5833,7 +5834,7 @@ def _histogram(values: list[float], bins: int = 40) -> str:
 # Evidence files: each created once and never overwritten, and read back
 # ---------------------------------------------------------------------------
 
-def reserve_output(path: str) -> int:
+def _reserve_output(path: str) -> int:
     """Create the evidence file exclusively (mode 0600) before anything is sent."""
     if not path:
         raise UsageError("cannot create '': the file name is empty")
@@ -5848,13 +5849,13 @@ def reserve_output(path: str) -> int:
         raise UsageError(f'cannot create {path!r}: {exc.strerror or exc}') from None
 
 
-def write_record(fd: int, record: dict) -> None:
+def _write_record(fd: int, record: dict) -> None:
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
         json.dump(record, output, indent=2, ensure_ascii=False)
         output.write('\n')
 
 
-def save_capture(fd: int, path: str, capture: Capture, secrets: tuple[str, ...]) -> str | None:
+def _save_capture(fd: int, path: str, capture: Capture, secrets: tuple[str, ...]) -> str | None:
     """Write the raw response to its reserved file and return the path; when nothing at all arrived,
     remove the empty file instead (so that the name is free again) and return None.
 
@@ -5872,7 +5873,7 @@ def save_capture(fd: int, path: str, capture: Capture, secrets: tuple[str, ...])
     return path
 
 
-def write_report(fd: int, report: Report) -> None:
+def _write_report(fd: int, report: Report) -> None:
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
         output.write(report.html())
 
@@ -5881,7 +5882,7 @@ def _is_record(value: object) -> bool:
     return isinstance(value, dict) and 'ok' in value and 'started_at' in value
 
 
-def load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
+def _load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
     """Saved evidence records, one per file; UsageError when one cannot be read, or when records of
     different sources mix and mixed_sources is not set."""
     records = []
@@ -5894,11 +5895,11 @@ def load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
                              f'record each; use --summary {path} to read a load' if found
                              else f'{path} holds no record')
         records.append(found[0])
-    check_sources({record.get('source', 'endpoint') for record in records}, mixed_sources, 'compare')
+    _check_sources({record.get('source', 'endpoint') for record in records}, mixed_sources, 'compare')
     return records
 
 
-def check_sources(sources: set, mixed_sources: bool, verb: str) -> None:
+def _check_sources(sources: set, mixed_sources: bool, verb: str) -> None:
     """UsageError when records of different sources would mix (fixture and replay timings are synthetic)."""
     if len(sources) > 1 and not mixed_sources:
         raise UsageError(f'refusing to {verb} records of different sources ({", ".join(sorted(sources))}): fixture '
@@ -5945,7 +5946,7 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
             summary.add(record)
             if drawing is not None:
                 drawing.add(record)
-    check_sources(summary.seen['sources'], mixed_sources, 'summarize')
+    _check_sources(summary.seen['sources'], mixed_sources, 'summarize')
     summary.slo_bounds()
     return summary, drawing
 
@@ -5958,23 +5959,23 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
 # exposition format 0.0.4. The targets file, the exposition and the single-flight are sans-IO; ExporterServer
 # is the HTTP server around them, and _exporter_command() the command line's part.
 
-EXPOSITION_TYPE = 'text/plain; version=0.0.4; charset=utf-8'
-SCRAPE_TIMEOUT_HEADER = 'X-Prometheus-Scrape-Timeout-Seconds'
-SCRAPE_TIMEOUT_MARGIN = 0.5     # seconds between a run's deadline and the scrape timeout Prometheus sent
-DEFAULT_EXPORTER_IN_FLIGHT = 4  # runs in flight at most across all targets, unless --concurrency says
-MAX_EXPORTER_CONNECTIONS = 64   # connections to the exporter served at once; more get a short 503
-EXPORTER_READ_TIMEOUT = 10.0    # seconds a client of the exporter may take to send its request
-TARGET_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}')
-ENV_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
+_EXPOSITION_TYPE = 'text/plain; version=0.0.4; charset=utf-8'
+_SCRAPE_TIMEOUT_HEADER = 'X-Prometheus-Scrape-Timeout-Seconds'
+_SCRAPE_TIMEOUT_MARGIN = 0.5     # seconds between a run's deadline and the scrape timeout Prometheus sent
+_DEFAULT_EXPORTER_IN_FLIGHT = 4  # runs in flight at most across all targets, unless --concurrency says
+_MAX_EXPORTER_CONNECTIONS = 64   # connections to the exporter served at once; more get a short 503
+_EXPORTER_READ_TIMEOUT = 10.0    # seconds a client of the exporter may take to send its request
+_TARGET_NAME = re.compile(r'[A-Za-z0-9][A-Za-z0-9_.-]{0,63}')
+_ENV_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
 # A target's keys, each standing for the long flag of a run; a key whose flag this version lacks is refused.
-TARGET_FLAGS = {'url': '--url', 'api': '--api', 'model': '--model', 'prompt': '--prompt', 'system': '--system',
+_TARGET_FLAGS = {'url': '--url', 'api': '--api', 'model': '--model', 'prompt': '--prompt', 'system': '--system',
                 'max_tokens': '--max-tokens', 'temperature': '--temperature', 'stop': '--stop',
                 'tools': '--tools', 'tool_choice': '--tool-choice', 'json_schema': '--json-schema',
                 'expect_finish': '--expect-finish', 'extra': '--extra', 'idle': '--idle', 'deadline': '--deadline',
                 'ca_file': '--ca-file', 'fixture': '--fixture', 'fixture_profile': '--fixture-profile',
                 'cross_check': '--cross-check'}
 # Keys whose value in the file is JSON itself rather than the flag's text (the flag takes it as a string).
-TARGET_JSON_KEYS = {'extra': 'object'}
+_TARGET_JSON_KEYS = {'extra': 'object'}
 _TARGET_VALUES = {  # what a target's value must be, by the kind of its flag
     'string': (lambda value: isinstance(value, str), 'a string'),
     'integer': (lambda value: isinstance(value, int) and not isinstance(value, bool), 'an integer'),
@@ -5986,7 +5987,7 @@ _TARGET_VALUES = {  # what a target's value must be, by the kind of its flag
 }
 
 
-class Target(typing.NamedTuple):
+class _Target(typing.NamedTuple):
     """One target of the file, checked: the run's flags as the command line would hold them, and the name
     of the environment variable that holds its API key (None: no key)."""
 
@@ -6003,10 +6004,10 @@ def _value_kind(action: argparse.Action) -> str:
     return {int: 'integer', float: 'number'}.get(action.type, 'string')
 
 
-def target_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+def _target_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     """The keys a target may hold: those of TARGET_FLAGS whose flag this parser has, with its action."""
     actions = {option: action for action in parser._actions for option in action.option_strings}
-    return {key: actions[flag] for key, flag in TARGET_FLAGS.items() if flag in actions}
+    return {key: actions[flag] for key, flag in _TARGET_FLAGS.items() if flag in actions}
 
 
 def _target_problem(key: str, keys: dict[str, argparse.Action], value: object) -> str | None:
@@ -6014,34 +6015,34 @@ def _target_problem(key: str, keys: dict[str, argparse.Action], value: object) -
     action = keys.get(key)
     if action is None:
         return f'is not a setting of a target; a target may hold {", ".join(("api_key_env", *keys))}'
-    check, noun = _TARGET_VALUES[TARGET_JSON_KEYS.get(key) or _value_kind(action)]
+    check, noun = _TARGET_VALUES[_TARGET_JSON_KEYS.get(key) or _value_kind(action)]
     if not check(value):
         return f'must be {noun}, not {_seen(value)}'
     if action.choices is not None and value not in action.choices:
         return f'must be one of {", ".join(map(str, action.choices))}, not {_preview(str(value))}'
     if key == 'fixture' and value not in _fixture_server().CHOICES:
-        return f'must be one of the fixture\'s modes (python3 {FIXTURE_FILE} --help), not {_preview(str(value))}'
+        return f'must be one of the fixture\'s modes (python3 {_FIXTURE_FILE} --help), not {_preview(str(value))}'
     return None
 
 
-def parse_targets(data: object, parser: argparse.ArgumentParser) -> dict[str, Target]:
+def parse_targets(data: object, parser: argparse.ArgumentParser) -> dict[str, _Target]:
     """The targets of a decoded targets file, {"targets": {"NAME": {key: value, ...}, ...}}; UsageError
     naming the target and the field for anything that is not one. Sans-IO: the files a target names
     are read later, by prepare_targets()."""
     if not isinstance(data, dict) or set(data) != {'targets'} or not isinstance(data['targets'], dict) \
             or not data['targets']:
         raise UsageError('expected {"targets": {"NAME": {...}, ...}} with at least one target')
-    keys, defaults = target_keys(parser), parser.parse_args([])
+    keys, defaults = _target_keys(parser), parser.parse_args([])
     targets = {}
     for name, settings in data['targets'].items():
-        if not TARGET_NAME.fullmatch(name):
+        if not _TARGET_NAME.fullmatch(name):
             raise UsageError(f'target {_preview(name)}: a name is 1 to 64 letters, digits, "_", "." or "-", '
                              'starting with a letter or digit')
         if not isinstance(settings, dict):
             raise UsageError(f'target {name}: expected an object of settings, not {_seen(settings)}')
         args = argparse.Namespace(**vars(defaults))
         key_env = settings.get('api_key_env')
-        if key_env is not None and not (isinstance(key_env, str) and ENV_NAME.fullmatch(key_env)):
+        if key_env is not None and not (isinstance(key_env, str) and _ENV_NAME.fullmatch(key_env)):
             raise UsageError(f'target {name}: api_key_env must be the name of an environment variable '
                              '(the key itself never goes in this file)')
         for key, value in settings.items():
@@ -6050,10 +6051,10 @@ def parse_targets(data: object, parser: argparse.ArgumentParser) -> dict[str, Ta
             problem = _target_problem(key, keys, value)
             if problem:
                 raise UsageError(f'target {name}: {key} {problem}')
-            setattr(args, keys[key].dest, json.dumps(value) if key in TARGET_JSON_KEYS else value)
+            setattr(args, keys[key].dest, json.dumps(value) if key in _TARGET_JSON_KEYS else value)
         if args.fixture is not None and args.url is not None:
             raise UsageError(f'target {name}: fixture and url exclude each other')
-        targets[name] = Target(name, args, key_env)
+        targets[name] = _Target(name, args, key_env)
     return targets
 
 
@@ -6062,7 +6063,7 @@ def _in_key_terms(message: str) -> str:
     return re.sub(r'--[a-z][a-z-]*', lambda flag: flag[0][2:].replace('-', '_'), _in_flag_terms(message))
 
 
-def prepare_targets(targets: dict[str, Target], fixture_url) -> dict[str, PreparedRequest]:
+def _prepare_targets(targets: dict[str, _Target], fixture_url) -> dict[str, PreparedRequest]:
     """Each target's prepared request (its files read, its key taken from its environment variable); a
     fixture target is sent to fixture_url(mode, profile, api). UsageError names the target and the field."""
     requests = {}
@@ -6071,7 +6072,7 @@ def prepare_targets(targets: dict[str, Target], fixture_url) -> dict[str, Prepar
         if target.api_key_env is not None and not os.environ.get(target.api_key_env):
             raise UsageError(f'target {name}: api_key_env names {target.api_key_env}, which is not set')
         try:
-            url = (args.url or DEFAULT_URL) if args.fixture is None else \
+            url = (args.url or _DEFAULT_URL) if args.fixture is None else \
                 fixture_url(args.fixture, args.fixture_profile, args.api or 'chat')
             requests[name] = _requests_from_args(args, url, target.api_key_env)[0]
         except (UsageError, ValueError) as exc:
@@ -6079,7 +6080,7 @@ def prepare_targets(targets: dict[str, Target], fixture_url) -> dict[str, Prepar
     return requests
 
 
-def probe_deadline(target_deadline: float, scrape_timeout: str | None) -> float:
+def _probe_deadline(target_deadline: float, scrape_timeout: str | None) -> float:
     """A run's deadline under a scrape: the target's, or Prometheus's scrape timeout less
     SCRAPE_TIMEOUT_MARGIN if that is sooner (half a timeout too short for the margin). A header that is
     not a positive number is ignored."""
@@ -6089,39 +6090,39 @@ def probe_deadline(target_deadline: float, scrape_timeout: str | None) -> float:
         timeout = math.inf
     if not timeout > 0:
         timeout = math.inf  # NaN, zero and negative numbers say nothing usable
-    budget = timeout - SCRAPE_TIMEOUT_MARGIN if timeout > 2 * SCRAPE_TIMEOUT_MARGIN else timeout / 2
+    budget = timeout - _SCRAPE_TIMEOUT_MARGIN if timeout > 2 * _SCRAPE_TIMEOUT_MARGIN else timeout / 2
     return min(target_deadline, budget)
 
 
-class Refusal(typing.NamedTuple):
+class _Refusal(typing.NamedTuple):
     """Why a request gets no metrics: a stable reason (a label of the scrape-error counter) and one line."""
 
     reason: str
     message: str
 
 
-def probe_target(query: str, names: typing.Container[str]) -> str | Refusal:
+def _probe_target(query: str, names: typing.Container[str]) -> str | _Refusal:
     """The target a /probe query names, or why it names none."""
     try:
         fields = parse_qsl(query, keep_blank_values=True, strict_parsing=True) if query else []
     except ValueError:
-        return Refusal('bad_query', 'malformed query; expected target=NAME')
+        return _Refusal('bad_query', 'malformed query; expected target=NAME')
     unknown = sorted({key for key, _ in fields} - {'target'})
     if unknown:
-        return Refusal('bad_query', f'unknown parameter {_preview(unknown[0])}; /probe takes target=NAME only')
+        return _Refusal('bad_query', f'unknown parameter {_preview(unknown[0])}; /probe takes target=NAME only')
     values = [value for _, value in fields]
     if len(values) != 1:
-        return Refusal('bad_query', 'expected target=NAME exactly once')
+        return _Refusal('bad_query', 'expected target=NAME exactly once')
     if ':' in values[0] or '/' in values[0]:
-        return Refusal('url_target', 'target must be the name of a target in the targets file, not a URL')
+        return _Refusal('url_target', 'target must be the name of a target in the targets file, not a URL')
     if values[0] not in names:
-        return Refusal('unknown_target', f'unknown target {_preview(values[0])}')
+        return _Refusal('unknown_target', f'unknown target {_preview(values[0])}')
     return values[0]
 
 
 # ---- the text exposition format, version 0.0.4 ----
 
-class Family(typing.NamedTuple):
+class _Family(typing.NamedTuple):
     """One metric family: its name, type (gauge or counter), help text and samples (labels, value)."""
 
     name: str
@@ -6144,7 +6145,7 @@ def _sample_value(value: float) -> str:
     return repr(value)
 
 
-def exposition(families: list[Family]) -> str:
+def exposition(families: list[_Family]) -> str:
     """The families in the text exposition format 0.0.4: HELP and TYPE lines, then one line per sample."""
     lines = []
     for family in families:
@@ -6163,7 +6164,7 @@ def _seconds(ms: float | None) -> float | None:
 
 
 # The gauges of one probe, each read from the run's record; a value of None leaves the sample out.
-PROBE_GAUGES = (
+_PROBE_GAUGES = (
     ('probe_success', 'Whether the streamed answer really finished: the HTTP message, the event stream and the '
                       'answer all complete (1), or not (0)', lambda r: int(r['ok'])),
     ('probe_duration_seconds', 'How long the run took, from before the connection to its end',
@@ -6180,7 +6181,7 @@ PROBE_GAUGES = (
     ('stream_probe_tool_calls', 'Tool calls that arrived', lambda r: len(r['tool_calls'])),
 )
 # Gauges present only when the target asks for them (it offers tools, or asks for a JSON answer).
-PROBE_CHECKS = (
+_PROBE_CHECKS = (
     ('stream_probe_tool_calls_verified', 'With tools offered: 1 when the run is ok and its answer is tool calls, '
                                          'each one\'s arguments one JSON object matching its tool\'s parameters',
      lambda r: bool((r['request'] or {}).get('tools')), 'tool_calls'),
@@ -6190,18 +6191,18 @@ PROBE_CHECKS = (
 )
 
 
-def probe_families(record: dict) -> list[Family]:
+def probe_families(record: dict) -> list[_Family]:
     """The metrics of one run, from its record alone."""
-    families = [Family(name, 'gauge', text, [({}, value)] if value is not None else [])
-                for name, text, value in ((name, text, read(record)) for name, text, read in PROBE_GAUGES)]
-    families.append(Family('stream_probe_failed', 'gauge', 'Per layer, 1 for the layer where the run failed '
+    families = [_Family(name, 'gauge', text, [({}, value)] if value is not None else [])
+                for name, text, value in ((name, text, read(record)) for name, text, read in _PROBE_GAUGES)]
+    families.append(_Family('stream_probe_failed', 'gauge', 'Per layer, 1 for the layer where the run failed '
                            '(the first failure) and 0 for the others',
                            [({'layer': layer}, int(record['error_layer'] == layer)) for layer in LAYERS]))
-    families.append(Family('stream_probe_error_info', 'gauge', 'The kind of the failure, as a label; absent '
+    families.append(_Family('stream_probe_error_info', 'gauge', 'The kind of the failure, as a label; absent '
                            'when the run is ok', [] if record['ok'] else
-                           [({'kind': record['error_kind'] or UNCLASSIFIED}, 1)]))
-    families.extend(Family(name, 'gauge', text, [({}, int(record['ok'] and record['answer_kind'] == kind))])
-                    for name, text, asked, kind in PROBE_CHECKS if asked(record))
+                           [({'kind': record['error_kind'] or _UNCLASSIFIED}, 1)]))
+    families.extend(_Family(name, 'gauge', text, [({}, int(record['ok'] and record['answer_kind'] == kind))])
+                    for name, text, asked, kind in _PROBE_CHECKS if asked(record))
     return families
 
 
@@ -6263,7 +6264,7 @@ class SingleFlight:
             return len(self._flights)
 
 
-class Reply(typing.NamedTuple):
+class _Reply(typing.NamedTuple):
     """What the exporter answers one request with; ``problem`` names a scrape error for the counters."""
 
     status: int
@@ -6272,8 +6273,8 @@ class Reply(typing.NamedTuple):
     problem: str | None = None
 
 
-def _one_line(status: int, text: str, problem: str) -> Reply:
-    return Reply(status, 'text/plain; charset=utf-8', text + '\n', problem)
+def _one_line(status: int, text: str, problem: str) -> _Reply:
+    return _Reply(status, 'text/plain; charset=utf-8', text + '\n', problem)
 
 
 class Exporter:
@@ -6295,7 +6296,7 @@ class Exporter:
 
     routes = {'/probe': 'probe', '/metrics': 'metrics', '/': 'page'}
 
-    def answer(self, target: str, scrape_timeout: str | None) -> Reply:
+    def answer(self, target: str, scrape_timeout: str | None) -> _Reply:
         """The answer to GET target (a path and query), with ``scrape_timeout`` the value of Prometheus's
         X-Prometheus-Scrape-Timeout-Seconds header if sent; an error is counted and logged."""
         path, _, query = target.partition('?')
@@ -6310,20 +6311,20 @@ class Exporter:
             self.log(f'{answer.status} for GET {_shorten(target, 100)}: {answer.body.strip()}')
         return answer
 
-    def probe(self, query: str, scrape_timeout: str | None) -> Reply:
+    def probe(self, query: str, scrape_timeout: str | None) -> _Reply:
         """One scrape of /probe: a run of the target the query names (or the result of the one in flight)."""
-        name = probe_target(query, self.requests)
-        if isinstance(name, Refusal):
+        name = _probe_target(query, self.requests)
+        if isinstance(name, _Refusal):
             return _one_line(400, name.message, name.reason)
         if self.stopping:
             return _one_line(503, 'the exporter is stopping', 'stopping')
         request = self.requests[name]
-        budget = probe_deadline(request.deadline, scrape_timeout)
+        budget = _probe_deadline(request.deadline, scrape_timeout)
         record, joined = self.flights.do(name, lambda waited: self._run(name, request, budget - waited), budget)
         if record is None:
             return _one_line(503, f'no result for {name} within {budget:g} s: '
                              + ('its run in flight has not ended' if joined else 'too many runs in flight'), 'busy')
-        return Reply(200, EXPOSITION_TYPE, exposition(probe_families(record)))
+        return _Reply(200, _EXPOSITION_TYPE, exposition(probe_families(record)))
 
     def _run(self, name: str, request: PreparedRequest, deadline: float) -> dict | None:
         """One run of a target under ``deadline`` seconds, its record kept and counted (None: no time left)."""
@@ -6333,16 +6334,16 @@ class Exporter:
         try:
             record = self.run_one(request)
         except Exception as exc:  # a bug in this client: the run still leaves its record, saying so
-            record = failed_record(request, _failure('client_error', f'the client failed during the run: '
+            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
                                                                      f'{type(exc).__name__}: {exc}'))
         record = {**record, 'target': name}
         with self._lock:
             self.runs[name, 'ok' if record['ok'] else 'failed'] += 1
             if not record['ok']:
-                self.failures[name, record['error_layer'], record['error_kind'] or UNCLASSIFIED] += 1
+                self.failures[name, record['error_layer'], record['error_kind'] or _UNCLASSIFIED] += 1
             self.last[name] = record
         self.on_record(name, record)
-        self.log(f'probe {name}: {verdict_line(record)}')
+        self.log(f'probe {name}: {_verdict_line(record)}')
         return record
 
     def scrape_error(self, problem: str) -> None:
@@ -6353,32 +6354,32 @@ class Exporter:
         with self._lock:
             self.write_errors += 1
 
-    def metrics(self) -> Reply:
+    def metrics(self) -> _Reply:
         """/metrics: the exporter's own counters."""
         with self._lock:
             families = [
-                Family('stream_exporter_runs_total', 'counter', 'Runs made, by target and result (ok or failed)',
+                _Family('stream_exporter_runs_total', 'counter', 'Runs made, by target and result (ok or failed)',
                        [({'target': name, 'result': result}, count)
                         for (name, result), count in sorted(self.runs.items())]),
-                Family('stream_exporter_failures_total', 'counter', 'Runs not ok, by target, failing layer and '
+                _Family('stream_exporter_failures_total', 'counter', 'Runs not ok, by target, failing layer and '
                        'error kind', [({'target': name, 'layer': layer, 'kind': kind}, count)
                                       for (name, layer, kind), count in sorted(self.failures.items())]),
-                Family('stream_exporter_joined_scrapes_total', 'counter', 'Scrapes answered with the result of '
+                _Family('stream_exporter_joined_scrapes_total', 'counter', 'Scrapes answered with the result of '
                        'a run of their target already in flight, by target',
                        [({'target': name}, self.flights.joined[name]) for name in sorted(self.requests)]),
-                Family('stream_exporter_scrape_errors_total', 'counter', 'Requests to the exporter answered '
+                _Family('stream_exporter_scrape_errors_total', 'counter', 'Requests to the exporter answered '
                        'with an error instead of metrics, by reason',
                        [({'reason': reason}, count) for reason, count in sorted(self.scrape_errors.items())]),
-                Family('stream_exporter_evidence_write_errors_total', 'counter', 'Records that could not be '
+                _Family('stream_exporter_evidence_write_errors_total', 'counter', 'Records that could not be '
                        'appended to the evidence file', [({}, self.write_errors)]),
-                Family('stream_exporter_runs_in_flight', 'gauge', 'Runs in flight now (those waiting for a slot too)',
+                _Family('stream_exporter_runs_in_flight', 'gauge', 'Runs in flight now (those waiting for a slot too)',
                        [({}, self.flights.in_flight())]),
-                Family('stream_exporter_targets', 'gauge', 'Targets in the targets file',
+                _Family('stream_exporter_targets', 'gauge', 'Targets in the targets file',
                        [({}, len(self.requests))]),
             ]
-        return Reply(200, EXPOSITION_TYPE, exposition(families))
+        return _Reply(200, _EXPOSITION_TYPE, exposition(families))
 
-    def page(self) -> Reply:
+    def page(self) -> _Reply:
         """/: the targets, with the last verdict of each, its error and when it ran."""
         with self._lock:
             last = dict(self.last)
@@ -6394,7 +6395,7 @@ class Exporter:
                 '</title></head><body><h1>stream-client exporter</h1><p>A probe (a target\'s link) runs one streamed '
                 'request to that target now. The exporter\'s own counters: <a href="/metrics">/metrics</a>.</p><table><tr><th>target</th><th>API</th><th>URL</th><th>last verdict</th>'
                 f'<th>error</th><th>started (UTC)</th></tr>{"".join(rows)}</table></body></html>\n')
-        return Reply(200, 'text/html; charset=utf-8', body)
+        return _Reply(200, 'text/html; charset=utf-8', body)
 
 
 # ---- the HTTP server around it ----
@@ -6403,7 +6404,7 @@ class _ExporterHandler(http.server.BaseHTTPRequestHandler):
     """GET /probe, /metrics and /; anything else a short 4xx with one line of text."""
 
     server_version = f'stream-client-exporter/{__version__}'
-    timeout = EXPORTER_READ_TIMEOUT
+    timeout = _EXPORTER_READ_TIMEOUT
     problems = {400: 'bad_request', 404: 'not_found', 405: 'method', 413: 'too_large', 414: 'too_large',
                 431: 'too_large'}
 
@@ -6423,7 +6424,7 @@ class _ExporterHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         with self.server.serving():
-            self._answer(self.server.exporter.answer(self.path, self.headers.get(SCRAPE_TIMEOUT_HEADER)))
+            self._answer(self.server.exporter.answer(self.path, self.headers.get(_SCRAPE_TIMEOUT_HEADER)))
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The base class's errors (malformed, too large, timed out) and ours: one line of text."""
@@ -6435,7 +6436,7 @@ class _ExporterHandler(http.server.BaseHTTPRequestHandler):
         self.request_version = 'HTTP/1.0'  # a status line even for a request that named no version
         self._answer(_one_line(code, text, problem))
 
-    def _answer(self, answer: Reply) -> None:
+    def _answer(self, answer: _Reply) -> None:
         data = answer.body.encode()
         try:
             self.send_response(answer.status)
@@ -6463,7 +6464,7 @@ class ExporterServer(http.server.ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], exporter: Exporter) -> None:
         self.address_family = socket.AF_INET6 if ':' in address[0] else socket.AF_INET
         self.exporter = exporter
-        self._connections = threading.BoundedSemaphore(MAX_EXPORTER_CONNECTIONS)
+        self._connections = threading.BoundedSemaphore(_MAX_EXPORTER_CONNECTIONS)
         self._busy = threading.Condition()
         self._answering = 0
         super().__init__(address, _ExporterHandler)
@@ -6507,7 +6508,7 @@ class ExporterServer(http.server.ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-def exporter_address(value: str) -> tuple[str, int]:
+def _exporter_address(value: str) -> tuple[str, int]:
     """The address of --exporter: PORT or :PORT (loopback), or HOST:PORT with HOST an IP address
     ([::1]:PORT for IPv6) or localhost. ValueError otherwise."""
     host, colon, port = value.rpartition(':')
@@ -6538,7 +6539,7 @@ class _EvidenceLog:
                 data = data[os.write(self.fd, data):]
 
 
-def append_output(path: str) -> int:
+def _append_output(path: str) -> int:
     """Open --output for appending, creating it (mode 0600) if absent. An existing file must hold JSON
     Lines records ending with a line end, so that appending cannot change any line."""
     try:
@@ -6550,7 +6551,7 @@ def append_output(path: str) -> int:
     size = os.fstat(fd).st_size
     if size:
         with open(path, 'rb') as existing:
-            first = existing.readline(MAX_CAPTURE_BYTES)
+            first = existing.readline(_MAX_CAPTURE_BYTES)
         last = os.pread(fd, 1, size - 1)
         try:
             starts_a_record = _is_record(json.loads(first))
@@ -6564,10 +6565,10 @@ def append_output(path: str) -> int:
 
 
 # What --exporter takes besides its targets; every other flag of a run belongs in the targets file.
-EXPORTER_FLAGS = ('exporter', 'targets', 'output', 'concurrency', 'quiet')
+_EXPORTER_FLAGS = ('exporter', 'targets', 'output', 'concurrency', 'quiet')
 
 
-def _read_targets(path: str, parser: argparse.ArgumentParser) -> dict[str, Target]:
+def _read_targets(path: str, parser: argparse.ArgumentParser) -> dict[str, _Target]:
     """The targets of --targets, checked (strict JSON: no NaN, no repeated key); UsageError names the file."""
     try:
         with open(path, encoding='utf-8') as file:
@@ -6588,7 +6589,7 @@ def _exporter_command(args, parser: argparse.ArgumentParser) -> int:
     prog = parser.prog
     if args.exporter is None or args.targets is None:
         raise UsageError('--exporter and --targets go together')
-    extra = _given_flags(parser, args, EXPORTER_FLAGS)
+    extra = _given_flags(parser, args, _EXPORTER_FLAGS)
     if extra:
         raise UsageError(f'{", ".join(extra)} {"does" if len(extra) == 1 else "do"} not go with --exporter: '
                          'the settings of its runs go in the targets file')
@@ -6596,7 +6597,7 @@ def _exporter_command(args, parser: argparse.ArgumentParser) -> int:
         raise UsageError('--output is required: every run\'s record is appended to it')
     if args.concurrency is not None and args.concurrency < 1:
         raise UsageError(f'--concurrency must be at least 1, got {args.concurrency}')
-    address = exporter_address(args.exporter)
+    address = _exporter_address(args.exporter)
     targets = _read_targets(args.targets, parser)
     fixtures: dict[tuple, _Fixture] = {}
 
@@ -6612,10 +6613,10 @@ def _exporter_command(args, parser: argparse.ArgumentParser) -> int:
                 print(line, file=sys.stderr, flush=True)
     try:
         try:
-            requests = prepare_targets(targets, fixture_url)
+            requests = _prepare_targets(targets, fixture_url)
         except UsageError as exc:
             raise UsageError(f'--targets {args.targets}: {exc}') from None
-        fd = append_output(args.output)
+        fd = _append_output(args.output)
         evidence, cancel = _EvidenceLog(fd), Cancel()
 
         def keep(name: str, record: dict) -> None:
@@ -6624,7 +6625,7 @@ def _exporter_command(args, parser: argparse.ArgumentParser) -> int:
             except OSError as exc:
                 exporter.write_error()
                 log(f'{prog}: error: cannot append the record of {name} to {args.output}: {exc.strerror or exc}')
-        exporter = Exporter(requests, args.concurrency or DEFAULT_EXPORTER_IN_FLIGHT,
+        exporter = Exporter(requests, args.concurrency or _DEFAULT_EXPORTER_IN_FLIGHT,
                             lambda request: run(request, cancel=cancel), keep, log)
         try:
             server = ExporterServer(address, exporter)
@@ -6662,25 +6663,25 @@ def _serve_until_signal(server: ExporterServer, exporter: Exporter, cancel: Canc
     server.server_close()
     server.wait_answered()  # every run is inside a request being answered: their records are kept by then
     _after_signals(True)  # the records are on disk: a further signal changes nothing
-    return SIGNAL_EXIT[stopping[0]]
+    return _SIGNAL_EXIT[stopping[0]]
 
 
 # ---------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------
 
-SIGNAL_EXIT = {'SIGINT': 130, 'SIGTERM': 143}
+_SIGNAL_EXIT = {'SIGINT': 130, 'SIGTERM': 143}
 
 
-class OneLineParser(argparse.ArgumentParser):
+class _OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr and exit status 2."""
 
     def error(self, message: str):
         self.exit(2, f'{self.prog}: error: {message}\n')
 
 
-FIXTURE_FILE = 'fixture_server.py'
-FIXTURE_PROFILES = ('guide', 'vllm')  # fixture_server.PROFILES, named here so that --help needs no fixture
+_FIXTURE_FILE = 'fixture_server.py'
+_FIXTURE_PROFILES = ('guide', 'vllm')  # fixture_server.PROFILES, named here so that --help needs no fixture
 
 
 def _fixture_server():
@@ -6689,9 +6690,9 @@ def _fixture_server():
     loaded = sys.modules.get('fixture_server')
     if loaded is not None:
         return loaded
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), FIXTURE_FILE)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), _FIXTURE_FILE)
     if not os.path.isfile(path):
-        raise UsageError(f'--fixture needs {FIXTURE_FILE} beside {os.path.basename(__file__)} (in '
+        raise UsageError(f'--fixture needs {_FIXTURE_FILE} beside {os.path.basename(__file__)} (in '
                          f'{os.path.dirname(path)}); copy it there, or point --url at a server')
     spec = importlib.util.spec_from_file_location('fixture_server', path)
     module = importlib.util.module_from_spec(spec)
@@ -6710,7 +6711,7 @@ def _fixture_mode(fixture, mode: str) -> str:
         return mode
     close = difflib.get_close_matches(mode, fixture.CHOICES, n=3)
     hint = f'did you mean {" or ".join(close)}? ' if close else ''
-    raise UsageError(f'--fixture has no mode {mode!r}; {hint}python3 {FIXTURE_FILE} --help lists its '
+    raise UsageError(f'--fixture has no mode {mode!r}; {hint}python3 {_FIXTURE_FILE} --help lists its '
                      f'{len(fixture.CHOICES)} modes')
 
 
@@ -6723,8 +6724,8 @@ def _program_name(module: str) -> str | None:
     return None
 
 
-def _parser() -> OneLineParser:
-    parser = OneLineParser(
+def _parser() -> _OneLineParser:
+    parser = _OneLineParser(
         prog=_program_name('stream_client'), allow_abbrev=False,
         description='Stream answers from vLLM or another compatible server (chat completions, completions, the '
                     'Responses API or the Anthropic Messages API) and save evidence of whether each really finished: one run, or many at '
@@ -6732,12 +6733,12 @@ def _parser() -> OneLineParser:
                     '2 bad arguments or output path, 130/143 interrupted.',
         epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
     send = parser.add_argument_group('what to send')
-    send.add_argument('--url', help=f'the endpoint (default {DEFAULT_URL}); a path ending in '
-                                    f'{", ".join(API_PATHS)} chooses the API')
+    send.add_argument('--url', help=f'the endpoint (default {_DEFAULT_URL}); a path ending in '
+                                    f'{", ".join(_API_PATHS)} chooses the API')
     send.add_argument('--api', choices=list(VALIDATORS),
                       help='the API, for a server mounted at another path (default: from the URL path)')
     send.add_argument('--model', help='model name to request (default with --fixture: synthetic-fixture)')
-    send.add_argument('--prompt', help=f'user message (default: {DEFAULT_PROMPT!r})')
+    send.add_argument('--prompt', help=f'user message (default: {_DEFAULT_PROMPT!r})')
     send.add_argument('--prompt-file', metavar='PATH', help='read the user message from a file, or - for stdin')
     send.add_argument('--system', metavar='TEXT', help='a system message before the user message')
     send.add_argument('--max-tokens', type=int, default=128, metavar='N',
@@ -6755,7 +6756,7 @@ def _parser() -> OneLineParser:
                       help='auto (default with --tools), required, none, or the NAME of one tool to force')
     send.add_argument('--json-schema', metavar='FILE',
                       help='ask for a JSON answer matching this JSON Schema; a finished answer parses and matches')
-    send.add_argument('--expect-finish', choices=FINISHES, default='stop',
+    send.add_argument('--expect-finish', choices=_FINISHES, default='stop',
                       help='the finish of a finished answer: stop (default), or length for a fixed-length load '
                            '(with "ignore_eos" in --extra), where the usage must also count --max-tokens tokens')
     send.add_argument('--cross-check', action='store_true',
@@ -6774,7 +6775,7 @@ def _parser() -> OneLineParser:
     load.add_argument('--runs', type=int, metavar='N', help='how many runs (default 1)')
     load.add_argument('--concurrency', type=int, metavar='C',
                       help='at most C runs in flight (default 1; under --rate, up to '
-                           f'{MAX_OPEN_LOOP_IN_FLIGHT})')
+                           f'{_MAX_OPEN_LOOP_IN_FLIGHT})')
     load.add_argument('--rate', type=float, metavar='R',
                       help='start R runs per second whatever is in flight (an open loop; default: a closed loop)')
     load.add_argument('--processes', type=int, metavar='P',
@@ -6787,12 +6788,12 @@ def _parser() -> OneLineParser:
     load.add_argument('--duration', type=float, metavar='S',
                       help='bound an open loop (--rate, or each step of --rates) by time instead of --runs')
     load.add_argument('--slo', action='append', metavar='NAME=MS',
-                      help='a bound a good run meets, repeatable: ' + ', '.join(SLO_FIGURES) + '; goodput counts '
+                      help='a bound a good run meets, repeatable: ' + ', '.join(_SLO_FIGURES) + '; goodput counts '
                            'the runs that are ok and within every bound')
     load.add_argument('--slo-target', type=float, metavar='F',
                       help=f'the attainment (good runs over all) a sweep step needs to count as under capacity '
-                           f'(default {DEFAULT_SLO_TARGET})')
-    load.add_argument('--arrivals', choices=ARRIVALS, default='poisson',
+                           f'(default {_DEFAULT_SLO_TARGET})')
+    load.add_argument('--arrivals', choices=_ARRIVALS, default='poisson',
                       help='how --rate spaces the starts (default poisson, seeded by --seed)')
     load.add_argument('--seed', type=int, default=0, help='seed of the arrivals and of --fixture mixed (default 0)')
     load.add_argument('--keep-alive', action='store_true',
@@ -6816,12 +6817,12 @@ def _parser() -> OneLineParser:
                      help='nothing on stderr: no live text, verdict, progress or table (stdout keeps its JSON line)')
     fix = parser.add_argument_group('the built-in fixture')
     fix.add_argument('--fixture', metavar='MODE',
-                     help=f'stream from the synthetic fixture ({FIXTURE_FILE}, beside this file), run in this '
+                     help=f'stream from the synthetic fixture ({_FIXTURE_FILE}, beside this file), run in this '
                           'process on a free loopback port. MODE is one of its modes: ok, broken, truncated, '
-                          f'stall... (python3 {FIXTURE_FILE} --help lists them). Slow on purpose: stall and '
+                          f'stall... (python3 {_FIXTURE_FILE} --help lists them). Slow on purpose: stall and '
                           'held-open last until --idle, drip until --deadline. mixed gives each run a mode from '
                           'a seeded schedule, for a demo of --runs')
-    fix.add_argument('--fixture-profile', choices=FIXTURE_PROFILES, default='guide',
+    fix.add_argument('--fixture-profile', choices=_FIXTURE_PROFILES, default='guide',
                      help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide)")
     read = parser.add_argument_group('reading saved evidence (nothing is sent)')
     read.add_argument('--compare', nargs='+', metavar='RECORD', help='print saved records side by side')
@@ -6835,7 +6836,7 @@ def _parser() -> OneLineParser:
                             'metrics, until SIGTERM; PORT alone binds 127.0.0.1, another address must be given '
                             'in full (0.0.0.0 exposes the probes to the network). Each record is appended to '
                             '--output (JSON Lines); --concurrency bounds the runs in flight (default '
-                            f'{DEFAULT_EXPORTER_IN_FLIGHT})')
+                            f'{_DEFAULT_EXPORTER_IN_FLIGHT})')
     probe.add_argument('--targets', metavar='FILE',
                        help='JSON {"targets": {"NAME": {"url": ..., "model": ..., "api_key_env": ...}}}: each '
                             'target holds the settings of one run, keyed by the long flags\' names')
@@ -6854,7 +6855,7 @@ def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -
     elif args.prompt is not None or args.prompt_file is not None:
         raise UsageError('--prompts replaces --prompt and --prompt-file; give only one of them')
     else:
-        prompts = load_prompts(args.prompts, args.system, args.max_tokens)
+        prompts = _load_prompts(args.prompts, args.system, args.max_tokens)
     extra = _extra(args)
     if args.cross_check and args.temperature != 0 and 'seed' not in (extra if isinstance(extra, dict) else {}):
         raise UsageError(f'--cross-check needs a deterministic request: --temperature {args.temperature:g} without a '
@@ -6911,7 +6912,7 @@ def _json_file(path: str, flag: str) -> object:
         raise UsageError(f'{flag} {path!r} is not JSON: {exc}') from None
 
 
-def load_prompts(path: str, system: str | None, max_tokens: int) -> list[dict]:
+def _load_prompts(path: str, system: str | None, max_tokens: int) -> list[dict]:
     """The lines of a --prompts file: each a JSON string (the prompt) or an object with "prompt" and
     optionally "system" and "max_tokens" (which override the flags). UsageError names a bad line."""
     try:
@@ -6953,7 +6954,7 @@ def _prompt_line_problem(value: object) -> str | None:
 
 def _prompt(args) -> str:
     if args.prompt_file is None:
-        return DEFAULT_PROMPT if args.prompt is None else args.prompt
+        return _DEFAULT_PROMPT if args.prompt is None else args.prompt
     if args.prompt is not None:
         raise UsageError('--prompt and --prompt-file exclude each other')
     try:
@@ -6989,7 +6990,7 @@ class _Fixture:
             raise UsageError(f'fixture mode {mode} applies to {" and ".join(fixture.ONLY_ON[mode])} only; '
                              f'add --api {fixture.ONLY_ON[mode][0]}')
         self.instance = fixture.server(0, mode, profile=profile, seed=seed)
-        path = next(path for path, name in API_PATHS.items() if name == api)
+        path = next(path for path, name in _API_PATHS.items() if name == api)
         self.url = f'http://127.0.0.1:{self.instance.server_port}{path}'
         threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
 
@@ -6998,7 +6999,7 @@ class _Fixture:
         self.instance.server_close()
 
 
-class LiveView:
+class _LiveView:
     """What stderr shows during a run: on a terminal the answer as it arrives
     (reasoning dimmed), then a one-line verdict; elsewhere only a failure."""
 
@@ -7065,13 +7066,13 @@ class LiveView:
             self._write(')')
         if self.showing:
             self._write('\n')
-        self._write(verdict_line(record) + '\n')
+        self._write(_verdict_line(record) + '\n')
 
 
-def verdict_line(record: dict) -> str:
+def _verdict_line(record: dict) -> str:
     """The run at a glance: 'ok: 2 content events, ...' or 'NOT OK [layer]: what went wrong', and what the
     cross-check found, when there was one."""
-    cross = cross_check_line(record.get('cross_check'))
+    cross = _cross_check_line(record.get('cross_check'))
     if record['ok']:
         return (f'ok: {_count(record["content_events"], "content event")}, first text {record["first_text_ms"]:.0f} ms, '
                 f'done {record["duration_ms"]:.0f} ms' + cross)
@@ -7079,7 +7080,7 @@ def verdict_line(record: dict) -> str:
     return f'NOT OK [{layer}]: {record["error"].removeprefix(layer + ": ")}' + ('' if layer == 'cross-check' else cross)
 
 
-def cross_check_line(cross: dict | None) -> str:
+def _cross_check_line(cross: dict | None) -> str:
     """'; cross-check: the same answer, 57 equal token ids' and the like, or '' without a cross-check."""
     if not cross:
         return ''
@@ -7092,22 +7093,22 @@ def cross_check_line(cross: dict | None) -> str:
     return f'; cross-check: {"the same answer" if cross["same"] else cross["differences"][0]}{ids}'
 
 
-COMPARE_COLUMNS = (('file', None), ('source', 'source'), ('model', 'model'), ('ok', 'ok'),
+_COMPARE_COLUMNS = (('file', None), ('source', 'source'), ('model', 'model'), ('ok', 'ok'),
                    ('layer', 'error_layer'), ('headers ms', 'headers_ms'), ('1st event ms', 'first_event_ms'),
                    ('1st text ms', 'first_text_ms'), ('duration ms', 'duration_ms'),
                    ('events', 'content_events'), ('tokens', 'completion_tokens'), ('text reads', 'content_reads'),
                    ('buffered', 'buffered_delivery'))
 
 
-def compare_table(paths: list[str], records: list[dict]) -> str:
+def _compare_table(paths: list[str], records: list[dict]) -> str:
     """One line per field and one column per record, so that a few records fit a terminal."""
     rows = [[name] + [os.path.basename(path) if key is None else _cell(record.get(key))
-                      for path, record in zip(paths, records)] for name, key in COMPARE_COLUMNS]
+                      for path, record in zip(paths, records)] for name, key in _COMPARE_COLUMNS]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return '\n'.join('  '.join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 
-def settings_differ(records: list[dict]) -> list[str]:
+def _settings_differ(records: list[dict]) -> list[str]:
     """The request settings (every key of the record's request, and the model) that differ between records."""
     keys = sorted({key for record in records for key in (record.get('request') or {})})
     differ = [key.removesuffix('_sha256') for key in keys
@@ -7136,11 +7137,11 @@ def _reserve_files(args) -> tuple[int, int | None]:
         raise UsageError('--capture and --output must be different files')
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-    fd = reserve_output(args.output)
+    fd = _reserve_output(args.output)
     if args.capture is None:
         return fd, None
     try:
-        return fd, reserve_output(args.capture)
+        return fd, _reserve_output(args.capture)
     except UsageError:
         os.close(fd)
         os.unlink(args.output)
@@ -7153,7 +7154,7 @@ def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None
     SIGINT and SIGTERM are ignored by the caller from before the output is
     reserved; they are handled again only inside the block that always writes it.
     """
-    view = LiveView(sys.stderr, args.quiet)
+    view = _LiveView(sys.stderr, args.quiet)
     on_text, on_reasoning, on_call = (view.text, view.reasoning, view.call) if view.live else (None, None, None)
     record, status = None, 1
     capture = Capture() if capture_fd is not None else None
@@ -7164,20 +7165,20 @@ def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None
         record = run(request, on_text=on_text, on_reasoning=on_reasoning, on_call=on_call, capture=capture)
         status = 0 if record['ok'] else 1
     except Interrupted as exc:
-        record = exc.record or failed_record(request, _interrupted_before_sending(exc.signal_name))
-        status = SIGNAL_EXIT[exc.signal_name]
+        record = exc.record or _failed_record(request, _interrupted_before_sending(exc.signal_name))
+        status = _SIGNAL_EXIT[exc.signal_name]
     except KeyboardInterrupt:
-        record, status = failed_record(request, _interrupted_before_sending('SIGINT')), 130
+        record, status = _failed_record(request, _interrupted_before_sending('SIGINT')), 130
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if record is None:  # a bug in this client: still leave a valid record, then show the traceback
-            record = failed_record(request, _failure('client_error', 'the client failed before finishing its record'))
+            record = _failed_record(request, _failure('client_error', 'the client failed before finishing its record'))
         if capture_fd is not None:
-            kept = save_capture(capture_fd, args.capture, capture, request.secrets())
+            kept = _save_capture(capture_fd, args.capture, capture, request.secrets())
             record = {**record, 'capture': {**(record['capture'] or {'bytes': 0, 'truncated': False}), 'file': kept}}
-        write_record(fd, record)
-    _after_signals(status in SIGNAL_EXIT.values())  # the evidence is safe on disk now
+        _write_record(fd, record)
+    _after_signals(status in _SIGNAL_EXIT.values())  # the evidence is safe on disk now
     view.verdict(record)
     return record, status
 
@@ -7193,7 +7194,7 @@ def _after_signals(interrupted: bool) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def emit(text: str) -> None:
+def _emit(text: str) -> None:
     """Print to stdout; if its reader has gone (a closed pipe), drop the rest quietly: the evidence is on disk."""
     try:
         print(text, flush=True)
@@ -7206,20 +7207,20 @@ def _interrupted_before_sending(signal_name: str) -> StreamError:
 
 
 def _compare(args, prog: str) -> int:
-    records = load_records(args.compare, args.mixed_sources)
-    differ = settings_differ(records)
+    records = _load_records(args.compare, args.mixed_sources)
+    differ = _settings_differ(records)
     if differ:
         print(f'{prog}: warning: the records differ in {", ".join(differ)}; compare only '
               'runs made with the same request settings and model', file=sys.stderr)
-    emit(compare_table(args.compare, records))
+    _emit(_compare_table(args.compare, records))
     return 0
 
 
 def _summary_command(args, prog: str) -> int:
-    report_fd = reserve_output(args.report) if args.report else None
+    report_fd = _reserve_output(args.report) if args.report else None
     try:
         summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None,
-                                    slos=parse_slos(args.slo) if args.slo else None,
+                                    slos=_parse_slos(args.slo) if args.slo else None,
                                     slo_target=_slo_target(args))
     except UsageError:
         if report_fd is not None:  # nothing to draw: free the name again
@@ -7228,10 +7229,10 @@ def _summary_command(args, prog: str) -> int:
         raise
     result = summary.result()
     if report_fd is not None:
-        write_report(report_fd, report)
+        _write_report(report_fd, report)
     person = not args.quiet and sys.stderr.isatty()
     if person:
-        print(summary_table(result), file=sys.stderr)
+        print(_summary_table(result), file=sys.stderr)
     _emit_summary(result, person, None)
     _say_written(args)
     return 0 if result['runs'] and result['ok'] == result['runs'] else 1
@@ -7245,7 +7246,7 @@ def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:
         later = f'; or run --summary {" ".join(files)}' if files else ''
         print(f'(the JSON summary goes to stdout when it is redirected{later})', file=sys.stderr)
     else:
-        emit(json.dumps(result, ensure_ascii=False))
+        _emit(json.dumps(result, ensure_ascii=False))
 
 
 def _say_written(args) -> None:
@@ -7269,7 +7270,7 @@ def _load_settings(args) -> list[LoadSettings] | None:
     runs = 1 if args.runs is None else args.runs
     if args.keep_alive and runs < 2 and args.duration is None:
         raise UsageError('--keep-alive needs --runs of 2 or more: one run uses one connection')
-    slos, target = parse_slos(args.slo or []), _slo_target(args)
+    slos, target = _parse_slos(args.slo or []), _slo_target(args)
     if runs == 1 and args.duration is None and args.concurrency is None and args.rate is None and args.prompts is None:
         if slos or target is not None or args.processes is not None:
             raise UsageError('--slo, --slo-target and --processes are for a load: give --runs, --duration or --rates')
@@ -7285,7 +7286,7 @@ def _load_settings(args) -> list[LoadSettings] | None:
         raise UsageError(f'--duration must be a positive number of seconds, not {args.duration}')
     if not _positive_finite(rates[0] if rates else args.rate):
         raise UsageError(f'--rate must be a positive number of runs per second, not {args.rate}')
-    return [LoadSettings(scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate,
+    return [LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate,
                          args.arrivals, args.seed, args.keep_alive, args.duration, number if rates else None,
                          slos, target, processes)
             for number, rate in enumerate(rates or [args.rate])]
@@ -7324,7 +7325,7 @@ def _reserve_report(args, output_fd: int) -> int | None:
         error: UsageError | None = UsageError('--report and --output must be different files')
     else:
         try:
-            return reserve_output(args.report)
+            return _reserve_output(args.report)
         except UsageError as exc:
             error = exc
     os.close(output_fd)
@@ -7332,7 +7333,7 @@ def _reserve_report(args, output_fd: int) -> int | None:
     raise error
 
 
-class LoadView:
+class _LoadView:
     """What stderr shows during a load: on a terminal one status line updated in place, then the summary
     table; elsewhere one line per run that is not ok. --quiet shows nothing."""
 
@@ -7354,7 +7355,7 @@ class LoadView:
                                + ('-' if p50 is None else f'{p50:.0f} ms'))
                 self.out.flush()
         elif not self.quiet and not record['ok']:
-            self.out.write(f'run {record["run"]}: {verdict_line(record)}\n')
+            self.out.write(f'run {record["run"]}: {_verdict_line(record)}\n')
             self.out.flush()
 
     def clear(self) -> None:
@@ -7365,7 +7366,7 @@ class LoadView:
 
     def finish(self, result: dict) -> None:
         if self.live:
-            self.out.write(summary_table(result) + '\n')
+            self.out.write(_summary_table(result) + '\n')
             self.out.flush()
 
 
@@ -7377,7 +7378,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     their records; a second signal changes nothing."""
     summary, cancel = Summary(steps[0].slos, steps[0].slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
-    view = LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
+    view = _LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
     write_error: list[OSError] = []
 
     def on_record(record: dict) -> None:
@@ -7401,7 +7402,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
             if cancel.reason is None:
                 run_load(requests, settings, on_record, cancel)
     if report is not None:
-        write_report(report_fd, report)
+        _write_report(report_fd, report)
     _after_signals(cancel.reason is not None)
     result = summary.result()
     view.clear()
@@ -7412,16 +7413,16 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
         print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
               file=sys.stderr)
         return 2
-    if cancel.reason in SIGNAL_EXIT:
-        return SIGNAL_EXIT[cancel.reason]
+    if cancel.reason in _SIGNAL_EXIT:
+        return _SIGNAL_EXIT[cancel.reason]
     return 0 if result['ok'] == result['runs'] else 1
 
 
 # What --compare and --summary take besides their files; every other flag is for a run.
-READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
+_READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
                  'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target')}
 # prepare()'s and LoadSettings' parameters, by the flag a user typed.
-FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
+_FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',
                      'runs': '--runs', 'concurrency': '--concurrency', 'rate': '--rate', 'tools': '--tools',
                      'processes': '--processes',
@@ -7439,7 +7440,7 @@ def _in_flag_terms(message: str) -> str:
     """A message from prepare() or LoadSettings with the parameter it starts with (tools[0] too)
     named as its flag."""
     name, bracket, rest = re.match(r'(\w*)(\[?)(.*)', message, re.S).groups()  # always matches
-    return FLAG_OF_PARAMETER.get(name, name) + bracket + rest
+    return _FLAG_OF_PARAMETER.get(name, name) + bracket + rest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -7456,7 +7457,7 @@ def main(argv: list[str] | None = None) -> int:
                                  'by side, or summarise loads')
             command = 'compare' if args.compare else 'summary' if args.summary else None
             if command is not None:
-                extra = _given_flags(parser, args, READING_FLAGS[command])
+                extra = _given_flags(parser, args, _READING_FLAGS[command])
                 if extra:
                     raise UsageError(f'--{command} only reads saved evidence; {", ".join(extra)} '
                                      f'{"is" if len(extra) == 1 else "are"} for runs that send requests')
@@ -7473,7 +7474,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
-            requests = _requests_from_args(args, fixture.url if fixture else args.url or DEFAULT_URL)
+            requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL)
             fd, capture_fd = _reserve_files(args)
             report_fd = _reserve_report(args, fd)
         except (UsageError, ValueError) as exc:
@@ -7494,7 +7495,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f'{parser.prog}: {checked}', file=sys.stderr)
     summary = {key: record[key] for key in ('ok', 'error_layer', 'error_kind', 'api', 'first_text_ms', 'duration_ms',
                                             'finish_reason', 'response_status', 'error')}
-    emit(json.dumps(summary, ensure_ascii=False))
+    _emit(json.dumps(summary, ensure_ascii=False))
     return status
 
 

@@ -35,7 +35,7 @@ from unittest import mock
 
 import fixture_server
 import stream_client
-from stream_client import (MAX_EVENT_CHARS, MAX_LINE_CHARS, ChatChunks, ChunkedBody, ContentLengthBody,
+from stream_client import (MAX_EVENT_CHARS, MAX_LINE_CHARS, ChatChunks, _ChunkedBody, _ContentLengthBody,
                            Events, StreamError, stream)
 
 HERE = Path(__file__).resolve().parent
@@ -113,7 +113,7 @@ def split_capture(path: Path) -> tuple[bytes, bytes]:
 
 
 def dechunk(body: bytes) -> bytes:
-    reader = ChunkedBody()
+    reader = _ChunkedBody()
     payload = reader.feed(body)
     assert reader.complete and not reader.overrun
     return payload
@@ -278,9 +278,9 @@ class ChatChunkTests(unittest.TestCase):
                 self.assertIn(words, error.message)
 
     def test_server_error_message_is_bounded(self):
-        error = stream_client.server_error_fields({'error': {'message': 'x' * 5000, 'type': 'T', 'code': 500}})
+        error = stream_client._server_error_fields({'error': {'message': 'x' * 5000, 'type': 'T', 'code': 500}})
         self.assertEqual((len(error['message']), error['type'], error['code']), (1000, 'T', 500))
-        self.assertEqual(stream_client.server_error_fields({'object': 'error', 'message': 'flat', 'code': 404}),
+        self.assertEqual(stream_client._server_error_fields({'object': 'error', 'message': 'flat', 'code': 404}),
                          {'message': 'flat', 'type': None, 'code': 404})
 
     def test_error_event_keeps_the_servers_fields(self):
@@ -1024,7 +1024,7 @@ class AnswerBoundTests(unittest.TestCase):
         profile.dumps = lambda value: json.dumps(value).encode()
         body = b''.join(b'%x\r\n%s\r\n' % (len(write), write) for write in plan(profile)) + b'0\r\n\r\n'
         reader = stream_client.ResponseReader(stream_client.VALIDATORS[api](spec=spec))
-        for piece in pieces(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + body, stream_client.READ_SIZE):
+        for piece in pieces(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + body, stream_client._READ_SIZE):
             reader.feed(piece)
         return stream_client.judge(reader)
 
@@ -1052,13 +1052,13 @@ class AnswerBoundTests(unittest.TestCase):
 
     def test_the_line_bound_follows_from_the_answer_bound(self):
         escaped = len(json.dumps(self.ASTRAL)) - 2
-        self.assertEqual(escaped, stream_client.JSON_ESCAPE_CHARS)
+        self.assertEqual(escaped, stream_client._JSON_ESCAPE_CHARS)
         self.assertGreaterEqual(stream_client.MAX_LINE_CHARS,
-                                2 * stream_client.MAX_TEXT_CHARS * escaped + stream_client.MAX_ENVELOPE_CHARS)
+                                2 * stream_client.MAX_TEXT_CHARS * escaped + stream_client._MAX_ENVELOPE_CHARS)
 
 class FramingTests(unittest.TestCase):
     def test_content_length_counts_bytes_and_reports_shortfall_and_overrun(self):
-        body = ContentLengthBody(10)
+        body = _ContentLengthBody(10)
         self.assertEqual(body.feed(b'12345'), b'12345')
         self.assertEqual(message_of(body.eof_failure()), 'connection closed after 5 of 10 body bytes')
         self.assertEqual(body.feed(b'6789012'), b'67890')
@@ -1070,7 +1070,7 @@ class FramingTests(unittest.TestCase):
         expected = dechunk(raw)
         self.assertTrue(expected.endswith(b'data: [DONE]\n\n'))
         for name, chunks in feedings(raw):
-            reader = ChunkedBody()
+            reader = _ChunkedBody()
             payload = b''.join(reader.feed(piece) for piece in chunks)
             self.assertEqual((payload, reader.complete, reader.overrun), (expected, True, 0), name)
 
@@ -1078,18 +1078,18 @@ class FramingTests(unittest.TestCase):
         raw = split_capture(TRACES / 'a2_chat_stream_usage_eos_stop.http')[1]
         for cut, words in ((len(raw) - 5, 'without its terminating chunk'), (20, 'inside a chunk'),
                            (len(raw) - 2, 'inside its trailer')):
-            reader = ChunkedBody()
+            reader = _ChunkedBody()
             reader.feed(raw[:cut])
             self.assertIn(words, message_of(reader.eof_failure()))
 
     def test_chunked_rejects_bad_size_lines_and_missing_crlf(self):
         for bad in (b'zz\r\n', b'-1\r\n', b'0x10\r\n', b'1_0\r\n', b'\r\n', b'+5\r\n', b'5\r\nhelloXY'):
             with self.subTest(bad=bad), self.assertRaises(StreamError) as caught:
-                ChunkedBody().feed(bad)
+                _ChunkedBody().feed(bad)
             self.assertEqual(caught.exception.layer, 'transport')
 
     def test_chunked_accepts_extensions_and_trailers_and_counts_overrun(self):
-        reader = ChunkedBody()
+        reader = _ChunkedBody()
         self.assertEqual(reader.feed(b'5;ext=1\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\nextra'), b'hello')
         self.assertTrue(reader.complete)
         self.assertEqual(reader.overrun, 5)
@@ -1424,7 +1424,7 @@ class FixtureVerdictTests(unittest.TestCase):
         reads = [(1.0, SSE_HEAD + b'\r\n' + event(role='assistant')), (2.0, event(reasoning='think')),
                  (3.0, event(content='a')), (4.0, event(content='b') + event(content='c')),
                  (5.0, f'data: {chunk_json(finish_reason="stop")}\n\ndata: [DONE]\n\n'.encode())]
-        reader, timeline = stream_client.ResponseReader(ChatChunks()), stream_client.Timeline()
+        reader, timeline = stream_client.ResponseReader(ChatChunks()), stream_client._Timeline()
         timeline.started = 0.0
         for at, raw in reads:
             timeline.note_read(at, reader.feed(raw))
@@ -1447,7 +1447,7 @@ class FixtureVerdictTests(unittest.TestCase):
             log = []
             def note(what):
                 log.append((what, sorted(sys.modules), threading.active_count()))
-            start, connect = stream_client.Timeline.start, socket.create_connection
+            start, connect = stream_client._Timeline.start, socket.create_connection
             def logged_start(self):
                 note('clock')
                 start(self)
@@ -1455,7 +1455,7 @@ class FixtureVerdictTests(unittest.TestCase):
                 sock = connect(*args, **kwargs)
                 note('connected')
                 return sock
-            stream_client.Timeline.start, socket.create_connection = logged_start, logged_connect
+            stream_client._Timeline.start, socket.create_connection = logged_start, logged_connect
             record = stream_client.stream(sys.argv[2], 'm', 'p')
             print(json.dumps([record['ok'], log]))
         ''')
@@ -1470,7 +1470,7 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertEqual(threads_connected, threads_at_start)
 
     def test_buffering_rule(self):
-        self.assertEqual([stream_client.buffered_delivery(events, reads) for events, reads in
+        self.assertEqual([stream_client._buffered_delivery(events, reads) for events, reads in
                           ((7, 1), (8, 1), (8, 2), (8, 3), (64, 16), (64, 17), (0, 0))],
                          [None, True, True, False, True, False, None])
 
@@ -1748,8 +1748,8 @@ class FixtureVerdictTests(unittest.TestCase):
 
     def test_a_server_error_kind_is_kept_when_the_status_does_not_say_it(self):
         error = {'message': 'no', 'type': 'BadRequestError', 'code': 400}
-        self.assertEqual(stream_client.describe_server_error(error, ('400', 'Bad Request')), "'no' (BadRequestError)")
-        self.assertEqual(stream_client.describe_server_error(error, ('503', 'Service Unavailable')),
+        self.assertEqual(stream_client._describe_server_error(error, ('400', 'Bad Request')), "'no' (BadRequestError)")
+        self.assertEqual(stream_client._describe_server_error(error, ('503', 'Service Unavailable')),
                          "'no' (BadRequestError 400)")
 
     def test_guide_error_page_says_its_message_once(self):
@@ -1869,7 +1869,7 @@ def answer_options(capture: str) -> dict:
     """stream()'s api, tools, tool_choice and json_schema, as the request of a capture asked for them."""
     request = json.loads((TRACES / f'{capture}.request.json').read_text())
     body = request.get('body', request)
-    api = stream_client.API_PATHS.get(request.get('path'), 'chat')
+    api = stream_client._API_PATHS.get(request.get('path'), 'chat')
     tools, choice = body.get('tools'), body.get('tool_choice')
     if tools and api == 'responses':  # back to the chat-completions shape that --tools takes
         tools = [{'type': 'function', 'function': {k: v for k, v in tool.items() if k != 'type'}} for tool in tools]
@@ -2335,7 +2335,7 @@ class ProxyTests(unittest.TestCase):
         self.assertEqual(len(proxy.seen), 1)
 
     def test_which_proxy_the_environment_names(self):
-        from_env = stream_client.proxy_from_environment
+        from_env = stream_client._proxy_from_environment
         self.assertIsNone(from_env('https', '127.0.0.1', {'HTTPS_PROXY': 'http://p:3128'}))  # loopback: never
         self.assertIsNone(from_env('https', 'localhost', {'HTTPS_PROXY': 'http://p:3128'}))
         self.assertEqual(from_env('https', 'llm.test', {'HTTPS_PROXY': 'http://upper:1', 'https_proxy': 'lower:2'}).address,
@@ -2359,7 +2359,7 @@ class ProxyTests(unittest.TestCase):
                  ('::1', '::1', True), ('', 'example.com', False), ('10.0.0.0/8', 'ten.example', False)]
         for no_proxy, host, bypasses in cases:
             with self.subTest(no_proxy=no_proxy, host=host):
-                self.assertIs(stream_client.bypasses_proxy(host, no_proxy), bypasses)
+                self.assertIs(stream_client._bypasses_proxy(host, no_proxy), bypasses)
 
 
 def capture_api(name: str) -> str:
@@ -2597,7 +2597,7 @@ class StrictHttpTests(unittest.TestCase):
         self.assertEqual((record['http']['status'], record['http']['interim']), (200, [102, 103]))
 
     def test_an_obs_fold_joins_its_value_with_a_space(self):
-        head = stream_client.ResponseHeadParser().feed(SSE_HEAD + b'X-Long: a \r\n\t b\r\n\r\n')
+        head = stream_client._ResponseHeadParser().feed(SSE_HEAD + b'X-Long: a \r\n\t b\r\n\r\n')
         self.assertEqual(head.get('x-long'), 'a b')
 
     def test_the_request_asks_for_no_compression(self):
@@ -2886,8 +2886,8 @@ class LoadTests(unittest.TestCase):
 
     def test_percentiles_use_the_nearest_rank(self):
         values = list(range(1, 101))
-        self.assertEqual(stream_client.percentiles(values), {'p50': 50, 'p90': 90, 'p99': 99, 'max': 100})
-        histogram = stream_client.GapHistogram()
+        self.assertEqual(stream_client._percentiles(values), {'p50': 50, 'p90': 90, 'p99': 99, 'max': 100})
+        histogram = stream_client._GapHistogram()
         histogram.add([0.0] * 50 + [10.0] * 49 + [200.0])
         result = histogram.result()
         self.assertEqual((result['p50'], result['max'], result['count']), (0.0, 200.0, 100))
@@ -3105,11 +3105,11 @@ class LoadTests(unittest.TestCase):
                 pass
         request = stream_client.prepare('http://[::1]:8000/v1/chat/completions', 'm', 'p', idle=10, deadline=60)
         quiet, shown = Terminal(), Terminal()
-        stream_client.LiveView(quiet, False).wait_notice(request)  # the timer's call, made at once
-        self.assertEqual(''.join(quiet), f'waiting {stream_client.LiveView.WAIT_NOTICE_S:g} s so far for the answer '
+        stream_client._LiveView(quiet, False).wait_notice(request)  # the timer's call, made at once
+        self.assertEqual(''.join(quiet), f'waiting {stream_client._LiveView.WAIT_NOTICE_S:g} s so far for the answer '
                                          'from [::1]:8000; the run ends after --idle 10 s without a byte or at '
                                          '--deadline 60 s; Ctrl+C stops it and keeps the record\n')
-        view = stream_client.LiveView(shown, False)
+        view = stream_client._LiveView(shown, False)
         view.text('READY')
         view.wait_notice(request)  # too late: something is on the screen
         self.assertEqual(shown, ['READY'])
@@ -3122,13 +3122,13 @@ class LoadTests(unittest.TestCase):
         for run in range(30):
             summary.add(fake_record(run, ok=run % 3 == 0, error=f'{stream_client.LAYERS[run % 11]}: '
                                                                 f'{"a long message " * 10}{run}'))
-        table = stream_client.summary_table(summary.result())
+        table = stream_client._summary_table(summary.result())
         self.assertIn('not ok by layer', table)
         for line in table.splitlines():
-            self.assertLessEqual(len(line), stream_client.TERMINAL_COLUMNS, line)
+            self.assertLessEqual(len(line), stream_client._TERMINAL_COLUMNS, line)
         records = [{**fake_record(0), 'model': 'Qwen/Qwen2.5-1.5B-Instruct', 'source': 'endpoint'}] * 2
-        for line in stream_client.compare_table(['before.json', 'after.json'], records).splitlines():
-            self.assertLessEqual(len(line), stream_client.TERMINAL_COLUMNS, line)
+        for line in stream_client._compare_table(['before.json', 'after.json'], records).splitlines():
+            self.assertLessEqual(len(line), stream_client._TERMINAL_COLUMNS, line)
 
     def test_a_summary_counts_the_runs_each_load_planned(self):
         def line(run: int, load_id: str | None, runs: int) -> dict:
@@ -3142,7 +3142,7 @@ class LoadTests(unittest.TestCase):
             summary.add(record)
         result = summary.result()
         self.assertEqual((result['runs'], result['planned_runs']), (4, 251))
-        self.assertIn('runs 4  ok 4  not ok 0  (of 251 planned)', stream_client.summary_table(result))
+        self.assertIn('runs 4  ok 4  not ok 0  (of 251 planned)', stream_client._summary_table(result))
         report = stream_client.Report(summary)
         self.assertIn('<h1>4 of 4 runs ok  (of 251 planned)</h1>', report.html())
 
@@ -3246,16 +3246,16 @@ class ReportTests(unittest.TestCase):
             report.add(record)
         page = report.html()
         reader = PageReader(page)
-        self.assertEqual(reader.rows, stream_client.REPORT_TIMELINE_ROWS)
-        self.assertIn(f'A sample of {stream_client.REPORT_TIMELINE_ROWS} of the 2500 runs', page)
+        self.assertEqual(reader.rows, stream_client._REPORT_TIMELINE_ROWS)
+        self.assertIn(f'A sample of {stream_client._REPORT_TIMELINE_ROWS} of the 2500 runs', page)
         self.assertEqual(reader.cell('not ok: transport'), '250')
         self.assertIn('250 runs, 1 distinct message', page)
 
     def test_the_layers_colours_are_far_apart(self):
         def rgb(colour: str) -> tuple[int, ...]:
             return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
-        colours = list(stream_client.LAYER_COLOURS.values())
-        self.assertEqual(set(stream_client.LAYER_COLOURS) - {None}, set(stream_client.LAYERS))
+        colours = list(stream_client._LAYER_COLOURS.values())
+        self.assertEqual(set(stream_client._LAYER_COLOURS) - {None}, set(stream_client.LAYERS))
         closest = min(math.dist(rgb(a), rgb(b)) for a, b in itertools.combinations(colours, 2))
         self.assertGreater(closest, 60)  # the four purples and two blacks of before were under 45 apart
 
@@ -3272,7 +3272,7 @@ class ReportTests(unittest.TestCase):
         self.assertIn('as many lanes as runs were in flight at most (4)', page)
         heights = {float(value) for value in re.findall(r'<rect x="[\d.]+" y="\d+" width="[\d.]+" height="([\d.]+)" '
                                                         r'fill="#008856"/>', page)}
-        self.assertEqual(heights, {stream_client.MAX_LANE_PX - 1})  # not 1 px: 500 runs share 4 lanes
+        self.assertEqual(heights, {stream_client._MAX_LANE_PX - 1})  # not 1 px: 500 runs share 4 lanes
         self.assertEqual(stream_client._lanes(report.rows[:6]), [0, 1, 2, 3, 0, 1])
         self.assertEqual(stream_client._ticks(0, 12.4), [0, 2, 4, 6, 8, 10, 12])
         self.assertEqual(stream_client._ticks(152.0, 155.4), [152.0, 152.5, 153.0, 153.5, 154.0, 154.5, 155.0])
@@ -3486,7 +3486,7 @@ class CommandLineTests(unittest.TestCase):
         fd = os.open(self.dir / 'c.http', os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         capture = stream_client.Capture()
         capture.keep(b'5\r\nsk-ab\r\n')
-        self.assertEqual(stream_client.save_capture(fd, str(self.dir / 'c.http'), capture, ('sk-ab',)),
+        self.assertEqual(stream_client._save_capture(fd, str(self.dir / 'c.http'), capture, ('sk-ab',)),
                          str(self.dir / 'c.http'))
         self.assertEqual((self.dir / 'c.http').read_bytes(), b'5\r\n*****\r\n')
 
@@ -3559,8 +3559,8 @@ class CommandLineTests(unittest.TestCase):
         done = run_cli('--compare', 'ok.json', 'broken.json', cwd=self.tmp.name)
         self.assertEqual((done.returncode, done.stderr), (0, ''))
         lines = done.stdout.splitlines()
-        self.assertEqual([line[:12].rstrip() for line in lines], [name for name, _ in stream_client.COMPARE_COLUMNS])
-        rows = {name: line[12:].split() for (name, _), line in zip(stream_client.COMPARE_COLUMNS, lines)}
+        self.assertEqual([line[:12].rstrip() for line in lines], [name for name, _ in stream_client._COMPARE_COLUMNS])
+        rows = {name: line[12:].split() for (name, _), line in zip(stream_client._COMPARE_COLUMNS, lines)}
         reads = json.loads((self.dir / 'ok.json').read_text())['content_reads']  # 1 or 2, as the reads fell
         self.assertEqual(rows['file'], ['ok.json', 'broken.json'])
         self.assertEqual([rows[name] for name in ('source', 'ok', 'layer', 'events', 'tokens', 'text reads')],
@@ -3586,7 +3586,7 @@ class CommandLineTests(unittest.TestCase):
                               done.stderr)
         done = run_cli('--compare', 'replay.json', 'endpoint.json', '--mixed-sources', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertEqual(len(done.stdout.splitlines()), len(stream_client.COMPARE_COLUMNS))
+        self.assertEqual(len(done.stdout.splitlines()), len(stream_client._COMPARE_COLUMNS))
 
     def test_compare_warns_when_the_configurations_differ(self):
         self.cli('ok', '--output', 'a.json')
@@ -3608,7 +3608,7 @@ class CommandLineTests(unittest.TestCase):
         self.assertRegex(record['response_id'], r'^chatcmpl-[0-9a-f]{16}$')
         usage = re.sub(r'-\n\s+', '-', run_cli('--help', cwd=self.tmp.name).stdout)  # argparse wraps at hyphens
         self.assertIn('drip until --deadline', ' '.join(usage.split()))
-        self.assertEqual(stream_client.FIXTURE_PROFILES, tuple(fixture_server.PROFILES))
+        self.assertEqual(stream_client._FIXTURE_PROFILES, tuple(fixture_server.PROFILES))
 
     def test_a_mistyped_fixture_mode_gets_the_close_ones_in_one_line(self):
         done = run_cli('--fixture', 'okk', '--output', 'run.json', cwd=self.tmp.name)
@@ -3947,12 +3947,12 @@ class ExporterCoreTests(unittest.TestCase):
         self.assertIs(stream_client.parse_targets(data, self.parser)['a'].args.cross_check, True)
 
     def test_the_deadline_is_the_sooner_of_the_targets_and_the_scrape_timeout_less_a_margin(self):
-        margin = stream_client.SCRAPE_TIMEOUT_MARGIN
+        margin = stream_client._SCRAPE_TIMEOUT_MARGIN
         cases = [(60.0, None, 60.0), (60.0, '10', 10 - margin), (5.0, '30', 5.0), (60.0, '0.6', 0.3),
                  (60.0, 'soon', 60.0), (60.0, '-1', 60.0), (60.0, 'nan', 60.0), (60.0, '0', 60.0)]
         for target, header, expected in cases:
             with self.subTest(header=header):
-                self.assertAlmostEqual(stream_client.probe_deadline(target, header), expected)
+                self.assertAlmostEqual(stream_client._probe_deadline(target, header), expected)
 
     def test_the_probe_query_names_a_target_of_the_file_and_never_a_url(self):
         names = {'ok', 'prod-eu'}
@@ -3964,10 +3964,10 @@ class ExporterCoreTests(unittest.TestCase):
                    'target=ok&module=x': ('bad_query', 'unknown parameter'), '%zz': ('bad_query', 'malformed query')}
         for query, name in {'target=ok': 'ok', 'target=prod-eu': 'prod-eu'}.items():
             with self.subTest(query):
-                self.assertEqual(stream_client.probe_target(query, names), name)
+                self.assertEqual(stream_client._probe_target(query, names), name)
         for query, (reason, message) in refused.items():
             with self.subTest(query):
-                refusal = stream_client.probe_target(query, names)
+                refusal = stream_client._probe_target(query, names)
                 self.assertEqual(refusal.reason, reason)
                 self.assertIn(message, refusal.message)
 
@@ -3976,10 +3976,10 @@ class ExporterCoreTests(unittest.TestCase):
                  '0.0.0.0:9116': ('0.0.0.0', 9116), '[::1]:9116': ('::1', 9116), '10.1.2.3:0': ('10.1.2.3', 0)}
         for value, address in cases.items():
             with self.subTest(value):
-                self.assertEqual(stream_client.exporter_address(value), address)
+                self.assertEqual(stream_client._exporter_address(value), address)
         for value in ('monitor.example:9116', '9116x', '70000', '', 'host:'):
             with self.subTest(value), self.assertRaises(ValueError):
-                stream_client.exporter_address(value)
+                stream_client._exporter_address(value)
 
     def test_probe_metrics_follow_the_format_and_the_naming_conventions(self):
         records = {'ok': run_fixture('ok'), 'broken': run_fixture('broken'),
@@ -4063,7 +4063,7 @@ class ExporterCoreTests(unittest.TestCase):
         release.set()
         first.join(30)
         second.join(30)
-        self.assertEqual(runs, [10 - stream_client.SCRAPE_TIMEOUT_MARGIN])
+        self.assertEqual(runs, [10 - stream_client._SCRAPE_TIMEOUT_MARGIN])
         self.assertEqual(kept, ['a'])
         self.assertEqual([answer.status for answer in answers], [200, 200])
         self.assertEqual(answers[0].body, answers[1].body)
@@ -4096,16 +4096,16 @@ class ExporterCoreTests(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             lines = Path(tmp, 'lines.jsonl')
             lines.write_text(json.dumps(fake_record(0)) + '\n')
-            os.close(stream_client.append_output(str(lines)))
+            os.close(stream_client._append_output(str(lines)))
             cases = {'cut.jsonl': json.dumps(fake_record(0)), 'single.json': json.dumps(fake_record(0), indent=2) + '\n',
                      'notes.txt': 'hello\n'}
             for name, text in cases.items():
                 with self.subTest(name):
                     Path(tmp, name).write_text(text)
                     with self.assertRaises(stream_client.UsageError):
-                        stream_client.append_output(str(Path(tmp, name)))
+                        stream_client._append_output(str(Path(tmp, name)))
                     self.assertEqual(Path(tmp, name).read_text(), text)
-            fd = stream_client.append_output(str(Path(tmp, 'new.jsonl')))
+            fd = stream_client._append_output(str(Path(tmp, 'new.jsonl')))
             os.close(fd)
             self.assertEqual(os.stat(Path(tmp, 'new.jsonl')).st_mode & 0o777, 0o600)
 
@@ -4532,28 +4532,28 @@ class CrossCheckTests(unittest.TestCase):
                                                                                           '{"city": "Paris"}'),))
         record = stream_client.cross_check_record(cut, 200, whole, None)
         self.assertEqual((record['comparable'], record['same'], record['diverged_at_token']), (True, False, None))
-        failure = stream_client.cross_check_failure(record)
+        failure = stream_client._cross_check_failure(record)
         self.assertEqual((failure.layer, failure.kind), ('cross-check', 'cross_check_differs'))
         self.assertEqual(failure.message, 'the same 3 tokens, but streamed tool call 0 has arguments {"city": "Par"} '
                                           'and unstreamed {"city": "Paris"}')
         diverged = stream_client.cross_check_record(cut, 200, dataclasses.replace(whole, token_ids=(1, 9, 3, 4)), None)
         self.assertEqual((diverged['comparable'], diverged['diverged_at_token']), (False, 1))
-        self.assertIsNone(stream_client.cross_check_failure(diverged))
+        self.assertIsNone(stream_client._cross_check_failure(diverged))
         without = stream_client.cross_check_record(dataclasses.replace(cut, token_ids=None), 200, whole, None)
         self.assertEqual((without['comparable'], without['same'], without['token_ids']['streamed']), (None, False, None))
-        self.assertIsNone(stream_client.cross_check_failure(without))
+        self.assertIsNone(stream_client._cross_check_failure(without))
         failed = stream_client.cross_check_record(cut, 503, None, 'http: expected status 200, got 503')
         self.assertEqual((failed['comparable'], failed['same'], failed['unstreamed_status']), (None, None, 503))
-        self.assertIsNone(stream_client.cross_check_failure(failed))
-        self.assertIsNone(stream_client.unstreamed_problem(answer(finish='length'), 'length'))
-        self.assertEqual(stream_client.unstreamed_problem(answer(finish='length')),
+        self.assertIsNone(stream_client._cross_check_failure(failed))
+        self.assertIsNone(stream_client._unstreamed_problem(answer(finish='length'), 'length'))
+        self.assertEqual(stream_client._unstreamed_problem(answer(finish='length')),
                          'the unstreamed answer did not finish: its finish is length')
-        self.assertEqual(stream_client.first_divergence((1, 2), (1, 2, 3)), 2)
-        self.assertIsNone(stream_client.first_divergence((1, 2), (1, 2)))
+        self.assertEqual(stream_client._first_divergence((1, 2), (1, 2, 3)), 2)
+        self.assertIsNone(stream_client._first_divergence((1, 2), (1, 2)))
 
     def test_the_two_single_stream_signals(self):
         spec = stream_client.AnswerSpec((('get_weather', None),), 'auto')
-        budget = stream_client.budget_used_by_tool_call
+        budget = stream_client._budget_used_by_tool_call
         self.assertEqual(budget(answer(calls=(('get_weather', '{}'),), finish='tool_calls', tokens=64), 64),
                          'the whole budget of 64 tokens was used; vLLM reports a call cut by max_tokens as '
                          '"tool_calls"; raise --max-tokens')
@@ -4564,7 +4564,7 @@ class CrossCheckTests(unittest.TestCase):
                          answer('text', finish='stop', tokens=64),
                          answer(calls=(('get_weather', '{}'),), finish='tool_calls', tokens=None)):
             self.assertIsNone(budget(finished, 64))
-        markup = stream_client.tool_markup_in_text
+        markup = stream_client._tool_markup_in_text
         for text, marker in (('Sure. <tool_call>{"name": "x"}</tool_call>', '<tool_call> in the visible text at '
                                                                             'character 6'),
                              ('<|python_tag|>{"name": "x"}', '<|python_tag|> in the visible text at character 0'),
@@ -4581,7 +4581,7 @@ class CrossCheckTests(unittest.TestCase):
                      '{"choices": [], "usage": {"completion_tokens": 5}}', '[DONE]'):
             validator.accept(data)
         self.assertIn('the arguments are not JSON', validator.outcome().message)
-        failure = stream_client.answer_problem(validator)
+        failure = stream_client._answer_problem(validator)
         self.assertEqual(failure.kind, 'budget_used_by_tool_call')
         self.assertTrue(failure.message.startswith('the whole budget of 5 tokens was used'))
 
@@ -4591,8 +4591,8 @@ class CrossCheckTests(unittest.TestCase):
                      chunk_json(delta={'content': 'b'}, token_ids=[]), chunk_json(finish_reason='stop'), '[DONE]'):
             validator.accept(data)
         self.assertEqual((validator.token_ids, validator.tokens_per_event), ([1, 2, 3, 4], [3, 1]))
-        self.assertEqual(stream_client.tokens_per_event(validator), {'events': 2, 'tokens': 4, 'most': 3, 'median': 1})
-        self.assertIsNone(stream_client.tokens_per_event(ChatChunks()))
+        self.assertEqual(stream_client._tokens_per_event(validator), {'events': 2, 'tokens': 4, 'most': 3, 'median': 1})
+        self.assertIsNone(stream_client._tokens_per_event(ChatChunks()))
         with self.assertRaisesRegex(stream_client.StreamError, 'expected token_ids to be a list of integers in event 1'):
             ChatChunks().accept(chunk_json(delta={}, token_ids=[1, 'x']))
 
@@ -4643,7 +4643,7 @@ class CrossCheckTests(unittest.TestCase):
                                                  'not_comparable': 1, 'without_token_ids': 0, 'unstreamed_failed': 1})
         self.assertEqual(result['not_ok_by_layer'], {'cross-check': 1})
         self.assertIn('cross-check: 4 pairs, 3 compared: 1 same, 2 different; 1 not comparable, 0 without token ids, '
-                      '1 unstreamed failed', stream_client.summary_table(result))
+                      '1 unstreamed failed', stream_client._summary_table(result))
         cells = PageReader(report.html()).text
         self.assertIn('cross-check: not comparable', cells)
         self.assertIsNone(stream_client.Summary().result()['cross_check'])
@@ -4672,7 +4672,7 @@ def answer_problem_kind(validator: stream_client.StreamValidator, events: list) 
     """The kind answer_problem() gives the answer these events make: the outcome, or a signal of the whole."""
     for event in events:
         validator.accept(event)
-    failure = stream_client.answer_problem(validator)
+    failure = stream_client._answer_problem(validator)
     return failure and failure.kind
 
 
@@ -4707,7 +4707,7 @@ def fake_exchange(phase: str, *, proxy: bool = False, started_ago: float = 0.0, 
                                     proxy=types.SimpleNamespace(address='127.0.0.1:3128',
                                                                 connect_request=lambda host, port: b'')
                                     if proxy else None)
-    fields = dict(request=request, phase=stream_client.Phase[phase], cancel=None, reused=False,
+    fields = dict(request=request, phase=stream_client._Phase[phase], cancel=None, reused=False,
                   reader=stream_client.ResponseReader(ChatChunks()), connection=None, idle_s=None,
                   timeline=types.SimpleNamespace(started=time.perf_counter() - started_ago))
     return types.SimpleNamespace(**{**fields, **extra})
@@ -4907,15 +4907,15 @@ FAILURE_PRODUCERS = {
         '{"choices": [], "usage": {"completion_tokens": 5}}', '[DONE]']),
     'tool_markup_in_text': lambda: answer_problem_kind(ChatChunks(spec=WEATHER), [
         chunk_json(delta={'content': '<tool_call>{"name": "get_weather"}</tool_call>'}, finish_reason='stop'), '[DONE]']),
-    'cross_check_differs': lambda: stream_client.cross_check_failure(
+    'cross_check_differs': lambda: stream_client._cross_check_failure(
         {'comparable': True, 'same': False, 'token_ids': {'streamed': 3}, 'differences': ['the text differs']}).kind,
     'token_ids_invalid': lambda: kind_raised(lambda: ChatChunks().accept(chunk_json(token_ids='12'))),
-    'too_many_token_ids': lambda: with_bound('MAX_TOKEN_IDS', 2, lambda: kind_raised(
+    'too_many_token_ids': lambda: with_bound('_MAX_TOKEN_IDS', 2, lambda: kind_raised(
         lambda: ChatChunks().accept(chunk_json(token_ids=[1, 2, 3])))),
     'unstreamed_malformed': lambda: kind_raised(lambda: stream_client.unstreamed_answer('chat', b'[]')),
     'unstreamed_error': lambda: kind_raised(lambda: stream_client.unstreamed_answer(
         'chat', b'{"error": {"message": "no such model", "type": "NotFoundError", "code": 404}}')),
-    'unstreamed_too_long': lambda: with_bound('MAX_UNSTREAMED_BODY', 4, lambda: unstreamed_error_kind(
+    'unstreamed_too_long': lambda: with_bound('_MAX_UNSTREAMED_BODY', 4, lambda: unstreamed_error_kind(
         b'HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789')),
 }
 
@@ -5353,7 +5353,7 @@ class GoodputTests(unittest.TestCase):
                            '--output', 'mixed.jsonl', '--quiet', cwd=self.tmp.name, timeout=90)
         summary, records = json.loads(done.stdout), self.records('mixed.jsonl')
         bounds = (('first_text_ms', 30000), ('max_event_gap_ms', 30000))
-        good = [r for r in records if r['ok'] and stream_client.meets_slos(r, bounds)]
+        good = [r for r in records if r['ok'] and stream_client._meets_slos(r, bounds)]
         self.assertEqual(summary['good'], len(good))
         self.assertLess(summary['good'], summary['runs'])  # mixed serves failures too: some runs are not good
         self.assertEqual(summary['slo_attainment'], round(len(good) / len(records), 4))
@@ -5380,11 +5380,11 @@ class GoodputTests(unittest.TestCase):
     def test_a_bound_on_a_figure_the_run_lacks_is_not_met(self):
         ok = {'ok': True, 'first_text_ms': 10.0, 'duration_ms': 50.0, 'mean_event_gap_ms': None,
               'max_event_gap_ms': None}
-        self.assertTrue(stream_client.meets_slos(ok, (('max_event_gap_ms', 5.0),)))  # one content event: no gap
-        self.assertFalse(stream_client.meets_slos({**ok, 'first_text_ms': None}, (('max_event_gap_ms', 5.0),)))
-        self.assertFalse(stream_client.meets_slos({**ok, 'first_text_ms': None}, (('first_text_ms', 5.0),)))
-        self.assertFalse(stream_client.meets_slos(ok, (('duration_ms', 49.9),)))
-        self.assertTrue(stream_client.meets_slos(ok, (('duration_ms', 50.0),)))
+        self.assertTrue(stream_client._meets_slos(ok, (('max_event_gap_ms', 5.0),)))  # one content event: no gap
+        self.assertFalse(stream_client._meets_slos({**ok, 'first_text_ms': None}, (('max_event_gap_ms', 5.0),)))
+        self.assertFalse(stream_client._meets_slos({**ok, 'first_text_ms': None}, (('first_text_ms', 5.0),)))
+        self.assertFalse(stream_client._meets_slos(ok, (('duration_ms', 49.9),)))
+        self.assertTrue(stream_client._meets_slos(ok, (('duration_ms', 50.0),)))
 
     def test_the_saturation_step_is_the_last_under_capacity_and_says_what_failed_next(self):
         def step(rate, attainment, achieved=None, scheduled=None):
@@ -5397,14 +5397,14 @@ class GoodputTests(unittest.TestCase):
                  ([step(1, None)], (None, 1, 'attainment None'))]
         for steps, (rate, exceeded, why) in cases:
             with self.subTest(steps=steps):
-                found = stream_client.saturation_step(steps, 0.99)
+                found = stream_client._saturation_step(steps, 0.99)
                 self.assertEqual((found['rate'], found['exceeded_at']), (rate, exceeded))
                 self.assertIn(why, found['why'])
 
     def test_the_schedule_of_a_timed_step_is_computed_in_advance(self):
-        self.assertEqual(stream_client.scheduled_runs(4, 'constant', 0, 1.0), 4)
-        self.assertEqual(stream_client.scheduled_runs(4, 'constant', 0, 1.01), 5)
-        settings = stream_client.LoadSettings(runs=stream_client.scheduled_runs(50, 'poisson', 3, 2.0), rate=50,
+        self.assertEqual(stream_client._scheduled_runs(4, 'constant', 0, 1.0), 4)
+        self.assertEqual(stream_client._scheduled_runs(4, 'constant', 0, 1.01), 5)
+        settings = stream_client.LoadSettings(runs=stream_client._scheduled_runs(50, 'poisson', 3, 2.0), rate=50,
                                               seed=3, duration=2.0)
         offsets = list(stream_client.arrival_offsets(settings))
         self.assertTrue(offsets and max(offsets) < 2.0)

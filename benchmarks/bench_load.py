@@ -365,7 +365,7 @@ def bench_streams_per_second(tmp: str) -> list[tuple[str, float, float, str]]:
 
 
 def p99(values: list[float]) -> float:
-    return stream_client.percentiles(values)['p99']
+    return stream_client._percentiles(values)['p99']
 
 
 def floor_run(port: int, concurrency: int, streams: int) -> dict:
@@ -376,7 +376,7 @@ def floor_run(port: int, concurrency: int, streams: int) -> dict:
     _, _, usage = os.wait4(child.pid, 0)
     figures = json.loads(out)
     return {'cpu': usage.ru_utime + usage.ru_stime, 'events': streams * PACED_EVENTS,
-            'gap_p99': p99(figures['gaps_ms']), 'first_p50': stream_client.percentiles(figures['first_ms'])['p50']}
+            'gap_p99': p99(figures['gaps_ms']), 'first_p50': stream_client._percentiles(figures['first_ms'])['p50']}
 
 
 def client_run(port: int, concurrency: int, streams: int, tmp: str, processes: int) -> dict:
