@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import hashlib
 import html.parser
+import io
 import itertools
 import json
 import math
@@ -5413,17 +5414,18 @@ class GoodputTests(unittest.TestCase):
         self.assertGreaterEqual(longer[-1], 2.0)  # the next arrival falls outside the duration
 
     def test_a_sweep_names_the_step_past_a_server_of_known_capacity(self):
-        # The server answers one request at a time, each in about 0.1 s: a capacity of about 10 runs/s.
-        # At 2 runs/s nothing waits; at 40 runs/s the queue grows to seconds, far past the 1.5 s bound.
+        # The server answers one request at a time, each in at least 7 fixture delays of 10 ms: a capacity
+        # of at most 14 runs/s. At 2 runs/s nothing waits; at 40 runs/s run k waits at least 45k ms, so
+        # from the twelfth run on every run is past the 500 ms bound.
         one_at_a_time = threading.Lock()
         answer = fixture_server.Handler._answer
 
         def answer_alone(handler, *plan) -> None:
             with one_at_a_time:
                 answer(handler, *plan)
-        with mock.patch.object(fixture_server.Handler, '_answer', answer_alone), Fixture('ok', delay=0.02) as fixture:
+        with mock.patch.object(fixture_server.Handler, '_answer', answer_alone), Fixture('ok', delay=0.01) as fixture:
             done = run_cli('--url', fixture.url, '--model', 'm', '--rates', '40,2', '--duration', '1',
-                           '--arrivals', 'constant', '--slo', 'first_text_ms=1500', '--deadline', '30', '--idle', '30',
+                           '--arrivals', 'constant', '--slo', 'first_text_ms=500', '--deadline', '30', '--idle', '30',
                            '--output', 'sweep.jsonl', '--report', 'sweep.html', '--quiet', cwd=self.tmp.name,
                            timeout=120)
         self.assertIn(done.returncode, (0, 1), done.stderr)
@@ -5440,9 +5442,9 @@ class GoodputTests(unittest.TestCase):
         self.assertIn('up to 2 runs/s', page)
 
     def test_a_step_whose_runs_cannot_start_on_time_is_past_capacity(self):
-        # One run in flight at a time, each at least 7 fixture delays of 20 ms long: at most about 7 starts
+        # One run in flight at a time, each at least 7 fixture delays of 10 ms long: at most about 14 starts
         # per second, under 95% of the 20 per second scheduled, however fast the machine.
-        with Fixture('ok', delay=0.02) as fixture:
+        with Fixture('ok', delay=0.01) as fixture:
             done = run_cli('--url', fixture.url, '--model', 'm', '--rates', '20', '--duration', '1', '--concurrency',
                            '1', '--arrivals', 'constant', '--output', 'late.jsonl', '--quiet', cwd=self.tmp.name,
                            timeout=120)
@@ -5538,9 +5540,10 @@ class GoodputTests(unittest.TestCase):
                  'duration without a rate': ['--duration', '1'], 'negative duration': ['--rate', '2', '--duration', '-1'],
                  'target above 1': ['--runs', '2', '--slo-target', '1.5'], 'slo on one run': ['--slo', 'duration_ms=5'],
                  'no processes': ['--runs', '2', '--processes', '0'], 'processes on one run': ['--processes', '2']}
+        output = str(self.dir / 'run.jsonl')
         for name, args in cases.items():
-            with self.subTest(name):
-                done = run_cli('--fixture', 'ok', '--output', 'run.jsonl', *args, cwd=self.tmp.name)
-                self.assertEqual((done.returncode, done.stderr.count('\n')), (2, 1), done.stderr)
-                self.assertNotIn('Traceback', done.stderr)
-                self.assertFalse((self.dir / 'run.jsonl').exists())
+            with self.subTest(name):  # in this process: each is refused before a fixture starts or a file is made
+                with contextlib.redirect_stderr(io.StringIO()) as stderr, mock.patch('signal.signal'):
+                    status = stream_client.main(['--fixture', 'ok', '--output', output, *args])
+                self.assertEqual((status, stderr.getvalue().count('\n')), (2, 1), stderr.getvalue())
+                self.assertFalse(os.path.exists(output))
