@@ -5522,8 +5522,9 @@ def _summary_table(result: dict) -> str:
 
 def _goodput_lines(result: dict) -> list[str]:
     """Goodput against what a first-chunk tool would count, and a sweep's steps and saturation."""
-    bounds = ', '.join(f'{name} <= {bound:g} ms' for name, bound in (result['slo'] or {}).items()) or 'no --slo'
-    lines = [f'good {result["good"]} of {result["runs"]} (ok and {bounds}): {result["goodput_per_s"]} good runs/s',
+    bounds = ', '.join(f'{name} <= {bound:g} ms' for name, bound in (result['slo'] or {}).items())
+    within = f'ok and {bounds}' if bounds else 'ok; no --slo bounds'
+    lines = [f'good {result["good"]} of {result["runs"]} ({within}): {result["goodput_per_s"]} good runs/s',
              f'  a tool that counts a first chunk as success would report {result["first_chunk_good"]} good']
     if not result['steps']:
         return lines
