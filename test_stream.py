@@ -5347,6 +5347,20 @@ class GoodputTests(unittest.TestCase):
     def records(self, name: str) -> list[dict]:
         return [json.loads(line) for line in (self.dir / name).read_text().splitlines()]
 
+    def interrupted_load(self, name: str, *args: str, after: int) -> tuple[int, dict, str, list[dict]]:
+        """A load of the command line stopped by SIGINT once ``after`` records are in its file: its exit
+        status, its summary, its stderr and its records."""
+        with Fixture('ok', delay=0.05) as fixture:
+            output = self.dir / name
+            process = subprocess.Popen([sys.executable, CLIENT, '--url', fixture.url, '--model', 'm', *args,
+                                        '--output', str(output)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and (not output.exists() or output.read_text().count('\n') < after):
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=30)
+        return process.returncode, json.loads(stdout), stderr, self.records(name)
+
     def test_goodput_counts_exactly_the_ok_runs_within_every_bound(self):
         with Fixture('mixed', seed=11, delay=0.01) as fixture:
             done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '40', '--concurrency', '8', '--idle', '2',
@@ -5456,19 +5470,9 @@ class GoodputTests(unittest.TestCase):
         self.assertIn('runs/s started', summary['saturation']['why'])
 
     def test_ctrl_c_in_a_sweep_keeps_every_started_run_and_the_steps_done(self):
-        with Fixture('ok', delay=0.05) as fixture:
-            output = self.dir / 'sweep.jsonl'
-            process = subprocess.Popen([sys.executable, CLIENT, '--url', fixture.url, '--model', 'm', '--rates', '4,8',
-                                        '--duration', '5', '--output', str(output)],
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and (not output.exists() or output.read_text().count('\n') < 3):
-                time.sleep(0.05)
-            process.send_signal(signal.SIGINT)
-            stdout, stderr = process.communicate(timeout=30)
-        self.assertEqual(process.returncode, 130, stderr)
-        records = self.records('sweep.jsonl')
-        summary = json.loads(stdout)
+        status, summary, stderr, records = self.interrupted_load('sweep.jsonl', '--rates', '4,8', '--duration', '5',
+                                                                 after=3)
+        self.assertEqual(status, 130, stderr)
         self.assertEqual(summary['runs'], len(records))
         self.assertEqual([step['rate'] for step in summary['steps']], [4.0])  # the second step never started
         self.assertLess(len(records), summary['steps'][0]['scheduled_runs'])
@@ -5509,24 +5513,14 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual(sorted(by_pid.values(), key=min), [{0}, {1}])  # each process its share of the runs
 
     def test_ctrl_c_in_a_spread_load_keeps_one_valid_line_per_started_run(self):
-        with Fixture('ok', delay=0.05) as fixture:
-            output = self.dir / 'spread.jsonl'
-            process = subprocess.Popen([sys.executable, CLIENT, '--url', fixture.url, '--model', 'm', '--runs', '200',
-                                        '--concurrency', '4', '--processes', '2', '--output', str(output)],
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and (not output.exists() or output.read_text().count('\n') < 6):
-                time.sleep(0.05)
-            process.send_signal(signal.SIGINT)
-            stdout, stderr = process.communicate(timeout=30)
-        self.assertEqual(process.returncode, 130, stderr)
-        records = self.records('spread.jsonl')
+        status, summary, stderr, records = self.interrupted_load('spread.jsonl', '--runs', '200', '--concurrency', '4',
+                                                                 '--processes', '2', after=6)
+        self.assertEqual(status, 130, stderr)
         self.assertEqual(len({record['run'] for record in records}), len(records))
         self.assertLess(len(records), 200)
         interrupted = [record for record in records if record['error_layer'] == 'interrupted']
         self.assertTrue(interrupted)
         self.assertTrue(all('SIGINT' in record['error'] for record in interrupted))
-        summary = json.loads(stdout)
         self.assertEqual((summary['runs'], summary['planned_runs']), (len(records), 200))
 
     def test_sweep_and_slo_flags_that_do_not_fit_exit_2_with_one_line(self):

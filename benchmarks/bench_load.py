@@ -74,6 +74,14 @@ def chunked_stream(events: int, path: bytes) -> bytes:
             b'transfer-encoding: chunked\r\n\r\n' + b''.join(chunks))
 
 
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """Read one request (its head and its Content-Length body); return its path."""
+    head = await reader.readuntil(b'\r\n\r\n')
+    length = re.search(rb'(?i)\r\ncontent-length: *(\d+)', head)
+    await reader.readexactly(int(length[1]) if length else 0)
+    return head.split(b' ', 2)[1]
+
+
 def serve(events: int) -> None:
     """Answer every request on every connection (keep-alive) with the pre-rendered stream; print the port."""
     responses = {path: chunked_stream(events, path) for path in (b'/v1/chat/completions', b'/v1/completions')}
@@ -81,10 +89,8 @@ def serve(events: int) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b'\r\n\r\n')
-                length = re.search(rb'(?i)\r\ncontent-length: *(\d+)', head)
-                await reader.readexactly(int(length[1]) if length else 0)
-                writer.write(responses.get(head.split(b' ', 2)[1], responses[b'/v1/chat/completions']))
+                path = await read_request(reader)
+                writer.write(responses.get(path, responses[b'/v1/chat/completions']))
                 await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             pass
@@ -151,9 +157,7 @@ def serve_paced(events: int) -> None:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
                 while True:
-                    head = await reader.readuntil(b'\r\n\r\n')
-                    length = re.search(rb'(?i)\r\ncontent-length: *(\d+)', head)
-                    await reader.readexactly(int(length[1]) if length else 0)
+                    await read_request(reader)
                     writer.write(first)
                     finished = loop.create_future()
                     heapq.heappush(due, (loop.time() + PACED_GAP, next(counter), writer, 0, finished))
