@@ -907,9 +907,14 @@ ENDINGS = {'close': end_close, 'hold': end_hold, 'drip': end_drip}
 
 
 def mark_replay(head: bytes, writes: list[bytes]) -> tuple[bytes, list[bytes]]:
-    """The captured head with REPLAY_MARK added after its status line, so the client can tell a replay."""
+    """The captured head with REPLAY_MARK added after its status line, so the client can tell a replay,
+    and "Connection: close" unless the capture names its connection: a replay ends its connection
+    (a capture's framing is whatever it was), and says so, so that a kept-alive client does not take
+    the close for a stale connection."""
     status, separator, rest = head.partition(b'\r\n')
-    return status + separator + REPLAY_MARK + b'\r\n' + rest, writes
+    says_connection = any(line.lower().startswith(b'connection:') for line in rest.split(b'\r\n'))
+    closing = b'' if says_connection else b'connection: close\r\n'
+    return status + separator + REPLAY_MARK + b'\r\n' + closing + rest, writes
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -360,6 +360,12 @@ def _count(number: int, noun: str) -> str:
     return f'{number} {noun}' if number == 1 else f'{number} {noun}s'
 
 
+def _and_list(words) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    words = list(words)
+    return ' and '.join(words) if len(words) < 3 else f'{", ".join(words[:-1])} and {words[-1]}'
+
+
 def _host_port(host: str, port: int) -> str:
     """host:port as a URL writes it: an IPv6 address in brackets."""
     return f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
@@ -4778,7 +4784,6 @@ def _build_record(x: _Exchange) -> dict:
         'error_layer': verdict.layer,
         'error_kind': verdict.kind,
         'error': f'{verdict.layer}: {verdict.message}' if verdict.layer else None,
-        'error_kind': verdict.kind,
         'transport_complete': verdict.transport_complete,
         'event_complete': verdict.event_complete,
         'application_complete': verdict.application_complete,
@@ -6988,7 +6993,7 @@ class _Fixture:
         fixture = _fixture_server()
         mode = _fixture_mode(fixture, mode)
         if mode != fixture.MIXED and not fixture.applies(mode, api):
-            raise UsageError(f'fixture mode {mode} applies to {" and ".join(fixture.ONLY_ON[mode])} only; '
+            raise UsageError(f'fixture mode {mode} applies to {_and_list(fixture.ONLY_ON[mode])} only; '
                              f'add --api {fixture.ONLY_ON[mode][0]}')
         self.instance = fixture.server(0, mode, profile=profile, seed=seed)
         path = next(path for path, name in _API_PATHS.items() if name == api)

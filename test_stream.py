@@ -2068,6 +2068,17 @@ class CaptureReplayTests(unittest.TestCase):
         record = replay(sse_response(b'zz\r\n', headers='Transfer-Encoding: chunked\r\n'))
         self.assertIn("transport: invalid chunk size line b'zz'", record['error'])
 
+    def test_a_replay_says_it_closes_so_a_kept_alive_load_is_never_stale(self):
+        capture = (TRACES / 'a2_chat_stream_usage_eos_stop.http').read_bytes()
+        records: list[dict] = []
+        with Fixture(replay=capture) as fixture:
+            requests = [stream_client.prepare(fixture.url, 'tiny', 'hi', idle=2)]
+            stream_client.run_load(requests, stream_client.LoadSettings(runs=3, keep_alive=True), records.append,
+                                   stream_client.Cancel())
+        self.assertEqual([(r['ok'], r['error_kind'], r['connection']['reused']) for r in records],
+                         [(True, None, False)] * 3)
+        self.assertIn(['connection', 'close'], records[0]['http']['headers'])
+
     def test_close_delimited_body_ends_at_close(self):
         good = (chunk_json(delta={'content': 'hi'}), chunk_json(finish_reason='stop'), '[DONE]')
         body = ''.join(f'data: {data}\n\n' for data in good).encode()

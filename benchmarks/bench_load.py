@@ -347,7 +347,7 @@ def bench_streams_per_second(tmp: str) -> list[tuple[str, float, float, str]]:
     bench, results = vllm_bench_command(), []
     if bench is None:
         print('  (vllm bench serve is not installed here: its comparison is skipped)')
-    for kind in SERVERS:
+    for kind in ('asyncio', 'threads'):  # the paced server is for bench_paced: it paces on purpose
         server, port = start_server(16, kind)
         try:
             load(port, 400, 8, tmp)  # warm up
