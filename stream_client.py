@@ -189,7 +189,7 @@ FAILURE_KINDS = {
     'ambiguous_framing': ('http', 'both Transfer-Encoding and Content-Length'),
     'bad_content_length': ('http', 'a Content-Length that is not digits, too large, or values that disagree'),
     'content_type': ('http', 'a 200 whose content type is not text/event-stream'),
-    'status_not_200': ('http', 'a status other than 200, with the server\'s message when it sent one'),
+    'status_not_200': ('http', "a status other than 200, with the server's message when it sent one"),
     'no_response_head': ('http', 'the connection failed while the request was sent or before a response head'),
     'no_response': ('transport', 'the connection closed before any response byte'),
     'eof_in_head': ('transport', 'the connection closed inside the response head'),
@@ -209,6 +209,7 @@ FAILURE_KINDS = {
     'bad_trailer_line': ('transport', 'a trailer line that is not "name: value"'),
     'connection_failed': ('transport', 'the connection failed (reset, broken) while the body arrived'),
     'unended_after_terminal': ('transport', 'the terminal event arrived but the HTTP message never ended'),
+    'unstreamed_too_long': ('transport', "the --cross-check twin's body is over the bound"),
     'line_too_long': ('sse', 'an SSE line over the bound'),
     'event_too_long': ('sse', 'the data of one SSE event over the bound'),
     'invalid_utf8': ('sse', 'bytes of the event stream that are not UTF-8'),
@@ -228,8 +229,8 @@ FAILURE_KINDS = {
     'part_index_skips': ('protocol', 'a part opened at an index that skips the next one'),
     'duplicate_part': ('protocol', 'a second part opened at the index (or output_index) of another'),
     'duplicate_id': ('protocol', 'a tool-call, item or tool_use id used twice in one answer'),
-    'closing_copy_differs': ('protocol', 'a closing copy (.done, output_item.done, the terminal output) '
-                                         'differs from what the deltas assembled'),
+    'closing_copy_differs': ('protocol', 'a closing copy (.done, output_item.done, the terminal output) differs from '
+                                         'what the deltas assembled'),
     'unsupported_part': ('protocol', 'an output item or content block of a type this client does not read'),
     'delta_type': ('protocol', 'a delta of a type its part does not take'),
     'choices_not_one': ('protocol', 'a chunk without exactly one choice (n=1)'),
@@ -242,11 +243,13 @@ FAILURE_KINDS = {
     'call_id_changed': ('protocol', 'a tool call got a second id'),
     'call_name_changed': ('protocol', 'a tool call changed its name'),
     'bad_usage': ('protocol', 'a token count that is not a non-negative integer'),
+    'token_ids_invalid': ('protocol', 'token_ids (asked for by --cross-check) that are not a list of integers'),
+    'unstreamed_malformed': ('protocol', 'the --cross-check twin is not a well-formed unstreamed answer of its API'),
     'server_error_event': ('application', 'the server sent an error event in the stream'),
     'response_failed': ('application', 'the server ended the response with response.failed'),
     'answer_too_long': ('application', 'an answer over the bound'),
     'reasoning_too_long': ('application', 'reasoning over the bound'),
-    'eof_before_done': ('application', 'the stream ended before its API\'s terminal event'),
+    'eof_before_done': ('application', "the stream ended before its API's terminal event"),
     'no_finish_reason': ('application', 'the terminal event arrived without a finish or stop reason'),
     'unexpected_finish': ('application', 'a finish other than the one a finished answer has'),
     'budget_exhausted': ('application', 'the output budget (max_tokens) ended the answer'),
@@ -261,9 +264,16 @@ FAILURE_KINDS = {
     'tool_arguments_empty': ('application', 'a tool call with empty arguments'),
     'tool_arguments_not_json': ('application', 'tool-call arguments that are not strict JSON'),
     'tool_arguments_not_object': ('application', 'tool-call arguments that are JSON but not an object'),
-    'tool_arguments_schema': ('application', 'tool-call arguments that do not match the tool\'s parameters'),
+    'tool_arguments_schema': ('application', "tool-call arguments that do not match the tool's parameters"),
     'answer_not_json': ('application', 'a JSON answer (--json-schema) that is not strict JSON'),
     'answer_schema': ('application', 'a JSON answer that does not match its schema'),
+    'unstreamed_error': ('application', 'the --cross-check twin is an error the server reported'),
+    'too_many_token_ids': ('application', 'more token ids than the bound'),
+    'budget_used_by_tool_call': ('application', 'a tool-call finish with the whole output budget used: a call cut by '
+                                                'max_tokens, which vLLM relabels as finished'),
+    'tool_markup_in_text': ('application', "tool-call markup in the visible text, tools offered: the server's parser "
+                                           'failed to extract a call'),
+    'cross_check_differs': ('cross-check', 'the same tokens streamed and unstreamed, another answer'),
     'connect_timeout': ('timeout', 'no connection within the idle timeout'),
     'proxy_timeout': ('timeout', 'no answer to CONNECT within the idle timeout'),
     'tls_timeout': ('timeout', 'the TLS handshake did not finish within the idle timeout'),
@@ -272,16 +282,6 @@ FAILURE_KINDS = {
     'deadline': ('timeout', 'the overall deadline was reached before the answer finished'),
     'interrupted': ('interrupted', 'SIGINT or SIGTERM (or a cancelled load) stopped the run'),
     'client_error': ('client', 'a bug in this client: an exception it did not expect'),
-    'token_ids_invalid': ('protocol', 'token_ids (asked for by --cross-check) that are not a list of integers'),
-    'unstreamed_malformed': ('protocol', 'the --cross-check twin is not a well-formed unstreamed answer of its API'),
-    'unstreamed_too_long': ('transport', 'the --cross-check twin\'s body is over the bound'),
-    'unstreamed_error': ('application', 'the --cross-check twin is an error the server reported'),
-    'too_many_token_ids': ('application', 'more token ids than the bound'),
-    'budget_used_by_tool_call': ('application', 'a tool-call finish with the whole output budget used: a call cut '
-                                                'by max_tokens, which vLLM relabels as finished'),
-    'tool_markup_in_text': ('application', 'tool-call markup in the visible text, tools offered: the server\'s '
-                                           'parser failed to extract a call'),
-    'cross_check_differs': ('cross-check', 'the same tokens streamed and unstreamed, another answer'),
 }
 
 
