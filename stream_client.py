@@ -133,7 +133,8 @@ __all__ = [
     # tool calls and JSON answers
     'AnswerSpec', 'ToolCall', 'JsonSchema', 'SchemaError', 'strict_json',
     # --cross-check: the unstreamed twin and the comparison
-    'Answer', 'AnsweredCall', 'UnstreamedReader', 'unstreamed_answer', 'compare_answers', 'cross_check_record',
+    'Answer', 'AnsweredCall', 'UnstreamedReader', 'compare_twin', 'unstreamed_answer', 'compare_answers',
+    'cross_check_record',
     # many runs, and reading saved evidence
     'run_load', 'LoadSettings', 'arrival_offsets', 'Summary', 'Report', 'iter_records', 'summarize',
     # the Prometheus exporter
@@ -1988,7 +1989,7 @@ class _ChoiceChunks(StreamValidator):
             self.done = True
             return _NOTHING
         chunk = self._load_object(data)
-        if 'error' in chunk:
+        if chunk.get('error') is not None:  # "error": null is no error
             raise self._server_error(chunk)
         if self.response_id is None and isinstance(chunk.get('id'), str):
             self.response_id = chunk['id']
@@ -2836,7 +2837,7 @@ def _unstreamed_body(data: bytes) -> dict:
                                                f'{_preview(data.decode("utf-8", "replace"))}') from None
     if not isinstance(value, dict):
         raise _failure('unstreamed_malformed', f'the unstreamed answer is {_seen(value)}, not a JSON object')
-    if 'error' in value:
+    if value.get('error') is not None:  # OpenAI's objects carry "error": null when there is none
         error = _server_error_fields(value)
         raise _failure('unstreamed_error', 'the unstreamed answer is an error: ' + _describe_server_error(error),
                        server_error=error)
@@ -2993,7 +2994,7 @@ def compare_answers(streamed: Answer, unstreamed: Answer) -> list[str]:
                            f'answer {len(unstreamed.calls)}')
     differences += [problem for index, pair in enumerate(zip(streamed.calls, unstreamed.calls))
                     for problem in [_call_difference(index, *pair)] if problem]
-    if streamed.finish != unstreamed.finish:
+    if streamed.finish != unstreamed.finish and unstreamed.finish is not None:  # None: unstreamed_problem says so
         differences.append(f'streamed finish {streamed.finish} and unstreamed {unstreamed.finish}')
     if None not in (streamed.completion_tokens, unstreamed.completion_tokens) \
             and streamed.completion_tokens != unstreamed.completion_tokens:
@@ -3026,12 +3027,18 @@ def cross_check_record(streamed: Answer, status: int | None, unstreamed: Answer 
                                       for call in unstreamed.calls] if unstreamed else None}
 
 
+def _seeded(extra: object) -> bool:
+    """Whether --extra fixes the sampling seed: an integer "seed" (null or a string fixes nothing)."""
+    return isinstance(extra, dict) and type(extra.get('seed')) is int
+
+
 def _unstreamed_problem(answer: Answer, expect_finish: str = 'stop') -> str | None:
     """Why an unstreamed answer is not a finished one, judged by its finish alone (a fixed-length load
     expects the budget to end it)."""
     if answer.ended_as in (('length',) if expect_finish == 'length' else ('stop', 'tool_calls')):
         return None
-    return f'the unstreamed answer did not finish: its finish is {answer.finish}'
+    said = 'it has no finish' if answer.finish is None else f'its finish is {answer.finish}'
+    return f'the unstreamed answer did not finish: {said}'
 
 
 def _cross_check_failure(cross_check: dict | None) -> StreamError | None:
@@ -4056,7 +4063,7 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     idle = _check_number('idle', idle, 0, False)
     deadline = _check_number('deadline', deadline, 0, False)
     temperature = _check_number('temperature', temperature, 0, True)
-    if cross_check and temperature != 0 and 'seed' not in (extra if isinstance(extra, dict) else {}):
+    if cross_check and temperature != 0 and not _seeded(extra):
         raise ValueError(f'cross_check needs a deterministic request: temperature {temperature:g} without a "seed" '
                          'in extra would sample the two answers apart')
     body = _request_body(api, model, prompt, system, max_tokens, temperature, stop, extra)
@@ -4386,16 +4393,23 @@ def run(request: PreparedRequest, *, on_text=None, on_reasoning=None, on_call=No
 
 def _cross_check(x: _Exchange, cancel: Cancel | None) -> dict:
     """Send the unstreamed twin of a streamed run that got an answer with status 200, and compare."""
-    streamed = _streamed_answer(x.reader.validator)
     if x.reader.head is None or x.reader.head.status != 200:
+        return compare_twin(x.reader, None, x.request)
+    return compare_twin(x.reader, _fetch_unstreamed(_Exchange(x.request.twin, cancel=cancel)), x.request)
+
+
+def compare_twin(reader: ResponseReader, twin: UnstreamedReader | None, request: PreparedRequest) -> dict:
+    """The record's ``cross_check`` from the streamed response and its unstreamed twin, both read to their
+    end (sans-IO); ``twin`` None when it was not sent, the streamed request having got no 200."""
+    streamed = _streamed_answer(reader.validator)
+    if twin is None:
         return cross_check_record(streamed, None, None, 'not sent: the streamed request got no answer with status 200')
-    reader = _fetch_unstreamed(_Exchange(x.request.twin, cancel=cancel))  # an exchange for its phase and clock
-    status = reader.head.status if reader.head is not None else None
+    status = twin.head.status if twin.head is not None else None
     try:
-        answer = reader.answer(x.request.api)
+        answer = twin.answer(request.api)
     except StreamError as exc:
         return cross_check_record(streamed, status, None, str(exc))
-    return cross_check_record(streamed, status, answer, _unstreamed_problem(answer, x.request.expect_finish))
+    return cross_check_record(streamed, status, answer, _unstreamed_problem(answer, request.expect_finish))
 
 
 def _fetch_unstreamed(x: _Exchange) -> UnstreamedReader:
@@ -6863,7 +6877,7 @@ def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -
     else:
         prompts = _load_prompts(args.prompts, args.system, args.max_tokens)
     extra = _extra(args)
-    if args.cross_check and args.temperature != 0 and 'seed' not in (extra if isinstance(extra, dict) else {}):
+    if args.cross_check and args.temperature != 0 and not _seeded(extra):
         raise UsageError(f'--cross-check needs a deterministic request: --temperature {args.temperature:g} without a '
                          '"seed" in --extra samples the two answers apart')
     tools, json_schema = _answer_files(args)

@@ -5284,9 +5284,6 @@ class CopiedAloneTests(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr)
 
 
-if __name__ == '__main__':
-    unittest.main()
-
 
 def renumbered(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Responses events with their sequence_number counted again from 0, so that only the order is wrong."""
@@ -5552,3 +5549,56 @@ class GoodputTests(unittest.TestCase):
                     status = stream_client.main(['--fixture', 'ok', '--output', output, *args])
                 self.assertEqual((status, stderr.getvalue().count('\n')), (2, 1), stderr.getvalue())
                 self.assertFalse(os.path.exists(output))
+
+
+
+HOSTILE_PAIRS = HERE / 'testdata' / 'hostile-cc'
+
+
+class HostilePairTests(unittest.TestCase):
+    """Cross-check pairs written from the protocols by someone who had not read this code: each streamed
+    response and its unstreamed twin, judged without a socket as a run judges them."""
+
+    def verdict(self, case: dict) -> tuple[stream_client.Verdict, dict]:
+        tools = json.loads((HOSTILE_PAIRS / 'cases' / 'tools.json').read_text()) if case.get('tools') else None
+        path = {'chat': 'chat/completions', 'completions': 'completions', 'responses': 'responses'}[case['api']]
+        request = stream_client.prepare(f'http://127.0.0.1:9/v1/{path}', 'tiny', 'hi', cross_check=True, tools=tools,
+                                        tool_choice=case.get('tool_choice'), max_tokens=case.get('max_tokens', 128))
+        reader = stream_client.ResponseReader(request.new_validator())
+        reader.feed((HOSTILE_PAIRS / 'cases' / case['stream']).read_bytes())
+        reader.eof()
+        twin = stream_client.UnstreamedReader()
+        twin.feed((HOSTILE_PAIRS / 'cases' / case['unstreamed']).read_bytes())
+        twin.eof()
+        cross = stream_client.compare_twin(reader, twin, request)
+        return stream_client.judge(reader, None, cross), cross
+
+    def test_each_pair_gets_its_verdict_and_comparison(self):
+        cases = json.loads((HOSTILE_PAIRS / 'cases.json').read_text())
+        self.assertGreaterEqual(len(cases), 100)
+        for case in cases:
+            with self.subTest(case['name']):
+                verdict, cross = self.verdict(case)
+                seen = {'ok': verdict.ok, 'error_layer': verdict.layer, 'error_kind': verdict.kind,
+                        'comparable': cross['comparable'], 'same': cross['same'],
+                        'diverged_at_token': cross['diverged_at_token'],
+                        'unstreamed_problem': None if cross['unstreamed_problem'] is None else 'non-null',
+                        'unstreamed_problem_or_difference': bool(cross['unstreamed_problem'] or cross['differences'])}
+                expect = case['expect']  # each case names only what its rule decides; a list, what it allows
+                got = {key: seen[key] if not isinstance(value, list) or seen[key] not in value else value
+                       for key, value in expect.items()}
+                self.assertEqual(got, expect,
+                                 f'{verdict.message}; {cross["differences"] or cross["unstreamed_problem"]}; '
+                                 f'{case["rule"]}')
+
+    def test_a_null_seed_is_no_seed(self):
+        for extra in ({'seed': None}, {'seed': 'x'}, {}):
+            with self.subTest(extra=extra), self.assertRaises(ValueError):
+                stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p', cross_check=True,
+                                      temperature=1.0, extra=extra)
+        stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p', cross_check=True, temperature=1.0,
+                              extra={'seed': 19})
+
+
+if __name__ == '__main__':
+    unittest.main()
