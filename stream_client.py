@@ -95,6 +95,7 @@ import encodings.idna  # noqa: F401 -- the first connect() of a process needs it
 import enum
 import fractions
 import hashlib
+import heapq
 import html
 import http.client
 import http.server
@@ -4285,15 +4286,49 @@ class KeptConnections:
         self._by_origin.clear()
 
 
+class _Gate:
+    """Lets one of a load's worker threads at a time run Python, so that the GIL is shared between the
+    _Reactor and one worker, never queued for behind hundreds of them when their runs end and begin
+    together; a worker lets the gate go while it waits on the network (released()). A single run's
+    gate, without a lock, lets everything through."""
+
+    def __init__(self, lock: 'threading.Lock | None' = None) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        if self._lock is not None:
+            self._lock.acquire()
+
+    def __exit__(self, *exc_info) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+    @contextlib.contextmanager
+    def released(self):
+        """Let other workers through while this one waits on the network."""
+        if self._lock is None:
+            yield
+            return
+        self._lock.release()
+        try:
+            yield
+        finally:
+            self._lock.acquire()
+
+
+_OPEN_GATE = _Gate()
+
+
 class _Exchange:
     """What one run saw: the timeline, owned by the transport, and the response reader, which owns the
     head, the body framing, the events and the answer. ``failure`` is the first failure, whichever
     layer it came from."""
 
     def __init__(self, request: PreparedRequest, capture: Capture | None = None,
-                 cancel: Cancel | None = None) -> None:
+                 cancel: Cancel | None = None, gate: _Gate = _OPEN_GATE) -> None:
         self.request = request
         self.cancel = cancel
+        self.gate = gate               # held by a load's worker while it runs Python (see _Gate)
         self.timeline = _Timeline()
         self.phase = _Phase.CONNECT
         self.reader = ResponseReader(request.new_validator(), capture)
@@ -4348,7 +4383,13 @@ def run(request: PreparedRequest, *, on_text=None, on_reasoning=None, on_call=No
     with ``cross_check`` then sends its unstreamed twin on a connection of
     its own, and the record's ``cross_check`` compares the two answers.
     """
-    x = _Exchange(request, capture, cancel)
+    return _run(request, _Show(on_text, on_reasoning, on_call), capture, cancel, kept)
+
+
+def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel: Cancel | None,
+         kept: KeptConnections | None, reactor: '_Reactor | None' = None, gate: _Gate = _OPEN_GATE) -> dict:
+    """run(); in a load, a _Reactor reads the response, and the worker holds its gate (see _Gate)."""
+    x = _Exchange(request, capture, cancel, gate)
     interrupted = None
     connection = kept.take(request.origin) if kept is not None else None
     try:
@@ -4359,7 +4400,7 @@ def run(request: PreparedRequest, *, on_text=None, on_reasoning=None, on_call=No
             _reuse(x, connection)
         x.connection = connection
         connection.requests += 1
-        _exchange(connection.sock, x, _Show(on_text, on_reasoning, on_call))
+        _exchange(connection.sock, x, show, reactor)
     except StreamError as exc:
         x.fail(exc)
     except KeyboardInterrupt as exc:
@@ -4395,7 +4436,9 @@ def _cross_check(x: _Exchange, cancel: Cancel | None) -> dict:
     """Send the unstreamed twin of a streamed run that got an answer with status 200, and compare."""
     if x.reader.head is None or x.reader.head.status != 200:
         return compare_twin(x.reader, None, x.request)
-    return compare_twin(x.reader, _fetch_unstreamed(_Exchange(x.request.twin, cancel=cancel)), x.request)
+    with x.gate.released():
+        twin = _fetch_unstreamed(_Exchange(x.request.twin, cancel=cancel))
+    return compare_twin(x.reader, twin, x.request)
 
 
 def compare_twin(reader: ResponseReader, twin: UnstreamedReader | None, request: PreparedRequest) -> dict:
@@ -4453,21 +4496,24 @@ def _connect(x: _Exchange) -> _Connection:
     stop = _interruption(x)
     if stop:
         raise stop
-    sock = socket.create_connection((proxy.host, proxy.port) if proxy else (request.host, request.port),
-                                    timeout=_wait(x))
+    with x.gate.released():
+        sock = socket.create_connection((proxy.host, proxy.port) if proxy else (request.host, request.port),
+                                        timeout=_wait(x))
     if x.cancel is not None:
         x.cancel.attach(sock)
     try:
         if proxy is not None:
             x.phase = _Phase.PROXY
-            _open_tunnel(sock, x)
+            with x.gate.released():
+                _open_tunnel(sock, x)
         if request.scheme == 'http':
             connection = _Connection(sock)
             _check_plain_peer(connection, request)
             return connection
         x.phase = _Phase.TLS
         sock.settimeout(_wait(x))
-        tls = request.ssl_context.wrap_socket(sock, server_hostname=request.host)
+        with x.gate.released():
+            tls = request.ssl_context.wrap_socket(sock, server_hostname=request.host)
     except BaseException:
         if x.cancel is not None:
             x.cancel.detach(sock)
@@ -4529,13 +4575,16 @@ def _reusable(x: _Exchange) -> bool:
             and not body.overrun and head.version == '1.1' and 'close' not in head.field_list('Connection'))
 
 
-def _exchange(sock: socket.socket, x: _Exchange, show: _Show) -> None:
+def _exchange(sock: socket.socket, x: _Exchange, show: _Show, reactor: '_Reactor | None') -> None:
     try:
         x.phase = _Phase.REQUEST
         sock.settimeout(_wait(x))
-        sock.sendall(x.request.wire)
+        sock.sendall(x.request.wire)  # not let go of the gate: a request fits the socket's buffer
         x.phase = _Phase.HEADERS
-        _read_response(sock, x, show)
+        if reactor is not None:
+            reactor.read(sock, x)
+        else:
+            _read_response(sock, x, show)
     except (OSError, StreamError) as exc:
         raise _exchange_failure(exc, x) from None
 
@@ -4546,30 +4595,12 @@ def _read_response(sock: socket.socket, x: _Exchange, show: _Show) -> None:
     The clock is read once per read, right after it returns: every event of one read gets that time,
     so events that arrived together are 0 ms apart.
     """
-    reader, timeline = x.reader, x.timeline
     on_text, on_reasoning, on_call = show
     showing = any(show)  # a load shows nothing: no second pass over its events
-    deadline_at = timeline.started + x.request.deadline
     receive = _receiver(sock, x)
     while True:
         raw = receive()
-        now = time.perf_counter()
-        if not raw:
-            stop = _interruption(x)
-            if stop:
-                raise stop
-            reader.eof()
-            if reader.error is not None:
-                raise reader.error
-            return  # judge() reads how each layer ended
-        if now > deadline_at:
-            raise _deadline_failure(x)
-        pieces = reader.feed(raw)
-        if x.phase is _Phase.HEADERS and reader.head is not None:
-            timeline.headers_at = now
-            x.phase = _Phase.BODY
-        if pieces:
-            timeline.note_read(now, pieces)
+        pieces = _take_read(x, raw, time.perf_counter())
         if pieces and showing:
             for text, reasoning, call in pieces:
                 if text and on_text:
@@ -4578,10 +4609,38 @@ def _read_response(sock: socket.socket, x: _Exchange, show: _Show) -> None:
                     on_reasoning(reasoning)
                 if call and on_call:
                     on_call(call)
-        if reader.error is not None:
-            raise reader.error
-        if reader.message_complete:
+        if _read_over(x, raw):
             return
+
+
+def _take_read(x: _Exchange, raw: bytes, now: float) -> list[Pieces]:
+    """One read's bytes (b'' at the end of the connection), which arrived at ``now``, into the exchange:
+    fed to the reader and stamped on the timeline; returns their pieces. Raises what a read alone shows:
+    a signal, the deadline passed, or the reader's failure at the end of the connection."""
+    reader, timeline = x.reader, x.timeline
+    if not raw:
+        stop = _interruption(x)
+        if stop:
+            raise stop
+        reader.eof()
+        return []
+    if now > timeline.started + x.request.deadline:
+        raise _deadline_failure(x)
+    pieces = reader.feed(raw)
+    if x.phase is _Phase.HEADERS and reader.head is not None:
+        timeline.headers_at = now
+        x.phase = _Phase.BODY
+    if pieces:
+        timeline.note_read(now, pieces)
+    return pieces
+
+
+def _read_over(x: _Exchange, raw: bytes) -> bool:
+    """Whether the response has been read to its end after this read: the message ended, or the connection
+    did (judge() reads how each layer ended). Raises the reader's failure."""
+    if x.reader.error is not None:
+        raise x.reader.error
+    return not raw or x.reader.message_complete
 
 
 def _receiver(sock: socket.socket, x: _Exchange):
@@ -4619,6 +4678,193 @@ def _wait(x: _Exchange) -> float:
     if remaining <= 0:
         raise _deadline_failure(x)
     return min(x.request.idle, remaining)
+
+
+_EPOLL = hasattr(select, 'epoll')  # Linux: a load's responses are read by one _Reactor per process
+_FEEDS_PER_LOOK = 16  # reads a _Reactor feeds between two looks for connections that became ready
+
+
+class _Reading:
+    """A response that a _Reactor reads for the worker thread waiting on it in _Reactor.read()."""
+
+    def __init__(self, sock: socket.socket, x: _Exchange, now: float) -> None:
+        self.sock, self.x, self.fd = sock, x, sock.fileno()
+        self.last = now                  # when the latest read returned (the idle timeout runs from it)
+        self.idle, self.deadline_at = x.request.idle, x.timeline.started + x.request.deadline
+        self.error: BaseException | None = None
+        self.over = threading.Lock()     # held until the response has ended or failed
+        self.over.acquire()
+        self.finished = False
+        self.queued = False              # a read of it waits to be fed
+
+    def due(self) -> float:
+        """When the idle timeout, cut to the deadline, runs out."""
+        return min(self.last + self.idle, self.deadline_at)
+
+
+class _Reactor:
+    """The thread that reads every response of a load's share from one epoll set (Linux), so that a read
+    costs no thread wake-up and no GIL hand-off: each pass first reads every connection that is ready and
+    stamps each read as it returns, then feeds what it read to the readers. A run's worker thread connects
+    and sends, then sleeps in read() until the response has ended or failed. The rules of a read are a single
+    run's (_take_read, _read_over), and so are its failures: read() raises them in the worker, where
+    _exchange() and run() classify them as they classify a blocking read's."""
+
+    def __init__(self) -> None:
+        self._poll = select.epoll()
+        self._readings: dict[int, _Reading] = {}  # by file descriptor
+        self._due: list = []                       # heap of (due, sequence, reading), refreshed when popped
+        self._handed: list[_Reading] = []          # handed over, not yet in the heap
+        self._sequence = itertools.count()
+        self._lock = threading.Lock()
+        self._wake_at = math.inf                   # when the loop's wait for the next read ends
+        self._waker, self._bell = os.pipe()
+        os.set_blocking(self._waker, False)
+        self._poll.register(self._waker, select.EPOLLIN)
+        self._closing = False
+        self._broken: BaseException | None = None  # a bug in the loop: every reading gets it
+        self._thread = threading.Thread(target=self._loop, daemon=True, name='reactor')
+        self._thread.start()
+
+    def read(self, sock: socket.socket, x: _Exchange) -> None:
+        """Read the response of a request sent on sock into x; returns once it has been read to its end,
+        or raises what ended it (see _Reactor)."""
+        reading = _Reading(sock, x, time.perf_counter())
+        sock.setblocking(False)
+        with self._lock:
+            if self._broken is not None:
+                raise self._broken
+            self._readings[reading.fd] = reading
+            self._handed.append(reading)
+            ring = reading.due() < self._wake_at
+        try:
+            self._poll.register(reading.fd, select.EPOLLIN)
+        except BaseException:
+            with self._lock:
+                self._readings.pop(reading.fd, None)
+            reading.finished = True
+            raise
+        if ring:
+            os.write(self._bell, b'.')
+        with x.gate.released():
+            reading.over.acquire()
+        if reading.error is not None:
+            raise reading.error
+
+    def close(self) -> None:
+        """Stop the loop, once no run is reading."""
+        self._closing = True
+        os.write(self._bell, b'.')
+        self._thread.join()
+        self._poll.close()
+        os.close(self._waker)
+        os.close(self._bell)
+
+    def _loop(self) -> None:
+        reads: collections.deque = collections.deque()  # (reading, its bytes or its error, when it returned)
+        try:
+            while not self._closing:
+                self._read_ready(self._poll.poll(0 if reads else self._timeout()), reads)
+                for _ in range(min(len(reads), _FEEDS_PER_LOOK)):
+                    self._feed(*reads.popleft())
+                self._expire(time.perf_counter())
+        except BaseException as exc:  # a bug in this client: no run may wait for ever
+            with self._lock:
+                self._broken = exc
+                self._handed.clear()
+                readings = list(self._readings.values())
+            for reading in readings:
+                self._finish(reading, exc)
+
+    def _timeout(self) -> float:
+        """Seconds to wait for the next read: until the earliest due idle timeout or deadline."""
+        with self._lock:
+            for reading in self._handed:
+                if not reading.finished:
+                    heapq.heappush(self._due, (reading.due(), next(self._sequence), reading))
+            self._handed.clear()
+            if len(self._due) > 2 * len(self._readings) + 64:  # mostly runs that have ended
+                self._due = [entry for entry in self._due if not entry[2].finished]
+                heapq.heapify(self._due)
+            self._wake_at = self._due[0][0] if self._due else math.inf
+        return -1 if self._wake_at == math.inf else max(0.0, self._wake_at - time.perf_counter())
+
+    def _read_ready(self, ready: list, reads: collections.deque) -> None:
+        """Read every ready connection whose last read has been fed, and stamp each read as it returns."""
+        for fd, _ in ready:
+            reading = self._readings.get(fd)
+            if reading is None:  # the bell: a reading handed over, or close()
+                while _drained(self._waker):
+                    pass
+                continue
+            if reading.queued:  # fed in order: its next bytes wait in the kernel
+                continue
+            try:
+                raw = _receive_ready(reading.sock)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                continue  # nothing to read yet (a TLS record not yet whole)
+            except Exception as exc:
+                raw = exc
+            reading.queued, reading.last = True, time.perf_counter()
+            reads.append((reading, raw, reading.last))
+
+    def _feed(self, reading: _Reading, raw: bytes | Exception, now: float) -> None:
+        """Feed one read to its run's reader, as a blocking read would be fed; end the run if it is over."""
+        reading.queued = False
+        if reading.finished:  # its deadline ran out while the read waited
+            return
+        if isinstance(raw, Exception):
+            self._finish(reading, raw)
+            return
+        try:
+            _take_read(reading.x, raw, now)
+            if _read_over(reading.x, raw):
+                self._finish(reading, None)
+        except Exception as exc:
+            self._finish(reading, exc)
+
+    def _expire(self, now: float) -> None:
+        """End the runs whose idle timeout or deadline has run out as a blocking read would end them."""
+        while self._due and self._due[0][0] <= now:
+            _, _, reading = heapq.heappop(self._due)
+            if reading.finished:
+                continue
+            due = reading.due()
+            if due > now:
+                heapq.heappush(self._due, (due, next(self._sequence), reading))
+            else:
+                self._finish(reading, TimeoutError('timed out'))
+
+    def _finish(self, reading: _Reading, error: BaseException | None) -> None:
+        if reading.finished:
+            return
+        reading.finished, reading.error = True, error
+        if self._readings.get(reading.fd) is reading:
+            del self._readings[reading.fd]
+            try:
+                self._poll.unregister(reading.fd)
+            except (OSError, ValueError):
+                pass
+        reading.sock = reading.x = None  # its heap entry may outlive it until its due time
+        reading.over.release()
+
+
+def _drained(fd: int) -> bool:
+    """Read what the bell rang into a non-blocking pipe; False once it is empty."""
+    try:
+        return bool(os.read(fd, 4096))
+    except BlockingIOError:
+        return False
+
+
+def _receive_ready(sock: socket.socket) -> bytes:
+    """What a ready non-blocking connection holds: one recv(), and for TLS the rest of the record that
+    OpenSSL has already decrypted, which the epoll set cannot see."""
+    raw = sock.recv(_READ_SIZE)
+    if raw and isinstance(sock, ssl.SSLSocket):
+        while sock.pending():
+            raw += sock.recv(_READ_SIZE)
+    return raw
 
 
 # ---------------------------------------------------------------------------
@@ -5101,6 +5347,8 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
     slots = max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
     lock = threading.Lock()
     workers, kept_by_worker = threading.local(), []
+    reactor = _Reactor() if _EPOLL else None  # elsewhere each worker reads its own responses
+    gate = _Gate(threading.Lock()) if reactor is not None else _OPEN_GATE
 
     def kept() -> KeptConnections | None:
         if not settings.keep_alive:
@@ -5112,11 +5360,14 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
         return workers.kept
 
     def one(job: tuple[int, float]) -> None:
-        index, due = job
+        with gate:
+            run_one(*job)
+
+    def run_one(index: int, due: float) -> None:
         if cancel.reason is not None:
             return  # cancelled before it started: no run, no record
         begun = time.perf_counter()
-        record = run(requests[index % len(requests)], cancel=cancel, kept=kept())
+        record = _run(requests[index % len(requests)], _Show(), None, cancel, kept(), reactor, gate)
         record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
                   'load': described}
@@ -5136,6 +5387,8 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
             pool.submit((index, due))
     finally:
         pool.close()
+        if reactor is not None:
+            reactor.close()
         for connections in kept_by_worker:
             connections.close()
 

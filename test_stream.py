@@ -3199,6 +3199,95 @@ def fake_record(run: int, ok: bool = True, error: str | None = None, start: str 
             'load': {'concurrency': 4}, 'client': {'version': stream_client.__version__}}
 
 
+class ReactorTests(unittest.TestCase):
+    """A load's responses are read by one _Reactor thread per process (Linux): the verdicts are a single
+    run's, whether the reactor or the worker threads read; every read of a pass is stamped before any is
+    fed; a bug in the reactor fails the runs instead of hanging them; the gate lets one worker through."""
+
+    def load_records(self, url: str, runs: int, epoll: bool, **options) -> list[dict]:
+        records: list[dict] = []
+        request = stream_client.prepare(url, 'synthetic-fixture', 'READY', **options)
+        with mock.patch.object(stream_client, '_EPOLL', epoll):
+            stream_client.run_load([request], stream_client.LoadSettings(runs=runs, concurrency=runs), records.append,
+                                   stream_client.Cancel())
+        return sorted(records, key=lambda record: record['run'])
+
+    def test_every_mode_gets_a_single_runs_verdict_in_a_load_read_by_the_reactor_or_by_the_workers(self):
+        runs = [(mode, profile) for mode, api, profile in mode_runs() if api == 'chat']
+
+        def verdicts(run: tuple[str, str]) -> list[tuple]:
+            mode, profile = run
+            options = {'idle': 0.3, **FixtureVerdictTests.EXPECTED[mode].options}
+            with Fixture(mode, profile=profile) as fixture:
+                records = [stream(fixture.url, 'synthetic-fixture', 'READY', **options)]
+                records += self.load_records(fixture.url, 2, True, **options)
+                records += self.load_records(fixture.url, 2, False, **options)
+            return [(record['ok'], record['error_layer'], record['error_kind'], record['text']) for record in records]
+        for (mode, profile), found in zip(runs, in_threads(verdicts, runs)):
+            with self.subTest(mode=mode, profile=profile):
+                self.assertEqual(found[0][1], FixtureVerdictTests.EXPECTED[mode].verdict.error_layer)
+                self.assertEqual(found, found[:1] * 5)
+
+    def test_every_read_of_a_pass_is_stamped_before_any_of_them_is_fed(self):
+        reactor, fed, pairs = stream_client._Reactor(), [], [socket.socketpair() for _ in range(3)]
+        self.addCleanup(reactor.close)
+        for ours, theirs in pairs:
+            self.addCleanup(ours.close)
+            self.addCleanup(theirs.close)
+            theirs.sendall(b'HTTP/1.1 200 OK\r\n')
+        request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
+        readings = [stream_client._Reading(ours, stream_client._Exchange(request), time.perf_counter())
+                    for ours, _ in pairs]
+        reads = collections.deque()
+        for reading in readings:
+            reading.sock.setblocking(False)
+            reactor._readings[reading.fd] = reading
+        reactor._read_ready([(reading.fd, select.EPOLLIN) for reading in readings], reads)
+
+        def take_read(x, raw, now):
+            fed.append((time.perf_counter(), now))
+            return []
+        with mock.patch.object(stream_client, '_take_read', take_read):
+            while reads:
+                reactor._feed(*reads.popleft())
+        self.assertEqual(len(fed), 3)
+        self.assertLess(max(stamp for _, stamp in fed), min(when for when, _ in fed))
+        self.assertEqual([stamp for _, stamp in fed], sorted(stamp for _, stamp in fed))  # fed in the order read
+
+    def test_a_bug_in_the_reactor_fails_its_runs_and_hangs_none(self):
+        def broken(*args):
+            raise RuntimeError('a bug')
+        with Fixture('ok') as fixture:
+            for where in ('_read_ready', '_feed'):
+                with self.subTest(where=where), mock.patch.object(stream_client._Reactor, where, broken):
+                    records = self.load_records(fixture.url, 4, True)
+                    self.assertEqual([record['error_kind'] for record in records], ['client_error'] * 4)
+                    self.assertTrue(all('RuntimeError' in record['error'] for record in records))
+            with mock.patch.object(stream_client, '_take_read', broken):  # a bug in one run's read
+                records = self.load_records(fixture.url, 4, True)
+            self.assertEqual([record['error_kind'] for record in records], ['client_error'] * 4)
+            self.assertTrue(all(record['ok'] for record in self.load_records(fixture.url, 4, True)))
+
+    def test_the_gate_lets_one_worker_through_until_it_waits_on_the_network(self):
+        gate, inside, order = stream_client._Gate(threading.Lock()), threading.Event(), []
+
+        def second() -> None:
+            with gate:
+                order.append('second in')
+                inside.set()
+        with gate:
+            other = threading.Thread(target=second)
+            other.start()
+            self.assertFalse(inside.wait(0.1))  # it cannot pass while the gate is held
+            with gate.released():
+                self.assertTrue(inside.wait(10))
+            order.append('first back')
+        other.join()
+        self.assertEqual(order, ['second in', 'first back'])
+        with stream_client._OPEN_GATE, stream_client._OPEN_GATE.released(), stream_client._OPEN_GATE:
+            pass  # a single run's gate holds nothing
+
+
 class ReportTests(unittest.TestCase):
     def setUp(self) -> None:
         self.tmp = tempfile.TemporaryDirectory()
@@ -5126,6 +5215,40 @@ class HostileCaseTests(unittest.TestCase):
                     self.assertEqual((record['ok'], record['error_layer'], record['error_kind']), self.expected(case),
                                      record['error'])
 
+    def test_each_hostile_stream_gets_its_verdict_in_a_load(self):
+        # a load's responses are read by the reactor (Linux), not by the run's own thread
+        with Fixture(delay=0) as fixture:
+            for case in self.single_runs():
+                fixture.instance.replay = (b'', [(HOSTILE / 'cases' / case['file']).read_bytes()])
+                with self.subTest(case['file']):
+                    records: list[dict] = []
+                    stream_client.run_load([hostile_request(case, fixture.url)], stream_client.LoadSettings(),
+                                           records.append, stream_client.Cancel())
+                    self.assertEqual((records[0]['ok'], records[0]['error_layer'], records[0]['error_kind']),
+                                     self.expected(case), records[0]['error'])
+
+    def test_each_kept_alive_case_gets_its_verdict_on_both_runs_of_a_load(self):
+        for case in [case for case in HOSTILE_CASES if case['keep_alive']]:
+            with self.subTest(case['file']):
+                server = KeepAliveReplay((HOSTILE / 'cases' / case['file']).read_bytes(), case.get('split_at'))
+                server.start()
+                records: list[dict] = []
+
+                def on_record(record: dict) -> None:  # called before the next run starts (one worker)
+                    records.append(record)
+                    server.run_ended.set()
+                    server.sent.wait(5)  # the stray bytes of a late case are on the idle connection now
+                    server.run_ended.clear()
+                    server.sent.clear()
+                try:
+                    stream_client.run_load([hostile_request(case, server.url)],
+                                           stream_client.LoadSettings(runs=case['runs'], keep_alive=True), on_record,
+                                           stream_client.Cancel())
+                finally:
+                    server.close()
+                self.assertEqual([(record['ok'], record['error_layer']) for record in records],
+                                 list(zip(case['expect_ok'], case['expect_layer'])), [r['error'] for r in records])
+
     def test_each_kept_alive_case_gets_its_verdict_on_both_runs(self):
         for case in [case for case in HOSTILE_CASES if case['keep_alive']]:
             with self.subTest(case['file']):
@@ -5503,13 +5626,13 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual((summary['runs'], summary['ok']), (45, served['ok']))
 
     def test_the_runs_of_a_spread_load_run_in_other_processes(self):
-        # run() is wrapped before the fork, so each worker's records say which process ran them.
-        real_run = stream_client.run
+        # _run() is wrapped before the fork, so each worker's records say which process ran them.
+        real_run = stream_client._run
 
         def run_and_say_where(*args, **kwargs):
             return {**real_run(*args, **kwargs), 'pid': os.getpid()}
         records: list[dict] = []
-        with Fixture('ok') as fixture, mock.patch.object(stream_client, 'run', run_and_say_where):
+        with Fixture('ok') as fixture, mock.patch.object(stream_client, "_run", run_and_say_where):
             requests = [stream_client.prepare(fixture.url, 'm', 'p')]
             stream_client.run_load(requests, stream_client.LoadSettings(runs=12, concurrency=4, processes=2),
                                    records.append, stream_client.Cancel())

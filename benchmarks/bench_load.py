@@ -129,7 +129,10 @@ def serve_threads(events: int) -> None:
         server.serve_forever()
 
 
-PROCESSES = max(1, min(4, os.cpu_count() or 1))  # the client's --processes in the paced scenario
+PROCESSES = max(1, min(4, os.cpu_count() or 1))  # the client's --processes for the paced targets at 1,024
+# The client's --processes that the paced targets are judged on, by concurrency: at 256 one process has the CPU it
+# needs and leaves the server a core; at 1,024 it does not, so the runs are spread. Both are shown at each.
+TARGET_PROCESSES = {256: 1, 1024: PROCESSES}
 PACED_EVENTS, PACED_GAP = 64, 0.020  # the paced scenario: 64 content events, one per write, 20 ms apart
 
 
@@ -384,10 +387,13 @@ def floor_run(port: int, concurrency: int, streams: int) -> dict:
 
 
 def client_run(port: int, concurrency: int, streams: int, tmp: str, processes: int) -> dict:
+    """The client's load: its CPU seconds, and its gap p99 and median first text from the records, by the
+    floor's own percentiles (the summary's gap percentiles are bucketed, up to 1% high)."""
     result = load(port, streams, concurrency, tmp, keep_alive=True, processes=processes)
-    summary = result['summary']
-    return {'cpu': result['cpu'], 'events': summary['content_events_per_s'] * summary['wall_s'],
-            'gap_p99': summary['event_gaps_ms']['p99'], 'first_p50': summary['latency_ms']['first_text_ms']['p50']}
+    records = list(stream_client.iter_records(result['output']))
+    gaps = [gap for record in records for gap in record['event_gaps_ms']]
+    return {'cpu': result['cpu'], 'events': sum(record['content_events'] for record in records),
+            'gap_p99': p99(gaps), 'first_p50': stream_client._percentiles([r['first_text_ms'] for r in records])['p50']}
 
 
 def vllm_paced(bench: tuple[list[str], str], port: int, concurrency: int, streams: int) -> dict:
@@ -416,24 +422,28 @@ def bench_paced(tmp: str) -> list[tuple[str, float, float, str]]:
     try:
         for concurrency in (256, 1024):
             streams = 2 * concurrency
-            floor, client = floor_run(port, concurrency, streams), client_run(port, concurrency, streams, tmp, PROCESSES)
-            rows = [('raw reader (floor)', floor), (f'--processes {PROCESSES}', client)]
+            floor = floor_run(port, concurrency, streams)
+            rows = [('raw reader (floor)', floor)]
+            for processes in sorted({1, PROCESSES}):
+                rows.append((f'--processes {processes}', client_run(port, concurrency, streams, tmp, processes)))
+            client = dict(rows)[f'--processes {TARGET_PROCESSES[concurrency]}']
+            label = f'paced, concurrency {concurrency} (--processes {TARGET_PROCESSES[concurrency]})'
             if bench is not None and concurrency == 1024:
                 rows.append(('vllm bench serve', vllm_paced(bench, port, concurrency, streams)))
             for name, row in rows:
                 cpu = f'{row["cpu"] / row["events"] * 1e6:6.1f} us CPU per event' if 'cpu' in row else ' ' * 23
                 print(f'  concurrency {concurrency:4d}, {name:18} {cpu}  gap p99 {row["gap_p99"]:7.1f} ms '
-                      f'(error {row["gap_p99"] - truth:6.1f})  first text p50 {row["first_p50"]:7.1f} ms', flush=True)
+                      f'(error {row["gap_p99"] - truth:6.2f})  first text p50 {row["first_p50"]:7.1f} ms', flush=True)
             if concurrency == 256:
-                results.append(('paced, concurrency 256: CPU per verified event vs the raw floor',
+                results.append((f'{label}: CPU per verified event vs the raw floor',
                                 (client['cpu'] / client['events']) / (floor['cpu'] / floor['events']), 2.0, 'at most'))
-                results.append(('paced, concurrency 256: gap p99 error vs the raw floor',
+                results.append((f'{label}: gap p99 error vs the raw floor',
                                 (client['gap_p99'] - truth) / max(floor['gap_p99'] - truth, 0.1), 1.5, 'at most'))
-            elif len(rows) == 3:
-                peer = rows[2][1]
-                results.append(('paced, concurrency 1024: gap p99 error vs vllm bench serve',
+            elif bench is not None:
+                peer = rows[-1][1]
+                results.append((f'{label}: gap p99 error vs vllm bench serve',
                                 (client['gap_p99'] - truth) / max(peer['gap_p99'] - truth, 0.1), 1.0, 'at most'))
-                results.append(('paced, concurrency 1024: first text vs vllm bench serve TTFT',
+                results.append((f'{label}: first text vs vllm bench serve TTFT',
                                 client['first_p50'] / peer['first_p50'], 1.0, 'at most'))
         if bench is None:
             print('  (vllm bench serve is not installed here: its comparison is skipped)')
