@@ -4249,12 +4249,16 @@ class _Connection:
 
 
 def _stray_bytes(sock: socket.socket) -> bool:
-    """Whether bytes wait on an idle plain connection (not an end of file). Not asked of TLS, whose
-    post-handshake records make a socket readable."""
-    if isinstance(sock, ssl.SSLSocket) or not select.select([sock], [], [], 0)[0]:
+    """Whether bytes wait on an idle plain connection (not an end of file), peeked at without waiting
+    (select() cannot watch a descriptor above 1,023). Not asked of TLS, whose post-handshake records
+    make a socket readable. The next use of the socket sets its timeout again."""
+    if isinstance(sock, ssl.SSLSocket):
         return False
+    sock.setblocking(False)
     try:
         return bool(sock.recv(1, socket.MSG_PEEK))
+    except BlockingIOError:  # nothing waits
+        return False
     except OSError:  # reset while idle: the run reports it as a stale connection
         return False
 
@@ -4390,10 +4394,10 @@ def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel:
          kept: KeptConnections | None, reactor: '_Reactor | None' = None, gate: _Gate = _OPEN_GATE) -> dict:
     """run(); in a load, a _Reactor reads the response, and the worker holds its gate (see _Gate)."""
     x = _Exchange(request, capture, cancel, gate)
-    interrupted = None
-    connection = kept.take(request.origin) if kept is not None else None
+    interrupted, connection = None, None
     try:
         x.timeline.start()
+        connection = kept.take(request.origin) if kept is not None else None
         if connection is None:
             connection = _connect(x)
         else:
@@ -5366,8 +5370,12 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
     def run_one(index: int, due: float) -> None:
         if cancel.reason is not None:
             return  # cancelled before it started: no run, no record
-        begun = time.perf_counter()
-        record = _run(requests[index % len(requests)], _Show(), None, cancel, kept(), reactor, gate)
+        begun, request = time.perf_counter(), requests[index % len(requests)]
+        try:
+            record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
+        except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
+            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
+                                                                      f'{type(exc).__name__}: {exc}'))
         record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
                   'load': described}

@@ -15,6 +15,7 @@ import math
 import os
 import random
 import re
+import resource
 import select
 import signal
 import socket
@@ -3267,6 +3268,38 @@ class ReactorTests(unittest.TestCase):
                 records = self.load_records(fixture.url, 4, True)
             self.assertEqual([record['error_kind'] for record in records], ['client_error'] * 4)
             self.assertTrue(all(record['ok'] for record in self.load_records(fixture.url, 4, True)))
+
+    def test_kept_connections_are_reused_when_their_descriptors_are_above_1023(self):
+        # select() refuses descriptors from 1,024 up: a load at concurrency 1,024 in one process has them
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 1200:
+            self.skipTest(f'this process may open only {soft} files')
+        padding = [os.open(os.devnull, os.O_RDONLY) for _ in range(1030)]
+        try:
+            with Fixture('ok', profile='vllm') as fixture:
+                records: list[dict] = []
+                stream_client.run_load([stream_client.prepare(fixture.url, 'synthetic-fixture', 'READY')],
+                                       stream_client.LoadSettings(runs=3, keep_alive=True), records.append,
+                                       stream_client.Cancel())
+        finally:
+            for fd in padding:
+                os.close(fd)
+        self.assertEqual([record['ok'] for record in records], [True] * 3, [record['error'] for record in records])
+        self.assertEqual([record['connection']['reused'] for record in records], [False, True, True])
+
+    def test_every_run_of_a_load_has_its_record_when_the_client_fails_in_it(self):
+        def broken(*args, **kwargs):
+            raise RuntimeError('a bug')
+        with Fixture('ok', profile='vllm') as fixture:
+            for target, name in ((stream_client.KeptConnections, 'take'), (stream_client, '_run')):
+                with self.subTest(name), mock.patch.object(target, name, broken):
+                    records: list[dict] = []
+                    stream_client.run_load([stream_client.prepare(fixture.url, 'synthetic-fixture', 'READY')],
+                                           stream_client.LoadSettings(runs=4, concurrency=2, keep_alive=True),
+                                           records.append, stream_client.Cancel())
+                    self.assertEqual(sorted(record['run'] for record in records), [0, 1, 2, 3])
+                    self.assertEqual({record['error_kind'] for record in records}, {'client_error'})
+                    self.assertTrue(all('RuntimeError' in record['error'] and 'a bug' in record['error'] for record in records))
 
     def test_the_gate_lets_one_worker_through_until_it_waits_on_the_network(self):
         gate, inside, order = stream_client._Gate(threading.Lock()), threading.Event(), []
