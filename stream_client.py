@@ -51,7 +51,10 @@ keeps this map and the banners in step):
 9. Transport: one request, read under the idle timeout and the overall deadline
    ``run()`` connects, sends, and is the socket loop around a ``ResponseReader``,
    filling an ``_Exchange`` (what a run saw) and its ``_Timeline``; with
-   ``--cross-check`` it then sends the unstreamed twin.
+   ``--cross-check`` it then sends the unstreamed twin. In a load, one
+   ``_Reactor`` thread per process reads every run's response instead, by the
+   same rules (``_take_read()``, ``_read_over()``), and a ``_Gate`` lets the
+   worker threads run Python one at a time.
 10. The verdict and the evidence record
     ``judge()`` decides why a run is not ok, in one place and without I/O,
     from a ``ResponseReader`` and the transport's failure, which is built next

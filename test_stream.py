@@ -3301,6 +3301,19 @@ class ReactorTests(unittest.TestCase):
                     self.assertEqual({record['error_kind'] for record in records}, {'client_error'})
                     self.assertTrue(all('RuntimeError' in record['error'] and 'a bug' in record['error'] for record in records))
 
+    def test_a_tls_load_is_read_by_the_reactor_on_kept_connections(self):
+        with Fixture('ok', profile='vllm', tls_cert=str(TLS / 'server.pem'), tls_key=str(TLS / 'server.key')) as fixture:
+            url = fixture.url.replace('http:', 'https:')
+            for keep_alive in (False, True):
+                records: list[dict] = []
+                request = stream_client.prepare(url, 'synthetic-fixture', 'READY', ca_file=str(TLS / 'ca.pem'))
+                stream_client.run_load([request], stream_client.LoadSettings(runs=6, concurrency=2, keep_alive=keep_alive),
+                                       records.append, stream_client.Cancel())
+                with self.subTest(keep_alive=keep_alive):
+                    self.assertEqual([record['ok'] for record in records], [True] * 6, [r['error'] for r in records])
+                    self.assertEqual({record['text'] for record in records}, {ANSWER})
+                    self.assertEqual(sum(record['connection']['reused'] for record in records), 4 if keep_alive else 0)
+
     def test_the_gate_lets_one_worker_through_until_it_waits_on_the_network(self):
         gate, inside, order = stream_client._Gate(threading.Lock()), threading.Event(), []
 
