@@ -5336,7 +5336,8 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     run()) and closes them when the load ends. Once ``cancel`` is cancelled, no run starts and the runs
     in flight end as interrupted; this returns when every run that started has its record. With
     ``settings.processes`` above 1 the runs are spread over that many forked processes (see
-    _spread_load), and on_record is still called here, in this process.
+    _spread_load), and on_record is still called here, in this process. On Linux one _Reactor thread
+    per process reads the responses, and the workers pass through a _Gate.
     """
     started = time.perf_counter()
     described = {**settings.described(), 'id': os.urandom(8).hex()}  # the id tells merged loads apart
