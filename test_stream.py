@@ -5223,6 +5223,13 @@ class KeepAliveReplay(threading.Thread):
                 sock.sendall(self.data[cut:])
             self.sent.set()
 
+    def between_runs(self) -> None:
+        """Say a run has ended, and wait until the stray bytes of a late case are on the idle connection."""
+        self.run_ended.set()
+        self.sent.wait(5)
+        self.run_ended.clear()
+        self.sent.clear()
+
     def close(self) -> None:
         self.listener.close()
 
@@ -5282,10 +5289,7 @@ class HostileCaseTests(unittest.TestCase):
 
                 def on_record(record: dict) -> None:  # called before the next run starts (one worker)
                     records.append(record)
-                    server.run_ended.set()
-                    server.sent.wait(5)  # the stray bytes of a late case are on the idle connection now
-                    server.run_ended.clear()
-                    server.sent.clear()
+                    server.between_runs()
                 try:
                     stream_client.run_load([hostile_request(case, server.url)],
                                            stream_client.LoadSettings(runs=case['runs'], keep_alive=True), on_record,
@@ -5305,10 +5309,7 @@ class HostileCaseTests(unittest.TestCase):
                     records = []
                     for _ in range(case['runs']):
                         records.append(stream_client.run(hostile_request(case, server.url), kept=kept))
-                        server.run_ended.set()
-                        server.sent.wait(5)  # the stray bytes of a late case are on the idle connection now
-                        server.run_ended.clear()
-                        server.sent.clear()
+                        server.between_runs()
                 finally:
                     kept.close()
                     server.close()
