@@ -50,11 +50,12 @@ keeps this map and the banners in step):
    ``prepare()`` returns a frozen ``PreparedRequest``, which is what a run sends.
 9. Transport: one request, read under the idle timeout and the overall deadline
    ``run()`` connects, sends, and is the socket loop around a ``ResponseReader``,
-   filling an ``_Exchange`` (what a run saw) and its ``_Timeline``; with
+   filling an ``_Exchange`` (what a run saw) and its ``_Timeline``, whose
+   stamps are the kernel's times of arrival where Linux gives them; with
    ``--cross-check`` it then sends the unstreamed twin. In a load, one
    ``_Reactor`` thread per process reads every run's response instead, by the
-   same rules (``_take_read()``, ``_read_over()``), and a ``_Gate`` lets the
-   worker threads run Python one at a time.
+   same rules (``_take_read()``, ``_read_over()``), and a ``_Gate`` lets it or
+   one worker thread at a time run Python, the reactor first.
 10. The verdict and the evidence record
     ``judge()`` decides why a run is not ok, in one place and without I/O,
     from a ``ResponseReader`` and the transport's failure, which is built next
@@ -163,6 +164,7 @@ _MAX_TOKEN_IDS = 1_048_576     # generated token ids kept from one answer (--cro
 _MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
 _MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
 _READ_SIZE = 65_536            # each recv() asks for this much; it returns what is there
+_STAMP_SLACK = 0.001           # s: how far outside its read's window a kernel stamp may fall and be taken
 _MAX_CAPTURE_BYTES = 16 * 1024 * 1024  # raw response bytes kept for --capture
 _DATA_PREFIX = 'data: '        # the usual start of an SSE data line (the space is optional)
 _REPLAY_HEADER = 'x-synthetic-fixture'  # fixture_server.py adds "x-synthetic-fixture: replay" to a replayed capture
@@ -4159,6 +4161,9 @@ class _Timeline:
 
     def __init__(self) -> None:
         self.start()
+        self.latest: float | None = None     # the latest stamp of a read
+        self.stamped_reads = 0               # reads that carried bytes
+        self.kernel_stamped_reads = 0        # ... and that the kernel stamped (see arrival())
         self.headers_at: float | None = None
         self.first_event_at: float | None = None
         self.first_text_at: float | None = None
@@ -4176,6 +4181,29 @@ class _Timeline:
 
     def ms(self, at: float | None) -> float | None:
         return None if at is None else round((at - self.started) * 1000, 3)
+
+    def arrival(self, returned: float, kernel_ns: int | None, wall_offset_ns: int) -> float:
+        """When a read's bytes arrived: the kernel's stamp of its last bytes (nanoseconds on the wall clock,
+        which is ``wall_offset_ns`` ahead of the monotonic one), if it falls between the latest stamp (or
+        the start) and the read's return; else, or without one, the read's return. A stamp outside by
+        more than _STAMP_SLACK is the wall clock's step between the arrival and the read, and is not taken."""
+        self.stamped_reads += 1
+        earliest = self.started if self.latest is None else self.latest
+        at = returned
+        if kernel_ns is not None:
+            stamped = (kernel_ns - wall_offset_ns) / 1e9
+            if earliest - _STAMP_SLACK <= stamped <= returned + _STAMP_SLACK:
+                self.kernel_stamped_reads += 1
+                at = min(returned, max(earliest, stamped))
+        self.latest = at
+        return at
+
+    @property
+    def read_stamps(self) -> str | None:
+        """Who stamped the reads: 'kernel' for every one, else 'client'; None when none carried bytes."""
+        if not self.stamped_reads:
+            return None
+        return 'kernel' if self.kernel_stamped_reads == self.stamped_reads else 'client'
 
     def note_read(self, at: float, pieces: list[Pieces]) -> None:
         """Stamp the events of one read, which all arrived at ``at``: the first event, first text (a
@@ -4246,9 +4274,45 @@ class _Connection:
         self.peer = _host_port(host, port)
         self.peer_ip = host
         self.local_port = sock.getsockname()[1]
+        self.kernel_stamps = _ask_kernel_stamps(sock)  # its reads come with the kernel's arrival stamps
         self.requests = 0                     # requests sent on it so far
         self.idle_since: float | None = None  # monotonic time at which its last response ended
         self.source: str | None = None        # who answered on it (see _source), once a response head came
+
+
+# SO_TIMESTAMPNS, which Python's socket module does not name: 35 in the asm-generic socket options, which these
+# Linux architectures use (others, such as MIPS and SPARC, number it differently and go without).
+_SO_TIMESTAMPNS = 35 if sys.platform.startswith('linux') and os.uname().machine in (
+    'x86_64', 'i386', 'i686', 'aarch64', 'arm64', 'armv7l', 'armv6l', 'riscv64') else None
+_TIMESPEC = struct.Struct('ll')  # the stamp: struct timespec, seconds and nanoseconds
+
+
+def _ask_kernel_stamps(sock: socket.socket) -> bool:
+    """Ask Linux to stamp each read of a plain TCP connection with when its last bytes arrived, so that a
+    busy client does not delay its own timestamps; whether it will. Not for TLS: OpenSSL does its reads."""
+    if _SO_TIMESTAMPNS is None or type(sock) is not socket.socket or sock.family not in (socket.AF_INET,
+                                                                                         socket.AF_INET6):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _recv_stamped(sock: socket.socket) -> tuple[bytes, int | None]:
+    """One recv() of a connection that asked for kernel stamps, and the stamp of when its last bytes
+    arrived, in nanoseconds on the wall clock (None when the kernel sent none, as at the end of file)."""
+    raw, ancillary, _, _ = sock.recvmsg(_READ_SIZE, socket.CMSG_SPACE(_TIMESPEC.size))
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) == _TIMESPEC.size:
+            seconds, nanoseconds = _TIMESPEC.unpack(data)
+            return raw, seconds * 1_000_000_000 + nanoseconds
+    return raw, None
+
+
+def _recv_unstamped(sock: socket.socket) -> tuple[bytes, None]:
+    return sock.recv(_READ_SIZE), None
 
 
 def _stray_bytes(sock: socket.socket) -> bool:
@@ -4294,21 +4358,25 @@ class KeptConnections:
 
 
 class _Gate:
-    """Lets one of a load's worker threads at a time run Python, so that the GIL is shared between the
-    _Reactor and one worker, never queued for behind hundreds of them when their runs end and begin
-    together; a worker lets the gate go while it waits on the network (released()). A single run's
-    gate, without a lock, lets everything through."""
+    """Lets one thread of a load's process at a time run Python: the _Reactor, or one worker thread.
+    Workers line up for it one behind another, so that the reactor, which holds it while it has reads to
+    take or to feed (take(), leave()), waits for the worker inside, not behind hundreds whose runs end and
+    begin together: reading comes first. A worker lets the gate go while it waits on the network
+    (released()). A single run's gate, without a lock, lets everything through."""
 
     def __init__(self, lock: 'threading.Lock | None' = None) -> None:
         self._lock = lock
+        self._line = threading.Lock() if lock is not None else None  # the workers wait here, all but one
 
     def __enter__(self) -> None:
         if self._lock is not None:
+            self._line.acquire()
             self._lock.acquire()
 
     def __exit__(self, *exc_info) -> None:
         if self._lock is not None:
             self._lock.release()
+            self._line.release()
 
     @contextlib.contextmanager
     def released(self):
@@ -4317,10 +4385,21 @@ class _Gate:
             yield
             return
         self._lock.release()
+        self._line.release()
         try:
             yield
         finally:
+            self._line.acquire()
             self._lock.acquire()
+
+    def take(self) -> None:
+        """The reactor's way in, past the workers' line."""
+        if self._lock is not None:
+            self._lock.acquire()
+
+    def leave(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
 
 _OPEN_GATE = _Gate()
@@ -4407,7 +4486,7 @@ def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel:
             _reuse(x, connection)
         x.connection = connection
         connection.requests += 1
-        _exchange(connection.sock, x, show, reactor)
+        _exchange(connection, x, show, reactor)
     except StreamError as exc:
         x.fail(exc)
     except KeyboardInterrupt as exc:
@@ -4425,7 +4504,8 @@ def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel:
                 kept.keep(request.origin, connection)
             else:
                 connection.sock.close()
-        x.timeline.ended = time.perf_counter()
+        if x.timeline.ended is None:  # not ended by the message's last bytes
+            x.timeline.ended = time.perf_counter()
     if request.twin is not None and interrupted is None:
         try:
             x.cross_check = _cross_check(x, cancel)
@@ -4582,32 +4662,32 @@ def _reusable(x: _Exchange) -> bool:
             and not body.overrun and head.version == '1.1' and 'close' not in head.field_list('Connection'))
 
 
-def _exchange(sock: socket.socket, x: _Exchange, show: _Show, reactor: '_Reactor | None') -> None:
+def _exchange(connection: _Connection, x: _Exchange, show: _Show, reactor: '_Reactor | None') -> None:
     try:
         x.phase = _Phase.REQUEST
-        sock.settimeout(_wait(x))
-        sock.sendall(x.request.wire)  # not let go of the gate: a request fits the socket's buffer
+        connection.sock.settimeout(_wait(x))
+        connection.sock.sendall(x.request.wire)  # not let go of the gate: a request fits the socket's buffer
         x.phase = _Phase.HEADERS
         if reactor is not None:
-            reactor.read(sock, x)
+            reactor.read(connection, x)
         else:
-            _read_response(sock, x, show)
+            _read_response(connection, x, show)
     except (OSError, StreamError) as exc:
         raise _exchange_failure(exc, x) from None
 
 
-def _read_response(sock: socket.socket, x: _Exchange, show: _Show) -> None:
+def _read_response(connection: _Connection, x: _Exchange, show: _Show) -> None:
     """Feed the reader until the HTTP message ends or the connection closes, under both time bounds.
 
-    The clock is read once per read, right after it returns: every event of one read gets that time,
-    so events that arrived together are 0 ms apart.
+    Every event of one read gets the read's one stamp (see _Timeline.arrival), so events that arrived
+    together are 0 ms apart.
     """
     on_text, on_reasoning, on_call = show
     showing = any(show)  # a load shows nothing: no second pass over its events
-    receive = _receiver(sock, x)
+    receive = _receiver(connection, x)
     while True:
-        raw = receive()
-        pieces = _take_read(x, raw, time.perf_counter())
+        raw, kernel_ns = receive()
+        pieces = _take_read(x, raw, time.perf_counter(), kernel_ns)
         if pieces and showing:
             for text, reasoning, call in pieces:
                 if text and on_text:
@@ -4620,10 +4700,11 @@ def _read_response(sock: socket.socket, x: _Exchange, show: _Show) -> None:
             return
 
 
-def _take_read(x: _Exchange, raw: bytes, now: float) -> list[Pieces]:
-    """One read's bytes (b'' at the end of the connection), which arrived at ``now``, into the exchange:
-    fed to the reader and stamped on the timeline; returns their pieces. Raises what a read alone shows:
-    a signal, the deadline passed, or the reader's failure at the end of the connection."""
+def _take_read(x: _Exchange, raw: bytes, returned: float, kernel_ns: int | None = None) -> list[Pieces]:
+    """One read's bytes (b'' at the end of the connection), which returned at ``returned`` (with the
+    kernel's stamp of their arrival, when it gave one), into the exchange: fed to the reader and stamped
+    on the timeline; returns their pieces. Raises what a read alone shows: a signal, the deadline passed,
+    or the reader's failure at the end of the connection."""
     reader, timeline = x.reader, x.timeline
     if not raw:
         stop = _interruption(x)
@@ -4631,14 +4712,18 @@ def _take_read(x: _Exchange, raw: bytes, now: float) -> list[Pieces]:
             raise stop
         reader.eof()
         return []
-    if now > timeline.started + x.request.deadline:
+    if returned > timeline.started + x.request.deadline:
         raise _deadline_failure(x)
+    wall_offset_ns = 0 if kernel_ns is None else time.time_ns() - time.perf_counter_ns()
+    at = timeline.arrival(returned, kernel_ns, wall_offset_ns)
     pieces = reader.feed(raw)
     if x.phase is _Phase.HEADERS and reader.head is not None:
-        timeline.headers_at = now
+        timeline.headers_at = at
         x.phase = _Phase.BODY
     if pieces:
-        timeline.note_read(now, pieces)
+        timeline.note_read(at, pieces)
+    if reader.message_complete:
+        timeline.ended = at
     return pieces
 
 
@@ -4650,22 +4735,24 @@ def _read_over(x: _Exchange, raw: bytes) -> bool:
     return not raw or x.reader.message_complete
 
 
-def _receiver(sock: socket.socket, x: _Exchange):
-    """A function that reads the next bytes under the idle timeout cut to the deadline (TimeoutError).
+def _receiver(connection: _Connection, x: _Exchange):
+    """A function that reads the next bytes under the idle timeout cut to the deadline (TimeoutError), and
+    returns them with the kernel's stamp of their arrival (None without one: see _recv_stamped).
 
     A plain socket on Linux waits in the kernel, under SO_RCVTIMEO, so that each read is one system
-    call and one release of the GIL: with a Python timeout, every recv() is a poll() and a recv(),
-    which under hundreds of threads doubles the GIL hand-offs that delay every stream's timestamps.
-    Other sockets (TLS) keep Python's timeout."""
+    call: with a Python timeout, every recv() is a poll() and a recv(). Other sockets (TLS) keep
+    Python's timeout."""
+    sock = connection.sock
     if type(sock) is not socket.socket or not sys.platform.startswith('linux'):
-        def receive() -> bytes:
+        def receive() -> tuple[bytes, None]:
             sock.settimeout(_wait(x))
-            return sock.recv(_READ_SIZE)
+            return sock.recv(_READ_SIZE), None
         return receive
     sock.settimeout(None)
     armed = [-1.0]  # the SO_RCVTIMEO in force, in seconds
+    read = _recv_stamped if connection.kernel_stamps else _recv_unstamped
 
-    def receive() -> bytes:
+    def receive() -> tuple[bytes, int | None]:
         wait = _wait(x)
         if wait < armed[0] - 0.001 or armed[0] < 0:
             seconds = max(wait, 0.001)
@@ -4673,7 +4760,7 @@ def _receiver(sock: socket.socket, x: _Exchange):
                             struct.pack('ll', int(seconds), int(seconds % 1 * 1_000_000)))
             armed[0] = seconds
         try:
-            return sock.recv(_READ_SIZE)
+            return read(sock)
         except BlockingIOError:  # SO_RCVTIMEO ran out
             raise TimeoutError('timed out') from None
     return receive
@@ -4694,8 +4781,8 @@ _FEEDS_PER_LOOK = 16  # reads a _Reactor feeds between two looks for connections
 class _Reading:
     """A response that a _Reactor reads for the worker thread waiting on it in _Reactor.read()."""
 
-    def __init__(self, sock: socket.socket, x: _Exchange, now: float) -> None:
-        self.sock, self.x, self.fd = sock, x, sock.fileno()
+    def __init__(self, sock: socket.socket, x: _Exchange, now: float, kernel_stamps: bool = False) -> None:
+        self.sock, self.x, self.fd, self.kernel_stamps = sock, x, sock.fileno(), kernel_stamps
         self.last = now                  # when the latest read returned (the idle timeout runs from it)
         self.idle, self.deadline_at = x.request.idle, x.timeline.started + x.request.deadline
         self.error: BaseException | None = None
@@ -4711,13 +4798,16 @@ class _Reading:
 
 class _Reactor:
     """The thread that reads every response of a load's share from one epoll set (Linux), so that a read
-    costs no thread wake-up and no GIL hand-off: each pass first reads every connection that is ready and
-    stamps each read as it returns, then feeds what it read to the readers. A run's worker thread connects
-    and sends, then sleeps in read() until the response has ended or failed. The rules of a read are a single
+    costs no thread wake-up and no GIL hand-off: each pass first reads every connection that is ready,
+    with the kernel's stamp of each read's arrival (or the time it returned), then feeds what it read to
+    the readers; it holds the gate (_Gate) from the moment a connection is ready until it has fed every
+    read. A run's worker thread connects and sends, then sleeps in read() until the response has ended
+    or failed. The rules of a read are a single
     run's (_take_read, _read_over), and so are its failures: read() raises them in the worker, where
     _exchange() and run() classify them as they classify a blocking read's."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: _Gate = _OPEN_GATE) -> None:
+        self._gate = gate                          # held while there are reads to take or feed
         self._poll = select.epoll()
         self._readings: dict[int, _Reading] = {}  # by file descriptor
         self._due: list = []                       # heap of (due, sequence, reading), refreshed when popped
@@ -4733,10 +4823,11 @@ class _Reactor:
         self._thread = threading.Thread(target=self._loop, daemon=True, name='reactor')
         self._thread.start()
 
-    def read(self, sock: socket.socket, x: _Exchange) -> None:
-        """Read the response of a request sent on sock into x; returns once it has been read to its end,
-        or raises what ended it (see _Reactor)."""
-        reading = _Reading(sock, x, time.perf_counter())
+    def read(self, connection: _Connection, x: _Exchange) -> None:
+        """Read the response of a request sent on the connection into x; returns once it has been read to
+        its end, or raises what ended it (see _Reactor)."""
+        sock = connection.sock
+        reading = _Reading(sock, x, time.perf_counter(), connection.kernel_stamps)
         sock.setblocking(False)
         with self._lock:
             if self._broken is not None:
@@ -4768,10 +4859,18 @@ class _Reactor:
         os.close(self._bell)
 
     def _loop(self) -> None:
-        reads: collections.deque = collections.deque()  # (reading, its bytes or its error, when it returned)
+        reads: collections.deque = collections.deque()  # (reading, its bytes or error, when it returned, stamp)
+        holding = False  # the gate
         try:
             while not self._closing:
-                self._read_ready(self._poll.poll(0 if reads else self._timeout()), reads)
+                if holding and not reads:  # the workers run while this waits for the network
+                    self._gate.leave()
+                    holding = False
+                ready = self._poll.poll(0 if reads else self._timeout())
+                if not holding:
+                    self._gate.take()
+                    holding = True
+                self._read_ready(ready, reads)
                 for _ in range(min(len(reads), _FEEDS_PER_LOOK)):
                     self._feed(*reads.popleft())
                 self._expire(time.perf_counter())
@@ -4782,6 +4881,9 @@ class _Reactor:
                 readings = list(self._readings.values())
             for reading in readings:
                 self._finish(reading, exc)
+        finally:
+            if holding:
+                self._gate.leave()
 
     def _timeout(self) -> float:
         """Seconds to wait for the next read: until the earliest due idle timeout or deadline."""
@@ -4806,16 +4908,17 @@ class _Reactor:
                 continue
             if reading.queued:  # fed in order: its next bytes wait in the kernel
                 continue
+            kernel_ns = None
             try:
-                raw = _receive_ready(reading.sock)
+                raw, kernel_ns = _receive_ready(reading)
             except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 continue  # nothing to read yet (a TLS record not yet whole)
             except Exception as exc:
                 raw = exc
             reading.queued, reading.last = True, time.perf_counter()
-            reads.append((reading, raw, reading.last))
+            reads.append((reading, raw, reading.last, kernel_ns))
 
-    def _feed(self, reading: _Reading, raw: bytes | Exception, now: float) -> None:
+    def _feed(self, reading: _Reading, raw: bytes | Exception, now: float, kernel_ns: int | None) -> None:
         """Feed one read to its run's reader, as a blocking read would be fed; end the run if it is over."""
         reading.queued = False
         if reading.finished:  # its deadline ran out while the read waited
@@ -4824,7 +4927,7 @@ class _Reactor:
             self._finish(reading, raw)
             return
         try:
-            _take_read(reading.x, raw, now)
+            _take_read(reading.x, raw, now, kernel_ns)
             if _read_over(reading.x, raw):
                 self._finish(reading, None)
         except Exception as exc:
@@ -4864,14 +4967,17 @@ def _drained(fd: int) -> bool:
         return False
 
 
-def _receive_ready(sock: socket.socket) -> bytes:
-    """What a ready non-blocking connection holds: one recv(), and for TLS the rest of the record that
-    OpenSSL has already decrypted, which the epoll set cannot see."""
+def _receive_ready(reading: _Reading) -> tuple[bytes, int | None]:
+    """What a ready non-blocking connection holds: one recv(), with the kernel's stamp when it gives them,
+    and for TLS the rest of the record that OpenSSL has already decrypted, which the epoll set cannot see."""
+    sock = reading.sock
+    if reading.kernel_stamps:
+        return _recv_stamped(sock)
     raw = sock.recv(_READ_SIZE)
     if raw and isinstance(sock, ssl.SSLSocket):
         while sock.pending():
             raw += sock.recv(_READ_SIZE)
-    return raw
+    return raw, None
 
 
 # ---------------------------------------------------------------------------
@@ -4935,8 +5041,12 @@ def _interruption(x: _Exchange, signal_name: str | None = None) -> StreamError |
 
 
 def _exchange_failure(exc: OSError | StreamError, x: _Exchange) -> BaseException:
-    """What a failure while the request was sent or the response read means: the status line, when an
-    error response had begun; a stale kept connection; a plain request to a TLS port; or itself."""
+    """What a failure while the request was sent or the response read means: the signal that shut the
+    connection down; the status line, when an error response had begun; a stale kept connection; a plain
+    request to a TLS port; or itself."""
+    stop = _interruption(x)
+    if stop:  # a cancel shuts connections down: not the server's doing
+        return stop
     if x.reader.reading_error_body:  # the status line already says what failed; keep what arrived
         return x.reader.status_failure()
     if _closed_while_idle(x, exc):
@@ -5080,6 +5190,7 @@ def _build_record(x: _Exchange) -> dict:
         'reads': reader.reads,
         'content_reads': timeline.content_reads,
         'max_content_events_per_read': timeline.max_content_events_per_read,
+        'read_stamps': timeline.read_stamps,
         'content_span_ms': _span_ms(timeline.first_text_at, timeline.last_text_at),
         'buffered_delivery': _buffered_delivery(answer['content_events'], timeline.content_reads),
         'tokens_per_event': _tokens_per_event(reader.validator),
@@ -5355,8 +5466,8 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
     slots = max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
     lock = threading.Lock()
     workers, kept_by_worker = threading.local(), []
-    reactor = _Reactor() if _EPOLL else None  # elsewhere each worker reads its own responses
-    gate = _Gate(threading.Lock()) if reactor is not None else _OPEN_GATE
+    gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
+    reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
 
     def kept() -> KeptConnections | None:
         if not settings.keep_alive:
@@ -5585,6 +5696,7 @@ class Summary:
         self.completion_tokens = self.token_runs = self.content_events = 0
         self.first_start: float | None = None
         self.last_end: float | None = None
+        self.busy_s = 0.0                  # the runs' durations added up
         self.seen = {'sources': set(), 'apis': set(), 'models': set(), 'expected_finishes': set()}
         self.planned: dict[str, int] = {}  # runs planned, by load id
         self.stale = 0                     # runs whose reused connection had been closed while idle
@@ -5603,6 +5715,7 @@ class Summary:
         self.runs += 1
         start = self.epoch(record['started_at'])
         end = start + (record['duration_ms'] or 0) / 1000
+        self.busy_s += end - start
         self.first_start = start if self.first_start is None else min(self.first_start, start)
         self.last_end = end if self.last_end is None else max(self.last_end, end)
         self.seen['sources'].add(record.get('source', 'endpoint'))
@@ -5679,6 +5792,7 @@ class Summary:
             'latency_runs': self.ok, 'latency_excludes': self.runs - self.ok,
             'event_gaps_ms': self.gaps.result(),
             'wall_s': round(wall, 3), 'runs_per_s': per_second(self.runs), 'ok_runs_per_s': per_second(self.ok),
+            'mean_in_flight': per_second(self.busy_s),
             'completion_tokens_per_s': per_second(self.completion_tokens) if self.token_runs else None,
             'content_events_per_s': per_second(self.content_events),
             'cross_check': {outcome: self.pairs[outcome] for outcome in _PAIR_OUTCOMES} if self.pairs else None,

@@ -2897,6 +2897,26 @@ class LoadTests(unittest.TestCase):
         self.assertEqual(result['not_ok_by_kind'], {'body_truncated': 1})
         self.assertEqual((result['wall_s'], result['completion_tokens_per_s']), (9.0, round(3 / 9, 3)))
 
+    def test_a_kept_connection_shut_by_a_cancel_is_an_interruption_not_a_stale_connection(self):
+        cancel = stream_client.Cancel()
+        x = fake_exchange('HEADERS', reused=True, idle_s=0.0, cancel=cancel,
+                          connection=types.SimpleNamespace(requests=29))
+        self.assertEqual(stream_client._exchange_failure(ConnectionResetError(104, 'reset'), x).kind,
+                         'stale_connection')  # before any cancel: the server closed it while idle
+        cancel.cancel('SIGINT')
+        failure = stream_client._exchange_failure(ConnectionResetError(104, 'reset'), x)
+        self.assertEqual((failure.layer, failure.kind), ('interrupted', 'interrupted'))
+        self.assertEqual(failure.message, 'SIGINT during the headers phase after 0 content events')
+
+    def test_the_mean_in_flight_is_the_runs_durations_over_the_wall_time(self):
+        summary = stream_client.Summary()
+        for start, duration in (('00.000', 1000.0), ('00.500', 1000.0), ('01.000', 500.0), ('02.000', None)):
+            summary.add({'started_at': f'2026-11-30T10:00:{start}Z', 'duration_ms': duration, 'ok': False,
+                         'error_layer': 'connect', 'error_kind': 'connect_refused', 'error': 'connect: refused'})
+        result = summary.result()
+        self.assertEqual(result['wall_s'], 2.0)  # from the first start to the last end
+        self.assertEqual(result['mean_in_flight'], round(2.5 / 2.0, 3))  # failed runs were in flight too
+
     def test_percentiles_use_the_nearest_rank(self):
         values = list(range(1, 101))
         self.assertEqual(stream_client._percentiles(values), {'p50': 50, 'p90': 90, 'p99': 99, 'max': 100})
@@ -3245,7 +3265,7 @@ class ReactorTests(unittest.TestCase):
             reactor._readings[reading.fd] = reading
         reactor._read_ready([(reading.fd, select.EPOLLIN) for reading in readings], reads)
 
-        def take_read(x, raw, now):
+        def take_read(x, raw, now, kernel_ns):
             fed.append((time.perf_counter(), now))
             return []
         with mock.patch.object(stream_client, '_take_read', take_read):
@@ -3332,6 +3352,197 @@ class ReactorTests(unittest.TestCase):
         self.assertEqual(order, ['second in', 'first back'])
         with stream_client._OPEN_GATE, stream_client._OPEN_GATE.released(), stream_client._OPEN_GATE:
             pass  # a single run's gate holds nothing
+
+
+KERNEL_STAMPS = stream_client._SO_TIMESTAMPNS is not None  # Linux on the common architectures
+
+
+class PacedServer(threading.Thread):
+    """A loopback server that answers one request with a chat stream (framed by Content-Length) in two
+    writes: the head and a first event, then, once ``go`` is set, a second event and the end, taking the
+    monotonic time just before and just after that write (``second_sent``)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.go, self.second_sent = threading.Event(), threading.Event()
+        self.before = self.after = None
+        self.listener = socket.create_server(('127.0.0.1', 0))
+        self.url = f'http://127.0.0.1:{self.listener.getsockname()[1]}/v1/chat/completions'
+        self.start()
+
+    def run(self) -> None:
+        sock, _ = self.listener.accept()
+        self.listener.close()
+        with sock:
+            request = b''
+            while b'\r\n\r\n' not in request:
+                request += sock.recv(65536)
+            head, _, body = request.partition(b'\r\n\r\n')
+            length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
+            while len(body) < length:
+                body += sock.recv(65536)
+            first = f'data: {chunk_json(delta={"content": "one"})}\n\n'.encode()
+            rest = ''.join(f'data: {data}\n\n' for data in (chunk_json(delta={'content': ' two'}),
+                                                             chunk_json(finish_reason='stop'), '[DONE]')).encode()
+            sock.sendall(sse_response(first, headers=f'Content-Length: {len(first) + len(rest)}\r\n'))
+            self.go.wait(10)
+            self.before = time.perf_counter()
+            sock.sendall(rest)
+            self.after = time.perf_counter()
+            self.second_sent.set()
+            sock.shutdown(socket.SHUT_WR)
+            sock.recv(1)
+
+
+class ArrivalStampTests(unittest.TestCase):
+    """On Linux a plain connection's reads carry the kernel's stamp of when their bytes arrived, so a busy
+    client stamps an event when it came, not when it got round to reading it; a stamp stays between the
+    latest one and the read's return. A load's reader holds the gate while it reads and feeds."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        """Keep a connection that asked for stamps open: Linux turns stamping on a moment after the first
+        ask of all (a deferred work item), and off after the last one closes."""
+        cls.keeper = []
+        if not KERNEL_STAMPS:
+            return
+        listener = socket.create_server(('127.0.0.1', 0))
+        ours = socket.create_connection(listener.getsockname())
+        theirs, _ = listener.accept()
+        listener.close()
+        cls.keeper = [ours, theirs]
+        stream_client._ask_kernel_stamps(ours)
+        for _ in range(500):
+            theirs.sendall(b'.')
+            if stream_client._recv_stamped(ours)[1] is not None:
+                break
+            time.sleep(0.01)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        for sock in cls.keeper:
+            sock.close()
+
+    def test_a_kernel_stamp_is_taken_only_between_the_latest_stamp_and_the_reads_return(self):
+        timeline, offset = stream_client._Timeline(), 1_700_000_000 * 10**9  # the wall clock's lead
+        self.assertIsNone(timeline.read_stamps)
+        started, slack = timeline.started, stream_client._STAMP_SLACK
+
+        def kernel(at: float) -> int:
+            return round(at * 1e9) + offset
+        self.assertAlmostEqual(timeline.arrival(started + 5, kernel(started + 2), offset), started + 2, places=6)
+        self.assertEqual(timeline.arrival(started + 6, kernel(started + 2 - slack / 2), offset), started + 2)
+        self.assertEqual(timeline.arrival(started + 7, kernel(started + 7 + slack / 2), offset), started + 7)
+        self.assertEqual(timeline.read_stamps, 'kernel')
+        # a stamp out of its window: the wall clock stepped between the arrival and the read
+        self.assertEqual(timeline.arrival(started + 9, kernel(started + 1), offset), started + 9)
+        self.assertEqual(timeline.read_stamps, 'client')
+        for stepped in (-3.0, 30.0):
+            later = stream_client._Timeline()
+            self.assertEqual(later.arrival(later.started + 1, kernel(later.started + stepped), offset), later.started + 1)
+            self.assertEqual(later.read_stamps, 'client')
+        first = stream_client._Timeline()
+        self.assertEqual(first.arrival(first.started + 1, None, offset), first.started + 1)  # no stamp: its return
+        self.assertEqual(first.read_stamps, 'client')
+
+    def busy_client_run(self, server: PacedServer, **options) -> tuple[dict, stream_client._Exchange, float]:
+        """One run whose client, shown the first text, lets the server write the rest and stays busy 50 ms
+        after that write: the exchange it filled, and when the client stopped being busy."""
+        exchanges, free = [], []
+        build = stream_client._build_record
+
+        def keep(x):
+            exchanges.append(x)
+            return build(x)
+
+        def busy(text: str) -> None:
+            if text == 'one':
+                server.go.set()
+                server.second_sent.wait(10)
+                time.sleep(0.05)
+                free.append(time.perf_counter())
+        with mock.patch.object(stream_client, '_build_record', keep):
+            record = stream(server.url, 'm', 'p', on_text=busy, **options)
+        return record, exchanges[0], free[0]
+
+    @unittest.skipUnless(KERNEL_STAMPS, 'the kernel stamps reads on Linux only')
+    def test_an_event_that_arrived_while_the_client_was_busy_is_stamped_when_it_arrived(self):
+        server = PacedServer()
+        record, x, free = self.busy_client_run(server)
+        self.assertTrue(record['ok'], record['error'])
+        self.assertEqual(record['read_stamps'], 'kernel')
+        second = x.timeline.last_text_at
+        self.assertLess(second, free)  # a client's stamp is at best the read's return, after the client was busy
+        self.assertGreater(second, server.before - 0.005)  # 5 ms: the wall clock may be slewed while it runs
+        self.assertEqual(record['event_gaps_ms'], [round((second - x.timeline.first_text_at) * 1000, 3)])
+        self.assertEqual(record['duration_ms'], x.timeline.ms(x.timeline.ended))
+        self.assertLessEqual(x.timeline.ended, free)  # the end is the last bytes' arrival, not the client's return
+
+    def test_without_kernel_stamps_an_event_is_stamped_when_the_read_returned(self):
+        with mock.patch.object(stream_client, '_SO_TIMESTAMPNS', None):
+            server = PacedServer()
+            record, x, free = self.busy_client_run(server)
+        self.assertTrue(record['ok'], record['error'])
+        self.assertEqual(record['read_stamps'], 'client')
+        self.assertGreaterEqual(x.timeline.last_text_at, free)
+
+    @unittest.skipUnless(KERNEL_STAMPS and stream_client._EPOLL, 'the kernel stamps reads on Linux only')
+    def test_the_reactor_stamps_a_read_when_its_bytes_arrived(self):
+        ours, theirs = self.tcp_pair()
+        reactor, connection = stream_client._Reactor(), stream_client._Connection(ours)
+        self.addCleanup(reactor.close)
+        self.assertTrue(connection.kernel_stamps)
+        request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
+        x = stream_client._Exchange(request)
+        x.phase = stream_client._Phase.HEADERS
+        reading = stream_client._Reading(ours, x, time.perf_counter(), connection.kernel_stamps)
+        ours.setblocking(False)
+        reactor._readings[reading.fd] = reading
+        before = time.perf_counter()
+        theirs.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n')
+        sent = time.perf_counter()
+        time.sleep(0.05)  # the reader is late
+        reads = collections.deque()
+        reactor._read_ready([(reading.fd, select.EPOLLIN)], reads)
+        reactor._feed(*reads.popleft())
+        # 5 ms either way: the wall clock, which the kernel's stamps are on, may be slewed while it runs
+        self.assertLess(x.timeline.headers_at, sent + 0.005)  # the read returned 50 ms later
+        self.assertGreater(x.timeline.headers_at, before - 0.005)
+
+    @unittest.skipUnless(stream_client._EPOLL, 'a load is read by a reactor on Linux only')
+    def test_the_reactor_holds_the_gate_while_it_feeds_and_lets_it_go_while_it_waits(self):
+        gate = stream_client._Gate(threading.Lock())
+        reactor = stream_client._Reactor(gate)
+        self.addCleanup(reactor.close)
+        ours, theirs = self.tcp_pair()
+        entered, during = threading.Event(), []
+
+        def worker() -> None:
+            with gate:
+                entered.set()
+
+        def take_read(x, raw, now, kernel_ns):
+            threading.Thread(target=worker, daemon=True).start()
+            during.append(entered.wait(0.1))
+            return []
+        request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
+        x = stream_client._Exchange(request, gate=gate)
+        with mock.patch.object(stream_client, '_take_read', take_read), \
+                mock.patch.object(stream_client, '_read_over', lambda x, raw: True):
+            theirs.sendall(b'HTTP/1.1 200 OK\r\n')
+            with gate:  # as a worker sends and then waits for its response
+                reactor.read(stream_client._Connection(ours), x)
+        self.assertEqual(during, [False])  # no worker got in while the reactor fed the read
+        self.assertTrue(entered.is_set())  # one did once the reactor waited again
+
+    def tcp_pair(self) -> tuple[socket.socket, socket.socket]:
+        listener = socket.create_server(('127.0.0.1', 0))
+        ours = socket.create_connection(listener.getsockname())
+        theirs, _ = listener.accept()
+        listener.close()
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        return ours, theirs
 
 
 class ReportTests(unittest.TestCase):
