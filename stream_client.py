@@ -4817,6 +4817,7 @@ class _Reactor:
         self._wake_at = math.inf                   # when the loop's wait for the next read ends
         self._waker, self._bell = os.pipe()
         os.set_blocking(self._waker, False)
+        os.set_blocking(self._bell, False)  # a worker that rings holds the gate, which the loop may wait for
         self._poll.register(self._waker, select.EPOLLIN)
         self._closing = False
         self._broken: BaseException | None = None  # a bug in the loop: every reading gets it
@@ -4843,7 +4844,7 @@ class _Reactor:
             reading.finished = True
             raise
         if ring:
-            os.write(self._bell, b'.')
+            self._ring()
         with x.gate.released():
             reading.over.acquire()
         if reading.error is not None:
@@ -4852,11 +4853,16 @@ class _Reactor:
     def close(self) -> None:
         """Stop the loop, once no run is reading."""
         self._closing = True
-        os.write(self._bell, b'.')
+        self._ring()
         self._thread.join()
         self._poll.close()
         os.close(self._waker)
         os.close(self._bell)
+
+    def _ring(self) -> None:
+        """Wake the loop; a full pipe has already rung."""
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._bell, b'.')
 
     def _loop(self) -> None:
         reads: collections.deque = collections.deque()  # (reading, its bytes or error, when it returned, stamp)

@@ -3535,6 +3535,21 @@ class ArrivalStampTests(unittest.TestCase):
         self.assertEqual(during, [False])  # no worker got in while the reactor fed the read
         self.assertTrue(entered.is_set())  # one did once the reactor waited again
 
+    @unittest.skipUnless(stream_client._EPOLL, 'a load is read by a reactor on Linux only')
+    def test_ringing_the_reactor_never_blocks_a_worker_that_holds_the_gate(self):
+        gate = stream_client._Gate(threading.Lock())
+        reactor, rang = stream_client._Reactor(gate), threading.Event()
+
+        def ring_often() -> None:
+            for _ in range(100_000):  # more bytes than a pipe holds
+                reactor._ring()
+            rang.set()
+        with gate:  # a worker inside: the loop, woken by the first ring, waits for the gate and drains nothing
+            threading.Thread(target=ring_often, daemon=True).start()
+            finished = rang.wait(10)
+        reactor.close()
+        self.assertTrue(finished)
+
     def tcp_pair(self) -> tuple[socket.socket, socket.socket]:
         listener = socket.create_server(('127.0.0.1', 0))
         ours = socket.create_connection(listener.getsockname())
