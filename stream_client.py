@@ -164,6 +164,7 @@ _MAX_TOKEN_IDS = 1_048_576     # generated token ids kept from one answer (--cro
 _MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
 _MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
 _READ_SIZE = 65_536            # each recv() asks for this much; it returns what is there
+_SEND_HOLDING_GATE = 65_536    # bytes: the largest request a load's worker sends holding its gate
 _STAMP_SLACK = 0.001           # s: how far outside its read's window a kernel stamp may fall and be taken
 _MAX_CAPTURE_BYTES = 16 * 1024 * 1024  # raw response bytes kept for --capture
 _DATA_PREFIX = 'data: '        # the usual start of an SSE data line (the space is optional)
@@ -4666,7 +4667,11 @@ def _exchange(connection: _Connection, x: _Exchange, show: _Show, reactor: '_Rea
     try:
         x.phase = _Phase.REQUEST
         connection.sock.settimeout(_wait(x))
-        connection.sock.sendall(x.request.wire)  # not let go of the gate: a request fits the socket's buffer
+        wire = x.request.wire
+        # a request that fits the socket's buffer is sent at once, with the gate held (letting it go costs every
+        # run a wait for it); a bigger one may wait for the server to read, so the gate is let go
+        with x.gate.released() if len(wire) > _SEND_HOLDING_GATE else contextlib.nullcontext():
+            connection.sock.sendall(wire)
         x.phase = _Phase.HEADERS
         if reactor is not None:
             reactor.read(connection, x)

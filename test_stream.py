@@ -3535,6 +3535,23 @@ class ArrivalStampTests(unittest.TestCase):
         self.assertEqual(during, [False])  # no worker got in while the reactor fed the read
         self.assertTrue(entered.is_set())  # one did once the reactor waited again
 
+    def test_a_worker_lets_the_gate_go_to_send_a_request_that_may_not_fit_the_sockets_buffer(self):
+        response = sse_response(b'data: ' + chunk_json(delta={'content': 'hi'}).encode() + b'\n\n'
+                                b'data: ' + chunk_json(finish_reason='stop').encode() + b'\n\ndata: [DONE]\n\n')
+
+        class Sock(ScriptedSocket):
+            def sendall(self, data: bytes) -> None:
+                held.append(gate._lock.locked())
+        held, gate = [], stream_client._Gate(threading.Lock())
+        limit = stream_client._SEND_HOLDING_GATE
+        for prompt in ('p', 'p' * limit):
+            x = stream_client._Exchange(stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', prompt),
+                                        gate=gate)
+            with gate:
+                stream_client._exchange(types.SimpleNamespace(sock=Sock(response)), x, stream_client._Show(), None)
+            self.assertEqual(x.reader.validator.content_events, 1)
+        self.assertEqual(held, [True, False])
+
     @unittest.skipUnless(stream_client._EPOLL, 'a load is read by a reactor on Linux only')
     def test_ringing_the_reactor_never_blocks_a_worker_that_holds_the_gate(self):
         gate = stream_client._Gate(threading.Lock())
