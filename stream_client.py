@@ -4751,7 +4751,7 @@ def _receiver(connection: _Connection, x: _Exchange):
     if type(sock) is not socket.socket or not sys.platform.startswith('linux'):
         def receive() -> tuple[bytes, None]:
             sock.settimeout(_wait(x))
-            return sock.recv(_READ_SIZE), None
+            return _recv_unstamped(sock)
         return receive
     sock.settimeout(None)
     armed = [-1.0]  # the SO_RCVTIMEO in force, in seconds
