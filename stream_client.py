@@ -4480,6 +4480,8 @@ def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel:
     interrupted, connection = None, None
     try:
         x.timeline.start()
+        if cancel is not None and cancel.reason is not None:  # a load's run taken up just before its cancel
+            raise _interrupted_before_sending(cancel.reason)
         connection = kept.take(request.origin) if kept is not None else None
         if connection is None:
             connection = _connect(x)
@@ -5051,6 +5053,10 @@ def _interruption(x: _Exchange, signal_name: str | None = None) -> StreamError |
                                    f'after {_count(x.reader.validator.content_events, "content event")}')
 
 
+def _interrupted_before_sending(signal_name: str) -> StreamError:
+    return _failure('interrupted', f'{signal_name} before the request was sent')
+
+
 def _exchange_failure(exc: OSError | StreamError, x: _Exchange) -> BaseException:
     """What a failure while the request was sent or the response read means: the signal that shut the
     connection down; the status line, when an error response had begun; a stale kept connection; a plain
@@ -5412,11 +5418,15 @@ def arrival_offsets(settings: LoadSettings):
 
 
 class _Pool:
-    """Worker threads, started as jobs need them, up to ``size``; work(job) runs in one of them."""
+    """Worker threads, started as jobs need them, up to ``size``; work(job) runs in one of them. The
+    threads take jobs one at a time, in the order submitted, and admit(job), called as each is taken,
+    says whether it runs at all: so the jobs that run are the first ones submitted, whatever the threads'
+    timing (a load's cancel leaves no gap in the numbers of the runs that started)."""
 
-    def __init__(self, size: int, work) -> None:
-        self._size, self._work = size, work
+    def __init__(self, size: int, work, admit) -> None:
+        self._size, self._work, self._admit = size, work, admit
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._taking = threading.Lock()  # held from taking a job to deciding whether it runs
         self._lock = threading.Lock()
         self._pending = 0  # jobs submitted and not finished
         self._threads: list[threading.Thread] = []
@@ -5432,9 +5442,15 @@ class _Pool:
             self._threads[-1].start()
 
     def _loop(self) -> None:
-        for job in iter(self._jobs.get, None):
+        while True:
+            with self._taking:
+                job = self._jobs.get()
+                admitted = job is not None and self._admit(job)
+            if job is None:
+                return
             try:
-                self._work(job)
+                if admitted:
+                    self._work(job)
             finally:
                 with self._lock:
                     self._pending -= 1
@@ -5494,8 +5510,6 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
             run_one(*job)
 
     def run_one(index: int, due: float) -> None:
-        if cancel.reason is not None:
-            return  # cancelled before it started: no run, no record
         begun, request = time.perf_counter(), requests[index % len(requests)]
         try:
             record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
@@ -5507,7 +5521,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
                   'load': described}
         with lock:
             on_record(record)
-    pool = _Pool(slots, one)
+    pool = _Pool(slots, one, lambda job: cancel.reason is None)  # a run cancelled before it was taken has no record
     try:
         for index, due in enumerate(arrival_offsets(settings)):
             if index % processes != number:
@@ -7610,10 +7624,6 @@ def _emit(text: str) -> None:
         print(text, flush=True)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush cannot fail
-
-
-def _interrupted_before_sending(signal_name: str) -> StreamError:
-    return _failure('interrupted', f'{signal_name} before the request was sent')
 
 
 def _compare(args, prog: str) -> int:

@@ -3078,6 +3078,39 @@ class LoadTests(unittest.TestCase):
                 self.assertEqual((done.returncode, done.stderr.count('\n')), (2, 1), done.stderr)
                 self.assertFalse((self.dir / 'run.jsonl').exists())
 
+    def test_the_runs_that_start_are_the_first_ones_whatever_the_threads_timing(self):
+        cancelled, decided, ran = threading.Event(), [], []
+
+        def admit(job: int) -> bool:
+            if job == 0:
+                time.sleep(0.2)  # the chance for another thread to take job 1 and decide first
+            decided.append(job)
+            return not cancelled.is_set()
+
+        def work(job: int) -> None:
+            ran.append(job)
+            if job == 1:
+                cancelled.set()
+        pool = stream_client._Pool(2, work, admit)
+        for job in range(6):
+            pool.submit(job)
+        pool.close()
+        self.assertEqual(decided, list(range(6)))
+        self.assertEqual(sorted(ran), list(range(len(ran))))
+        self.assertLess(len(ran), 6)
+
+    def test_a_run_taken_up_just_before_the_cancel_is_interrupted_and_connects_nowhere(self):
+        listener = socket.create_server(('127.0.0.1', 0))
+        self.addCleanup(listener.close)
+        listener.setblocking(False)
+        request = stream_client.prepare(f'http://127.0.0.1:{listener.getsockname()[1]}/v1/chat/completions', 'm', 'p')
+        cancel = stream_client.Cancel()
+        cancel.cancel('SIGTERM')
+        record = stream_client._run(request, stream_client._Show(), None, cancel, None)
+        self.assertEqual((record['error_layer'], record['error']), ('interrupted', 'interrupted: SIGTERM before the request was sent'))
+        with self.assertRaises(BlockingIOError):
+            listener.accept()
+
     def test_ctrl_c_keeps_one_valid_line_per_started_run(self):
         for signum, status, presses in ((signal.SIGINT, 130, 1), (signal.SIGINT, 130, 2), (signal.SIGTERM, 143, 1)):
             with self.subTest(signal=signum.name, presses=presses), Fixture('ok', delay=0.05) as fixture:
