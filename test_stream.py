@@ -43,6 +43,33 @@ from stream_client import (MAX_EVENT_CHARS, MAX_LINE_CHARS, ChatChunks, _Chunked
 HERE = Path(__file__).resolve().parent
 TRACES = HERE / 'testdata' / 'vllm-0.32.0-cpu'
 CLIENT = str(HERE / 'stream_client.py')
+FIXTURE_SCRIPT = str(HERE / 'fixture_server.py')
+
+# The tests run the scripts as `python3 SCRIPT ARGS` does, in a new process, with one difference: the
+# script's bytecode comes from a cache. Python compiles a script given by its path on every start and
+# never caches it (0.12 s for stream_client.py here, in each of about 200 children); this launcher runs
+# the same code, compiled once into a cache of the suite's own, as __main__ with the script's argv[0],
+# __file__ and sys.path[0]. CopiedAloneTests and the tests of how a script names itself start the file
+# itself.
+_PYCACHE = tempfile.TemporaryDirectory(prefix='stream-tests-pycache-')
+_LAUNCHER = ('import __main__, importlib.machinery, os, sys\n'
+             'sys.argv.pop(0)\n'
+             'sys.path[0] = os.path.dirname(sys.argv[0])\n'
+             '__main__.__file__ = sys.argv[0]\n'
+             "exec(importlib.machinery.SourceFileLoader('__main__', sys.argv[0]).get_code('__main__'), __main__.__dict__)\n")
+
+
+def script_command(path: str, *args: str) -> list[str]:
+    """The command that runs the script at path with args, its bytecode cached (see _LAUNCHER)."""
+    return [sys.executable, '-c', _LAUNCHER, path, *args]
+
+
+def script_env(env: dict | None = None) -> dict:
+    """The environment of a script's process: env (by default this one's), writing bytecode to the suite's cache."""
+    env = dict(os.environ if env is None else env)
+    env.pop('PYTHONDONTWRITEBYTECODE', None)
+    env['PYTHONPYCACHEPREFIX'] = _PYCACHE.name
+    return env
 
 
 def message_of(failure: StreamError | None) -> str | None:
@@ -1098,12 +1125,13 @@ class FramingTests(unittest.TestCase):
 
 
 class Fixture:
-    """The fixture server on a free loopback port, in a background thread."""
+    """The fixture server on a free loopback port, in a background thread (polled every 5 ms, so that
+    closing it waits 2.5 ms on average, not 25: the suite starts over 400)."""
 
     def __init__(self, mode: str = 'ok', delay: float = 0.002, **settings) -> None:
         self.instance = fixture_server.server(0, mode, delay, **settings)
         self.url = f'http://127.0.0.1:{self.instance.server_port}/v1/chat/completions'
-        self.thread = threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True)
+        self.thread = threading.Thread(target=self.instance.serve_forever, args=(0.005,), daemon=True)
 
     def __enter__(self) -> Fixture:
         self.thread.start()
@@ -1762,8 +1790,8 @@ class FixtureVerdictTests(unittest.TestCase):
 
 class FixtureCommandLineTests(unittest.TestCase):
     def start(self, *args: str) -> tuple[subprocess.Popen, str]:
-        server = subprocess.Popen([sys.executable, str(HERE / 'fixture_server.py'), '--port', '0', *args],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        server = subprocess.Popen(script_command(FIXTURE_SCRIPT, '--port', '0', *args),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=script_env())
         self.addCleanup(lambda: (server.kill(), server.communicate()))
         return server, server.stdout.readline().split()[-1]
 
@@ -1789,8 +1817,8 @@ class FixtureCommandLineTests(unittest.TestCase):
                      ['--replay-twin', str(TRACES / 'x1_chat_pair_tool_call_unstreamed.http')],
                      ['--replay', str(TRACES / 'x1_chat_pair_tool_call_stream.http'), '--replay-twin', 'absent.http']):
             with self.subTest(args=args):
-                done = subprocess.run([sys.executable, str(HERE / 'fixture_server.py'), '--port', '0', *args],
-                                      capture_output=True, text=True, timeout=30)
+                done = subprocess.run(script_command(FIXTURE_SCRIPT, '--port', '0', *args),
+                                      capture_output=True, text=True, timeout=30, env=script_env())
                 self.assertEqual(done.returncode, 2, done.stderr)
                 self.assertNotIn('Traceback', done.stderr)
 
@@ -3113,11 +3141,11 @@ class LoadTests(unittest.TestCase):
 
     def test_ctrl_c_keeps_one_valid_line_per_started_run(self):
         for signum, status, presses in ((signal.SIGINT, 130, 1), (signal.SIGINT, 130, 2), (signal.SIGTERM, 143, 1)):
-            with self.subTest(signal=signum.name, presses=presses), Fixture('ok', delay=0.05) as fixture:
+            with self.subTest(signal=signum.name, presses=presses), Fixture('ok', delay=0.02) as fixture:
                 output = self.dir / f'{signum.name}-{presses}.jsonl'
-                process = subprocess.Popen([sys.executable, CLIENT, '--url', fixture.url, '--model', 'm', '--runs',
-                                            '200', '--concurrency', '4', '--output', str(output)],
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                process = subprocess.Popen(script_command(CLIENT, '--url', fixture.url, '--model', 'm', '--runs',
+                                                   '200', '--concurrency', '4', '--output', str(output)),
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=script_env())
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline and (not output.exists() or output.read_text().count('\n') < 6):
                     time.sleep(0.05)
@@ -3727,9 +3755,9 @@ def run_in_terminal(*args: str, cwd: str, stdout_too: bool = False) -> tuple[int
     unless stdout_too); return its exit status and what the terminal showed."""
     import pty
     master, slave = pty.openpty()
-    process = subprocess.Popen([sys.executable, CLIENT, *args], cwd=cwd, stdin=subprocess.DEVNULL,
+    process = subprocess.Popen(script_command(CLIENT, *args), cwd=cwd, stdin=subprocess.DEVNULL,
                                stdout=slave if stdout_too else subprocess.PIPE, stderr=slave,
-                               env=dict(os.environ, TERM='xterm'))
+                               env=script_env(dict(os.environ, TERM='xterm')))
     os.close(slave)
     screen = b''
     while True:
@@ -3746,7 +3774,8 @@ def run_in_terminal(*args: str, cwd: str, stdout_too: bool = False) -> tuple[int
 
 
 def run_cli(*args: str, cwd: str, timeout: float = 30, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, CLIENT, *args], cwd=cwd, capture_output=True, text=True,
+    kwargs['env'] = script_env(kwargs.get('env'))
+    return subprocess.run(script_command(CLIENT, *args), cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, **({} if 'input' in kwargs else {'stdin': subprocess.DEVNULL}), **kwargs)
 
 
@@ -4042,8 +4071,8 @@ class CommandLineTests(unittest.TestCase):
                             (['--mode', 'tool-cal'], 'did you mean tool-call'),
                             (['--tls-cert', 'a.pem'], '--tls-cert and --tls-key go together')):
             with self.subTest(args=args):
-                done = subprocess.run([sys.executable, str(HERE / 'fixture_server.py'), '--port', '0', *args],
-                                      capture_output=True, text=True, timeout=30)
+                done = subprocess.run(script_command(FIXTURE_SCRIPT, '--port', '0', *args),
+                                      capture_output=True, text=True, timeout=30, env=script_env())
                 self.assertEqual((done.returncode, done.stderr.count('\n')), (2, 1), done.stderr)
                 self.assertIn(words, done.stderr)
                 self.assertTrue(done.stderr.startswith('fixture_server.py: error: '), done.stderr)
@@ -4052,8 +4081,8 @@ class CommandLineTests(unittest.TestCase):
         done = run_cli('--fixture', 'ok', '--max-token', '64', '--output', 'run.json', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 2)
         self.assertIn('unrecognized arguments: --max-token', done.stderr)
-        done = subprocess.run([sys.executable, str(HERE / 'fixture_server.py'), '--mod', 'ok'],
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(script_command(FIXTURE_SCRIPT, '--mod', 'ok'), capture_output=True, text=True, timeout=30,
+                              env=script_env())
         self.assertEqual(done.returncode, 2)
         self.assertIn('unrecognized arguments: --mod', done.stderr)
 
@@ -4070,6 +4099,23 @@ class CommandLineTests(unittest.TestCase):
         version = subprocess.run([sys.executable, str(self.dir / 'stream-client'), '--version'], capture_output=True,
                                  text=True, timeout=30, env=dict(os.environ, PYTHONPATH=str(HERE)))
         self.assertEqual(version.stdout.strip(), f'stream-client {stream_client.__version__}')
+
+    def test_the_suites_launcher_runs_a_script_as_its_file_does(self):
+        probe = self.dir / 'probe.py'
+        probe.write_text('import __main__, json, sys\n'
+                         "print(json.dumps([sys.argv, sys.path[0], __file__, __name__, __main__.__spec__]))\n")
+        as_file = subprocess.run([sys.executable, str(probe), '--x', 'y'], capture_output=True, text=True, timeout=30)
+        launched = subprocess.run(script_command(str(probe), '--x', 'y'), capture_output=True, text=True, timeout=30,
+                                  env=script_env())
+        self.assertEqual(json.loads(launched.stdout), json.loads(as_file.stdout))
+        self.assertEqual(json.loads(as_file.stdout)[0], [str(probe), '--x', 'y'])
+        for args in (['--bogus'], ['--fixture', 'okk']):
+            with self.subTest(args=args):
+                as_file = subprocess.run([sys.executable, CLIENT, *args], capture_output=True, text=True, timeout=30)
+                launched = subprocess.run(script_command(CLIENT, *args), capture_output=True, text=True, timeout=30,
+                                          env=script_env())
+                self.assertEqual((launched.returncode, launched.stderr), (as_file.returncode, as_file.stderr))
+                self.assertEqual(as_file.returncode, 2)
 
     def test_python_3_6_to_3_9_get_one_line_instead_of_a_traceback(self):
         # Each old interpreter must be able to read the whole file for its first statement, the version
@@ -4094,8 +4140,9 @@ class CommandLineTests(unittest.TestCase):
         read, write = os.pipe()
         os.close(read)  # like `| head -c 0`: nobody reads the summary line
         try:
-            done = subprocess.run([sys.executable, CLIENT, '--fixture', 'ok', '--runs', '2', '--output', 'run.jsonl'],
-                                  cwd=self.tmp.name, stdout=write, stderr=subprocess.PIPE, text=True, timeout=30)
+            done = subprocess.run(script_command(CLIENT, '--fixture', 'ok', '--runs', '2', '--output', 'run.jsonl'),
+                                  cwd=self.tmp.name, stdout=write, stderr=subprocess.PIPE, text=True, timeout=30,
+                                  env=script_env())
         finally:
             os.close(write)
         self.assertEqual((done.returncode, done.stderr), (0, ''))
@@ -4115,9 +4162,9 @@ class CommandLineTests(unittest.TestCase):
         for signum, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
             with self.subTest(signal=signum.name), Fixture('held-open') as fixture:
                 output = self.dir / f'{signum.name}.json'
-                process = subprocess.Popen([sys.executable, CLIENT, '--url', fixture.url, '--model', 'm',
-                                            '--idle', '20', '--output', str(output)], stdout=subprocess.PIPE,
-                                           stderr=subprocess.PIPE, text=True)
+                process = subprocess.Popen(script_command(CLIENT, '--url', fixture.url, '--model', 'm',
+                                                   '--idle', '20', '--output', str(output)), stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True, env=script_env())
                 for _ in range(200):  # until the fixture has the request, then until the stream is under way
                     if fixture.last_request is not None:
                         break
@@ -4263,10 +4310,10 @@ class Exporter:
     def __init__(self, directory: Path, targets: dict, env: dict | None = None) -> None:
         (directory / 'targets.json').write_text(json.dumps({'targets': targets}))
         self.output = directory / 'evidence.jsonl'
-        self.process = subprocess.Popen([sys.executable, CLIENT, '--exporter', '127.0.0.1:0', '--targets',
-                                         'targets.json', '--output', 'evidence.jsonl'], cwd=directory,
+        self.process = subprocess.Popen(script_command(CLIENT, '--exporter', '127.0.0.1:0', '--targets',
+                                               'targets.json', '--output', 'evidence.jsonl'), cwd=directory,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env=env)
+                                        text=True, env=script_env(env))
         first = self.process.stderr.readline()
         match = re.search(r'listening on http://127\.0\.0\.1:(\d+)/', first)
         if not match:
@@ -5639,13 +5686,13 @@ class DocsTests(unittest.TestCase):
 
     def test_every_flag_that_help_prints_is_in_the_docs(self):
         docs = self.docs_text()
-        for script in ('stream_client.py', 'fixture_server.py'):
-            usage = subprocess.run([sys.executable, str(HERE / script), '--help'], capture_output=True, text=True,
-                                   timeout=30).stdout
+        for name in ('stream_client.py', 'fixture_server.py'):
+            usage = subprocess.run(script_command(str(HERE / name), '--help'), capture_output=True, text=True, timeout=30,
+                                   env=script_env()).stdout
             flags = set(re.findall(r'(?<![\w-])(--[a-z][a-z-]*)', re.sub(r'-\n\s+', '-', usage)))
             self.assertGreater(len(flags), 10)
             for flag in sorted(flags):
-                with self.subTest(script=script, flag=flag):
+                with self.subTest(script=name, flag=flag):
                     self.assertTrue(re.search(rf'(?<![\w-]){re.escape(flag)}(?![a-z-])', docs), f'{flag} is not in docs/')
 
     def test_every_fixture_mode_is_in_the_docs(self):
@@ -5806,8 +5853,9 @@ class GoodputTests(unittest.TestCase):
         status, its summary, its stderr and its records."""
         with Fixture('ok', delay=0.05) as fixture:
             output = self.dir / name
-            process = subprocess.Popen([sys.executable, CLIENT, '--url', fixture.url, '--model', 'm', *args,
-                                        '--output', str(output)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            process = subprocess.Popen(script_command(CLIENT, '--url', fixture.url, '--model', 'm', *args,
+                                              '--output', str(output)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, env=script_env())
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and (not output.exists() or output.read_text().count('\n') < after):
                 time.sleep(0.05)

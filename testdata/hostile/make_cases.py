@@ -738,7 +738,7 @@ add("ka_cl_longer_than_body", "chat",
     (HEAD + "content-length: %d\r\n\r\n" % (len(full) + 40)).encode() + full,
     [False, False], ["transport", "transport"],
     RFC_CL + ": Content-Length promises 40 more bytes than arrive; the message never ends (held open), and the connection cannot be reused",
-    ["--idle", "1"], runs=2, keep_alive=True)
+    ["--idle", "0.3"], runs=2, keep_alive=True)
 
 evs = ok_chat
 raw = (HEAD + "transfer-encoding: chunked\r\n\r\n").encode()
