@@ -2829,8 +2829,9 @@ def _tokens_per_event(validator: StreamValidator) -> dict | None:
     if validator.token_ids is None:
         return None
     counts = sorted(validator.tokens_per_event)
+    median = (counts[(len(counts) - 1) // 2] + counts[len(counts) // 2]) / 2 if counts else None
     return {'events': len(counts), 'tokens': len(validator.token_ids), 'most': counts[-1] if counts else None,
-            'median': counts[(len(counts) - 1) // 2] if counts else None}
+            'median': int(median) if median is not None and median.is_integer() else median}
 
 
 def _unstreamed_body(data: bytes) -> dict:

@@ -5061,7 +5061,13 @@ class CrossCheckTests(unittest.TestCase):
                      chunk_json(delta={'content': 'b'}, token_ids=[]), chunk_json(finish_reason='stop'), '[DONE]'):
             validator.accept(data)
         self.assertEqual((validator.token_ids, validator.tokens_per_event), ([1, 2, 3, 4], [3, 1]))
-        self.assertEqual(stream_client._tokens_per_event(validator), {'events': 2, 'tokens': 4, 'most': 3, 'median': 1})
+        self.assertEqual(stream_client._tokens_per_event(validator), {'events': 2, 'tokens': 4, 'most': 3, 'median': 2})
+        four = ChatChunks()  # an even count of events: the median is the mean of the two middle counts
+        for data in (chunk_json(delta={'content': 'a'}, token_ids=[1]), chunk_json(delta={'content': 'b'}, token_ids=[2, 3]),
+                     chunk_json(delta={'content': 'c'}, token_ids=[4, 5]), chunk_json(delta={'content': 'd'}, token_ids=[6]),
+                     chunk_json(finish_reason='stop'), '[DONE]'):
+            four.accept(data)
+        self.assertEqual(stream_client._tokens_per_event(four)['median'], 1.5)
         self.assertIsNone(stream_client._tokens_per_event(ChatChunks()))
         with self.assertRaisesRegex(stream_client.StreamError, 'expected token_ids to be a list of integers in event 1'):
             ChatChunks().accept(chunk_json(delta={}, token_ids=[1, 'x']))
