@@ -5554,8 +5554,8 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
     is written to one control pipe that every worker watches; a worker whose parent is gone cancels
     itself too. Workers ignore SIGINT and SIGTERM: the parent alone decides."""
     control_read, control_write = os.pipe()
-    lock, pids, readers, parent_fds = threading.Lock(), [], [], [control_write]
-    for number in range(settings.processes):
+    lock, pids, parent_fds = threading.Lock(), [], [control_write]
+    for number in range(settings.processes):  # every fork before any thread of this load starts
         record_read, record_write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the worker
@@ -5566,15 +5566,16 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
         os.close(record_write)
         parent_fds.append(record_read)
         pids.append(pid)
-
-        def relay(fd: int = record_read) -> None:
-            with os.fdopen(fd, 'r', encoding='utf-8') as lines:
-                for line in lines:
-                    with lock:
-                        on_record(json.loads(line))
-        readers.append(threading.Thread(target=relay, daemon=True))
-        readers[-1].start()
     os.close(control_read)
+
+    def relay(fd: int) -> None:
+        with os.fdopen(fd, 'r', encoding='utf-8') as lines:
+            for line in lines:
+                with lock:
+                    on_record(json.loads(line))
+    readers = [threading.Thread(target=relay, args=(fd,), daemon=True) for fd in parent_fds[1:]]
+    for reader in readers:
+        reader.start()
     told = False
     for reader in readers:
         while reader.is_alive():

@@ -5985,6 +5985,22 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual([step['rate'] for step in summary['steps']], [4.0])  # the second step never started
         self.assertLess(len(records), summary['steps'][0]['scheduled_runs'])
 
+    def test_a_spread_load_forks_every_worker_before_it_starts_a_thread(self):
+        # A fork copies only the thread that calls it; a lock another thread holds stays locked in the child.
+        forked, fork = [], os.fork
+
+        def watched_fork() -> int:
+            forked.append(set(threading.enumerate()))
+            return fork()
+        with Fixture('ok') as fixture, mock.patch.object(os, 'fork', watched_fork):
+            before = set(threading.enumerate())
+            records = []
+            stream_client.run_load([stream_client.prepare(fixture.url, 'm', 'p')],
+                                   stream_client.LoadSettings(runs=6, concurrency=3, processes=3), records.append,
+                                   stream_client.Cancel())
+        self.assertEqual(sorted(record['run'] for record in records), list(range(6)))
+        self.assertEqual(forked, [before] * 3)
+
     def test_a_load_spread_over_processes_is_counted_exactly_in_one_file(self):
         layers = {mode: row.verdict.error_layer for mode, row in FixtureVerdictTests.EXPECTED.items()}
         with Fixture('mixed', seed=4, delay=0.005) as fixture:
