@@ -22,6 +22,7 @@ if sys.version_info < (3, 10):
 
 import argparse
 import collections
+import contextlib
 import dataclasses
 import difflib
 import email.utils
@@ -1105,6 +1106,15 @@ class FixtureServer(ThreadingHTTPServer):
     def handle_error(self, request, client_address) -> None:
         if not isinstance(sys.exc_info()[1], OSError):
             super().handle_error(request, client_address)
+
+    def shutdown_request(self, request) -> None:
+        """Close a connection as a correct server does: over TLS, with close_notify first, without waiting
+        for the client's own (a TLS close without it is an incomplete close, RFC 9112 9.8)."""
+        if isinstance(request, ssl.SSLSocket):
+            with contextlib.suppress(OSError, ValueError):
+                request.setblocking(False)  # the alert is sent at once; waiting for the client's raises
+                request.unwrap()
+        super().shutdown_request(request)
 
 
 def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, **settings) -> FixtureServer:

@@ -206,6 +206,7 @@ FAILURE_KINDS = {
     'eof_in_chunk': ('transport', 'the connection closed inside a chunk'),
     'eof_in_trailer': ('transport', 'the connection closed inside the chunked trailer section'),
     'no_last_chunk': ('transport', 'the chunked body ended without its terminating chunk'),
+    'tls_truncated': ('transport', 'a body that only the close delimits ended without TLS\'s close_notify'),
     'body_overrun': ('transport', 'bytes after the end of the message its framing declared'),
     'bad_chunk_size': ('transport', 'a chunk-size line that is not hexadecimal digits'),
     'chunk_too_large': ('transport', 'a chunk size over the bound'),
@@ -3207,7 +3208,8 @@ class _ContentLengthBody:
         self.received += len(raw)
         return raw
 
-    def eof_failure(self) -> StreamError | None:
+    def eof_failure(self, incomplete_close: bool = False) -> StreamError | None:
+        """Why a close now is premature; the length ends the body, whatever the close (RFC 9112, 9.8)."""
         return None if self.complete else _failure('body_truncated', f'connection closed after {self.progress()}')
 
     def progress(self) -> str:
@@ -3369,7 +3371,8 @@ class _ChunkedBody:
                                                'expected a field line "name: value"')
         return False
 
-    def eof_failure(self) -> StreamError | None:
+    def eof_failure(self, incomplete_close: bool = False) -> StreamError | None:
+        """Why a close now is premature; the last chunk ends the body, whatever the close (RFC 9112, 9.8)."""
         state, received = self._state, _count(self.received, 'body byte')
         if state is _Chunk.COMPLETE:
             return None
@@ -3401,8 +3404,14 @@ class _CloseDelimitedBody:
         self.received += len(raw)
         return raw
 
-    def eof_failure(self) -> None:
-        return None
+    def eof_failure(self, incomplete_close: bool = False) -> StreamError | None:
+        """None: the close ends this body, unless it was an incomplete close, a TLS connection closed
+        without close_notify, which could be an attacker's or a proxy's cut (RFC 9112, 9.8)."""
+        if not incomplete_close:
+            return None
+        return _failure('tls_truncated', f'the TLS connection closed without close_notify after '
+                                         f'{_count(self.received, "body byte")}: a body that ends with the '
+                                         f'connection is complete only with that alert')
 
     def progress(self) -> str:
         return f'{_count(self.received, "body byte")} and the connection still open'
@@ -3534,6 +3543,7 @@ class ResponseReader:
         self.received = 0     # bytes fed, head included
         self.opening = b''    # the first bytes fed, which say what kind of server answered
         self.reads = 0        # feeds that carried body bytes
+        self.incomplete_close = False  # the connection closed: over TLS, without close_notify (see eof())
         self._heads = _ResponseHeadParser()
         self._error_body: list[bytes] | None = None  # the body of a response whose status is not 200
         self._error_size = 0
@@ -3569,9 +3579,11 @@ class ResponseReader:
             self.error = exc
         return pieces
 
-    def eof(self) -> None:
-        """The connection closed. An error if that was inside the head or the body of an error status;
-        otherwise judge() reads how each layer ended."""
+    def eof(self, incomplete_close: bool = False) -> None:
+        """The connection closed (``incomplete_close``: a TLS connection, without close_notify). An error
+        if that was inside the head or the body of an error status; otherwise judge() reads how each
+        layer ended."""
+        self.incomplete_close = incomplete_close
         if self.error is not None:
             return
         self.error = self.early_end()
@@ -3660,11 +3672,12 @@ class UnstreamedReader:
             raise _failure('unstreamed_too_long', f'the unstreamed answer is longer than {_MAX_UNSTREAMED_BODY} bytes')
         self._parts.append(part)
 
-    def eof(self) -> None:
-        """The connection closed: an error unless the message had ended as its framing promised."""
+    def eof(self, incomplete_close: bool = False) -> None:
+        """The connection closed (``incomplete_close``: a TLS connection, without close_notify): an error
+        unless the message had ended as its framing promised."""
         if self.complete:
             return
-        self.error = self._heads.eof_failure() if self.head is None else self.body.eof_failure()
+        self.error = self._heads.eof_failure() if self.head is None else self.body.eof_failure(incomplete_close)
 
     def answer(self, api: str) -> Answer:
         """The answer of the whole response; StreamError for a broken message, a status other than 200
@@ -4280,6 +4293,7 @@ class _Connection:
         self.requests = 0                     # requests sent on it so far
         self.idle_since: float | None = None  # monotonic time at which its last response ended
         self.source: str | None = None        # who answered on it (see _source), once a response head came
+        self.incomplete_close = False         # TLS: it ended without close_notify (see _recv_unstamped)
 
 
 # SO_TIMESTAMPNS, which Python's socket module does not name: 35 in the asm-generic socket options, which these
@@ -4302,10 +4316,10 @@ def _ask_kernel_stamps(sock: socket.socket) -> bool:
     return True
 
 
-def _recv_stamped(sock: socket.socket) -> tuple[bytes, int | None]:
-    """One recv() of a connection that asked for kernel stamps, and the stamp of when its last bytes
-    arrived, in nanoseconds on the wall clock (None when the kernel sent none, as at the end of file)."""
-    raw, ancillary, _, _ = sock.recvmsg(_READ_SIZE, socket.CMSG_SPACE(_TIMESPEC.size))
+def _recv_stamped(connection: '_Connection') -> tuple[bytes, int | None]:
+    """One recv() of a plain connection that asked for kernel stamps, and the stamp of when its last
+    bytes arrived, in nanoseconds on the wall clock (None when the kernel sent none, as at the end of file)."""
+    raw, ancillary, _, _ = connection.sock.recvmsg(_READ_SIZE, socket.CMSG_SPACE(_TIMESPEC.size))
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) == _TIMESPEC.size:
             seconds, nanoseconds = _TIMESPEC.unpack(data)
@@ -4313,8 +4327,14 @@ def _recv_stamped(sock: socket.socket) -> tuple[bytes, int | None]:
     return raw, None
 
 
-def _recv_unstamped(sock: socket.socket) -> tuple[bytes, None]:
-    return sock.recv(_READ_SIZE), None
+def _recv_unstamped(connection: '_Connection') -> tuple[bytes, None]:
+    """One recv(). A TLS connection that ends without close_notify (an incomplete close) ends as b'' too,
+    and the connection keeps that fact for the reader (RFC 9112, 9.8)."""
+    try:
+        return connection.sock.recv(_READ_SIZE), None
+    except ssl.SSLEOFError:
+        connection.incomplete_close = True
+        return b'', None
 
 
 def _stray_bytes(sock: socket.socket) -> bool:
@@ -4559,12 +4579,12 @@ def _fetch_unstreamed(x: _Exchange) -> UnstreamedReader:
         x.phase = _Phase.HEADERS
         while not reader.complete:
             connection.sock.settimeout(_wait(x))
-            raw = connection.sock.recv(_READ_SIZE)
+            raw, _ = _recv_unstamped(connection)
             if not raw:
                 stop = _interruption(x)
                 if stop:
                     raise stop
-                reader.eof()
+                reader.eof(connection.incomplete_close)
                 break
             reader.feed(raw)
             x.phase = _Phase.BODY if reader.head is not None else x.phase
@@ -4604,7 +4624,8 @@ def _connect(x: _Exchange) -> _Connection:
         x.phase = _Phase.TLS
         sock.settimeout(_wait(x))
         with x.gate.released():
-            tls = request.ssl_context.wrap_socket(sock, server_hostname=request.host)
+            tls = request.ssl_context.wrap_socket(sock, server_hostname=request.host,
+                                                  suppress_ragged_eofs=False)  # see _recv_unstamped
     except BaseException:
         if x.cancel is not None:
             x.cancel.detach(sock)
@@ -4718,7 +4739,7 @@ def _take_read(x: _Exchange, raw: bytes, returned: float, kernel_ns: int | None 
         stop = _interruption(x)
         if stop:
             raise stop
-        reader.eof()
+        reader.eof(x.connection is not None and x.connection.incomplete_close)
         return []
     if returned > timeline.started + x.request.deadline:
         raise _deadline_failure(x)
@@ -4754,7 +4775,7 @@ def _receiver(connection: _Connection, x: _Exchange):
     if type(sock) is not socket.socket or not sys.platform.startswith('linux'):
         def receive() -> tuple[bytes, None]:
             sock.settimeout(_wait(x))
-            return _recv_unstamped(sock)
+            return _recv_unstamped(connection)
         return receive
     sock.settimeout(None)
     armed = [-1.0]  # the SO_RCVTIMEO in force, in seconds
@@ -4768,7 +4789,7 @@ def _receiver(connection: _Connection, x: _Exchange):
                             struct.pack('ll', int(seconds), int(seconds % 1 * 1_000_000)))
             armed[0] = seconds
         try:
-            return read(sock)
+            return read(connection)
         except BlockingIOError:  # SO_RCVTIMEO ran out
             raise TimeoutError('timed out') from None
     return receive
@@ -4789,8 +4810,8 @@ _FEEDS_PER_LOOK = 16  # reads a _Reactor feeds between two looks for connections
 class _Reading:
     """A response that a _Reactor reads for the worker thread waiting on it in _Reactor.read()."""
 
-    def __init__(self, sock: socket.socket, x: _Exchange, now: float, kernel_stamps: bool = False) -> None:
-        self.sock, self.x, self.fd, self.kernel_stamps = sock, x, sock.fileno(), kernel_stamps
+    def __init__(self, connection: _Connection, x: _Exchange, now: float) -> None:
+        self.connection, self.x, self.fd = connection, x, connection.sock.fileno()
         self.last = now                  # when the latest read returned (the idle timeout runs from it)
         self.idle, self.deadline_at = x.request.idle, x.timeline.started + x.request.deadline
         self.error: BaseException | None = None
@@ -4835,9 +4856,8 @@ class _Reactor:
     def read(self, connection: _Connection, x: _Exchange) -> None:
         """Read the response of a request sent on the connection into x; returns once it has been read to
         its end, or raises what ended it (see _Reactor)."""
-        sock = connection.sock
-        reading = _Reading(sock, x, time.perf_counter(), connection.kernel_stamps)
-        sock.setblocking(False)
+        reading = _Reading(connection, x, time.perf_counter())
+        connection.sock.setblocking(False)
         with self._lock:
             if self._broken is not None:
                 raise self._broken
@@ -4969,7 +4989,7 @@ class _Reactor:
                 self._poll.unregister(reading.fd)
             except (OSError, ValueError):
                 pass
-        reading.sock = reading.x = None  # its heap entry may outlive it until its due time
+        reading.connection = reading.x = None  # its heap entry may outlive it until its due time
         reading.over.release()
 
 
@@ -4984,13 +5004,13 @@ def _drained(fd: int) -> bool:
 def _receive_ready(reading: _Reading) -> tuple[bytes, int | None]:
     """What a ready non-blocking connection holds: one recv(), with the kernel's stamp when it gives them,
     and for TLS the rest of the record that OpenSSL has already decrypted, which the epoll set cannot see."""
-    sock = reading.sock
-    if reading.kernel_stamps:
-        return _recv_stamped(sock)
-    raw = sock.recv(_READ_SIZE)
-    if raw and isinstance(sock, ssl.SSLSocket):
-        while sock.pending():
-            raw += sock.recv(_READ_SIZE)
+    connection = reading.connection
+    if connection.kernel_stamps:
+        return _recv_stamped(connection)
+    raw, _ = _recv_unstamped(connection)
+    if raw and isinstance(connection.sock, ssl.SSLSocket):
+        while connection.sock.pending():
+            raw += connection.sock.recv(_READ_SIZE)
     return raw, None
 
 
@@ -5037,7 +5057,7 @@ def judge(reader: ResponseReader, failure: StreamError | None = None, cross_chec
             return Verdict(failure.layer, failure.message, None, None, application_complete, failure.kind)
         event_complete = reader.events.pending() is None if reader.body is not None else None
         return Verdict('transport', failure.message, False, event_complete, application_complete, failure.kind)
-    transport, events = reader.body.eof_failure(), reader.events.pending()
+    transport, events = reader.body.eof_failure(reader.incomplete_close), reader.events.pending()
     first = transport or events or outcome or _cross_check_failure(cross_check)
     return Verdict(first and first.layer, first and first.message, transport is None, events is None,
                    application_complete, first and first.kind)

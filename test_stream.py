@@ -1234,6 +1234,17 @@ def fixture_record(mode: str, api: str, profile: str, **options) -> dict:
         return stream(url, 'synthetic-fixture', 'READY', **options)
 
 
+def tcp_pair(test: unittest.TestCase) -> tuple[socket.socket, socket.socket]:
+    """Two ends of a loopback TCP connection, closed when the test ends."""
+    listener = socket.create_server(('127.0.0.1', 0))
+    ours = socket.create_connection(listener.getsockname())
+    theirs, _ = listener.accept()
+    listener.close()
+    test.addCleanup(ours.close)
+    test.addCleanup(theirs.close)
+    return ours, theirs
+
+
 def in_threads(work, items: list, threads: int = 8) -> list:
     """work(item) for every item, eight at a time; the results in order (run() is safe in threads)."""
     results = [None] * len(items)
@@ -2537,6 +2548,131 @@ def sized(size_line: bytes) -> bytes:
     return SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + chunked(ANSWER_EVENTS, line)
 
 
+class ClosingTlsServer(threading.Thread):
+    """A loopback TLS server that answers each connection's request with the same bytes, then ends the
+    connection as ``closure`` says: ``notify`` (TLS's closure alert, close_notify, then the TCP close) or
+    ``fin`` (a TCP close without close_notify: an incomplete close, RFC 9112 9.8)."""
+
+    def __init__(self, data: bytes, closure: str) -> None:
+        super().__init__(daemon=True)
+        self.data, self.closure = data, closure
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(TLS / 'server.pem', TLS / 'server.key')
+        self.listener = socket.create_server(('127.0.0.1', 0))
+        self.url = f'https://127.0.0.1:{self.listener.getsockname()[1]}/v1/chat/completions'
+
+    def run(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.answer, args=(sock,), daemon=True).start()
+
+    def answer(self, sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            tls = self.context.wrap_socket(sock, server_side=True)
+            request = b''
+            while b'\r\n\r\n' not in request:
+                request += tls.recv(65536)
+            tls.sendall(self.data)
+            if self.closure == 'notify':
+                tls.settimeout(5)
+                with contextlib.suppress(OSError):
+                    tls.unwrap()  # sends close_notify; the client's own alert, or its TCP close, ends the wait
+            else:
+                sock = socket.socket(fileno=tls.detach())
+                sock.shutdown(socket.SHUT_WR)
+                sock.settimeout(5)
+                sock.recv(1)  # until the client closes
+        sock.close()
+
+    def __enter__(self) -> 'ClosingTlsServer':
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.listener.close()
+
+
+class TlsClosureTests(unittest.TestCase):
+    """RFC 9112 9.8 over TLS: a close without close_notify (an incomplete close) leaves unfinished a body
+    that only the close delimits; Content-Length and chunked bodies end by their framing, whatever the close."""
+
+    BODY = ANSWER_EVENTS
+    FRAMINGS = {
+        'content-length': SSE_HEAD + b'content-length: %d\r\n\r\n' % len(BODY) + BODY,
+        'content-length short': SSE_HEAD + b'content-length: %d\r\n\r\n' % (len(BODY) + 10) + BODY,
+        'chunked': SSE_HEAD + b'transfer-encoding: chunked\r\n\r\n' + chunked(BODY),
+        'chunked without its last chunk': SSE_HEAD + b'transfer-encoding: chunked\r\n\r\n' + chunked(BODY, end=b''),
+        'the close': SSE_HEAD + b'connection: close\r\n\r\n' + BODY,
+        'the close, HTTP/1.0': b'HTTP/1.0 200 OK\r\ncontent-type: text/event-stream\r\n\r\n' + BODY,
+        'the close, no [DONE]': SSE_HEAD + b'connection: close\r\n\r\n' + BODY.replace(b'data: [DONE]\n\n', b''),
+    }
+    EXPECTED = {  # (framing, closure): (ok, error_kind)
+        ('content-length', 'notify'): (True, None),
+        ('content-length', 'fin'): (True, None),
+        ('content-length short', 'notify'): (False, 'body_truncated'),
+        ('content-length short', 'fin'): (False, 'body_truncated'),
+        ('chunked', 'notify'): (True, None),
+        ('chunked', 'fin'): (True, None),
+        ('chunked without its last chunk', 'notify'): (False, 'no_last_chunk'),
+        ('chunked without its last chunk', 'fin'): (False, 'no_last_chunk'),
+        ('the close', 'notify'): (True, None),
+        ('the close', 'fin'): (False, 'tls_truncated'),
+        ('the close, HTTP/1.0', 'notify'): (True, None),
+        ('the close, HTTP/1.0', 'fin'): (False, 'tls_truncated'),
+        ('the close, no [DONE]', 'notify'): (False, 'eof_before_done'),
+        ('the close, no [DONE]', 'fin'): (False, 'tls_truncated'),
+    }
+
+    def verdicts(self, framing: str, closure: str) -> list[tuple]:
+        """The verdict of one run, then of each run of a load of three (read by the reactor on Linux)."""
+        with ClosingTlsServer(self.FRAMINGS[framing], closure) as server:
+            request = stream_client.prepare(server.url, 'm', 'p', idle=5, ca_file=str(TLS / 'ca.pem'))
+            records = [stream_client.run(request)]
+            stream_client.run_load([request], stream_client.LoadSettings(runs=3, concurrency=3), records.append,
+                                   stream_client.Cancel())
+        return [(record['ok'], record['error_kind']) for record in records]
+
+    def test_each_framing_ends_as_rfc_9112_says_with_and_without_close_notify(self):
+        cases = list(self.EXPECTED)
+        for case, found in zip(cases, in_threads(lambda case: self.verdicts(*case), cases)):
+            with self.subTest(framing=case[0], closure=case[1]):
+                self.assertEqual(found, [self.EXPECTED[case]] * 4)
+
+    def test_the_message_names_the_missing_alert_and_what_had_arrived(self):
+        with ClosingTlsServer(self.FRAMINGS['the close'], 'fin') as server:
+            record = stream(server.url, 'm', 'p', idle=5, ca_file=str(TLS / 'ca.pem'))
+        self.assertEqual(record['error_layer'], 'transport')
+        self.assertEqual(record['error'], f'transport: the TLS connection closed without close_notify after '
+                                          f'{len(self.BODY)} body bytes: a body that ends with the connection is '
+                                          f'complete only with that alert')
+        self.assertEqual((record['transport_complete'], record['text']), (False, 'hi'))
+
+    def test_the_fixture_ends_its_tls_connections_with_close_notify(self):
+        tls = {'tls_cert': str(TLS / 'server.pem'), 'tls_key': str(TLS / 'server.key')}
+        with Fixture(replay=self.FRAMINGS['the close'], **tls) as fixture:
+            record = stream(fixture.url.replace('http:', 'https:'), 'm', 'p', ca_file=str(TLS / 'ca.pem'))
+        self.assertEqual((record['ok'], record['error']), (True, None))
+
+    def test_over_plain_tcp_a_close_delimits_the_body(self):
+        with Fixture(replay=self.FRAMINGS['the close']) as fixture:
+            self.assertTrue(stream(fixture.url, 'm', 'p')['ok'])
+
+    def test_the_reader_is_told_of_an_incomplete_close(self):
+        for framing, expected in (('the close', 'tls_truncated'), ('content-length', None), ('chunked', None)):
+            with self.subTest(framing=framing):
+                reader = stream_client.ResponseReader(stream_client.ChatChunks())
+                reader.feed(self.FRAMINGS[framing])
+                reader.eof(incomplete_close=True)
+                self.assertEqual(stream_client.judge(reader).kind, expected)
+        reader = stream_client.ResponseReader(stream_client.ChatChunks())
+        reader.feed(self.FRAMINGS['the close'])
+        reader.eof()
+        self.assertIsNone(stream_client.judge(reader).kind)
+
+
 class StrictCase(NamedTuple):
     response: bytes
     layer: str | None
@@ -3311,18 +3447,16 @@ class ReactorTests(unittest.TestCase):
                 self.assertEqual(found, found[:1] * 5)
 
     def test_every_read_of_a_pass_is_stamped_before_any_of_them_is_fed(self):
-        reactor, fed, pairs = stream_client._Reactor(), [], [socket.socketpair() for _ in range(3)]
+        reactor, fed, pairs = stream_client._Reactor(), [], [tcp_pair(self) for _ in range(3)]
         self.addCleanup(reactor.close)
         for ours, theirs in pairs:
-            self.addCleanup(ours.close)
-            self.addCleanup(theirs.close)
             theirs.sendall(b'HTTP/1.1 200 OK\r\n')
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
-        readings = [stream_client._Reading(ours, stream_client._Exchange(request), time.perf_counter())
-                    for ours, _ in pairs]
+        readings = [stream_client._Reading(stream_client._Connection(ours), stream_client._Exchange(request),
+                                           time.perf_counter()) for ours, _ in pairs]
         reads = collections.deque()
         for reading in readings:
-            reading.sock.setblocking(False)
+            reading.connection.sock.setblocking(False)
             reactor._readings[reading.fd] = reading
         reactor._read_ready([(reading.fd, select.EPOLLIN) for reading in readings], reads)
 
@@ -3475,7 +3609,7 @@ class ArrivalStampTests(unittest.TestCase):
         stream_client._ask_kernel_stamps(ours)
         for _ in range(500):
             theirs.sendall(b'.')
-            if stream_client._recv_stamped(ours)[1] is not None:
+            if stream_client._recv_stamped(stream_client._Connection(ours))[1] is not None:
                 break
             time.sleep(0.01)
 
@@ -3549,14 +3683,14 @@ class ArrivalStampTests(unittest.TestCase):
 
     @unittest.skipUnless(KERNEL_STAMPS and stream_client._EPOLL, 'the kernel stamps reads on Linux only')
     def test_the_reactor_stamps_a_read_when_its_bytes_arrived(self):
-        ours, theirs = self.tcp_pair()
+        ours, theirs = tcp_pair(self)
         reactor, connection = stream_client._Reactor(), stream_client._Connection(ours)
         self.addCleanup(reactor.close)
         self.assertTrue(connection.kernel_stamps)
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
         x = stream_client._Exchange(request)
         x.phase = stream_client._Phase.HEADERS
-        reading = stream_client._Reading(ours, x, time.perf_counter(), connection.kernel_stamps)
+        reading = stream_client._Reading(connection, x, time.perf_counter())
         ours.setblocking(False)
         reactor._readings[reading.fd] = reading
         before = time.perf_counter()
@@ -3575,7 +3709,7 @@ class ArrivalStampTests(unittest.TestCase):
         gate = stream_client._Gate(threading.Lock())
         reactor = stream_client._Reactor(gate)
         self.addCleanup(reactor.close)
-        ours, theirs = self.tcp_pair()
+        ours, theirs = tcp_pair(self)
         entered, during = threading.Event(), []
 
         def worker() -> None:
@@ -3627,15 +3761,6 @@ class ArrivalStampTests(unittest.TestCase):
             finished = rang.wait(10)
         reactor.close()
         self.assertTrue(finished)
-
-    def tcp_pair(self) -> tuple[socket.socket, socket.socket]:
-        listener = socket.create_server(('127.0.0.1', 0))
-        ours = socket.create_connection(listener.getsockname())
-        theirs, _ = listener.accept()
-        listener.close()
-        self.addCleanup(ours.close)
-        self.addCleanup(theirs.close)
-        return ours, theirs
 
 
 class ReportTests(unittest.TestCase):
@@ -5136,11 +5261,11 @@ def kind_of_events(validator: stream_client.StreamValidator, events: list) -> st
     return failure and failure.kind
 
 
-def kind_of_response(raw: bytes, api: str = 'chat') -> str | None:
+def kind_of_response(raw: bytes, api: str = 'chat', incomplete_close: bool = False) -> str | None:
     """The kind of the verdict on these response bytes, fed whole and then closed."""
     reader = stream_client.ResponseReader(stream_client.VALIDATORS[api]())
     reader.feed(raw)
-    reader.eof()
+    reader.eof(incomplete_close)
     return stream_client.judge(reader).kind
 
 
@@ -5286,6 +5411,7 @@ FAILURE_PRODUCERS = {
     'eof_in_chunk': lambda: kind_of_response(CHUNKED + b'9\r\ndata'),
     'eof_in_trailer': lambda: kind_of_response(CHUNKED + chunked(ANSWER_EVENTS, end=b'0\r\nX-T: 1\r\n')),
     'no_last_chunk': lambda: kind_of_response(CHUNKED + chunked(ANSWER_EVENTS, end=b'')),
+    'tls_truncated': lambda: kind_of_response(SSE_HEAD + b'\r\n' + ANSWER_EVENTS, incomplete_close=True),
     'body_overrun': lambda: kind_of_response(SSE_HEAD + b'Content-Length: 2\r\n\r\n: more\n\n'),
     'bad_chunk_size': lambda: kind_of_response(CHUNKED + b'zz\r\n'),
     'chunk_too_large': lambda: kind_of_response(CHUNKED + b'f' * 20 + b'\r\n'),
@@ -5992,14 +6118,19 @@ class GoodputTests(unittest.TestCase):
         def watched_fork() -> int:
             forked.append(set(threading.enumerate()))
             return fork()
-        with Fixture('ok') as fixture, mock.patch.object(os, 'fork', watched_fork):
-            before = set(threading.enumerate())
-            records = []
-            stream_client.run_load([stream_client.prepare(fixture.url, 'm', 'p')],
+        server = subprocess.Popen(script_command(FIXTURE_SCRIPT, '--port', '0', '--delay', '0.002'),
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=script_env())
+        self.addCleanup(lambda: (server.kill(), server.communicate()))
+        url = server.stdout.readline().split()[-1]  # a server in a process of its own: no thread of it here
+        records, before = [], set(threading.enumerate())
+        with mock.patch.object(os, 'fork', watched_fork):
+            stream_client.run_load([stream_client.prepare(url, 'm', 'p')],
                                    stream_client.LoadSettings(runs=6, concurrency=3, processes=3), records.append,
                                    stream_client.Cancel())
         self.assertEqual(sorted(record['run'] for record in records), list(range(6)))
-        self.assertEqual(forked, [before] * 3)
+        self.assertEqual(len(forked), 3)
+        for threads in forked:  # threads of earlier tests may end meanwhile; none may begin
+            self.assertLessEqual(threads, before)
 
     def test_a_load_spread_over_processes_is_counted_exactly_in_one_file(self):
         layers = {mode: row.verdict.error_layer for mode, row in FixtureVerdictTests.EXPECTED.items()}
