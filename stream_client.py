@@ -4248,16 +4248,32 @@ class Cancel:
     those runs records an interrupted failure. Shared by the runs of one load; safe in threads."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a signal handler that cancels may run in a thread that holds it
         self._sockets: set[socket.socket] = set()
+        self._hooks: list = []
         self.reason: str | None = None  # the signal that cancelled, once it did
 
     def cancel(self, reason: str) -> None:
         with self._lock:
+            hooks = list(self._hooks) if self.reason is None else []
             self.reason = self.reason or reason
             sockets = list(self._sockets)
         for sock in sockets:
             _shut(sock)
+        for hook in hooks:
+            hook(self.reason)
+
+    def on_cancel(self, hook) -> None:
+        """Call hook(reason) when the cancel comes, in the thread that cancels (at once if it has come)."""
+        with self._lock:
+            self._hooks.append(hook)
+            reason = self.reason
+        if reason is not None:
+            hook(reason)
+
+    def forget(self, hook) -> None:
+        with self._lock:
+            self._hooks.remove(hook)
 
     def attach(self, sock: socket.socket) -> None:
         with self._lock:
@@ -5593,20 +5609,28 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
             for line in lines:
                 with lock:
                     on_record(json.loads(line))
+    def tell(reason: str) -> None:  # the moment the load is cancelled, so that no worker starts a run after it
+        _tell_workers(control_write, reason, settings.processes)
     readers = [threading.Thread(target=relay, args=(fd,), daemon=True) for fd in parent_fds[1:]]
     for reader in readers:
         reader.start()
-    told = False
+    cancel.on_cancel(tell)
     for reader in readers:
         while reader.is_alive():
-            reader.join(0.05)
-            if cancel.reason is not None and not told:
-                message = cancel.reason.encode()[:_CANCEL_MESSAGE].ljust(_CANCEL_MESSAGE)
-                os.write(control_write, message * settings.processes)
-                told = True
+            reader.join(0.1)  # in short waits, so that signals are handled
+    cancel.forget(tell)  # before the pipe closes: its descriptor's number may be reused
     os.close(control_write)
     for pid in pids:
         os.waitpid(pid, 0)
+
+
+def _tell_workers(control: int, reason: str, processes: int) -> None:
+    """Write a cancel's reason to the control pipe once for each worker process; a pipe that every worker
+    has left already (EPIPE: the load was ending) has nobody to tell."""
+    try:
+        os.write(control, reason.encode()[:_CANCEL_MESSAGE].ljust(_CANCEL_MESSAGE) * processes)
+    except OSError:
+        pass
 
 
 def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, started: float, described: dict,
@@ -7108,7 +7132,7 @@ def _serve_until_signal(server: ExporterServer, exporter: Exporter, cancel: Canc
     server.shutdown()
     server.server_close()
     server.wait_answered()  # every run is inside a request being answered: their records are kept by then
-    _after_signals(True)  # the records are on disk: a further signal changes nothing
+    _ignore_signals()  # the records are on disk
     return _SIGNAL_EXIT[stopping[0]]
 
 
@@ -7581,8 +7605,7 @@ def _reserve_files(args) -> tuple[int, int | None]:
     can never be left empty."""
     if args.capture is not None and os.path.abspath(args.capture) == os.path.abspath(args.output):
         raise UsageError('--capture and --output must be different files')
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
+    _ignore_signals()
     fd = _reserve_output(args.output)
     if args.capture is None:
         return fd, None
@@ -7616,28 +7639,29 @@ def _run_command(args, request: PreparedRequest, fd: int, capture_fd: int | None
     except KeyboardInterrupt:
         record, status = _failed_record(request, _interrupted_before_sending('SIGINT')), 130
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _ignore_signals()  # until the process ends: the record is written next, then reported
         if record is None:  # a bug in this client: still leave a valid record, then show the traceback
             record = _failed_record(request, _failure('client_error', 'the client failed before finishing its record'))
         if capture_fd is not None:
             kept = _save_capture(capture_fd, args.capture, capture, request.secrets())
             record = {**record, 'capture': {**(record['capture'] or {'bytes': 0, 'truncated': False}), 'file': kept}}
         _write_record(fd, record)
-    _after_signals(status in _SIGNAL_EXIT.values())  # the evidence is safe on disk now
     view.verdict(record)
     return record, status
 
 
-def _after_signals(interrupted: bool) -> None:
-    """Once the evidence is on disk: back to the default signal handling, unless a signal already
-    interrupted the work, in which case further ones are ignored until the process has said its last."""
-    if interrupted:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    else:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+def _ignore_signals() -> None:
+    """SIGINT and SIGTERM change nothing from here on: while an evidence file is reserved but not yet
+    written, and once the evidence is on disk and the process only reports it, where a signal could only
+    lose the summary (and the exit status it would say)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _default_signals() -> None:
+    """Back to Python's own handling of SIGINT and SIGTERM: nothing was reserved."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _emit(text: str) -> None:
@@ -7845,7 +7869,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
                 run_load(requests, settings, on_record, cancel)
     if report is not None:
         _write_report(report_fd, report)
-    _after_signals(cancel.reason is not None)
+    _ignore_signals()  # the records are on disk: what is left is to report them
     result = summary.result()
     view.clear()
     view.finish(result)
@@ -7920,7 +7944,7 @@ def main(argv: list[str] | None = None) -> int:
             fd, capture_fd = _reserve_files(args)
             report_fd = _reserve_report(args, fd)
         except (UsageError, ValueError) as exc:
-            _after_signals(False)
+            _default_signals()
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
             print(f'{parser.prog}: error: {message}', file=sys.stderr)
             return 2

@@ -4305,6 +4305,30 @@ class CommandLineTests(unittest.TestCase):
                 self.assertFalse(json.loads(stdout)['ok'])
 
 
+    def test_a_signal_once_the_evidence_is_on_disk_changes_nothing(self):
+        # The client, made to signal itself just before it prints its summary line: a run and a load.
+        late = ('import os, signal, sys\n'
+                f'sys.path.insert(0, {str(HERE)!r})\n'
+                'import stream_client\n'
+                'emit = stream_client._emit\n'
+                'def signalled(text):\n'
+                '    os.kill(os.getpid(), getattr(signal, os.environ["LATE_SIGNAL"]))\n'
+                '    emit(text)\n'
+                'stream_client._emit = signalled\n'
+                'sys.exit(stream_client.main(sys.argv[1:]))\n')
+        for name, args in (('one run', []), ('a load', ['--runs', '3', '--concurrency', '3'])):
+            for signum in ('SIGINT', 'SIGTERM'):
+                with self.subTest(name, signal=signum), Fixture() as fixture:
+                    output = self.dir / f'{name}-{signum}.jsonl'
+                    done = subprocess.run([sys.executable, '-c', late, '--url', fixture.url, '--model', 'm', *args,
+                                           '--output', str(output)], capture_output=True, text=True, timeout=60,
+                                          env=script_env(dict(os.environ, LATE_SIGNAL=signum)))
+                    self.assertEqual((done.returncode, done.stderr), (0, ''))
+                    self.assertTrue(json.loads(done.stdout)['ok'])
+                    text = output.read_text()
+                    records = [json.loads(line) for line in text.splitlines()] if args else [json.loads(text)]
+                    self.assertEqual([record['ok'] for record in records], [True] * (3 if args else 1))
+
 # ---------------------------------------------------------------------------
 # The exporter: a strict reader of the Prometheus text exposition format 0.0.4
 # ---------------------------------------------------------------------------
@@ -6110,6 +6134,54 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual(summary['runs'], len(records))
         self.assertEqual([step['rate'] for step in summary['steps']], [4.0])  # the second step never started
         self.assertLess(len(records), summary['steps'][0]['scheduled_runs'])
+
+    def test_a_cancel_calls_its_hooks_once_at_once(self):
+        cancel, called = stream_client.Cancel(), []
+        cancel.on_cancel(lambda reason: called.append(('before', reason)))
+        gone = lambda reason: called.append(('forgotten', reason))  # noqa: E731
+        cancel.on_cancel(gone)
+        cancel.forget(gone)
+        cancel.cancel('SIGTERM')
+        cancel.cancel('SIGINT')  # a second cancel changes nothing
+        self.assertEqual(called, [('before', 'SIGTERM')])
+        cancel.on_cancel(lambda reason: called.append(('after', reason)))
+        self.assertEqual(called, [('before', 'SIGTERM'), ('after', 'SIGTERM')])
+
+    def test_a_spread_load_tells_its_workers_before_the_cancel_returns(self):
+        server = subprocess.Popen(script_command(FIXTURE_SCRIPT, '--port', '0', '--mode', 'stall'),
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=script_env())
+        self.addCleanup(lambda: (server.kill(), server.communicate()))
+        url = server.stdout.readline().split()[-1]
+        records, cancel, told, listening = [], stream_client.Cancel(), [], threading.Event()
+        write, on_cancel = os.write, cancel.on_cancel
+
+        def watched_write(fd: int, data: bytes) -> int:
+            if data.startswith(b'SIGINT'):
+                told.append(data)
+            return write(fd, data)
+
+        def watched_on_cancel(hook) -> None:
+            on_cancel(hook)
+            listening.set()
+        with mock.patch.object(os, 'write', watched_write), mock.patch.object(cancel, 'on_cancel', watched_on_cancel):
+            load = threading.Thread(target=stream_client.run_load, args=(
+                [stream_client.prepare(url, 'm', 'p', idle=30)],
+                stream_client.LoadSettings(runs=40, concurrency=4, processes=2), records.append, cancel))
+            load.start()
+            self.assertTrue(listening.wait(30))  # the workers are forked, and the load waits for its cancel
+            cancel.cancel('SIGINT')
+            self.assertEqual(told, [b'SIGINT'.ljust(16) * 2])  # written by cancel() itself, not later
+            load.join(30)
+        self.assertFalse(load.is_alive())
+        self.assertLessEqual({record['error_layer'] for record in records}, {'interrupted'})  # stalled: only the cancel ends them
+
+    def test_telling_workers_that_have_all_ended_is_no_error(self):
+        read, write = os.pipe()
+        os.close(read)  # every worker has ended: EPIPE
+        try:
+            stream_client._tell_workers(write, 'SIGINT', 2)
+        finally:
+            os.close(write)
 
     def test_a_spread_load_forks_every_worker_before_it_starts_a_thread(self):
         # A fork copies only the thread that calls it; a lock another thread holds stays locked in the child.
