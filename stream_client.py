@@ -195,6 +195,7 @@ FAILURE_KINDS = {
     'bad_header_line': ('http', 'a header line that is not "name: value"'),
     'unsupported_encoding': ('http', 'a Content-Encoding or Transfer-Encoding this client does not read'),
     'ambiguous_framing': ('http', 'both Transfer-Encoding and Content-Length'),
+    'http10_transfer_encoding': ('http', 'an HTTP/1.0 response with Transfer-Encoding, whose framing is faulty'),
     'bad_content_length': ('http', 'a Content-Length that is not digits, too large, or values that disagree'),
     'content_type': ('http', 'a 200 whose content type is not text/event-stream'),
     'status_not_200': ('http', "a status other than 200, with the server's message when it sent one"),
@@ -3423,6 +3424,9 @@ def _body_reader(head: _ResponseHead) -> _ContentLengthBody | _ChunkedBody | _Cl
     if any(coding != 'identity' for coding in encodings):
         raise _failure('unsupported_encoding', f'unsupported content-encoding {", ".join(head.get_all("Content-Encoding"))!r}')
     if head.get_all('Transfer-Encoding'):
+        if head.version == '1.0':  # RFC 9112, 6.1: a hop that speaks only HTTP/1.0 may have passed chunks on
+            raise _failure('http10_transfer_encoding', 'an HTTP/1.0 response with Transfer-Encoding: its framing '
+                                                       'is faulty, as an HTTP/1.0 hop may have passed it on unread')
         if head.field_list('Transfer-Encoding') != ['chunked']:
             raise _failure('unsupported_encoding', f'unsupported transfer-encoding '
                                                    f'{", ".join(head.get_all("Transfer-Encoding"))!r}; expected chunked alone')

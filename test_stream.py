@@ -2509,6 +2509,7 @@ FRAMING_MUTATIONS = {
     'Transfer-Encoding and Content-Length': (lambda r, g: _edit_head(r, _insert_header(b'Content-Length: 9')),
                                              True, 'http'),
     'Content-Encoding gzip': (lambda r, g: _edit_head(r, _insert_header(b'Content-Encoding: gzip')), False, 'http'),
+    'chunked in HTTP/1.0': (lambda r, g: b'HTTP/1.0' + r[len(b'HTTP/1.1'):], True, 'http'),
     'Content-Length of 3000 digits': (lambda r, g: _edit_head(r, _insert_header(b'Content-Length: 1' + b'0' * 2999)),
                                       False, 'http'),
     'a 103 first': (lambda r, g: b'HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n' + r, False, None),
@@ -2690,7 +2691,12 @@ STRICT_CASES = {
     'a control character in a value': StrictCase(SSE_HEAD + b'X-Bad: a\x00b\r\n\r\n' + ANSWER_EVENTS, 'http',
                                                  'invalid header line'),
     'an obs-fold line is joined': StrictCase(SSE_HEAD + b'X-Long: a\r\n\t b\r\n\r\n' + ANSWER_EVENTS, None),
-    # 2. several Transfer-Encoding lines are one list
+    # 2. several Transfer-Encoding lines are one list; HTTP/1.0 has none (RFC 9112, 6.1) and ends at the close
+    'Transfer-Encoding in HTTP/1.0': StrictCase(
+        b'HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n'
+        + chunked(ANSWER_EVENTS), 'http', 'an HTTP/1.0 response with Transfer-Encoding: its framing is faulty'),
+    'HTTP/1.0 delimited by the close': StrictCase(
+        b'HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n' + ANSWER_EVENTS, None),
     'gzip then chunked': StrictCase(SSE_HEAD + b'Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n'
                                     + chunked(ANSWER_EVENTS), 'http', "unsupported transfer-encoding 'gzip, chunked'"),
     'chunked twice': StrictCase(SSE_HEAD + b'Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n'
@@ -5421,6 +5427,8 @@ FAILURE_PRODUCERS = {
     'bad_header_line': lambda: kind_of_response(SSE_HEAD + b'no colon here\r\n\r\n'),
     'unsupported_encoding': lambda: kind_of_response(SSE_HEAD + b'Content-Encoding: gzip\r\n\r\n'),
     'ambiguous_framing': lambda: kind_of_response(SSE_HEAD + b'Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n'),
+    'http10_transfer_encoding': lambda: kind_of_response(b'HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n'
+                                                         b'Transfer-Encoding: chunked\r\n\r\n'),
     'bad_content_length': lambda: kind_of_response(SSE_HEAD + b'Content-Length: five\r\n\r\n'),
     'content_type': lambda: kind_of_response(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{}'),
     'status_not_200': lambda: kind_of_response(b'HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n'),
