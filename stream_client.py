@@ -4059,11 +4059,18 @@ def _answer_fields(api: str, tools: list | None, spec: AnswerSpec, json_schema: 
     return fields
 
 
+_IGNORE_UNEXPECTED_EOF = getattr(ssl, 'OP_IGNORE_UNEXPECTED_EOF', 0)  # OpenSSL 3 only
+
+
 def _ssl_context(ca_file: str | None) -> ssl.SSLContext:
+    """The default context, with an end of the connection without close_notify reported, never taken for
+    one with it (OpenSSL's OP_IGNORE_UNEXPECTED_EOF, which some Pythons and configurations set)."""
     try:
-        return ssl.create_default_context(cafile=ca_file)
+        context = ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as exc:
         raise ValueError(f'cannot load --ca-file {ca_file!r}: {exc.strerror or exc}') from None
+    context.options &= ~_IGNORE_UNEXPECTED_EOF
+    return context
 
 
 def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,

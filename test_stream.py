@@ -2661,6 +2661,14 @@ class TlsClosureTests(unittest.TestCase):
         with Fixture(replay=self.FRAMINGS['the close']) as fixture:
             self.assertTrue(stream(fixture.url, 'm', 'p')['ok'])
 
+    @unittest.skipUnless(hasattr(ssl, 'OP_IGNORE_UNEXPECTED_EOF'), 'OpenSSL 3 names the option')
+    def test_the_context_reports_an_end_without_close_notify(self):
+        lenient = ssl.create_default_context()
+        lenient.options |= ssl.OP_IGNORE_UNEXPECTED_EOF  # as Python 3.8 and 3.9, or an OpenSSL configuration, set it
+        with mock.patch.object(ssl, 'create_default_context', lambda **kwargs: lenient):
+            context = stream_client._ssl_context(None)
+        self.assertFalse(context.options & ssl.OP_IGNORE_UNEXPECTED_EOF)
+
     def test_the_reader_is_told_of_an_incomplete_close(self):
         for framing, expected in (('the close', 'tls_truncated'), ('content-length', None), ('chunked', None)):
             with self.subTest(framing=framing):
