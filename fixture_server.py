@@ -1066,7 +1066,8 @@ class FixtureServer(ThreadingHTTPServer):
     def __init__(self, port: int = 18080, *, mode: str = 'ok', delay: float = 0.05, profile: str = 'guide',
                  api_key: str | None = None, tokens: int | None = None, reasoning_field: str = 'reasoning',
                  replay: bytes | None = None, replay_twin: bytes | None = None, tls_cert: str | None = None, tls_key: str | None = None,
-                 seed: int = 0, model_name: str | None = None, idle_close: float = KEEP_ALIVE_TIMEOUT) -> None:
+                 seed: int = 0, model_name: str | None = None, idle_close: float = KEEP_ALIVE_TIMEOUT,
+                 close_notify: bool = True) -> None:
         if mode not in CHOICES:
             raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
         if profile not in PROFILES:
@@ -1081,9 +1082,12 @@ class FixtureServer(ThreadingHTTPServer):
             raise ValueError('model_name must not be empty')
         if not idle_close > 0:
             raise ValueError('idle_close must be a positive number of seconds')
+        if not close_notify and not tls_cert:
+            raise ValueError('close_notify is TLS\'s closure alert: it needs tls_cert')
         self.mode, self.delay, self.profile, self.api_key = mode, delay, profile, api_key
         self.tokens, self.reasoning_field, self.model_name = tokens, reasoning_field, model_name
         self.idle_close = idle_close  # seconds a kept-alive connection waits for its next request
+        self.close_notify = close_notify  # TLS: end each connection with the closure alert (see shutdown_request)
         self.replay = mark_replay(*parse_capture(replay)) if replay is not None else None
         if replay_twin is not None and replay is None:
             raise ValueError('replay_twin is the unstreamed twin of a replay; give replay too')
@@ -1109,8 +1113,9 @@ class FixtureServer(ThreadingHTTPServer):
 
     def shutdown_request(self, request) -> None:
         """Close a connection as a correct server does: over TLS, with close_notify first, without waiting
-        for the client's own (a TLS close without it is an incomplete close, RFC 9112 9.8)."""
-        if isinstance(request, ssl.SSLSocket):
+        for the client's own (a TLS close without it is an incomplete close, RFC 9112 9.8, which
+        close_notify False reproduces)."""
+        if isinstance(request, ssl.SSLSocket) and self.close_notify:
             with contextlib.suppress(OSError, ValueError):
                 request.setblocking(False)  # the alert is sent at once; waiting for the client's raises
                 request.unwrap()
@@ -1186,9 +1191,14 @@ def main(argv: list[str] | None = None) -> int:
                              'disconnected" on a reused connection')
     parser.add_argument('--tls-cert', metavar='PEM', help='serve HTTPS with this certificate (chain)')
     parser.add_argument('--tls-key', metavar='PEM', help='the private key of --tls-cert')
+    parser.add_argument('--tls-no-close-notify', action='store_true',
+                        help='with --tls-cert: end connections without TLS\'s closure alert, as a cut does (a '
+                             '--replay without Content-Length or chunking then ends unfinished)')
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error('--tls-cert and --tls-key go together')
+    if args.tls_no_close_notify and not args.tls_cert:
+        parser.error('--tls-no-close-notify needs --tls-cert')
     if args.rate is not None:
         if args.tokens is None or not args.rate > 0:
             parser.error('--rate needs --tokens and a positive number')
@@ -1209,7 +1219,8 @@ def main(argv: list[str] | None = None) -> int:
                           tokens=args.tokens, reasoning_field=args.reasoning_field, replay=replay,
                           replay_twin=replay_twin,
                           tls_cert=args.tls_cert, tls_key=args.tls_key, seed=args.seed,
-                          model_name=args.model_name, idle_close=args.idle_close)
+                          model_name=args.model_name, idle_close=args.idle_close,
+                          close_notify=not args.tls_no_close_notify)
     except ValueError as exc:
         parser.error(str(exc))
     except OSError as exc:  # includes ssl.SSLError for an unusable certificate or key

@@ -1823,7 +1823,7 @@ class FixtureCommandLineTests(unittest.TestCase):
 
     def test_bad_flags_exit_2(self):
         for args in (['--rate', '5'], ['--tokens', '3', '--rate', '0'], ['--delay', '-1'], ['--tokens', '0'],
-                     ['--idle-close', '0'],
+                     ['--idle-close', '0'], ['--tls-no-close-notify'],
                      ['--tls-cert', 'a.pem'], ['--replay', 'absent.http'], ['--mode', 'nope'],
                      ['--replay-twin', str(TRACES / 'x1_chat_pair_tool_call_unstreamed.http')],
                      ['--replay', str(TRACES / 'x1_chat_pair_tool_call_stream.http'), '--replay-twin', 'absent.http']):
@@ -2651,11 +2651,15 @@ class TlsClosureTests(unittest.TestCase):
                                           f'complete only with that alert')
         self.assertEqual((record['transport_complete'], record['text']), (False, 'hi'))
 
-    def test_the_fixture_ends_its_tls_connections_with_close_notify(self):
+    def test_the_fixture_ends_its_tls_connections_with_close_notify_unless_told_not_to(self):
         tls = {'tls_cert': str(TLS / 'server.pem'), 'tls_key': str(TLS / 'server.key')}
-        with Fixture(replay=self.FRAMINGS['the close'], **tls) as fixture:
-            record = stream(fixture.url.replace('http:', 'https:'), 'm', 'p', ca_file=str(TLS / 'ca.pem'))
-        self.assertEqual((record['ok'], record['error']), (True, None))
+        for close_notify, expected in ((True, (True, None)), (False, (False, 'tls_truncated'))):
+            with self.subTest(close_notify=close_notify), \
+                    Fixture(replay=self.FRAMINGS['the close'], close_notify=close_notify, **tls) as fixture:
+                record = stream(fixture.url.replace('http:', 'https:'), 'm', 'p', ca_file=str(TLS / 'ca.pem'))
+            self.assertEqual((record['ok'], record['error_kind']), expected)
+        with self.assertRaisesRegex(ValueError, 'needs tls_cert'):
+            fixture_server.server(0, close_notify=False)
 
     def test_over_plain_tcp_a_close_delimits_the_body(self):
         with Fixture(replay=self.FRAMINGS['the close']) as fixture:
