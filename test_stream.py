@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import atexit
 import base64
 import collections
 import contextlib
@@ -52,6 +53,7 @@ FIXTURE_SCRIPT = str(HERE / 'fixture_server.py')
 # __file__ and sys.path[0]. CopiedAloneTests and the tests of how a script names itself start the file
 # itself.
 _PYCACHE = tempfile.TemporaryDirectory(prefix='stream-tests-pycache-')
+atexit.register(_PYCACHE.cleanup)
 _LAUNCHER = ('import __main__, importlib.machinery, os, sys\n'
              'sys.argv.pop(0)\n'
              'sys.path[0] = os.path.dirname(sys.argv[0])\n'
@@ -2572,17 +2574,16 @@ class ClosingTlsServer(threading.Thread):
 
     def answer(self, sock: socket.socket) -> None:
         with contextlib.suppress(OSError):
-            tls = self.context.wrap_socket(sock, server_side=True)
+            sock = self.context.wrap_socket(sock, server_side=True)  # it takes the descriptor over
             request = b''
             while b'\r\n\r\n' not in request:
-                request += tls.recv(65536)
-            tls.sendall(self.data)
+                request += sock.recv(65536)
+            sock.sendall(self.data)
             if self.closure == 'notify':
-                tls.settimeout(5)
-                with contextlib.suppress(OSError):
-                    tls.unwrap()  # sends close_notify; the client's own alert, or its TCP close, ends the wait
+                sock.settimeout(5)
+                sock.unwrap()  # sends close_notify; the client's own alert, or its TCP close, ends the wait
             else:
-                sock = socket.socket(fileno=tls.detach())
+                sock = socket.socket(fileno=sock.detach())
                 sock.shutdown(socket.SHUT_WR)
                 sock.settimeout(5)
                 sock.recv(1)  # until the client closes
