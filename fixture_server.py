@@ -1131,7 +1131,8 @@ def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, **settings)
     to serve HTTPS; seed, of the mixed mode's schedule (its counts are in ``schedule.served``);
     model_name, the one model served (others get vLLM's 404; without it any model is answered);
     idle_close, the seconds after which a kept-alive connection with no new request is closed
-    without a word (default KEEP_ALIVE_TIMEOUT).
+    without a word (default KEEP_ALIVE_TIMEOUT); close_notify False, with tls_cert, to end TLS
+    connections without their closure alert, as a cut does.
     """
     return FixtureServer(port, mode=mode, delay=delay, **settings)
 
