@@ -2551,18 +2551,14 @@ def sized(size_line: bytes) -> bytes:
     return SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + chunked(ANSWER_EVENTS, line)
 
 
-class ClosingTlsServer(threading.Thread):
-    """A loopback TLS server that answers each connection's request with the same bytes, then ends the
-    connection as ``closure`` says: ``notify`` (TLS's closure alert, close_notify, then the TCP close) or
-    ``fin`` (a TCP close without close_notify: an incomplete close, RFC 9112 9.8)."""
+class LoopbackServer(threading.Thread):
+    """A server on a free loopback port that serves each connection in a thread of its own (serve())
+    until close()."""
 
-    def __init__(self, data: bytes, closure: str) -> None:
+    def __init__(self, scheme: str = 'http') -> None:
         super().__init__(daemon=True)
-        self.data, self.closure = data, closure
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.load_cert_chain(TLS / 'server.pem', TLS / 'server.key')
         self.listener = socket.create_server(('127.0.0.1', 0))
-        self.url = f'https://127.0.0.1:{self.listener.getsockname()[1]}/v1/chat/completions'
+        self.url = f'{scheme}://127.0.0.1:{self.listener.getsockname()[1]}/v1/chat/completions'
 
     def run(self) -> None:
         while True:
@@ -2570,9 +2566,27 @@ class ClosingTlsServer(threading.Thread):
                 sock, _ = self.listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self.answer, args=(sock,), daemon=True).start()
+            threading.Thread(target=self.serve, args=(sock,), daemon=True).start()
 
-    def answer(self, sock: socket.socket) -> None:
+    def serve(self, sock: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+class ClosingTlsServer(LoopbackServer):
+    """A loopback TLS server that answers each connection's request with the same bytes, then ends the
+    connection as ``closure`` says: ``notify`` (TLS's closure alert, close_notify, then the TCP close) or
+    ``fin`` (a TCP close without close_notify: an incomplete close, RFC 9112 9.8)."""
+
+    def __init__(self, data: bytes, closure: str) -> None:
+        super().__init__('https')
+        self.data, self.closure = data, closure
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(TLS / 'server.pem', TLS / 'server.key')
+
+    def serve(self, sock: socket.socket) -> None:
         with contextlib.suppress(OSError):
             sock = self.context.wrap_socket(sock, server_side=True)  # it takes the descriptor over
             request = b''
@@ -2594,7 +2608,7 @@ class ClosingTlsServer(threading.Thread):
         return self
 
     def __exit__(self, *exc) -> None:
-        self.listener.close()
+        self.close()
 
 
 class TlsClosureTests(unittest.TestCase):
@@ -5677,26 +5691,16 @@ def verdict_of(case: dict, reads: list[bytes]) -> tuple:
     return verdict.ok, verdict.layer, verdict.kind
 
 
-class KeepAliveReplay(threading.Thread):
+class KeepAliveReplay(LoopbackServer):
     """A loopback server that answers every request on a connection with the same bytes and keeps the
     connection open; with ``split_at``, the bytes after it (stray bytes beyond the framed response)
     follow in a second write once ``run_ended`` is set, and ``sent`` is set once everything of a
     response is written."""
 
     def __init__(self, data: bytes, split_at: int | None = None) -> None:
-        super().__init__(daemon=True)
+        super().__init__()
         self.data, self.split_at = data, split_at
         self.run_ended, self.sent = threading.Event(), threading.Event()
-        self.listener = socket.create_server(('127.0.0.1', 0))
-        self.url = f'http://127.0.0.1:{self.listener.getsockname()[1]}/v1/chat/completions'
-
-    def run(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.serve, args=(sock,), daemon=True).start()
 
     def serve(self, sock: socket.socket) -> None:
         with sock, contextlib.suppress(OSError):  # the client closed or reset the connection
@@ -5729,9 +5733,6 @@ class KeepAliveReplay(threading.Thread):
         self.sent.wait(5)
         self.run_ended.clear()
         self.sent.clear()
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 class HostileCaseTests(unittest.TestCase):
