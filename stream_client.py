@@ -5602,35 +5602,38 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
     itself too. Workers ignore SIGINT and SIGTERM: the parent alone decides."""
     control_read, control_write = os.pipe()
     lock, pids, parent_fds = threading.Lock(), [], [control_write]
-    for number in range(settings.processes):  # every fork before any thread of this load starts
-        record_read, record_write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the worker
-            for fd in parent_fds + [record_read]:
-                os.close(fd)
-            _worker_process(requests, settings, started, described, (number, settings.processes), control_read,
-                            record_write)
-        os.close(record_write)
-        parent_fds.append(record_read)
-        pids.append(pid)
-    os.close(control_read)
+
+    def tell(reason: str) -> None:  # at once, so that no worker starts a run after the cancel
+        _tell_workers(control_write, reason, settings.processes)
 
     def relay(fd: int) -> None:
         with os.fdopen(fd, 'r', encoding='utf-8') as lines:
             for line in lines:
                 with lock:
                     on_record(json.loads(line))
-    def tell(reason: str) -> None:  # the moment the load is cancelled, so that no worker starts a run after it
-        _tell_workers(control_write, reason, settings.processes)
-    readers = [threading.Thread(target=relay, args=(fd,), daemon=True) for fd in parent_fds[1:]]
-    for reader in readers:
-        reader.start()
-    cancel.on_cancel(tell)
-    for reader in readers:
-        while reader.is_alive():
-            reader.join(0.1)  # in short waits, so that signals are handled
-    cancel.forget(tell)  # before the pipe closes: its descriptor's number may be reused
-    os.close(control_write)
+    cancel.on_cancel(tell)  # before the forks: a worker forked after a cancel reads it before its first run
+    try:
+        for number in range(settings.processes):  # every fork before any thread of this load starts
+            record_read, record_write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the worker
+                for fd in parent_fds + [record_read]:
+                    os.close(fd)
+                _worker_process(requests, settings, started, described, (number, settings.processes),
+                                control_read, record_write)
+            os.close(record_write)
+            parent_fds.append(record_read)
+            pids.append(pid)
+        os.close(control_read)
+        readers = [threading.Thread(target=relay, args=(fd,), daemon=True) for fd in parent_fds[1:]]
+        for reader in readers:
+            reader.start()
+        for reader in readers:
+            while reader.is_alive():
+                reader.join(0.1)  # in short waits, so that signals are handled
+    finally:
+        cancel.forget(tell)  # before the pipe closes: its descriptor's number may be reused
+        os.close(control_write)
     for pid in pids:
         os.waitpid(pid, 0)
 
