@@ -5611,7 +5611,7 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
             for line in lines:
                 with lock:
                     on_record(json.loads(line))
-    cancel.on_cancel(tell)  # before the forks: a worker forked after a cancel reads it before its first run
+    cancel.on_cancel(tell)  # before the forks: a worker forked after a cancel finds it waiting in the pipe
     try:
         for number in range(settings.processes):  # every fork before any thread of this load starts
             record_read, record_write = os.pipe()
