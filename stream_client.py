@@ -1976,14 +1976,23 @@ class StreamValidator:
         return value
 
 
+def _carries_nothing(value: object) -> bool:
+    """Whether a chunk's value carries nothing for the answer: null, an empty string or list, or an object
+    of such values. LiteLLM ends every stream with usage and ``"choices": [{"index": 0, "delta": {}}]``
+    where OpenAI and vLLM send ``"choices": []``: an entry for a closed choice that cannot change it."""
+    if isinstance(value, dict):
+        return all(_carries_nothing(item) for item in value.values())
+    return value is None or value == '' or value == []
+
+
 class _ChoiceChunks(StreamValidator):
     """What chat and completions chunks share: one choice (n=1) with index 0, a usage chunk,
     in-band error objects, a finish_reason and the terminal data: [DONE].
 
     The grammar: the choice is open until its finish_reason, which closes it
     and its tool calls; a closed choice accepts no text, reasoning, tool-call
-    piece or second finish_reason, only usage, empty deltas and [DONE], after
-    which nothing is accepted.
+    piece, role or second finish_reason, only usage, entries that carry nothing
+    (``_carries_nothing()``) and [DONE], after which nothing is accepted.
     """
 
     token_noun = 'completion token'
@@ -2015,6 +2024,8 @@ class _ChoiceChunks(StreamValidator):
         if not isinstance(choice, dict) or choice.get('index') != 0:
             seen = choice.get('index') if isinstance(choice, dict) else choice
             raise _failure('choice_index', f'expected choice index 0, got {_shorten(repr(seen))}')
+        if self.finish_reason is not None and _carries_nothing({**choice, 'index': None}):
+            return _NOTHING  # a closed choice's empty entry, as LiteLLM's last (usage) chunk has
         self._take_token_ids(choice.get('token_ids'))
         closed_by = self.finish_reason
         carried = self._take_choice(choice)  # names what a closed choice got, if it carried anything
@@ -2800,29 +2811,22 @@ def _tool_markup_in_text(answer: Answer, spec: AnswerSpec) -> str | None:
             'did not extract a call')
 
 
-def _answer_problem(validator: StreamValidator, cross_check: dict | None = None) -> StreamError | None:
+def _answer_problem(validator: StreamValidator) -> StreamError | None:
     """Why the streamed answer is not a finished one, or None when it is: the validator's outcome, and
     the two signals of a finished stream. The whole budget used by a tool-call finish comes first (it
-    explains arguments cut short), markup in the text after the outcome. A comparable cross-check
-    whose unstreamed twin finished by itself clears the budget signal: the generation ended on its
-    last allowed token."""
+    explains arguments cut short), markup in the text after the outcome. It reads the stream alone:
+    no later phase (the unstreamed twin of --cross-check) can clear what it finds."""
     outcome = validator.outcome()
     if not validator.done:
         return outcome
     answer = _streamed_answer(validator)
     budget = _budget_used_by_tool_call(answer, validator.max_tokens) if validator.expect_finish == 'stop' else None
-    if budget and not _finished_alike(cross_check):
+    if budget:
         return _failure('budget_used_by_tool_call', budget)
     if outcome:
         return outcome
     markup = _tool_markup_in_text(answer, validator.spec)
     return _failure('tool_markup_in_text', markup) if markup else None
-
-
-def _finished_alike(cross_check: dict | None) -> bool:
-    """Whether a cross-check shows the same tokens finishing by themselves, unstreamed."""
-    return bool(cross_check and cross_check['comparable']
-                and _ENDED_AS.get(cross_check['unstreamed_finish']) in ('stop', 'tool_calls'))
 
 
 def _tokens_per_event(validator: StreamValidator) -> dict | None:
@@ -5067,7 +5071,8 @@ def judge(reader: ResponseReader, failure: StreamError | None = None, cross_chec
     (no connection, a timeout, a signal, a stale connection; see below); otherwise the reader's own
     error, if any, is the failure, and a reader fed no whole head or only part of an error body
     ended there. ``cross_check`` is the comparison with the unstreamed twin (cross_check_record()),
-    judged after the answer itself.
+    judged after the answer itself: it can add a failure, never clear one, since the checks of the
+    stream never see it.
 
     A failure that stopped the reading (no connection, a bad status, invalid
     JSON, a timeout...) wins: the layers after it were never seen, so their
@@ -5077,7 +5082,7 @@ def judge(reader: ResponseReader, failure: StreamError | None = None, cross_chec
     the answer itself.
     """
     failure = failure or reader.error or reader.early_end()
-    outcome = _answer_problem(reader.validator, cross_check)
+    outcome = _answer_problem(reader.validator)
     application_complete = outcome is None and not (failure is not None and failure.server_error)
     if failure is not None:
         if failure.layer != 'transport':
