@@ -6394,6 +6394,47 @@ class GoodputTests(unittest.TestCase):
 
 
 
+HOSTILE_34 = HERE / 'testdata' / 'hostile-34'
+
+
+class HostileIssue34Tests(unittest.TestCase):
+    """Issue 34's cases, written from the protocols by someone who had not read this code: an entry that
+    carries nothing after the finish is accepted, anything carried is refused, and a --cross-check twin
+    that agrees never changes the verdict of the stream alone."""
+
+    def verdict(self, case: dict) -> stream_client.Verdict:
+        args = case['args']
+        def value(flag, default=None):
+            return args[args.index(flag) + 1] if flag in args else default
+        def loaded(flag):
+            return json.loads((HOSTILE_34 / 'cases' / value(flag)).read_text()) if flag in args else None
+        path = {'chat': 'chat/completions', 'completions': 'completions'}[case['api']]
+        request = stream_client.prepare(
+            f'http://127.0.0.1:9/v1/{path}', 'tiny', 'hi', cross_check='--cross-check' in args, tools=loaded('--tools'),
+            json_schema=loaded('--json-schema'), tool_choice=value('--tool-choice'),
+            max_tokens=int(value('--max-tokens', 128)), temperature=float(value('--temperature', 0)),
+            extra=json.loads(value('--extra', 'null')))
+        reader = stream_client.ResponseReader(request.new_validator())
+        reader.feed((HOSTILE_34 / 'cases' / case['files'][0]).read_bytes())
+        reader.eof()
+        cross = None
+        if '--cross-check' in args:
+            twin = stream_client.UnstreamedReader()
+            twin.feed((HOSTILE_34 / 'cases' / case['files'][1]).read_bytes())
+            twin.eof()
+            cross = stream_client.compare_twin(reader, twin, request)
+        return stream_client.judge(reader, None, cross)
+
+    def test_each_case_gets_its_verdict_alone_and_with_its_twin(self):
+        cases = json.loads((HOSTILE_34 / 'cases.json').read_text())
+        self.assertGreaterEqual(len(cases), 70)
+        for case in cases:
+            with self.subTest(case['name']):
+                verdict = self.verdict(case)
+                expect = (case['expect_ok'], case['expect_layer'], case['expect_kind'] or verdict.kind)
+                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expect, f'{verdict.message}; {case["rule"]}')
+
+
 HOSTILE_PAIRS = HERE / 'testdata' / 'hostile-cc'
 
 
