@@ -1,0 +1,371 @@
+"""The command line's flags: the parser, and the requests and settings they give.
+
+``_parser()`` builds the flags (grouped by task); ``_requests_from_args()``
+turns them into prepared requests; ``_Fixture`` runs the built-in fixture.
+"""
+import argparse
+import difflib
+import importlib.util
+import json
+import os
+import re
+import sys
+import threading
+
+from ._limits import _and_list, _DEFAULT_EXPORTER_IN_FLIGHT, Interrupted, UsageError, __version__
+from ._validator import AnswerSpec
+from ._answer import _seeded, VALIDATORS
+from ._request import _API_PATHS, _DEFAULT_PROMPT, _DEFAULT_URL, _FINISHES, prepare, PreparedRequest
+from ._load import _ARRIVALS, _MAX_OPEN_LOOP_IN_FLIGHT
+from ._summary import _DEFAULT_SLO_TARGET, _SLO_FIGURES
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f'{self.prog}: error: {message}\n')
+
+
+_FIXTURE_FILE = 'fixture_server.py'
+_FIXTURE_PROFILES = ('guide', 'vllm')  # fixture_server.PROFILES, named here so that --help needs no fixture
+
+
+def _fixture_server():
+    """The fixture module, for --fixture: fixture_server.py beside this file, loaded only then, so that
+    this file copied alone runs everything else. UsageError if it is not there."""
+    loaded = sys.modules.get('fixture_server')
+    if loaded is not None:
+        return loaded
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), _FIXTURE_FILE)
+    if not os.path.isfile(path):
+        raise UsageError(f'--fixture needs {_FIXTURE_FILE} beside {os.path.basename(__file__)} (in '
+                         f'{os.path.dirname(path)}); copy it there, or point --url at a server')
+    spec = importlib.util.spec_from_file_location('fixture_server', path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules['fixture_server'] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules['fixture_server']
+        raise
+    return module
+
+
+def _fixture_mode(fixture, mode: str) -> str:
+    """mode, if the fixture has it; else UsageError with the closest modes."""
+    if mode in fixture.CHOICES:
+        return mode
+    close = difflib.get_close_matches(mode, fixture.CHOICES, n=3)
+    hint = f'did you mean {" or ".join(close)}? ' if close else ''
+    raise UsageError(f'--fixture has no mode {mode!r}; {hint}python3 {_FIXTURE_FILE} --help lists its '
+                     f'{len(fixture.CHOICES)} modes')
+
+
+def _program_name(module: str) -> str | None:
+    """How the program was started, when argparse's default (the script's file name) would be wrong:
+    ``python3 -m MODULE``. None otherwise."""
+    spec = getattr(sys.modules.get('__main__'), '__spec__', None)
+    if spec is not None and spec.name == module:
+        return f'{os.path.basename(sys.executable)} -m {module}'
+    return None
+
+
+def _parser() -> _OneLineParser:
+    parser = _OneLineParser(
+        prog=_program_name('stream_client'), allow_abbrev=False,
+        description='Stream answers from vLLM or another compatible server (chat completions, completions, the '
+                    'Responses API or the Anthropic Messages API) and save evidence of whether each really finished: one run, or many at '
+                    'once with a summary built from their verdicts. Exit status: 0 every run ok, 1 a run not ok, '
+                    '2 bad arguments or output path, 130/143 interrupted.',
+        epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
+    send = parser.add_argument_group('what to send')
+    send.add_argument('--url', help=f'the endpoint (default {_DEFAULT_URL}); a path ending in '
+                                    f'{", ".join(_API_PATHS)} chooses the API')
+    send.add_argument('--api', choices=list(VALIDATORS),
+                      help='the API, for a server mounted at another path (default: from the URL path)')
+    send.add_argument('--model', help='model name to request (default with --fixture: synthetic-fixture)')
+    send.add_argument('--prompt', help=f'user message (default: {_DEFAULT_PROMPT!r})')
+    send.add_argument('--prompt-file', metavar='PATH', help='read the user message from a file, or - for stdin')
+    send.add_argument('--system', metavar='TEXT', help='a system message before the user message')
+    send.add_argument('--max-tokens', type=int, default=128, metavar='N',
+                      help='output budget: max_tokens, or max_output_tokens for the Responses API (default 128)')
+    send.add_argument('--temperature', type=float, default=0.0, metavar='T', help='sampling temperature (default 0)')
+    send.add_argument('--stop', action='append', metavar='TEXT', help='a stop string (repeatable)')
+    send.add_argument('--extra', metavar='JSON',
+                      help='a JSON object merged into the request body, e.g. \'{"min_tokens": 3}\'; '
+                           'it may not set model, stream, n or a key that has its own flag')
+    send.add_argument('--tools', metavar='FILE',
+                      help='a JSON array of tools in the chat-completions shape ({"type": "function", "function": '
+                           '{"name", "description", "parameters"}}); the answer may then be tool calls, whose '
+                           'arguments must be one JSON object matching their parameters. Not for completions')
+    send.add_argument('--tool-choice', metavar='CHOICE',
+                      help='auto (default with --tools), required, none, or the NAME of one tool to force')
+    send.add_argument('--json-schema', metavar='FILE',
+                      help='ask for a JSON answer matching this JSON Schema; a finished answer parses and matches')
+    send.add_argument('--expect-finish', choices=_FINISHES, default='stop',
+                      help='the finish of a finished answer: stop (default), or length for a fixed-length load '
+                           '(with "ignore_eos" in --extra), where the usage must also count --max-tokens tokens')
+    send.add_argument('--cross-check', action='store_true',
+                      help='after each streamed request, send the same body unstreamed (stream false) and compare '
+                           'the answers; on chat and completions both ask for "return_token_ids": true, and when the '
+                           'token ids agree a different answer is a failure at layer cross-check. Needs --temperature '
+                           '0 or a "seed" in --extra')
+    send.add_argument('--idle', type=float, default=10.0, metavar='S',
+                      help='seconds to wait for the next bytes (default 10)')
+    send.add_argument('--deadline', type=float, default=60.0, metavar='S',
+                      help='seconds one run may take (default 60)')
+    send.add_argument('--ca-file', metavar='PEM', help='extra trusted CA certificates for https')
+    send.add_argument('--no-proxy', action='store_true',
+                      help='ignore HTTPS_PROXY, HTTP_PROXY and NO_PROXY: connect directly')
+    load = parser.add_argument_group('many runs')
+    load.add_argument('--runs', type=int, metavar='N', help='how many runs (default 1)')
+    load.add_argument('--concurrency', type=int, metavar='C',
+                      help='at most C runs in flight (default 1; under --rate, up to '
+                           f'{_MAX_OPEN_LOOP_IN_FLIGHT})')
+    load.add_argument('--rate', type=float, metavar='R',
+                      help='start R runs per second whatever is in flight (an open loop; default: a closed loop)')
+    load.add_argument('--processes', type=int, metavar='P',
+                      help='spread the load\'s runs and its --concurrency over P forked worker processes '
+                           '(default 1), so that at hundreds of streams the client\'s own work does not delay '
+                           'the timestamps; this process still writes the one evidence file')
+    load.add_argument('--rates', metavar='R1,R2,...',
+                      help='a sweep: one open-loop step per rate, each for --duration seconds, to find the rate '
+                           'at which the server saturates (see --slo)')
+    load.add_argument('--duration', type=float, metavar='S',
+                      help='bound an open loop (--rate, or each step of --rates) by time instead of --runs')
+    load.add_argument('--slo', action='append', metavar='NAME=MS',
+                      help='a bound a good run meets, repeatable: ' + ', '.join(_SLO_FIGURES) + '; goodput counts '
+                           'the runs that are ok and within every bound')
+    load.add_argument('--slo-target', type=float, metavar='F',
+                      help=f'the attainment (good runs over all) a sweep step needs to count as under capacity '
+                           f'(default {_DEFAULT_SLO_TARGET})')
+    load.add_argument('--arrivals', choices=_ARRIVALS, default='poisson',
+                      help='how --rate spaces the starts (default poisson, seeded by --seed)')
+    load.add_argument('--seed', type=int, default=0, help='seed of the arrivals and of --fixture mixed (default 0)')
+    load.add_argument('--keep-alive', action='store_true',
+                      help='each worker sends its next run on its kept connection while the responses allow it '
+                           '(needs --runs of 2 or more); a kept connection closed while idle is a failure counted '
+                           'as stale_connection_failures')
+    load.add_argument('--prompts', metavar='FILE',
+                      help='JSON Lines of prompts, each a string or {"prompt", "system", "max_tokens"}; '
+                           'the runs cycle through them')
+    out = parser.add_argument_group('where the evidence goes')
+    out.add_argument('--output', metavar='FILE',
+                     help='new file for the evidence (required): one JSON record, or with many runs one record '
+                          'per line; an existing file is never overwritten')
+    out.add_argument('--capture', metavar='FILE',
+                     help='new file for the raw response of one run (status line, headers, body bytes as '
+                          'received), for --replay in fixture_server.py and bug reports')
+    out.add_argument('--report', metavar='FILE',
+                     help='new file for an HTML page of the load (with --runs, or from --summary files): summary, '
+                          'settings, a timeline of every run, distributions, errors; static, no script')
+    out.add_argument('--quiet', action='store_true',
+                     help='nothing on stderr: no live text, verdict, progress or table (stdout keeps its JSON line)')
+    fix = parser.add_argument_group('the built-in fixture')
+    fix.add_argument('--fixture', metavar='MODE',
+                     help=f'stream from the synthetic fixture ({_FIXTURE_FILE}, beside this file), run in this '
+                          'process on a free loopback port. MODE is one of its modes: ok, broken, truncated, '
+                          f'stall... (python3 {_FIXTURE_FILE} --help lists them). Slow on purpose: stall and '
+                          'held-open last until --idle, drip until --deadline. mixed gives each run a mode from '
+                          'a seeded schedule, for a demo of --runs')
+    fix.add_argument('--fixture-profile', choices=_FIXTURE_PROFILES, default='guide',
+                     help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide)")
+    read = parser.add_argument_group('reading saved evidence (nothing is sent)')
+    read.add_argument('--compare', nargs='+', metavar='RECORD', help='print saved records side by side')
+    read.add_argument('--summary', nargs='+', metavar='FILE',
+                      help='the summary of saved runs (JSON Lines or single records), as a load prints it')
+    read.add_argument('--mixed-sources', action='store_true',
+                      help='let --compare and --summary mix records from the fixture, a replay and an endpoint')
+    probe = parser.add_argument_group('monitoring: a Prometheus exporter (docs/exporter.md)')
+    probe.add_argument('--exporter', metavar='HOST:PORT',
+                       help='serve GET /probe?target=NAME, one run of that target per scrape as Prometheus '
+                            'metrics, until SIGTERM; PORT alone binds 127.0.0.1, another address must be given '
+                            'in full (0.0.0.0 exposes the probes to the network). Each record is appended to '
+                            '--output (JSON Lines); --concurrency bounds the runs in flight (default '
+                            f'{_DEFAULT_EXPORTER_IN_FLIGHT})')
+    probe.add_argument('--targets', metavar='FILE',
+                       help='JSON {"targets": {"NAME": {"url": ..., "model": ..., "api_key_env": ...}}}: each '
+                            'target holds the settings of one run, keyed by the long flags\' names')
+    parser.add_argument('--version', action='version', version=f'%(prog)s {__version__}')
+    return parser
+
+
+def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -> list[PreparedRequest]:
+    """The requests the command line asks for, sent to url (the fixture's, with --fixture): one,
+    or one per line of --prompts; the API key is read from the environment variable key_env."""
+    model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
+    if model is None:
+        raise UsageError('--model is required (unless --fixture is used)')
+    if args.prompts is None:
+        prompts = [{'prompt': _prompt(args), 'system': args.system, 'max_tokens': args.max_tokens}]
+    elif args.prompt is not None or args.prompt_file is not None:
+        raise UsageError('--prompts replaces --prompt and --prompt-file; give only one of them')
+    else:
+        prompts = _load_prompts(args.prompts, args.system, args.max_tokens)
+    extra = _extra(args)
+    if args.cross_check and args.temperature != 0 and not _seeded(extra):
+        raise UsageError(f'--cross-check needs a deterministic request: --temperature {args.temperature:g} without a '
+                         '"seed" in --extra samples the two answers apart')
+    tools, json_schema = _answer_files(args)
+    if args.tool_choice is not None and tools is None:
+        raise UsageError('--tool-choice needs --tools')
+    return [prepare(url, model, line['prompt'], max_tokens=line['max_tokens'], idle=args.idle,
+                    deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get(key_env) if key_env else None,
+                    system=line['system'], temperature=args.temperature, stop=args.stop, extra=extra,
+                    api=args.api, expect_finish=args.expect_finish,
+                    source='endpoint' if args.fixture is None else 'fixture', tools=tools,
+                    tool_choice=args.tool_choice, json_schema=json_schema, trust_env=not args.no_proxy,
+                    cross_check=args.cross_check)
+            for line in prompts]
+
+
+def _answer_files(args) -> tuple[list | None, dict | None]:
+    """The --tools and --json-schema files, read; with a --fixture mode that needs them and none
+    given, the fixture's own (its get_weather tool, its city schema)."""
+    fixture = _fixture_server() if args.fixture is not None else None
+    tools = _json_file(args.tools, '--tools') if args.tools is not None else \
+        fixture.TOOLS if fixture and args.fixture in fixture.TOOL_MODES else None
+    schema = _json_file(args.json_schema, '--json-schema') if args.json_schema is not None else \
+        fixture.JSON_SCHEMA if fixture and args.fixture in fixture.JSON_MODES else None
+    return tools, schema
+
+
+def _unchecked_line(spec: AnswerSpec, shown: int = 4) -> str:
+    """The schema keywords that are not checked, in one line (the record lists them all)."""
+    unchecked = spec.unchecked()
+    more = f' and {len(unchecked) - shown} more (see unchecked_schema_keywords)' if len(unchecked) > shown else ''
+    return f'not checked against the schema: {"; ".join(unchecked[:shown])}{more}'
+
+
+def _checked_line(spec: AnswerSpec, record: dict) -> str | None:
+    """What a run checked against a schema and found matching: the JSON answer, or each tool call
+    whose tool declares parameters; None when nothing was."""
+    schemas = dict(spec.tools)
+    calls = [f'tool call {call["index"]} ({call["name"]})' for call in record.get('tool_calls') or ()
+             if schemas.get(call['name']) is not None and call['arguments_problem'] is None]
+    if record['ok'] and record.get('answer_kind') == 'json' and spec.json_schema is not None:
+        calls.append('the JSON answer')
+    return f'checked against its schema, and matching: {", ".join(calls)}' if calls else None
+
+
+def _json_file(path: str, flag: str) -> object:
+    try:
+        with open(path, encoding='utf-8') as file:
+            return json.load(file)
+    except OSError as exc:
+        raise UsageError(f'cannot read {flag} {path!r}: {exc.strerror or exc}') from None
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f'{flag} {path!r} is not JSON: {exc}') from None
+
+
+def _load_prompts(path: str, system: str | None, max_tokens: int) -> list[dict]:
+    """The lines of a --prompts file: each a JSON string (the prompt) or an object with "prompt" and
+    optionally "system" and "max_tokens" (which override the flags). UsageError names a bad line."""
+    try:
+        with open(path, encoding='utf-8') as file:
+            lines = file.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f'cannot read --prompts {path}: {getattr(exc, "strerror", None) or exc}') from None
+    prompts = []
+    for number, line in enumerate(lines, 1):
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            raise UsageError(f'--prompts {path} line {number}: not JSON') from None
+        if isinstance(value, str):
+            value = {'prompt': value}
+        problem = _prompt_line_problem(value)
+        if problem:
+            raise UsageError(f'--prompts {path} line {number}: {problem}')
+        prompts.append({'prompt': value['prompt'], 'system': value.get('system', system),
+                        'max_tokens': value.get('max_tokens', max_tokens)})
+    if not prompts:
+        raise UsageError(f'--prompts {path} has no lines')
+    return prompts
+
+
+def _prompt_line_problem(value: object) -> str | None:
+    if not isinstance(value, dict) or not isinstance(value.get('prompt'), str):
+        return 'expected a JSON string, or an object with a string "prompt"'
+    unknown = sorted(set(value) - {'prompt', 'system', 'max_tokens'})
+    if unknown:
+        return f'unknown keys {", ".join(unknown)}; a line may have prompt, system and max_tokens'
+    if 'system' in value and not isinstance(value['system'], str):
+        return '"system" must be a string'
+    tokens = value.get('max_tokens', 1)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 32768:
+        return f'"max_tokens" must be an integer from 1 to 32768, got {tokens!r}'
+    return None
+
+
+def _prompt(args) -> str:
+    if args.prompt_file is None:
+        return _DEFAULT_PROMPT if args.prompt is None else args.prompt
+    if args.prompt is not None:
+        raise UsageError('--prompt and --prompt-file exclude each other')
+    try:
+        if args.prompt_file == '-':
+            return sys.stdin.read()
+        with open(args.prompt_file, encoding='utf-8') as prompt:
+            return prompt.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f'cannot read --prompt-file {args.prompt_file}: {getattr(exc, "strerror", None) or exc}') \
+            from None
+
+
+def _extra(args) -> dict | None:
+    if args.extra is None:
+        return None
+    try:
+        return json.loads(args.extra)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f'--extra is not valid JSON: {exc}') from None
+
+
+def _terminate(signum, frame):
+    raise Interrupted('SIGTERM')
+
+
+class _Fixture:
+    """The synthetic fixture, served from this process on a free loopback port, for --fixture MODE."""
+
+    def __init__(self, mode: str, profile: str, api: str, seed: int) -> None:
+        fixture = _fixture_server()
+        mode = _fixture_mode(fixture, mode)
+        if mode != fixture.MIXED and not fixture.applies(mode, api):
+            raise UsageError(f'fixture mode {mode} applies to {_and_list(fixture.ONLY_ON[mode])} only; '
+                             f'add --api {fixture.ONLY_ON[mode][0]}')
+        self.instance = fixture.server(0, mode, profile=profile, seed=seed)
+        path = next(path for path, name in _API_PATHS.items() if name == api)
+        self.url = f'http://127.0.0.1:{self.instance.server_port}{path}'
+        threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self.instance.shutdown()
+        self.instance.server_close()
+
+
+# What --compare and --summary take besides their files; every other flag is for a run.
+_READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
+                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target')}
+# prepare()'s and LoadSettings' parameters, by the flag a user typed.
+_FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
+                     'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',
+                     'runs': '--runs', 'concurrency': '--concurrency', 'rate': '--rate', 'tools': '--tools',
+                     'processes': '--processes',
+                     'tool_choice': '--tool-choice', 'json_schema': '--json-schema', 'cross_check': '--cross-check'}
+
+
+def _given_flags(parser: argparse.ArgumentParser, args, allowed: tuple[str, ...]) -> list[str]:
+    """The flags given (with a value other than their default) that are not among allowed."""
+    return [action.option_strings[-1] for action in parser._actions
+            if action.option_strings and action.dest not in allowed
+            and getattr(args, action.dest, action.default) != action.default]
+
+
+def _in_flag_terms(message: str) -> str:
+    """A message from prepare() or LoadSettings with the parameter it starts with (tools[0] too)
+    named as its flag."""
+    name, bracket, rest = re.match(r'(\w*)(\[?)(.*)', message, re.S).groups()  # always matches
+    return _FLAG_OF_PARAMETER.get(name, name) + bracket + rest

@@ -1,0 +1,113 @@
+"""Strict JSON: what ``json.loads`` accepts, less what a careful reader refuses.
+
+``strict_json()`` refuses duplicate keys, NaN and Infinity, and numbers beyond
+the float range, for tool-call arguments and JSON answers.
+"""
+import fractions
+import json
+import math
+import re
+
+from ._limits import _shorten
+
+
+class SchemaError(ValueError):
+    """A schema (of a tool's parameters, or of --json-schema) that cannot be checked. ``kind`` says why:
+    'invalid' (the schema breaks its draft's rules), 'remote' (it needs another document, which is never
+    fetched) or 'unsupported' (a construct that cannot be checked faithfully, e.g. a pattern Python's re
+    cannot express with ECMA-262's meaning)."""
+
+    def __init__(self, message: str, kind: str = 'invalid') -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f'{name} is not JSON')
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f'the number {_shorten(text, 30)} is out of range (it would be {value})')
+    return value
+
+
+def _unique_keys(pairs: list) -> dict:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen = set()
+        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f'the key {_shorten(repr(repeated), 40)} appears twice')
+    return value
+
+
+def strict_json(text: str) -> object:
+    """One JSON value and nothing else (RFC 8259): ValueError for NaN, Infinity, a number out of the
+    float range, a repeated key, trailing text or anything json.loads refuses."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                          object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ValueError('nested too deeply') from None
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return 'null'
+    if isinstance(value, bool):
+        return 'boolean'
+    if isinstance(value, int):
+        return 'integer'
+    return {float: 'number', str: 'string', list: 'array', dict: 'object'}[type(value)]
+
+
+def _is_type(value: object, name: str) -> bool:
+    kind = _json_type(value)
+    return kind == name or (name == 'number' and kind == 'integer') or \
+        (name == 'integer' and kind == 'number' and float(value).is_integer())
+
+
+def _json_key(value: object) -> tuple:
+    """A hashable stand-in that is equal exactly when the values are equal as JSON: 1 and 1.0 are
+    equal, true and 1 are not, and the order of an object's members does not matter."""
+    if isinstance(value, bool) or value is None:
+        return ('literal', value)
+    if isinstance(value, (int, float)):
+        return ('number', value)  # Python's 1 == 1.0 and hash(1) == hash(1.0), exactly as JSON means it
+    if isinstance(value, str):
+        return ('string', value)
+    if isinstance(value, list):
+        return ('array', tuple(_json_key(item) for item in value))
+    return ('object', frozenset((name, _json_key(item)) for name, item in value.items()))
+
+
+def _exact(number: int | float) -> fractions.Fraction:
+    """The number as its shortest decimal text says it, exactly: 0.1 is 1/10, not the binary float."""
+    return fractions.Fraction(number if isinstance(number, int) else repr(number))
+
+
+def _where(path: tuple | None) -> str:
+    """An instance location, kept as (parent, key) pairs while checking, in the user's terms: $.tags[2]."""
+    keys = []
+    while path is not None:
+        path, key = path
+        keys.append(key)
+    text = '$'
+    for key in reversed(keys):
+        text = _child(text, key)
+    return text
+
+
+def _child(path: str, key: object) -> str:
+    if isinstance(key, int):
+        return f'{path}[{key}]'
+    return f'{path}.{key}' if re.fullmatch(r'[A-Za-z_][A-Za-z0-9_]*', key) else f'{path}[{json.dumps(key)}]'
+
+
+def _properties(number: int) -> str:
+    return f'{number} {"property" if number == 1 else "properties"}'
+
+
+def _seen(value: object) -> str:
+    return _shorten(json.dumps(value, ensure_ascii=False), 40)

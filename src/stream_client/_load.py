@@ -1,0 +1,305 @@
+"""Many runs: a load of strict runs.
+
+``run_load()`` runs prepared requests from worker threads, or forked worker
+processes, closed-loop or at seeded arrival times, and hands each record on
+as it is written.
+"""
+import dataclasses
+import itertools
+import json
+import os
+import queue
+import random
+import signal
+import threading
+import time
+import traceback
+
+from ._limits import _failure
+from ._request import _positive_finite, PreparedRequest
+from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
+from ._record import _failed_record
+from ._transport import _run, _Show
+from ._reactor import _EPOLL, _Reactor
+
+
+_ARRIVALS = ('poisson', 'constant')
+_MAX_OPEN_LOOP_IN_FLIGHT = 512  # runs in flight at most under --rate without --concurrency
+_MAX_PROCESSES = 64             # worker processes of one load at most
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadSettings:
+    """How many runs, how many at once, and how fast they start: a closed loop (no rate: each run
+    starts when a slot is free) or an open loop (rate runs per second, at most concurrency at once)."""
+
+    runs: int = 1
+    concurrency: int | None = None
+    rate: float | None = None
+    arrivals: str = 'poisson'
+    seed: int = 0
+    keep_alive: bool = False  # each worker reuses its connection while the responses allow it
+    duration: float | None = None  # an open loop bounded by time: runs is then what the schedule holds
+    step: int | None = None        # the step of a rate sweep, from 0
+    slos: tuple = ()               # (name, ms) pairs that a good run meets: see SLO_FIGURES
+    slo_target: float | None = None  # a sweep's attainment under capacity (None: DEFAULT_SLO_TARGET)
+    processes: int = 1             # worker processes the runs are spread over (Linux: forked)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
+            raise ValueError(f'runs must be a positive integer, got {self.runs!r}')
+        if self.concurrency is not None and (isinstance(self.concurrency, bool) or
+                                             not isinstance(self.concurrency, int) or self.concurrency < 1):
+            raise ValueError(f'concurrency must be a positive integer, got {self.concurrency!r}')
+        if self.rate is not None and not _positive_finite(self.rate):
+            raise ValueError(f'rate must be a positive finite number of runs per second, got {self.rate!r}')
+        if self.arrivals not in _ARRIVALS:
+            raise ValueError(f'arrivals must be one of {", ".join(_ARRIVALS)}, got {self.arrivals!r}')
+        if isinstance(self.processes, bool) or not isinstance(self.processes, int) or \
+                not 1 <= self.processes <= _MAX_PROCESSES:
+            raise ValueError(f'processes must be a whole number from 1 to {_MAX_PROCESSES}, got {self.processes!r}')
+        if self.duration is not None and (self.rate is None or not _positive_finite(self.duration)):
+            raise ValueError(f'duration bounds an open loop: a positive number of seconds with a rate, '
+                             f'got {self.duration!r}')
+
+    @property
+    def in_flight(self) -> int:
+        """The most runs that may be in flight at once."""
+        default = 1 if self.rate is None else _MAX_OPEN_LOOP_IN_FLIGHT
+        return min(self.runs, self.concurrency or default)
+
+    def described(self) -> dict:
+        return {'runs': self.runs, 'concurrency': self.in_flight, 'rate': self.rate,
+                'arrivals': self.arrivals if self.rate is not None else None, 'seed': self.seed,
+                'keep_alive': self.keep_alive, 'duration': self.duration, 'step': self.step,
+                'slo': dict(self.slos) or None, 'slo_target': self.slo_target, 'processes': self.processes}
+
+
+def _open_loop_offsets(rate: float, arrivals: str, seed: int):
+    """The endless seeded schedule of an open loop: evenly spaced or Poisson arrivals, from 0 s."""
+    rng, at = random.Random(seed), 0.0
+    while True:
+        yield at
+        at += 1 / rate if arrivals == 'constant' else rng.expovariate(rate)
+
+
+def _scheduled_runs(rate: float, arrivals: str, seed: int, duration: float) -> int:
+    """How many runs the seeded open-loop schedule at rate starts within duration seconds."""
+    if not (_positive_finite(rate) and _positive_finite(duration)):
+        raise ValueError(f'rate and duration must be positive finite numbers, got {rate!r} and {duration!r}')
+    return sum(1 for _ in itertools.takewhile(lambda at: at < duration, _open_loop_offsets(rate, arrivals, seed)))
+
+
+def arrival_offsets(settings: LoadSettings):
+    """Seconds after the load's start at which each run is due: all at once in a closed loop (the slots
+    pace them); evenly spaced or at Poisson arrivals (seeded) in an open loop."""
+    if settings.rate is None:
+        return itertools.repeat(0.0, settings.runs)
+    return itertools.islice(_open_loop_offsets(settings.rate, settings.arrivals, settings.seed), settings.runs)
+
+
+class _Pool:
+    """Worker threads, started as jobs need them, up to ``size``; work(job) runs in one of them. The
+    threads take jobs one at a time, in the order submitted, and admit(job), called as each is taken,
+    says whether it runs at all: so the jobs that run are the first ones submitted, whatever the threads'
+    timing (a load's cancel leaves no gap in the numbers of the runs that started)."""
+
+    def __init__(self, size: int, work, admit) -> None:
+        self._size, self._work, self._admit = size, work, admit
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._taking = threading.Lock()  # held from taking a job to deciding whether it runs
+        self._lock = threading.Lock()
+        self._pending = 0  # jobs submitted and not finished
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, job) -> None:
+        with self._lock:
+            self._pending += 1
+            spawn = self._pending > len(self._threads) and len(self._threads) < self._size
+            if spawn:
+                self._threads.append(threading.Thread(target=self._loop, daemon=True))
+        self._jobs.put(job)
+        if spawn:
+            self._threads[-1].start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._taking:
+                job = self._jobs.get()
+                admitted = job is not None and self._admit(job)
+            if job is None:
+                return
+            try:
+                if admitted:
+                    self._work(job)
+            finally:
+                with self._lock:
+                    self._pending -= 1
+
+    def close(self) -> None:
+        """Wait for every job, then for the threads (in short waits, so that signals are handled)."""
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            while thread.is_alive():
+                thread.join(0.1)
+
+
+def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel) -> None:
+    """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
+    run as it ends, one call at a time, from the worker threads.
+
+    Each record gains ``run`` (its index), ``offset_ms`` (its start after the load's), ``queued_ms``
+    (open loop: how late it started after it was due) and ``load`` (the settings, and an ``id`` of the
+    load). With ``settings.keep_alive`` each worker thread keeps its connections between its runs (see
+    run()) and closes them when the load ends. Once ``cancel`` is cancelled, no run starts and the runs
+    in flight end as interrupted; this returns when every run that started has its record. With
+    ``settings.processes`` above 1 the runs are spread over that many forked processes (see
+    _spread_load), and on_record is still called here, in this process. On Linux one _Reactor thread
+    per process reads the responses, and the workers pass through a _Gate.
+    """
+    started = time.perf_counter()
+    described = {**settings.described(), 'id': os.urandom(8).hex()}  # the id tells merged loads apart
+    if settings.processes > 1:
+        _spread_load(requests, settings, on_record, cancel, started, described)
+    else:
+        _run_share(requests, settings, on_record, cancel, started, described, (0, 1))
+
+
+def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
+               described: dict, share: tuple[int, int]) -> None:
+    """The runs i with i % processes == number, on worker threads of this process (share is (number,
+    processes)), with that share of the slots, on the load's schedule from ``started``."""
+    number, processes = share
+    slots = max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
+    lock = threading.Lock()
+    workers, kept_by_worker = threading.local(), []
+    gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
+    reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
+
+    def kept() -> KeptConnections | None:
+        if not settings.keep_alive:
+            return None
+        if not hasattr(workers, 'kept'):
+            workers.kept = KeptConnections()
+            with lock:
+                kept_by_worker.append(workers.kept)
+        return workers.kept
+
+    def one(job: tuple[int, float]) -> None:
+        with gate:
+            run_one(*job)
+
+    def run_one(index: int, due: float) -> None:
+        begun, request = time.perf_counter(), requests[index % len(requests)]
+        try:
+            record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
+        except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
+            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
+                                                                      f'{type(exc).__name__}: {exc}'))
+        record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
+                  'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
+                  'load': described}
+        with lock:
+            on_record(record)
+    pool = _Pool(slots, one, lambda job: cancel.reason is None)  # a run cancelled before it was taken has no record
+    try:
+        for index, due in enumerate(arrival_offsets(settings)):
+            if index % processes != number:
+                continue
+            wait = started + due - time.perf_counter()
+            while wait > 0 and cancel.reason is None:
+                time.sleep(min(wait, 0.05))
+                wait = started + due - time.perf_counter()
+            if cancel.reason is not None:
+                break
+            pool.submit((index, due))
+    finally:
+        pool.close()
+        if reactor is not None:
+            reactor.close()
+        for connections in kept_by_worker:
+            connections.close()
+
+
+_CANCEL_MESSAGE = 16  # bytes a cancelled load writes per worker process: the reason, padded
+
+
+def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
+                 described: dict) -> None:
+    """Fork settings.processes worker processes, each running its share of the runs (_run_share) and
+    writing each record as one JSON line to its own pipe; call on_record for every line here, one at a
+    time, so that this process stays the one owner of the evidence. The clock (perf_counter) is the
+    system's monotonic one, shared by the processes, so offsets stay on one schedule. A cancel here
+    is written to one control pipe that every worker watches; a worker whose parent is gone cancels
+    itself too. Workers ignore SIGINT and SIGTERM: the parent alone decides."""
+    control_read, control_write = os.pipe()
+    lock, pids, parent_fds = threading.Lock(), [], [control_write]
+
+    def tell(reason: str) -> None:  # at once, so that no worker starts a run after the cancel
+        _tell_workers(control_write, reason, settings.processes)
+
+    def relay(fd: int) -> None:
+        with os.fdopen(fd, 'r', encoding='utf-8') as lines:
+            for line in lines:
+                with lock:
+                    on_record(json.loads(line))
+    cancel.on_cancel(tell)  # before the forks: a worker forked after a cancel finds it waiting in the pipe
+    try:
+        for number in range(settings.processes):  # every fork before any thread of this load starts
+            record_read, record_write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the worker
+                for fd in parent_fds + [record_read]:
+                    os.close(fd)
+                _worker_process(requests, settings, started, described, (number, settings.processes),
+                                control_read, record_write)
+            os.close(record_write)
+            parent_fds.append(record_read)
+            pids.append(pid)
+        os.close(control_read)
+        readers = [threading.Thread(target=relay, args=(fd,), daemon=True) for fd in parent_fds[1:]]
+        for reader in readers:
+            reader.start()
+        for reader in readers:
+            while reader.is_alive():
+                reader.join(0.1)  # in short waits, so that signals are handled
+    finally:
+        cancel.forget(tell)  # before the pipe closes: its descriptor's number may be reused
+        os.close(control_write)
+    for pid in pids:
+        os.waitpid(pid, 0)
+
+
+def _tell_workers(control: int, reason: str, processes: int) -> None:
+    """Write a cancel's reason to the control pipe once for each worker process; a pipe that every worker
+    has left already (EPIPE: the load was ending) has nobody to tell."""
+    try:
+        os.write(control, reason.encode()[:_CANCEL_MESSAGE].ljust(_CANCEL_MESSAGE) * processes)
+    except OSError:
+        pass
+
+
+def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, started: float, described: dict,
+                    share: tuple[int, int], control: int, records: int) -> None:
+    """The body of a forked worker: run the share, write its records, exit (never returns)."""
+    status = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        cancel = Cancel()
+
+        def watch() -> None:
+            reason = os.read(control, _CANCEL_MESSAGE).decode(errors='replace').strip()
+            cancel.cancel(reason or 'the end of the process that started the load')
+        threading.Thread(target=watch, daemon=True).start()
+        with os.fdopen(records, 'w', encoding='utf-8') as out:
+            def write(record: dict) -> None:
+                out.write(json.dumps(record, ensure_ascii=False) + '\n')
+                out.flush()
+            _run_share(requests, settings, write, cancel, started, described, share)
+        status = 0
+    except BaseException:  # a bug in this client: say so, and let the parent see the status
+        traceback.print_exc()
+    finally:
+        os._exit(status)

@@ -1,0 +1,167 @@
+"""SSE: bytes to event data (sans-IO).
+
+``Events`` (and ``TypedEvents``, which keeps each event's type) take the bytes
+of a body in any chunks and give back the data of each whole event.
+"""
+import codecs
+
+from ._limits import _count, _DATA_PREFIX, MAX_EVENT_CHARS, MAX_LINE_CHARS, _preview, SSEDecodeError, SSEError
+
+
+class Events:
+    """Incremental parser for a text/event-stream body (WHATWG HTML, 9.2.6).
+
+    ``feed(bytes)`` returns the data of every event completed by those bytes.
+    UTF-8 is decoded incrementally and one leading BOM is dropped. Lines end
+    in CR, LF or CRLF (a CRLF split across reads counts once); a blank line
+    dispatches the event; only ``data`` fields contribute, several joined by
+    LF; comments and other fields are ignored. An event without its blank
+    line is never dispatched, and ``pending()`` says what the stream would
+    end inside. ``TypedEvents`` also returns each event's type.
+
+    The guide's contract holds: a line over MAX_LINE_CHARS raises a
+    ValueError (SSEError), bytes that are not UTF-8 raise a
+    UnicodeDecodeError (SSEDecodeError), and ``finish()`` raises only for an
+    incomplete UTF-8 character: an unterminated final event is dropped, not
+    an error of the parser.
+
+    Fast path: the bytes are decoded and split with str methods running in C.
+    When every complete line of a read is ``data: ...`` followed by a blank
+    line (vLLM's shape), one ``split`` yields all the events at once; any
+    other shape goes line by line. Bounds are checked on line lengths, never
+    by walking characters.
+    """
+
+    def __init__(self) -> None:
+        self._undecoded = b''       # an incomplete UTF-8 character from the last read
+        self._started = False       # a character has been decoded (so a BOM is no longer leading)
+        self._after_cr = False      # the last read ended in CR: a leading LF completes that CRLF
+        self._open: list[str] = []  # the pieces of the unterminated last line (joined once, when it ends)
+        self._open_chars = 0        # characters in self._open
+        self._data: list[str] = []  # data lines of the event in progress
+        self._size = 0              # characters in self._data
+        self._type = ''             # the event field of the event in progress
+
+    def feed(self, raw: bytes) -> list[str]:
+        """Consume the next bytes of the body; return the data of completed events."""
+        text = self._decode(raw)
+        if not text:
+            return []
+        if self._after_cr:
+            self._after_cr = False
+            if text[0] == '\n':
+                text = text[1:]
+        if '\r' in text:
+            self._after_cr = text[-1] == '\r'
+            text = text.replace('\r\n', '\n').replace('\r', '\n')
+        last = text.rfind('\n')
+        if last < 0:
+            self._hold(text)
+            return []
+        block = ''.join(self._open) + text[:last] if self._open else text[:last]
+        self._open, self._open_chars = [], 0
+        self._hold(text[last + 1:])
+        if not self._data and not self._type and block.endswith('\n') and block.startswith(_DATA_PREFIX):
+            events = self._single_line_events(block[:-1])
+            if events is not None:
+                return self._untyped(events)
+        return self._events_by_line(block)
+
+    def pending(self) -> SSEError | None:
+        """What the stream would end inside if it ended now (an SSEError), or None at an event boundary."""
+        if self._undecoded:
+            return SSEError('eof_in_utf8', f'stream ended inside a UTF-8 character '
+                                           f'({_count(len(self._undecoded), "byte")} pending)')
+        if self._open:
+            return SSEError('eof_in_line', f'stream ended inside a line: {_preview("".join(self._open))}')
+        if self._data:
+            return SSEError('eof_in_event', 'stream ended inside an event: its blank line never arrived')
+        return None
+
+    def finish(self) -> None:
+        """Declare the body ended: SSEDecodeError if it ended inside a UTF-8 character.
+
+        An unterminated final line or event is not dispatched and is not an
+        error here; the client judges the event layer from pending().
+        """
+        if self._undecoded:
+            raise SSEDecodeError(self._undecoded, 0, len(self._undecoded),
+                                 f'stream ended inside a UTF-8 character '
+                                 f'({_count(len(self._undecoded), "byte")} pending)', 'eof_in_utf8')
+
+    def _decode(self, raw: bytes) -> str:
+        data = self._undecoded + raw if self._undecoded else raw
+        try:
+            text, used = codecs.utf_8_decode(data, 'strict', False)
+        except UnicodeDecodeError as exc:
+            raise SSEDecodeError(data, exc.start, exc.end,
+                                 f'invalid UTF-8 byte {data[exc.start]:#04x} in the event stream') from None
+        self._undecoded = data[used:]
+        if not self._started and text:
+            self._started = True
+            if text[0] == '\ufeff':
+                text = text[1:]
+        return text
+
+    def _hold(self, piece: str) -> None:
+        """Keep the start of a line whose end has not arrived, within MAX_LINE_CHARS."""
+        if piece:
+            self._open.append(piece)
+            self._open_chars += len(piece)
+            if self._open_chars > MAX_LINE_CHARS:
+                raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters without a line end')
+
+    @staticmethod
+    def _single_line_events(core: str) -> list[str] | None:
+        """Split ``data: A\\n\\ndata: B`` into ['A', 'B'], or None if the block has another shape."""
+        events = core.split('\n\n' + _DATA_PREFIX)
+        if core.count('\n') != 2 * (len(events) - 1):
+            return None  # some event has several lines, or extra blank lines
+        events[0] = events[0][len(_DATA_PREFIX):]
+        if max(map(len, events)) > MAX_LINE_CHARS - len(_DATA_PREFIX):
+            raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters')
+        return events
+
+    def _events_by_line(self, block: str) -> list:
+        events = []
+        for line in block.split('\n'):
+            if not line:
+                if self._data:
+                    events.append(self._dispatch('\n'.join(self._data)))
+                    self._data, self._size = [], 0
+                self._type = ''
+                continue
+            if len(line) > MAX_LINE_CHARS:
+                raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters')
+            name, _, value = line.partition(':')
+            if value[:1] == ' ':
+                value = value[1:]
+            if name != 'data':
+                if name == 'event':
+                    self._type = value
+                continue  # a comment (empty name) or a field this client does not use
+            self._size += len(value) + 1
+            if self._size > MAX_EVENT_CHARS:
+                raise SSEError('event_too_long', f'event data longer than {MAX_EVENT_CHARS} characters')
+            self._data.append(value)
+        return events
+
+
+    def _dispatch(self, data: str):
+        return data
+
+    @staticmethod
+    def _untyped(events: list[str]) -> list:
+        return events
+
+
+class TypedEvents(Events):
+    """Events that keep their type: ``feed()`` returns ``(type, data)`` pairs,
+    the type being the event field, or "message" when there was none."""
+
+    def _dispatch(self, data: str) -> tuple[str, str]:
+        return self._type or 'message', data
+
+    @staticmethod
+    def _untyped(events: list[str]) -> list[tuple[str, str]]:
+        return [('message', data) for data in events]

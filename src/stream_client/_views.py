@@ -1,0 +1,179 @@
+"""What the terminal shows while runs go on and once they end.
+
+``_LiveView`` shows one answer as it arrives, ``_LoadView`` a load's progress;
+the verdict and comparison lines are written here.
+"""
+import json
+import os
+import threading
+import time
+
+from ._limits import _count
+from ._request import PreparedRequest
+from ._summary import Summary, _summary_table
+
+
+class _LiveView:
+    """What stderr shows during a run: on a terminal the answer as it arrives
+    (reasoning dimmed), then a one-line verdict; elsewhere only a failure."""
+
+    DIM, RESET = '\x1b[2m', '\x1b[0m'
+    WAIT_NOTICE_S = 3.0  # seconds without anything to show before a run says what it is waiting for
+
+    def __init__(self, out, quiet: bool) -> None:
+        self.out = out
+        self.quiet = quiet
+        self.live = not quiet and out.isatty()
+        self.color = self.live and 'NO_COLOR' not in os.environ
+        self.showing = None  # 'reasoning' or 'text' once something was written
+        self._lock = threading.Lock()  # the wait notice is written from a timer's thread
+        self._timer: threading.Timer | None = None
+
+    def _write(self, text: str) -> None:
+        with self._lock:
+            self.out.write(text)
+            self.out.flush()
+
+    def start_waiting(self, request: PreparedRequest) -> None:
+        """On a terminal: if nothing has been shown after WAIT_NOTICE_S, say what the run waits for."""
+        if self.live:
+            self._timer = threading.Timer(self.WAIT_NOTICE_S, self.wait_notice, (request,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def wait_notice(self, request: PreparedRequest) -> None:
+        with self._lock:
+            if self.showing is None:
+                self.out.write(f'waiting {self.WAIT_NOTICE_S:g} s so far for the answer from {request.address}; '
+                               f'the run ends after --idle {request.idle:g} s without a byte or at --deadline '
+                               f'{request.deadline:g} s; Ctrl+C stops it and keeps the record\n')
+                self.out.flush()
+
+    def stop_waiting(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def reasoning(self, text: str) -> None:
+        if self.showing != 'reasoning':
+            self.showing = 'reasoning'
+            text = 'reasoning: ' + text
+        self._write(f'{self.DIM}{text}{self.RESET}' if self.color else text)
+
+    def text(self, text: str) -> None:
+        if self.showing == 'reasoning':
+            self._write('\n')
+        self.showing = 'text'
+        self._write(text)
+
+    def call(self, piece: str) -> None:
+        """A piece of a tool call: 'get_weather(' as it opens, then its arguments as they arrive."""
+        if self.showing and self.showing != 'call':
+            self._write('\n')
+        self.showing = 'call'
+        self._write(piece)
+
+    def verdict(self, record: dict) -> None:
+        self.stop_waiting()
+        if self.quiet or (record['ok'] and not self.live):
+            return
+        if self.showing == 'call':
+            self._write(')')
+        if self.showing:
+            self._write('\n')
+        self._write(_verdict_line(record) + '\n')
+
+
+def _verdict_line(record: dict) -> str:
+    """The run at a glance: 'ok: 2 content events, ...' or 'NOT OK [layer]: what went wrong', and what the
+    cross-check found, when there was one."""
+    cross = _cross_check_line(record.get('cross_check'))
+    if record['ok']:
+        return (f'ok: {_count(record["content_events"], "content event")}, first text {record["first_text_ms"]:.0f} ms, '
+                f'done {record["duration_ms"]:.0f} ms' + cross)
+    layer = record['error_layer']
+    return f'NOT OK [{layer}]: {record["error"].removeprefix(layer + ": ")}' + ('' if layer == 'cross-check' else cross)
+
+
+def _cross_check_line(cross: dict | None) -> str:
+    """'; cross-check: the same answer, 57 equal token ids' and the like, or '' without a cross-check."""
+    if not cross:
+        return ''
+    if cross['same'] is None:
+        return f'; cross-check: no unstreamed answer ({cross["unstreamed_problem"]})'
+    if cross['comparable'] is False:
+        return f'; cross-check: not comparable, the token ids diverged at token {cross["diverged_at_token"]}'
+    ids = f', {_count(cross["token_ids"]["streamed"], "equal token id")}' if cross['comparable'] else \
+        ', no token ids to compare'
+    return f'; cross-check: {"the same answer" if cross["same"] else cross["differences"][0]}{ids}'
+
+
+_COMPARE_COLUMNS = (('file', None), ('source', 'source'), ('model', 'model'), ('ok', 'ok'),
+                   ('layer', 'error_layer'), ('headers ms', 'headers_ms'), ('1st event ms', 'first_event_ms'),
+                   ('1st text ms', 'first_text_ms'), ('duration ms', 'duration_ms'),
+                   ('events', 'content_events'), ('tokens', 'completion_tokens'), ('text reads', 'content_reads'),
+                   ('buffered', 'buffered_delivery'))
+
+
+def _compare_table(paths: list[str], records: list[dict]) -> str:
+    """One line per field and one column per record, so that a few records fit a terminal."""
+    rows = [[name] + [os.path.basename(path) if key is None else _cell(record.get(key))
+                      for path, record in zip(paths, records)] for name, key in _COMPARE_COLUMNS]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return '\n'.join('  '.join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
+def _settings_differ(records: list[dict]) -> list[str]:
+    """The request settings (every key of the record's request, and the model) that differ between records."""
+    keys = sorted({key for record in records for key in (record.get('request') or {})})
+    differ = [key.removesuffix('_sha256') for key in keys
+              if len({json.dumps((record.get('request') or {}).get(key)) for record in records}) > 1]
+    if len({record.get('model') for record in records}) > 1:
+        differ.append('model')
+    return differ
+
+
+def _cell(value) -> str:
+    if value is None:
+        return '-'
+    if isinstance(value, bool):
+        return 'yes' if value else 'no'
+    if isinstance(value, float):
+        return f'{value:.1f}'
+    return str(value)
+
+
+class _LoadView:
+    """What stderr shows during a load: on a terminal one status line updated in place, then the summary
+    table; elsewhere one line per run that is not ok. --quiet shows nothing."""
+
+    def __init__(self, out, quiet: bool, runs: int) -> None:
+        self.out, self.quiet, self.runs = out, quiet, runs
+        self.live = not quiet and out.isatty()
+        self.started = time.monotonic()
+        self.shown = 0.0
+
+    def record(self, record: dict, summary: Summary) -> None:
+        """Called for each record as its run ends (one call at a time)."""
+        if self.live:
+            now = time.monotonic()
+            if now - self.shown >= 0.1 or summary.runs == self.runs:
+                self.shown = now
+                p50 = summary.p50_first_text()
+                self.out.write(f'\r\x1b[Kruns {summary.runs}/{self.runs}  ok {summary.ok}  '
+                               f'not ok {summary.runs - summary.ok}  {now - self.started:.1f} s  p50 first text '
+                               + ('-' if p50 is None else f'{p50:.0f} ms'))
+                self.out.flush()
+        elif not self.quiet and not record['ok']:
+            self.out.write(f'run {record["run"]}: {_verdict_line(record)}\n')
+            self.out.flush()
+
+    def clear(self) -> None:
+        """Clear the status line, so that what goes to stdout next (on the same terminal) starts a line."""
+        if self.live:
+            self.out.write('\r\x1b[K')
+            self.out.flush()
+
+    def finish(self, result: dict) -> None:
+        if self.live:
+            self.out.write(_summary_table(result) + '\n')
+            self.out.flush()
