@@ -1,0 +1,782 @@
+"""Loads and their summary (_load, _summary): runs, goodput, sweeps and --processes."""
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import select
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import types
+import unittest
+from pathlib import Path
+from unittest import mock
+
+import fixture_server
+import stream_client
+from stream_client import stream, StreamError
+from .support import (
+    answer, ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT,
+    resolving_llm_test_to_loopback, row, run_cli, run_in_terminal, script_command, script_env, sse_response, TRACES,
+    URL_PATHS)
+
+
+class LoadTests(unittest.TestCase):
+    """Many runs at once: every run judged strictly, the summary built from the verdicts."""
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = Path(self.tmp.name)
+
+    def load(self, url: str, settings: stream_client.LoadSettings, **options) -> list[dict]:
+        """The records of a load, in the order its runs ended."""
+        records: list[dict] = []
+        requests = [stream_client.prepare(url, 'synthetic-fixture', 'READY', **options)]
+        stream_client.run_load(requests, settings, records.append, stream_client.Cancel())
+        return records
+
+    def test_a_mixed_load_counts_exactly_what_the_fixture_served(self):
+        layers = {mode: row.verdict.error_layer for mode, row in FIXTURE_EXPECTED.items()}
+        for api in APIS:
+            with self.subTest(api=api), Fixture('mixed', seed=7, profile='vllm') as fixture:
+                url = fixture.url.replace('/v1/chat/completions', URL_PATHS[api])
+                records = self.load(url, stream_client.LoadSettings(runs=60, concurrency=8), idle=2)
+                served = fixture.instance.schedule.served
+            summary = stream_client.Summary()
+            for record in records:
+                summary.add(record)
+            result = summary.result()
+            expected = collections.Counter()
+            for mode, count in served.items():
+                if layers[mode]:
+                    expected[layers[mode]] += count
+            self.assertEqual(sum(served.values()), 60)
+            self.assertEqual(result['not_ok_by_layer'], dict(expected))
+            self.assertEqual((result['runs'], result['ok']), (60, served['ok']))
+            self.assertGreaterEqual(len(result['not_ok_by_layer']), 4)
+            self.assertEqual(sorted(record['run'] for record in records), list(range(60)))
+            self.assertEqual({record['load']['concurrency'] for record in records}, {8})
+
+    def test_the_fixture_serves_64_streams_at_once(self):
+        # Every response waits until all 64 are being answered at once. Served one at a time, the first
+        # would wait alone until the barrier broke, and no run would be ok.
+        together = threading.Barrier(64, timeout=60)
+        answer = fixture_server.Handler._answer
+
+        def answer_together(handler, *plan) -> None:
+            together.wait()
+            answer(handler, *plan)
+        with mock.patch.object(fixture_server.Handler, '_answer', answer_together), Fixture('ok') as fixture:
+            records = self.load(fixture.url, stream_client.LoadSettings(runs=64, concurrency=64),
+                                   idle=60, deadline=120)
+        self.assertEqual([r['error'] for r in records if not r['ok']], [])
+        self.assertEqual((len(records), together.broken), (64, False))
+
+    def test_a_load_of_tool_call_runs_is_counted_exactly(self):
+        with Fixture('tool-call', profile='vllm') as good, Fixture('tool-args-array', profile='vllm') as bad:
+            requests = [stream_client.prepare(url, 'm', 'p', tools=fixture_server.TOOLS, tool_choice='required')
+                        for url in (good.url, bad.url, good.url)]
+            records: list[dict] = []
+            stream_client.run_load(requests, stream_client.LoadSettings(runs=30, concurrency=6), records.append,
+                                   stream_client.Cancel())
+        summary = stream_client.Summary()
+        for record in records:
+            summary.add(record)
+        result = summary.result()
+        self.assertEqual((result['runs'], result['ok'], result['not_ok_by_layer']), (30, 20, {'application': 10}))
+        self.assertEqual(result['not_ok_by_kind'],
+                         {'tool_arguments_not_object': 10})
+        self.assertEqual({record['run'] % 3 for record in records if not record['ok']}, {1})
+        self.assertEqual(result['latency_runs'], 20)  # the ok runs' first text is their first tool-call piece
+
+    def test_keep_alive_reuses_each_workers_connection(self):
+        for profile in fixture_server.PROFILES:
+            with self.subTest(profile=profile), Fixture(profile=profile) as fixture:
+                records = self.load(fixture.url, stream_client.LoadSettings(runs=12, concurrency=3, keep_alive=True))
+            connections = {record['connection']['local_port'] for record in records}
+            self.assertTrue(all(record['ok'] for record in records), [r['error'] for r in records])
+            self.assertLessEqual(len(connections), 3)
+            self.assertEqual(sum(not record['connection']['reused'] for record in records), len(connections))
+            carried = collections.Counter()  # each connection carried as many requests as its last one counts
+            for record in records:
+                port, count = record['connection']['local_port'], record['connection']['request_on_connection']
+                carried[port] = max(carried[port], count)
+            self.assertEqual(sum(carried.values()), 12)
+            self.assertEqual({record['load']['keep_alive'] for record in records}, {True})
+        with Fixture() as fixture:  # without --keep-alive, one connection per run
+            records = self.load(fixture.url, stream_client.LoadSettings(runs=4, concurrency=2))
+        self.assertEqual([record['connection']['reused'] for record in records], [False] * 4)
+
+    def test_a_response_that_ends_its_connection_is_not_reused(self):
+        body = ANSWER_EVENTS
+        cases = {'Connection: close': sse_response(body, headers=f'Content-Length: {len(body)}\r\nConnection: close\r\n'),
+                 'HTTP/1.0': sse_response(body, headers=f'Content-Length: {len(body)}\r\n', status='200 OK')
+                 .replace(b'HTTP/1.1', b'HTTP/1.0', 1),
+                 'a body ended by closing': sse_response(body)}
+        for name, response in cases.items():
+            with self.subTest(name), Fixture(replay=response) as fixture:
+                records = self.load(fixture.url, stream_client.LoadSettings(runs=3, keep_alive=True))
+                self.assertEqual([(record['ok'], record['connection']['reused']) for record in records],
+                                 [(True, False)] * 3, [record['error'] for record in records])
+
+    def test_a_kept_connection_closed_while_idle_is_named_and_not_retried(self):
+        with Fixture(profile='vllm', idle_close=0.05) as fixture:
+            request = stream_client.prepare(fixture.url, 'm', 'p')
+            kept = stream_client.KeptConnections()
+            first = stream_client.run(request, kept=kept)
+            connection = kept.take(request.origin)
+            self.assertTrue(select.select([connection.sock], [], [], 30)[0])  # the server's close has arrived
+            kept.keep(request.origin, connection)
+            stale = stream_client.run(request, kept=kept)
+            after = stream_client.run(request, kept=kept)
+            kept.close()
+        self.assertTrue(first['ok'])
+        self.assertRegex(stale['error'], r'^transport: the reused connection \(request 2 on it, idle \d+\.\d\d s\) closed '
+                                         r'before any response byte; the server or a proxy closed it while idle$')
+        self.assertEqual((stale['connection']['reused'], stale['connection']['stale'], stale['headers_ms']),
+                         (True, True, None))
+        self.assertEqual((after['ok'], after['connection']['reused'], after['connection']['request_on_connection']),
+                         (True, False, 1))  # not retried: the next run opens a new connection
+        summary = stream_client.Summary()
+        for record in (first, stale, after):
+            summary.add(record)
+        self.assertEqual(summary.result()['stale_connection_failures'], 1)
+        # The stale run got no head, but its connection had carried the fixture's answer: so does the record,
+        # and a summary of the three is not refused as mixing sources.
+        self.assertEqual([record['source'] for record in (first, stale, after)], ['fixture'] * 3)
+        self.assertEqual(summary.result()['sources'], ['fixture'])
+
+    def test_plain_http_is_judged_by_the_address_a_name_resolves_to(self):
+        real = socket.getaddrinfo
+
+        def getaddrinfo(host, port, *args, **kwargs):  # llm.test resolves to a documentation address
+            if host == 'llm.test':
+                return [(socket.AF_INET, socket.SOCK_STREAM, 6, '', ('192.0.2.7', port))]
+            return real(host, port, *args, **kwargs)
+        with mock.patch('socket.getaddrinfo', getaddrinfo), self.assertRaises(ValueError) as caught:
+            stream_client.prepare('http://llm.test:8000/v1/chat/completions', 'm', 'p')
+        self.assertEqual(str(caught.exception), "plain http is allowed only to loopback addresses, but 'llm.test' "
+                                                'resolves to 192.0.2.7; use https or an SSH tunnel to 127.0.0.1')
+        with Fixture() as fixture, resolving_llm_test_to_loopback():  # a name that resolves to loopback is fine
+            record = stream(fixture.url.replace('127.0.0.1', 'llm.test'), 'm', 'p')
+        self.assertEqual((record['ok'], record['connection']['peer'][:10]), (True, '127.0.0.1:'))
+        reached = types.SimpleNamespace(peer_ip='192.0.2.7', peer='192.0.2.7:8000')  # as if DNS changed meanwhile
+        with self.assertRaises(StreamError) as caught:
+            stream_client._check_plain_peer(reached, types.SimpleNamespace(host='llm.test'))
+        self.assertEqual(str(caught.exception), 'connect: plain http is allowed only to loopback addresses, but '
+                                                'llm.test connected to 192.0.2.7:8000; nothing was sent')
+
+    def test_failed_runs_stay_out_of_the_latency_figures(self):
+        summary = stream_client.Summary()
+        base = {'started_at': '2026-11-30T10:00:00.000Z', 'event_gaps_ms': [1.0], 'content_events': 2,
+                'completion_tokens': 3, 'headers_ms': 1.0, 'first_text_ms': 10.0, 'duration_ms': 100.0}
+        summary.add({**base, 'ok': True})
+        summary.add({**base, 'ok': False, 'error_layer': 'transport', 'first_text_ms': 5000.0,
+                     'duration_ms': 9000.0, 'error': 'transport: connection closed after 4 of 9 body bytes',
+                     'error_kind': 'body_truncated'})
+        result = summary.result()
+        self.assertEqual(result['latency_ms']['first_text_ms'], {'p50': 10.0, 'p90': 10.0, 'p99': 10.0, 'max': 10.0})
+        self.assertEqual((result['latency_runs'], result['latency_excludes']), (1, 1))
+        self.assertEqual(result['not_ok_by_kind'], {'body_truncated': 1})
+        self.assertEqual((result['wall_s'], result['completion_tokens_per_s']), (9.0, round(3 / 9, 3)))
+
+    def test_a_kept_connection_shut_by_a_cancel_is_an_interruption_not_a_stale_connection(self):
+        cancel = stream_client.Cancel()
+        x = fake_exchange('HEADERS', reused=True, idle_s=0.0, cancel=cancel,
+                          connection=types.SimpleNamespace(requests=29))
+        self.assertEqual(stream_client._exchange_failure(ConnectionResetError(104, 'reset'), x).kind,
+                         'stale_connection')  # before any cancel: the server closed it while idle
+        cancel.cancel('SIGINT')
+        failure = stream_client._exchange_failure(ConnectionResetError(104, 'reset'), x)
+        self.assertEqual((failure.layer, failure.kind), ('interrupted', 'interrupted'))
+        self.assertEqual(failure.message, 'SIGINT during the headers phase after 0 content events')
+
+    def test_the_mean_in_flight_is_the_runs_durations_over_the_wall_time(self):
+        summary = stream_client.Summary()
+        for start, duration in (('00.000', 1000.0), ('00.500', 1000.0), ('01.000', 500.0), ('02.000', None)):
+            summary.add({'started_at': f'2026-11-30T10:00:{start}Z', 'duration_ms': duration, 'ok': False,
+                         'error_layer': 'connect', 'error_kind': 'connect_refused', 'error': 'connect: refused'})
+        result = summary.result()
+        self.assertEqual(result['wall_s'], 2.0)  # from the first start to the last end
+        self.assertEqual(result['mean_in_flight'], round(2.5 / 2.0, 3))  # failed runs were in flight too
+
+    def test_percentiles_use_the_nearest_rank(self):
+        values = list(range(1, 101))
+        self.assertEqual(stream_client._percentiles(values), {'p50': 50, 'p90': 90, 'p99': 99, 'max': 100})
+        histogram = stream_client._GapHistogram()
+        histogram.add([0.0] * 50 + [10.0] * 49 + [200.0])
+        result = histogram.result()
+        self.assertEqual((result['p50'], result['max'], result['count']), (0.0, 200.0, 100))
+        self.assertTrue(10.0 <= result['p90'] <= 10.1, result)
+
+    def test_a_stalled_connection_does_not_hold_back_the_others(self):
+        # Runs alternate between a server that never sends a byte of body and a quick one. The stalled runs
+        # would wait far longer than the test; once the four quick runs have their records, the load is
+        # cancelled. Had a stalled run held the others back, no quick run could have ended before it.
+        cancel, records = stream_client.Cancel(), []
+
+        def on_record(record: dict) -> None:
+            records.append(record)
+            if sum(record['ok'] for record in records) == 4:
+                cancel.cancel('SIGINT')
+        with Fixture('stall') as stalled, Fixture('ok', delay=0) as quick:
+            requests = [stream_client.prepare(stalled.url, 'm', 'p', idle=60, deadline=120),
+                        stream_client.prepare(quick.url, 'm', 'p')]
+            stream_client.run_load(requests, stream_client.LoadSettings(runs=8, concurrency=8), on_record, cancel)
+        self.assertEqual([(record['run'] % 2, record['ok']) for record in records[:4]], [(1, True)] * 4)
+        self.assertEqual([(record['run'] % 2, record['error_layer']) for record in records[4:]],
+                         [(0, 'interrupted')] * 4)
+
+    def test_an_open_loop_follows_its_seeded_schedule(self):
+        # The schedule is computed, so it is tested without sleeping: evenly spaced or Poisson at the rate.
+        constant = stream_client.LoadSettings(runs=5, rate=20, arrivals='constant')
+        self.assertEqual([round(at, 9) for at in stream_client.arrival_offsets(constant)], [0, .05, .1, .15, .2])
+        poisson = stream_client.LoadSettings(runs=20_000, rate=10, seed=3)
+        offsets = list(stream_client.arrival_offsets(poisson))
+        self.assertEqual(offsets, list(stream_client.arrival_offsets(poisson)))
+        self.assertNotEqual(offsets[:5], list(stream_client.arrival_offsets(dataclasses.replace(poisson, seed=4)))[:5])
+        gaps = [later - earlier for earlier, later in zip(offsets, offsets[1:])]
+        self.assertTrue(all(gap >= 0 for gap in gaps))
+        self.assertAlmostEqual(statistics.mean(gaps) / 0.1, 1, places=1)   # mean gap 1/rate
+        self.assertAlmostEqual(statistics.stdev(gaps) / 0.1, 1, places=1)  # exponential: stdev = mean
+        # The load starts no run before it is due, and says how late each one started.
+        settings = stream_client.LoadSettings(runs=6, rate=20, arrivals='constant')
+        due_ms = [at * 1000 for at in stream_client.arrival_offsets(settings)]
+        with Fixture('ok', delay=0) as fixture:
+            records = self.load(fixture.url, settings)
+        self.assertEqual(sorted(record['run'] for record in records), list(range(6)))
+        for record in records:
+            with self.subTest(run=record['run']):
+                self.assertGreaterEqual(record['offset_ms'] + 0.001, due_ms[record['run']])
+                self.assertAlmostEqual(record['queued_ms'], record['offset_ms'] - due_ms[record['run']], places=2)
+
+    def test_the_command_line_writes_one_record_per_line_and_a_summary(self):
+        with Fixture('mixed', profile='vllm', seed=5) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '30', '--concurrency', '6',
+                           '--output', 'mixed.jsonl', cwd=self.tmp.name, timeout=60)
+        self.assertIn(done.returncode, (0, 1), done.stderr)
+        lines = (self.dir / 'mixed.jsonl').read_text().splitlines()
+        records = [json.loads(line) for line in lines]
+        self.assertEqual(sorted(record['run'] for record in records), list(range(30)))
+        for record in records:
+            self.assertEqual(set(record) >= {'ok', 'error_layer', 'request', 'offset_ms', 'load'}, True)
+            self.assertEqual(len(record['request']['prompt_sha256']), 64)
+        summary = json.loads(done.stdout)
+        self.assertEqual((summary['runs'], summary['ok']), (30, sum(record['ok'] for record in records)))
+        self.assertEqual(done.returncode, 0 if summary['ok'] == 30 else 1)
+        self.assertEqual(done.stderr.count('\n'), summary['not_ok'])  # one line per run that is not ok
+        again = run_cli('--fixture', 'ok', '--runs', '2', '--output', 'mixed.jsonl', cwd=self.tmp.name)
+        self.assertEqual(again.returncode, 2)
+        self.assertEqual((self.dir / 'mixed.jsonl').read_text().splitlines(), lines)
+        missing = run_cli('--fixture', 'ok', '--runs', '2', '--output', 'no/such/dir.jsonl', cwd=self.tmp.name)
+        self.assertEqual((missing.returncode, missing.stderr.count('\n')), (2, 1))
+
+    def test_summary_of_two_files_equals_that_of_one_holding_both(self):
+        for name, seed in (('a', 1), ('b', 2)):
+            with Fixture('mixed', seed=seed) as fixture:
+                run_cli('--url', fixture.url, '--model', 'm', '--runs', '12', '--concurrency', '4',
+                        '--output', f'{name}.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+        both = self.dir / 'both.jsonl'
+        both.write_text((self.dir / 'a.jsonl').read_text() + (self.dir / 'b.jsonl').read_text())
+        split = run_cli('--summary', 'a.jsonl', 'b.jsonl', cwd=self.tmp.name)
+        whole = run_cli('--summary', 'both.jsonl', cwd=self.tmp.name)
+        self.assertEqual(json.loads(split.stdout), json.loads(whole.stdout))
+        self.assertEqual(json.loads(whole.stdout)['runs'], 24)
+        self.assertEqual(split.returncode, 0 if json.loads(split.stdout)['not_ok'] == 0 else 1)
+
+    def test_summary_recomputes_what_the_load_printed_and_refuses_mixed_sources(self):
+        with Fixture('mixed', seed=3) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '10', '--concurrency', '4',
+                           '--output', 'load.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+        again = run_cli('--summary', 'load.jsonl', cwd=self.tmp.name)
+        self.assertEqual(json.loads(again.stdout), json.loads(done.stdout))
+        capture = (TRACES / 'a2_chat_stream_usage_eos_stop.http').read_bytes()
+        with Fixture(replay=capture) as fixture:
+            run_cli('--url', fixture.url, '--model', 'tiny', '--output', 'replay.json', cwd=self.tmp.name)
+        refused = run_cli('--summary', 'load.jsonl', 'replay.json', cwd=self.tmp.name)
+        self.assertEqual((refused.returncode, refused.stdout), (2, ''))
+        self.assertIn('refusing to summarize records of different sources (fixture, replay)', refused.stderr)
+        mixed = run_cli('--summary', 'load.jsonl', 'replay.json', '--mixed-sources', cwd=self.tmp.name)
+        self.assertEqual(json.loads(mixed.stdout)['runs'], 11)
+        (self.dir / 'bad.jsonl').write_text((self.dir / 'load.jsonl').read_text() + 'not a record\n')
+        bad = run_cli('--summary', 'bad.jsonl', cwd=self.tmp.name)
+        self.assertEqual((bad.returncode, bad.stderr.strip()), (2, 'stream_client.py: error: bad.jsonl line 11 is '
+                                                                   'not an evidence record'))
+
+    def test_prompts_cycle_in_order_and_a_bad_line_is_named_before_anything_is_sent(self):
+        (self.dir / 'prompts.jsonl').write_text('"first"\n{"prompt": "second", "system": "terse", "max_tokens": 9}\n')
+        with Fixture(delay=0) as fixture:
+            seen = []
+            original = fixture_server.Handler._read_request
+            def spy(handler):
+                request = original(handler)
+                seen.append(request)
+                return request
+            fixture_server.Handler._read_request = spy
+            try:
+                done = run_cli('--url', fixture.url, '--model', 'm', '--prompts', 'prompts.jsonl', '--runs', '3',
+                               '--output', 'p.jsonl', cwd=self.tmp.name)
+            finally:
+                fixture_server.Handler._read_request = original
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual([request['messages'][-1]['content'] for request in seen], ['first', 'second', 'first'])
+        self.assertEqual((seen[1]['messages'][0], seen[1]['max_tokens'], seen[0]['max_tokens']),
+                         ({'role': 'system', 'content': 'terse'}, 9, 128))
+        for content, line, words in (('"a"\n{"prompt": 3}\n', 2, 'expected a JSON string, or an object'),
+                                     ('"a"\n\n', 2, 'not JSON'), ('{"prompt": "a", "temp": 1}\n', 1, 'unknown keys temp'),
+                                     ('{"prompt": "a", "max_tokens": 0}\n', 1, '"max_tokens" must be an integer')):
+            with self.subTest(content=content):
+                (self.dir / 'bad.jsonl').write_text(content)
+                with Fixture() as fixture:
+                    bad = run_cli('--url', fixture.url, '--model', 'm', '--prompts', 'bad.jsonl', '--runs', '2',
+                                  '--output', 'bad-run.jsonl', cwd=self.tmp.name)
+                    self.assertIsNone(fixture.last_request)
+                self.assertEqual(bad.returncode, 2)
+                self.assertEqual(bad.stderr, f'stream_client.py: error: --prompts bad.jsonl line {line}: {words}'
+                                 + bad.stderr.split(words, 1)[1])
+                self.assertFalse((self.dir / 'bad-run.jsonl').exists())
+
+    def test_a_fixed_length_load_expects_length(self):
+        with Fixture('length') as fixture:
+            ok = run_cli('--url', fixture.url, '--model', 'm', '--max-tokens', '3', '--expect-finish', 'length',
+                         '--runs', '2', '--output', 'a.jsonl', '--quiet', cwd=self.tmp.name)
+            short = run_cli('--url', fixture.url, '--model', 'm', '--max-tokens', '4', '--expect-finish', 'length',
+                            '--runs', '2', '--output', 'b.jsonl', '--quiet', cwd=self.tmp.name)
+        self.assertEqual(json.loads(ok.stdout)['ok'], 2)
+        self.assertEqual(json.loads(short.stdout)['not_ok_by_kind'],
+                         {'length_tokens_differ': 2})
+        stop = run_cli('--fixture', 'ok', '--expect-finish', 'length', '--output', 'c.json', cwd=self.tmp.name)
+        self.assertIn('expected finish_reason=length (--expect-finish length), got finish_reason=stop', stop.stderr)
+        self.assertEqual(json.loads((self.dir / 'c.json').read_text())['request']['expect_finish'], 'length')
+
+    def test_load_flags_that_do_not_fit_exit_2(self):
+        cases = {'capture with runs': ['--runs', '2', '--capture', 'c.http'], 'zero runs': ['--runs', '0'],
+                 'zero concurrency': ['--runs', '2', '--concurrency', '0'], 'negative rate': ['--rate', '-1'],
+                 'prompts and prompt': ['--prompts', 'p.jsonl', '--prompt', 'x'], 'unknown arrivals':
+                 ['--rate', '2', '--arrivals', 'bursty'], 'missing prompts file': ['--prompts', 'absent.jsonl']}
+        (self.dir / 'p.jsonl').write_text('"x"\n')
+        for name, args in cases.items():
+            with self.subTest(name):
+                done = run_cli('--fixture', 'ok', '--output', 'run.jsonl', *args, cwd=self.tmp.name)
+                self.assertEqual((done.returncode, done.stderr.count('\n')), (2, 1), done.stderr)
+                self.assertFalse((self.dir / 'run.jsonl').exists())
+
+    def test_the_runs_that_start_are_the_first_ones_whatever_the_threads_timing(self):
+        cancelled, decided, ran = threading.Event(), [], []
+
+        def admit(job: int) -> bool:
+            if job == 0:
+                time.sleep(0.2)  # the chance for another thread to take job 1 and decide first
+            decided.append(job)
+            return not cancelled.is_set()
+
+        def work(job: int) -> None:
+            ran.append(job)
+            if job == 1:
+                cancelled.set()
+        pool = stream_client._Pool(2, work, admit)
+        for job in range(6):
+            pool.submit(job)
+        pool.close()
+        self.assertEqual(decided, list(range(6)))
+        self.assertEqual(sorted(ran), list(range(len(ran))))
+        self.assertLess(len(ran), 6)
+
+    def test_a_run_taken_up_just_before_the_cancel_is_interrupted_and_connects_nowhere(self):
+        listener = socket.create_server(('127.0.0.1', 0))
+        self.addCleanup(listener.close)
+        listener.setblocking(False)
+        request = stream_client.prepare(f'http://127.0.0.1:{listener.getsockname()[1]}/v1/chat/completions', 'm', 'p')
+        cancel = stream_client.Cancel()
+        cancel.cancel('SIGTERM')
+        record = stream_client._run(request, stream_client._Show(), None, cancel, None)
+        self.assertEqual((record['error_layer'], record['error']), ('interrupted', 'interrupted: SIGTERM before the request was sent'))
+        with self.assertRaises(BlockingIOError):
+            listener.accept()
+
+    def test_ctrl_c_keeps_one_valid_line_per_started_run(self):
+        for signum, status, presses in ((signal.SIGINT, 130, 1), (signal.SIGINT, 130, 2), (signal.SIGTERM, 143, 1)):
+            with self.subTest(signal=signum.name, presses=presses), Fixture('ok', delay=0.02) as fixture:
+                output = self.dir / f'{signum.name}-{presses}.jsonl'
+                process = subprocess.Popen(script_command(CLIENT, '--url', fixture.url, '--model', 'm', '--runs',
+                                                   '200', '--concurrency', '4', '--output', str(output)),
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=script_env())
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and (not output.exists() or output.read_text().count('\n') < 6):
+                    time.sleep(0.05)
+                for _ in range(presses):
+                    process.send_signal(signum)
+                    time.sleep(0.01)
+                stdout, stderr = process.communicate(timeout=20)
+                self.assertEqual(process.returncode, status, stderr)
+                records = [json.loads(line) for line in output.read_text().splitlines()]
+                self.assertEqual(sorted(record['run'] for record in records), list(range(len(records))))
+                self.assertLess(len(records), 200)
+                interrupted = [record for record in records if record['error_layer'] == 'interrupted']
+                self.assertTrue(interrupted)
+                self.assertTrue(all(signum.name in record['error'] for record in interrupted))
+                self.assertEqual(json.loads(stdout)['runs'], len(records))
+                self.assertEqual(json.loads(stdout)['planned_runs'], 200)
+                self.assertEqual({record['load']['runs'] for record in records}, {200})
+                self.assertEqual(len({record['load']['id'] for record in records}), 1)
+
+    def test_progress_on_a_terminal_then_the_table(self):
+        status, text = run_in_terminal('--fixture', 'mixed', '--runs', '12', '--concurrency', '4', '--output', 'p.jsonl',
+                                       cwd=self.tmp.name)
+        self.assertIn(status, (0, 1))
+        self.assertRegex(text, r'\r\x1b\[Kruns \d+/12  ok \d+  not ok \d+  [\d.]+ s  p50 first text (\d+ ms|-)')
+        self.assertIn('\r\x1b[Kruns 12  ok ', text)
+        self.assertIn('latency of ', text)
+        self.assertIn('content-event gaps', text)
+
+    def test_on_a_terminal_the_table_replaces_the_json_line(self):
+        status, text = run_in_terminal('--fixture', 'ok', '--runs', '6', '--concurrency', '2', '--output', 'c.jsonl',
+                                       '--report', 'c.html', cwd=self.tmp.name, stdout_too=True)
+        self.assertEqual(status, 0, text)
+        self.assertRegex(text, r'p50 first text \d+ ms\r\x1b\[Kruns 6  ok 6')  # the table starts on a cleared line
+        self.assertNotIn('{"runs"', text)  # 1.5 KB of JSON would wrap to a screenful before the table
+        self.assertIn('(the JSON summary goes to stdout when it is redirected; or run --summary c.jsonl)', text)
+        self.assertTrue(text.rstrip().endswith('report written to c.html'), text)
+        for line in text.split('\r\x1b[K')[-1].splitlines():
+            self.assertLessEqual(len(line), 100, line)
+        status, text = run_in_terminal('--summary', 'c.jsonl', cwd=self.tmp.name, stdout_too=True)
+        self.assertEqual(status, 0, text)
+        self.assertIn('latency of 6 ok runs', text)
+        self.assertIn('(the JSON summary goes to stdout when it is redirected)', text)
+
+    def test_a_run_that_shows_nothing_says_what_it_waits_for(self):
+        class Terminal(list):
+            def isatty(self) -> bool:
+                return True
+            write = list.append
+
+            def flush(self) -> None:
+                pass
+        request = stream_client.prepare('http://[::1]:8000/v1/chat/completions', 'm', 'p', idle=10, deadline=60)
+        quiet, shown = Terminal(), Terminal()
+        stream_client._LiveView(quiet, False).wait_notice(request)  # the timer's call, made at once
+        self.assertEqual(''.join(quiet), f'waiting {stream_client._LiveView.WAIT_NOTICE_S:g} s so far for the answer '
+                                         'from [::1]:8000; the run ends after --idle 10 s without a byte or at '
+                                         '--deadline 60 s; Ctrl+C stops it and keeps the record\n')
+        view = stream_client._LiveView(shown, False)
+        view.text('READY')
+        view.wait_notice(request)  # too late: something is on the screen
+        self.assertEqual(shown, ['READY'])
+        view.start_waiting(request)
+        view.verdict(fake_record(0))
+        self.assertTrue(view._timer.finished.is_set())  # the verdict cancelled the notice
+
+    def test_the_tables_fit_80_columns(self):
+        summary = stream_client.Summary()
+        for run in range(30):
+            summary.add(fake_record(run, ok=run % 3 == 0, error=f'{stream_client.LAYERS[run % 11]}: '
+                                                                f'{"a long message " * 10}{run}'))
+        table = stream_client._summary_table(summary.result())
+        self.assertIn('not ok by layer', table)
+        for line in table.splitlines():
+            self.assertLessEqual(len(line), stream_client._TERMINAL_COLUMNS, line)
+        records = [{**fake_record(0), 'model': 'Qwen/Qwen2.5-1.5B-Instruct', 'source': 'endpoint'}] * 2
+        for line in stream_client._compare_table(['before.json', 'after.json'], records).splitlines():
+            self.assertLessEqual(len(line), stream_client._TERMINAL_COLUMNS, line)
+
+    def test_a_summary_counts_the_runs_each_load_planned(self):
+        def line(run: int, load_id: str | None, runs: int) -> dict:
+            record = fake_record(run)
+            if load_id:
+                record['load'] = {'runs': runs, 'concurrency': 1, 'rate': None, 'arrivals': None, 'seed': 0,
+                                  'id': load_id}
+            return record
+        summary = stream_client.Summary()
+        for record in [line(0, 'a', 200), line(1, 'a', 200), line(0, 'b', 50), line(0, None, 1)]:
+            summary.add(record)
+        result = summary.result()
+        self.assertEqual((result['runs'], result['planned_runs']), (4, 251))
+        self.assertIn('runs 4  ok 4  not ok 0  (of 251 planned)', stream_client._summary_table(result))
+        report = stream_client.Report(summary)
+        self.assertIn('<h1>4 of 4 runs ok  (of 251 planned)</h1>', report.html())
+
+
+class GoodputTests(unittest.TestCase):
+    """Goodput: runs that are ok and within every --slo bound; sweeps of open-loop steps to saturation."""
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = Path(self.tmp.name)
+
+    def records(self, name: str) -> list[dict]:
+        return [json.loads(line) for line in (self.dir / name).read_text().splitlines()]
+
+    def interrupted_load(self, name: str, *args: str, after: int) -> tuple[int, dict, str, list[dict]]:
+        """A load of the command line stopped by SIGINT once ``after`` records are in its file: its exit
+        status, its summary, its stderr and its records."""
+        with Fixture('ok', delay=0.05) as fixture:
+            output = self.dir / name
+            process = subprocess.Popen(script_command(CLIENT, '--url', fixture.url, '--model', 'm', *args,
+                                              '--output', str(output)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, env=script_env())
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and (not output.exists() or output.read_text().count('\n') < after):
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=30)
+        return process.returncode, json.loads(stdout), stderr, self.records(name)
+
+    def test_goodput_counts_exactly_the_ok_runs_within_every_bound(self):
+        with Fixture('mixed', seed=11, delay=0.01) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '40', '--concurrency', '8', '--idle', '2',
+                           '--slo', 'first_text_ms=30000', '--slo', 'max_event_gap_ms=30000',
+                           '--output', 'mixed.jsonl', '--quiet', cwd=self.tmp.name, timeout=90)
+        summary, records = json.loads(done.stdout), self.records('mixed.jsonl')
+        bounds = (('first_text_ms', 30000), ('max_event_gap_ms', 30000))
+        good = [r for r in records if r['ok'] and stream_client._meets_slos(r, bounds)]
+        self.assertEqual(summary['good'], len(good))
+        self.assertLess(summary['good'], summary['runs'])  # mixed serves failures too: some runs are not good
+        self.assertEqual(summary['slo_attainment'], round(len(good) / len(records), 4))
+        self.assertEqual(summary['slo'], {'first_text_ms': 30000.0, 'max_event_gap_ms': 30000.0})
+        first_chunk = [r for r in records if 200 <= ((r['http'] or {}).get('status') or 0) < 300
+                       and r['first_text_ms'] is not None]
+        self.assertEqual(summary['first_chunk_good'], len(first_chunk))
+        self.assertGreater(summary['first_chunk_good'], summary['good'])  # cut streams after a first chunk
+        # a tighter bound read back from the same evidence: fewer good runs, the same runs
+        tight = json.loads(run_cli('--summary', 'mixed.jsonl', '--slo', 'first_text_ms=0.001', cwd=self.tmp.name).stdout)
+        self.assertEqual((tight['good'], tight['runs']), (0, summary['runs']))
+        self.assertEqual(json.loads(run_cli('--summary', 'mixed.jsonl', cwd=self.tmp.name).stdout), summary)
+
+    def test_a_cut_stream_is_never_good_however_fast_it_was(self):
+        for mode in ('broken', 'no-done', 'truncated'):
+            with self.subTest(mode=mode), Fixture(mode) as fixture:
+                done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '6', '--concurrency', '3', '--idle', '2',
+                               '--slo', 'first_text_ms=60000', '--slo', 'duration_ms=60000',
+                               '--output', f'{mode}.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+                summary = json.loads(done.stdout)
+                self.assertEqual((summary['ok'], summary['good'], summary['goodput_per_s']), (0, 0, 0.0))
+                self.assertEqual(summary['first_chunk_good'], 6)  # what a first-chunk tool reports
+
+    def test_a_bound_on_a_figure_the_run_lacks_is_not_met(self):
+        ok = {'ok': True, 'first_text_ms': 10.0, 'duration_ms': 50.0, 'mean_event_gap_ms': None,
+              'max_event_gap_ms': None}
+        self.assertTrue(stream_client._meets_slos(ok, (('max_event_gap_ms', 5.0),)))  # one content event: no gap
+        self.assertFalse(stream_client._meets_slos({**ok, 'first_text_ms': None}, (('max_event_gap_ms', 5.0),)))
+        self.assertFalse(stream_client._meets_slos({**ok, 'first_text_ms': None}, (('first_text_ms', 5.0),)))
+        self.assertFalse(stream_client._meets_slos(ok, (('duration_ms', 49.9),)))
+        self.assertTrue(stream_client._meets_slos(ok, (('duration_ms', 50.0),)))
+
+    def test_the_saturation_step_is_the_last_under_capacity_and_says_what_failed_next(self):
+        def step(rate, attainment, achieved=None, scheduled=None):
+            return {'rate': rate, 'slo_attainment': attainment, 'achieved_rate': rate if achieved is None else achieved,
+                    'scheduled_rate': rate if scheduled is None else scheduled}
+        cases = [([step(1, 1.0), step(2, 0.995), step(4, 0.9), step(8, 1.0)], (2, 4, 'attainment 0.9')),
+                 ([step(1, 1.0), step(2, 1.0, achieved=1.89)], (1, 2, '1.89 runs/s started')),
+                 ([step(1, 1.0), step(2, 1.0, achieved=1.91)], (2, None, 'every step met the target')),
+                 ([step(1, 0.5)], (None, 1, 'attainment 0.5')),
+                 ([step(1, None)], (None, 1, 'attainment None'))]
+        for steps, (rate, exceeded, why) in cases:
+            with self.subTest(steps=steps):
+                found = stream_client._saturation_step(steps, 0.99)
+                self.assertEqual((found['rate'], found['exceeded_at']), (rate, exceeded))
+                self.assertIn(why, found['why'])
+
+    def test_the_schedule_of_a_timed_step_is_computed_in_advance(self):
+        self.assertEqual(stream_client._scheduled_runs(4, 'constant', 0, 1.0), 4)
+        self.assertEqual(stream_client._scheduled_runs(4, 'constant', 0, 1.01), 5)
+        settings = stream_client.LoadSettings(runs=stream_client._scheduled_runs(50, 'poisson', 3, 2.0), rate=50,
+                                              seed=3, duration=2.0)
+        offsets = list(stream_client.arrival_offsets(settings))
+        self.assertTrue(offsets and max(offsets) < 2.0)
+        self.assertEqual(len(offsets), settings.runs)
+        longer = list(stream_client.arrival_offsets(dataclasses.replace(settings, runs=settings.runs + 1)))
+        self.assertGreaterEqual(longer[-1], 2.0)  # the next arrival falls outside the duration
+
+    def test_a_sweep_names_the_step_past_a_server_of_known_capacity(self):
+        # The server answers one request at a time, each in at least 7 fixture delays of 10 ms: a capacity
+        # of at most 14 runs/s. At 2 runs/s nothing waits; at 40 runs/s run k waits at least 45k ms, so
+        # from the twelfth run on every run is past the 500 ms bound: 8 of the 20 at least.
+        one_at_a_time = threading.Lock()
+        answer = fixture_server.Handler._answer
+
+        def answer_alone(handler, *plan) -> None:
+            with one_at_a_time:
+                answer(handler, *plan)
+        with mock.patch.object(fixture_server.Handler, '_answer', answer_alone), Fixture('ok', delay=0.01) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--rates', '40,2', '--duration', '0.5',
+                           '--arrivals', 'constant', '--slo', 'first_text_ms=500', '--deadline', '30', '--idle', '30',
+                           '--output', 'sweep.jsonl', '--report', 'sweep.html', '--quiet', cwd=self.tmp.name,
+                           timeout=120)
+        self.assertIn(done.returncode, (0, 1), done.stderr)
+        summary, records = json.loads(done.stdout), self.records('sweep.jsonl')
+        self.assertEqual([step['rate'] for step in summary['steps']], [2.0, 40.0])
+        self.assertEqual([step['scheduled_runs'] for step in summary['steps']], [1, 20])
+        self.assertEqual({(r['load']['step'], r['load']['rate']) for r in records}, {(0, 2.0), (1, 40.0)})
+        self.assertEqual((summary['saturation_rate'], summary['saturation']['exceeded_at']), (2.0, 40.0))
+        self.assertIn('under the target 0.99', summary['saturation']['why'])
+        self.assertEqual(sum(step['good'] for step in summary['steps']), summary['good'])
+        self.assertEqual(json.loads(run_cli('--summary', 'sweep.jsonl', cwd=self.tmp.name).stdout), summary)
+        page = (self.dir / 'sweep.html').read_text()
+        self.assertIn('<h2>Sweep</h2>', page)
+        self.assertIn('up to 2 runs/s', page)
+
+    def test_a_step_whose_runs_cannot_start_on_time_is_past_capacity(self):
+        # One run in flight at a time, each at least 7 fixture delays of 10 ms long: at most about 14 starts
+        # per second, under 95% of the 20 per second scheduled, however fast the machine.
+        with Fixture('ok', delay=0.01) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--rates', '20', '--duration', '1', '--concurrency',
+                           '1', '--arrivals', 'constant', '--output', 'late.jsonl', '--quiet', cwd=self.tmp.name,
+                           timeout=120)
+        summary = json.loads(done.stdout)
+        step = summary['steps'][0]
+        self.assertEqual((step['scheduled_runs'], step['runs'], step['ok']), (20, 20, 20))
+        self.assertLess(step['achieved_rate'], 0.95 * step['scheduled_rate'])
+        self.assertEqual((summary['saturation_rate'], summary['saturation']['exceeded_at']), (None, 20.0))
+        self.assertIn('runs/s started', summary['saturation']['why'])
+
+    def test_ctrl_c_in_a_sweep_keeps_every_started_run_and_the_steps_done(self):
+        status, summary, stderr, records = self.interrupted_load('sweep.jsonl', '--rates', '4,8', '--duration', '5',
+                                                                 after=3)
+        self.assertEqual(status, 130, stderr)
+        self.assertEqual(summary['runs'], len(records))
+        self.assertEqual([step['rate'] for step in summary['steps']], [4.0])  # the second step never started
+        self.assertLess(len(records), summary['steps'][0]['scheduled_runs'])
+
+    def test_a_cancel_calls_its_hooks_once_at_once(self):
+        cancel, called = stream_client.Cancel(), []
+        cancel.on_cancel(lambda reason: called.append(('before', reason)))
+        gone = lambda reason: called.append(('forgotten', reason))  # noqa: E731
+        cancel.on_cancel(gone)
+        cancel.forget(gone)
+        cancel.cancel('SIGTERM')
+        cancel.cancel('SIGINT')  # a second cancel changes nothing
+        self.assertEqual(called, [('before', 'SIGTERM')])
+        cancel.on_cancel(lambda reason: called.append(('after', reason)))
+        self.assertEqual(called, [('before', 'SIGTERM'), ('after', 'SIGTERM')])
+
+    def test_a_spread_load_tells_its_workers_before_the_cancel_returns(self):
+        server = subprocess.Popen(script_command(FIXTURE_SCRIPT, '--port', '0', '--mode', 'stall'),
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=script_env())
+        self.addCleanup(lambda: (server.kill(), server.communicate()))
+        url = server.stdout.readline().split()[-1]
+        records, cancel, told, listening = [], stream_client.Cancel(), [], threading.Event()
+        write, on_cancel = os.write, cancel.on_cancel
+
+        def watched_write(fd: int, data: bytes) -> int:
+            if data.startswith(b'SIGINT'):
+                told.append(data)
+            return write(fd, data)
+
+        def watched_on_cancel(hook) -> None:
+            on_cancel(hook)
+            listening.set()
+        with mock.patch.object(os, 'write', watched_write), mock.patch.object(cancel, 'on_cancel', watched_on_cancel):
+            load = threading.Thread(target=stream_client.run_load, args=(
+                [stream_client.prepare(url, 'm', 'p', idle=30)],
+                stream_client.LoadSettings(runs=40, concurrency=4, processes=2), records.append, cancel))
+            load.start()
+            self.assertTrue(listening.wait(30))  # the workers are forked, and the load waits for its cancel
+            cancel.cancel('SIGINT')
+            self.assertEqual(told, [b'SIGINT'.ljust(16) * 2])  # written by cancel() itself, not later
+            load.join(30)
+        self.assertFalse(load.is_alive())
+        self.assertLessEqual({record['error_layer'] for record in records}, {'interrupted'})  # stalled: only the cancel ends them
+
+    def test_telling_workers_that_have_all_ended_is_no_error(self):
+        read, write = os.pipe()
+        os.close(read)  # every worker has ended: EPIPE
+        try:
+            stream_client._tell_workers(write, 'SIGINT', 2)
+        finally:
+            os.close(write)
+
+    def test_a_spread_load_forks_every_worker_before_it_starts_a_thread(self):
+        # A fork copies only the thread that calls it; a lock another thread holds stays locked in the child.
+        forked, fork = [], os.fork
+
+        def watched_fork() -> int:
+            forked.append(set(threading.enumerate()))
+            return fork()
+        server = subprocess.Popen(script_command(FIXTURE_SCRIPT, '--port', '0', '--delay', '0.002'),
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=script_env())
+        self.addCleanup(lambda: (server.kill(), server.communicate()))
+        url = server.stdout.readline().split()[-1]  # a server in a process of its own: no thread of it here
+        records, before = [], set(threading.enumerate())
+        with mock.patch.object(os, 'fork', watched_fork):
+            stream_client.run_load([stream_client.prepare(url, 'm', 'p')],
+                                   stream_client.LoadSettings(runs=6, concurrency=3, processes=3), records.append,
+                                   stream_client.Cancel())
+        self.assertEqual(sorted(record['run'] for record in records), list(range(6)))
+        self.assertEqual(len(forked), 3)
+        for threads in forked:  # threads of earlier tests may end meanwhile; none may begin
+            self.assertLessEqual(threads, before)
+
+    def test_a_load_spread_over_processes_is_counted_exactly_in_one_file(self):
+        layers = {mode: row.verdict.error_layer for mode, row in FIXTURE_EXPECTED.items()}
+        with Fixture('mixed', seed=4, delay=0.005) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '45', '--concurrency', '6', '--processes', '3',
+                           '--idle', '2', '--output', 'spread.jsonl', '--quiet', cwd=self.tmp.name, timeout=90)
+            served = fixture.instance.schedule.served
+        records, summary = self.records('spread.jsonl'), json.loads(done.stdout)
+        self.assertEqual(sorted(record['run'] for record in records), list(range(45)))
+        self.assertEqual({record['load']['id'] for record in records} | {record['load']['processes'] for record in records},
+                         {records[0]['load']['id'], 3})
+        expected = collections.Counter()
+        for mode, count in served.items():
+            if layers[mode]:
+                expected[layers[mode]] += count
+        self.assertEqual(summary['not_ok_by_layer'], dict(expected))
+        self.assertEqual((summary['runs'], summary['ok']), (45, served['ok']))
+
+    def test_the_runs_of_a_spread_load_run_in_other_processes(self):
+        # _run() is wrapped before the fork, so each worker's records say which process ran them.
+        real_run = stream_client._run
+
+        def run_and_say_where(*args, **kwargs):
+            return {**real_run(*args, **kwargs), 'pid': os.getpid()}
+        records: list[dict] = []
+        with Fixture('ok') as fixture, mock.patch.object(stream_client, "_run", run_and_say_where):
+            requests = [stream_client.prepare(fixture.url, 'm', 'p')]
+            stream_client.run_load(requests, stream_client.LoadSettings(runs=12, concurrency=4, processes=2),
+                                   records.append, stream_client.Cancel())
+        self.assertEqual(sorted(record['run'] for record in records), list(range(12)))
+        by_pid = collections.defaultdict(set)
+        for record in records:
+            by_pid[record['pid']].add(record['run'] % 2)
+        self.assertNotIn(os.getpid(), by_pid)
+        self.assertEqual(sorted(by_pid.values(), key=min), [{0}, {1}])  # each process its share of the runs
+
+    def test_ctrl_c_in_a_spread_load_keeps_one_valid_line_per_started_run(self):
+        status, summary, stderr, records = self.interrupted_load('spread.jsonl', '--runs', '200', '--concurrency', '4',
+                                                                 '--processes', '2', after=6)
+        self.assertEqual(status, 130, stderr)
+        self.assertEqual(len({record['run'] for record in records}), len(records))
+        self.assertLess(len(records), 200)
+        interrupted = [record for record in records if record['error_layer'] == 'interrupted']
+        self.assertTrue(interrupted)
+        self.assertTrue(all('SIGINT' in record['error'] for record in interrupted))
+        self.assertEqual((summary['runs'], summary['planned_runs']), (len(records), 200))
+
+    def test_sweep_and_slo_flags_that_do_not_fit_exit_2_with_one_line(self):
+        cases = {'unknown figure': ['--runs', '2', '--slo', 'ttft=100'], 'no bound': ['--runs', '2', '--slo', 'duration_ms'],
+                 'negative bound': ['--runs', '2', '--slo', 'duration_ms=-5'], 'bound twice':
+                 ['--runs', '2', '--slo', 'duration_ms=5', '--slo', 'duration_ms=6'],
+                 'negative rate': ['--rates', '2,-1', '--duration', '1'], 'zero rate': ['--rates', '0', '--duration', '1'],
+                 'duplicate rate': ['--rates', '2,4,2', '--duration', '1'], 'not a rate': ['--rates', '2,x', '--duration', '1'],
+                 'duration with runs': ['--rate', '2', '--duration', '1', '--runs', '3'],
+                 'rates without duration': ['--rates', '1,2'], 'rates and rate': ['--rates', '1,2', '--rate', '3', '--duration', '1'],
+                 'duration without a rate': ['--duration', '1'], 'negative duration': ['--rate', '2', '--duration', '-1'],
+                 'target above 1': ['--runs', '2', '--slo-target', '1.5'], 'slo on one run': ['--slo', 'duration_ms=5'],
+                 'no processes': ['--runs', '2', '--processes', '0'], 'processes on one run': ['--processes', '2']}
+        output = str(self.dir / 'run.jsonl')
+        for name, args in cases.items():
+            with self.subTest(name):  # in this process: each is refused before a fixture starts or a file is made
+                with contextlib.redirect_stderr(io.StringIO()) as stderr, mock.patch('signal.signal'):
+                    status = stream_client.main(['--fixture', 'ok', '--output', output, *args])
+                self.assertEqual((status, stderr.getvalue().count('\n')), (2, 1), stderr.getvalue())
+                self.assertFalse(os.path.exists(output))

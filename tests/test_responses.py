@@ -1,0 +1,102 @@
+"""The Responses API's grammar (_responses), without a socket."""
+from __future__ import annotations
+
+import json
+import unittest
+
+import stream_client
+from stream_client import StreamError
+from .support import (
+    capture_events, dechunk, feedings, message_of, R2, responses_events, split_capture, TRACES, with_data)
+
+
+class ResponseEventsTests(unittest.TestCase):
+    def outcome(self, events: list, **expect) -> tuple[str | None, str]:
+        """(layer, message) of the first failure, or (None, '') when the response is a finished answer."""
+        validator = stream_client.ResponseEvents(**expect)
+        try:
+            for event in events:
+                validator.accept(event)
+        except StreamError as exc:
+            return exc.layer, exc.message
+        problem = message_of(validator.outcome())
+        return ('application', problem) if problem else (None, '')
+
+    def test_a_real_completed_response_is_finished_at_every_chunking(self):
+        payload = dechunk(split_capture(TRACES / R2)[1])
+        for name, chunks in feedings(payload):
+            parser, validator = stream_client.TypedEvents(), stream_client.ResponseEvents()
+            text = ''.join(validator.accept(event)[0] for chunk in chunks for event in parser.feed(chunk))
+            self.assertEqual((text, message_of(validator.outcome()), validator.terminal), ('Ex7rEx7untrgExp', None,
+                                                                                        'response.completed'), name)
+
+    def test_each_broken_rule_names_its_layer(self):
+        events = capture_events(R2)  # 0 created, 1 in_progress, 2 item added, 3 part added, 4-12 deltas, 13 text done,
+        delta = events[5]            # 14 part done, 15 item done, 16 completed
+        item = json.loads(events[2][1])['item']
+        cases = {
+            'an event lost': (events[:5] + events[6:], 'protocol', 'expected sequence_number 5, got 6'),
+            'an event repeated': (events[:6] + [events[5]] + events[6:], 'protocol', 'expected sequence_number 6, got 5'),
+            'no sequence_number': ([with_data(events[0], sequence_number=None)], 'protocol',
+                                   'expected sequence_number 0, got None'),
+            'event field and type differ': ([('message', events[0][1])], 'protocol',
+                                            "its event field says 'message' but its data says type 'response.created'"),
+            'a delta changed, numbering kept': (events[:5] + [with_data(delta, delta='X')] + events[6:], 'protocol',
+                                                "response.output_text.done says the text is 'Ex7rEx7untrgExp'"),
+            'the terminal text disagrees': (events[:13] + [events[13], events[14], events[15]]
+                                            + [events[16][:1] + (events[16][1].replace('Ex7rEx7untrgExp', 'Ex7r'),)],
+                                            'protocol', "response.completed says the text is 'Ex7r'"),
+            'no terminal event': (events[:16], 'application',
+                                  'EOF before a terminal event (response.completed) after 9 content events'),
+            'an event after the terminal': (events + [with_data(delta, sequence_number=17)], 'protocol',
+                                            "event 'response.output_text.delta' after the terminal event "
+                                            'response.completed'),
+            'a function call': (events[:2] + [with_data(events[2], item={**item, 'type': 'function_call'})],
+                                'protocol', 'a function call arrived in event 3, but the request offered no tools'),
+            'function call arguments': (events[:2] + [('response.function_call_arguments.delta', json.dumps(
+                {'type': 'response.function_call_arguments.delta', 'sequence_number': 2, 'delta': '{}'}))],
+                'protocol', 'response.function_call_arguments.delta in event 3 is for output_index None, where no '
+                            'function call opened'),
+            'response.failed': (events[:2] + [('response.failed', json.dumps(
+                {'type': 'response.failed', 'sequence_number': 2,
+                 'response': {'status': 'failed', 'error': {'code': 'server_error', 'message': 'engine died'}}}))],
+                'application', "server sent response.failed: 'engine died' (server_error)"),
+            'an error event': (events[:2] + [('error', json.dumps({'type': 'error', 'sequence_number': 2,
+                                                                   'code': 'rate_limit', 'message': 'slow down'}))],
+                               'application', "server sent an error event: 'slow down' (rate_limit)"),
+            "OpenAI's response.incomplete": (events[:16] + [('response.incomplete', events[16][1].replace(
+                '"response.completed"', '"response.incomplete"').replace('"status":"completed"', '"status":"incomplete"')
+                .replace('"incomplete_details":null', '"incomplete_details":{"reason":"content_filter"}'))],
+                'application', "not completed: response.incomplete carries status 'incomplete' "
+                               '(incomplete_details.reason=content_filter)'),
+        }
+        for name, (feed, layer, words) in cases.items():
+            with self.subTest(name):
+                got_layer, message = self.outcome(feed)
+                self.assertEqual(got_layer, layer, message)
+                self.assertIn(words, message)
+
+    def test_the_server_error_is_kept_with_the_failure(self):
+        with self.assertRaises(StreamError) as caught:
+            stream_client.ResponseEvents().accept(('error', '{"type": "error", "sequence_number": 0, '
+                                                            '"code": "server_error", "message": "boom"}'))
+        self.assertEqual(caught.exception.server_error, {'message': 'boom', 'type': None, 'code': 'server_error'})
+
+    def test_reasoning_deltas_are_kept_apart(self):
+        # a delta needs its response and its reasoning item opened first (the grammar)
+        events = responses_events({'type': 'response.created', 'response': {'id': 'resp_1'}},
+                                  {'type': 'response.output_item.added', 'output_index': 0,
+                                   'item': {'type': 'reasoning', 'id': 'rs_1'}},
+                                  {'type': 'response.reasoning_text.delta', 'delta': 'hmm', 'output_index': 0,
+                                   'content_index': 0})
+        validator = stream_client.ResponseEvents()
+        self.assertEqual([validator.accept(event) for event in events][-1], ('', 'hmm', ''))
+        self.assertEqual((validator.reasoning, validator.content_events), ('hmm', 0))
+
+    def test_a_fixed_length_load_expects_the_budget_to_end_it(self):
+        r1 = capture_events('r1_responses_stream_max16_incomplete.http')
+        self.assertEqual(self.outcome(r1, expect_finish='length', max_tokens=16), (None, ''))
+        self.assertIn('after 16 output tokens, not the 17 requested',
+                      self.outcome(r1, expect_finish='length', max_tokens=17)[1])
+        self.assertIn('expected status "incomplete" with incomplete_details.reason=max_output_tokens',
+                      self.outcome(capture_events(R2), expect_finish='length', max_tokens=32)[1])
