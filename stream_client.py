@@ -145,11 +145,16 @@ __version__ = '0.1.0'
 MAX_TEXT_CHARS = 1_048_576    # the answer bound: the assembled text and tool-call arguments (and, apart, the reasoning)
 _JSON_ESCAPE_CHARS = 12        # the longest JSON escape of one character: an astral one as two \\uXXXX escapes
 _MAX_ENVELOPE_CHARS = 1_048_576  # what one event carries besides the answer: ids, usage, the settings echoed
-# One SSE event, and one line of it. The Responses API repeats the whole answer (text, reasoning and
-# arguments) in one data line of its done events and of response.completed, so these bounds follow from
-# the answer bound: every answer within MAX_TEXT_CHARS fits, however the server escapes it.
-MAX_EVENT_CHARS = 2 * MAX_TEXT_CHARS * _JSON_ESCAPE_CHARS + _MAX_ENVELOPE_CHARS
-MAX_LINE_CHARS = MAX_EVENT_CHARS
+# The guide's bounds of one SSE line and one event's data: what Events() refuses unless its caller asks
+# for others. Code written against the guide's Events relies on them.
+MAX_LINE_CHARS = 65_536
+MAX_EVENT_CHARS = 1_048_576
+# The bounds the client's own response readers ask for, on every API. The Responses API repeats the whole
+# answer (text, reasoning and arguments) in one data line of its done events and of response.completed, and
+# any API may send a long piece in one delta, so these follow from the answer bound: every answer within
+# MAX_TEXT_CHARS fits, however the server escapes it.
+_ANSWER_EVENT_CHARS = 2 * MAX_TEXT_CHARS * _JSON_ESCAPE_CHARS + _MAX_ENVELOPE_CHARS
+_ANSWER_LINE_CHARS = _ANSWER_EVENT_CHARS
 _MAX_TOKEN_IDS = 1_048_576     # generated token ids kept from one answer (--cross-check)
 _MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
 _MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
@@ -394,11 +399,14 @@ class Events:
     line is never dispatched, and ``pending()`` says what the stream would
     end inside. ``TypedEvents`` also returns each event's type.
 
-    The guide's contract holds: a line over MAX_LINE_CHARS raises a
-    ValueError (SSEError), bytes that are not UTF-8 raise a
-    UnicodeDecodeError (SSEDecodeError), and ``finish()`` raises only for an
-    incomplete UTF-8 character: an unterminated final event is dropped, not
-    an error of the parser.
+    The guide's contract holds: a line over ``max_line_chars`` raises a
+    ValueError (SSEError), and so does an event whose data is over
+    ``max_event_chars``; bytes that are not UTF-8 raise a UnicodeDecodeError
+    (SSEDecodeError), and ``finish()`` raises only for an incomplete UTF-8
+    character: an unterminated final event is dropped, not an error of the
+    parser. The bounds are the guide's (MAX_LINE_CHARS, MAX_EVENT_CHARS)
+    unless the caller asks for others, as the client's response reader does
+    (docs/limits.md).
 
     Fast path: the bytes are decoded and split with str methods running in C.
     When every complete line of a read is ``data: ...`` followed by a blank
@@ -407,7 +415,9 @@ class Events:
     by walking characters.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_line_chars: int | None = None, max_event_chars: int | None = None) -> None:
+        self._max_line = MAX_LINE_CHARS if max_line_chars is None else max_line_chars
+        self._max_event = MAX_EVENT_CHARS if max_event_chars is None else max_event_chars
         self._undecoded = b''       # an incomplete UTF-8 character from the last read
         self._started = False       # a character has been decoded (so a BOM is no longer leading)
         self._after_cr = False      # the last read ended in CR: a leading LF completes that CRLF
@@ -479,22 +489,24 @@ class Events:
         return text
 
     def _hold(self, piece: str) -> None:
-        """Keep the start of a line whose end has not arrived, within MAX_LINE_CHARS."""
+        """Keep the start of a line whose end has not arrived, within the line bound."""
         if piece:
             self._open.append(piece)
             self._open_chars += len(piece)
-            if self._open_chars > MAX_LINE_CHARS:
-                raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters without a line end')
+            if self._open_chars > self._max_line:
+                raise SSEError('line_too_long', f'line longer than {self._max_line} characters without a line end')
 
-    @staticmethod
-    def _single_line_events(core: str) -> list[str] | None:
+    def _single_line_events(self, core: str) -> list[str] | None:
         """Split ``data: A\\n\\ndata: B`` into ['A', 'B'], or None if the block has another shape."""
         events = core.split('\n\n' + _DATA_PREFIX)
         if core.count('\n') != 2 * (len(events) - 1):
             return None  # some event has several lines, or extra blank lines
         events[0] = events[0][len(_DATA_PREFIX):]
-        if max(map(len, events)) > MAX_LINE_CHARS - len(_DATA_PREFIX):
-            raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters')
+        longest = max(map(len, events))
+        if longest > self._max_line - len(_DATA_PREFIX):
+            raise SSEError('line_too_long', f'line longer than {self._max_line} characters')
+        if longest + 1 > self._max_event:  # counted as the line-by-line path counts it
+            raise SSEError('event_too_long', f'event data longer than {self._max_event} characters')
         return events
 
     def _events_by_line(self, block: str) -> list:
@@ -506,8 +518,8 @@ class Events:
                     self._data, self._size = [], 0
                 self._type = ''
                 continue
-            if len(line) > MAX_LINE_CHARS:
-                raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters')
+            if len(line) > self._max_line:
+                raise SSEError('line_too_long', f'line longer than {self._max_line} characters')
             name, _, value = line.partition(':')
             if value[:1] == ' ':
                 value = value[1:]
@@ -516,11 +528,10 @@ class Events:
                     self._type = value
                 continue  # a comment (empty name) or a field this client does not use
             self._size += len(value) + 1
-            if self._size > MAX_EVENT_CHARS:
-                raise SSEError('event_too_long', f'event data longer than {MAX_EVENT_CHARS} characters')
+            if self._size > self._max_event:
+                raise SSEError('event_too_long', f'event data longer than {self._max_event} characters')
             self._data.append(value)
         return events
-
 
     def _dispatch(self, data: str):
         return data
@@ -3583,7 +3594,7 @@ class ResponseReader:
 
     def __init__(self, validator: StreamValidator, capture: Capture | None = None) -> None:
         self.validator = validator
-        self.events = validator.parser()
+        self.events = validator.parser(_ANSWER_LINE_CHARS, _ANSWER_EVENT_CHARS)  # the answer's bounds, not the guide's
         self.capture = capture
         self.head: _ResponseHead | None = None
         self.body: _ContentLengthBody | _ChunkedBody | _CloseDelimitedBody | None = None

@@ -27,6 +27,68 @@ except ImportError:  # the guide's three files alone
 CHECKOUT = unittest.skipIf(AMALGAMATE is None, 'needs the checkout (tests/support.py), not only the guide\'s files')
 
 
+class GuideContractTests(unittest.TestCase):
+    """The five behaviours the guide's own tests check, through the guide's interfaces: ``Events``,
+    ``stream()`` and ``fixture_server.server()``."""
+
+    def record_of(self, mode: str = 'ok', **options) -> dict:
+        instance = fixture_server.server(0, mode, 0.002)
+        thread = threading.Thread(target=instance.serve_forever, daemon=True)
+        thread.start()
+        try:
+            return stream(f'http://127.0.0.1:{instance.server_port}/v1/chat/completions', 'synthetic-fixture',
+                          'READY', **options)
+        finally:
+            instance.shutdown()
+            thread.join()
+            instance.server_close()
+
+    def test_utf8_and_every_line_end_survive_every_chunk_boundary(self):
+        body = '\ufeff: a comment\rdata: one \u2713\rdata: two\r\rdata: three\n\ndata: four\r\n\r\n'.encode()
+        for size in range(1, len(body) + 1):
+            parser, events = Events(), []
+            for at in range(0, len(body), size):
+                events += parser.feed(body[at:at + size])
+            parser.finish()
+            self.assertEqual(events, ['one \u2713\ntwo', 'three', 'four'], f'{size}-byte reads')
+
+    def test_an_unfinished_event_is_dropped_and_the_guides_bounds_hold(self):
+        parser = Events()
+        self.assertEqual(parser.feed(b'data: no blank line yet'), [])
+        parser.finish()  # an event without its blank line is not dispatched, and not an error either
+        with self.assertRaises(ValueError):
+            Events().feed(b'x' * 65_537)  # the guide bounds a line at 65,536 characters
+        Events().feed(b'x' * 65_536)
+        with self.assertRaises(ValueError):
+            Events().feed(b''.join(b'data: ' + b'x' * 60_000 + b'\n' for _ in range(18)))  # an event over 1 MiB
+        parser = Events()
+        parser.feed('data: \u2713'.encode()[:-1])
+        with self.assertRaises(UnicodeDecodeError):
+            parser.finish()
+
+    def test_a_finished_stream_keeps_its_text_usage_and_clock_order(self):
+        record = self.record_of()
+        self.assertTrue(record['ok'], record['error'])
+        self.assertEqual((record['text'], record['finish_reason'], record['done']), ('READY \u2713', 'stop', True))
+        self.assertEqual((record['completion_tokens'], record['content_events'], len(record['event_gaps_ms'])), (3, 2, 1))
+        self.assertLess(0, record['first_text_ms'])
+        self.assertLess(record['first_text_ms'], record['duration_ms'])
+
+    def test_no_failure_mode_becomes_a_success(self):
+        for mode in ('broken', 'length', 'malformed', 'http-error'):
+            with self.subTest(mode=mode):
+                record = self.record_of(mode)
+                self.assertFalse(record['ok'])
+                self.assertTrue(record['error'])
+                self.assertEqual(record['text'], '' if mode == 'http-error' else 'READY \u2713')
+
+    def test_the_deadline_and_plain_http_beyond_loopback_are_refused(self):
+        self.assertFalse(self.record_of(deadline=0.001)['ok'])
+        for url in ('http://192.0.2.1:8000/v1/chat/completions', 'https://user:secret@example.com/v1/chat/completions'):
+            with self.subTest(url=url), self.assertRaises(ValueError):
+                stream(url, 'demo', 'hi')
+
+
 @CHECKOUT
 class ModuleShapeTests(unittest.TestCase):
     """What a maintainer relies on: ``__all__`` names exactly the public API (as httpx's

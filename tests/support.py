@@ -23,7 +23,7 @@ from unittest import mock
 
 import fixture_server
 import stream_client
-from stream_client import _ChunkedBody, ChatChunks, Events, MAX_LINE_CHARS, stream, StreamError
+from stream_client import _ANSWER_LINE_CHARS, _ChunkedBody, ChatChunks, Events, stream, StreamError
 
 
 HERE = Path(__file__).resolve().parent.parent  # the top of the checkout
@@ -341,7 +341,7 @@ FIXTURE_EXPECTED = {
     'multi-choice': row(None, None, False, 'protocol', 'expected choice index 0, got 1',
                         {'': '', 'completions': 'READY '}),
     'split-utf8': row(True, True, True, None, None, ANSWER),
-    'flood': row(None, None, False, 'sse', f'line longer than {MAX_LINE_CHARS} characters without a line end', ''),
+    'flood': row(None, None, False, 'sse', f'line longer than {_ANSWER_LINE_CHARS} characters without a line end', ''),
     'sequence-gap': row(None, None, False, 'protocol',
                         'expected sequence_number 6, got 7 in response.output_text.done: an event was lost', ANSWER),
     'type-mismatch': row(None, None, False, 'protocol', "its event field says 'response.text.delta' but its data "

@@ -1,12 +1,13 @@
 """The SSE parser (_sse): every chunk boundary, the line ends, the bounds."""
 from __future__ import annotations
 
+import json
 import random
 import unittest
 
 import stream_client
 from stream_client import Events, MAX_EVENT_CHARS, MAX_LINE_CHARS, StreamError
-from .support import dechunk, feedings, message_of, parse_all, split_capture, TRACES
+from .support import chunk_json, dechunk, feedings, message_of, parse_all, split_capture, SSE_HEAD, TRACES
 
 
 def reference_events(text: str) -> tuple[list[str], bool]:
@@ -79,6 +80,24 @@ class ParserTests(unittest.TestCase):
         raw = '\ufeffdata: x\n\n'.encode()
         self.assertEqual(parse_all([raw[:1], raw[1:2], raw[2:]]), ['x'])
         self.assertEqual(parse_all(['\ufeff\ufeffdata: x\n\ndata: y\n\n'.encode()]), ['y'])
+
+    def test_the_default_bounds_are_the_guides_and_a_reader_asks_for_its_own(self):
+        self.assertEqual((MAX_LINE_CHARS, MAX_EVENT_CHARS), (65_536, 1_048_576))
+        line = b'data: ' + b'x' * 100_000 + b'\n\n'
+        with self.assertRaises(StreamError) as caught:
+            Events().feed(line)
+        self.assertEqual(caught.exception.kind, 'line_too_long')
+        self.assertEqual(len(Events(max_line_chars=200_000).feed(line)[0]), 100_000)
+        with self.assertRaises(StreamError) as caught:
+            Events(max_line_chars=200_000, max_event_chars=50_000).feed(line)
+        self.assertEqual(caught.exception.kind, 'event_too_long')
+        # the client's response reader asks for the answer's bounds: a 100,000-character delta in one line is ok
+        content = json.dumps({'choices': [{'index': 0, 'delta': {'content': 'x' * 100_000}}]})
+        reader = stream_client.ResponseReader(stream_client.ChatChunks())
+        reader.feed(SSE_HEAD + b'\r\n' + f'data: {content}\n\ndata: {chunk_json(finish_reason="stop")}\n\n'
+                                         'data: [DONE]\n\n'.encode())
+        reader.eof()
+        self.assertTrue(stream_client.judge(reader).ok, stream_client.judge(reader).message)
 
     def test_the_guides_parser_contract_holds(self):
         # Code written against the guide's Events must keep working: an unfinished last event is

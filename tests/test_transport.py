@@ -22,7 +22,7 @@ from unittest import mock
 
 import fixture_server
 import stream_client
-from stream_client import MAX_LINE_CHARS, stream
+from stream_client import _ANSWER_LINE_CHARS, stream
 from .support import (
     answer, ANSWER_EVENTS, arguments, chunk_json, chunked, CLIENT, Fixture, in_threads, LoopbackServer, replay,
     resolving_llm_test_to_loopback, run_cli, ScriptedSocket, split_capture, SSE_HEAD, sse_response, tcp_pair, TLS,
@@ -678,7 +678,7 @@ class TimeoutUnderAttackTests(unittest.TestCase):
             done = subprocess.run([sys.executable, '-c', peak, CLIENT, '--fixture', 'flood', '--output', 'run.json'],
                                   cwd=tmp, capture_output=True, text=True, timeout=60)
             record = json.loads(Path(tmp, 'run.json').read_text())
-        self.assertEqual(record['error'], f'sse: line longer than {MAX_LINE_CHARS} characters without a line end')
+        self.assertEqual(record['error'], f'sse: line longer than {_ANSWER_LINE_CHARS} characters without a line end')
         peak_kib = int(done.stderr.split('VmHWM:')[1].split()[0])
         self.assertLess(peak_kib, 100 * 1024)
 

@@ -221,5 +221,5 @@ class AnswerBoundTests(unittest.TestCase):
     def test_the_line_bound_follows_from_the_answer_bound(self):
         escaped = len(json.dumps(self.ASTRAL)) - 2
         self.assertEqual(escaped, stream_client._JSON_ESCAPE_CHARS)
-        self.assertGreaterEqual(stream_client.MAX_LINE_CHARS,
+        self.assertGreaterEqual(stream_client._ANSWER_LINE_CHARS,
                                 2 * stream_client.MAX_TEXT_CHARS * escaped + stream_client._MAX_ENVELOPE_CHARS)

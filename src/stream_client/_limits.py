@@ -12,11 +12,16 @@ __version__ = '0.1.0'
 MAX_TEXT_CHARS = 1_048_576    # the answer bound: the assembled text and tool-call arguments (and, apart, the reasoning)
 _JSON_ESCAPE_CHARS = 12        # the longest JSON escape of one character: an astral one as two \\uXXXX escapes
 _MAX_ENVELOPE_CHARS = 1_048_576  # what one event carries besides the answer: ids, usage, the settings echoed
-# One SSE event, and one line of it. The Responses API repeats the whole answer (text, reasoning and
-# arguments) in one data line of its done events and of response.completed, so these bounds follow from
-# the answer bound: every answer within MAX_TEXT_CHARS fits, however the server escapes it.
-MAX_EVENT_CHARS = 2 * MAX_TEXT_CHARS * _JSON_ESCAPE_CHARS + _MAX_ENVELOPE_CHARS
-MAX_LINE_CHARS = MAX_EVENT_CHARS
+# The guide's bounds of one SSE line and one event's data: what Events() refuses unless its caller asks
+# for others. Code written against the guide's Events relies on them.
+MAX_LINE_CHARS = 65_536
+MAX_EVENT_CHARS = 1_048_576
+# The bounds the client's own response readers ask for, on every API. The Responses API repeats the whole
+# answer (text, reasoning and arguments) in one data line of its done events and of response.completed, and
+# any API may send a long piece in one delta, so these follow from the answer bound: every answer within
+# MAX_TEXT_CHARS fits, however the server escapes it.
+_ANSWER_EVENT_CHARS = 2 * MAX_TEXT_CHARS * _JSON_ESCAPE_CHARS + _MAX_ENVELOPE_CHARS
+_ANSWER_LINE_CHARS = _ANSWER_EVENT_CHARS
 _MAX_TOKEN_IDS = 1_048_576     # generated token ids kept from one answer (--cross-check)
 _MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
 _MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept

@@ -7,7 +7,8 @@ transport does. ``UnstreamedReader`` reads the cross-check's unstreamed twin.
 import json
 import re
 
-from ._limits import _failure, _MAX_CAPTURE_BYTES, _MAX_ERROR_BODY, _preview, StreamError
+from ._limits import (
+    _ANSWER_EVENT_CHARS, _ANSWER_LINE_CHARS, _failure, _MAX_CAPTURE_BYTES, _MAX_ERROR_BODY, _preview, StreamError)
 from ._validator import _describe_server_error, Pieces, _server_error_fields, StreamValidator
 from ._answer import Answer, _MAX_UNSTREAMED_BODY, unstreamed_answer
 from ._http import (
@@ -91,7 +92,7 @@ class ResponseReader:
 
     def __init__(self, validator: StreamValidator, capture: Capture | None = None) -> None:
         self.validator = validator
-        self.events = validator.parser()
+        self.events = validator.parser(_ANSWER_LINE_CHARS, _ANSWER_EVENT_CHARS)  # the answer's bounds, not the guide's
         self.capture = capture
         self.head: _ResponseHead | None = None
         self.body: _ContentLengthBody | _ChunkedBody | _CloseDelimitedBody | None = None

@@ -19,11 +19,14 @@ class Events:
     line is never dispatched, and ``pending()`` says what the stream would
     end inside. ``TypedEvents`` also returns each event's type.
 
-    The guide's contract holds: a line over MAX_LINE_CHARS raises a
-    ValueError (SSEError), bytes that are not UTF-8 raise a
-    UnicodeDecodeError (SSEDecodeError), and ``finish()`` raises only for an
-    incomplete UTF-8 character: an unterminated final event is dropped, not
-    an error of the parser.
+    The guide's contract holds: a line over ``max_line_chars`` raises a
+    ValueError (SSEError), and so does an event whose data is over
+    ``max_event_chars``; bytes that are not UTF-8 raise a UnicodeDecodeError
+    (SSEDecodeError), and ``finish()`` raises only for an incomplete UTF-8
+    character: an unterminated final event is dropped, not an error of the
+    parser. The bounds are the guide's (MAX_LINE_CHARS, MAX_EVENT_CHARS)
+    unless the caller asks for others, as the client's response reader does
+    (docs/limits.md).
 
     Fast path: the bytes are decoded and split with str methods running in C.
     When every complete line of a read is ``data: ...`` followed by a blank
@@ -32,7 +35,9 @@ class Events:
     by walking characters.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_line_chars: int | None = None, max_event_chars: int | None = None) -> None:
+        self._max_line = MAX_LINE_CHARS if max_line_chars is None else max_line_chars
+        self._max_event = MAX_EVENT_CHARS if max_event_chars is None else max_event_chars
         self._undecoded = b''       # an incomplete UTF-8 character from the last read
         self._started = False       # a character has been decoded (so a BOM is no longer leading)
         self._after_cr = False      # the last read ended in CR: a leading LF completes that CRLF
@@ -104,22 +109,24 @@ class Events:
         return text
 
     def _hold(self, piece: str) -> None:
-        """Keep the start of a line whose end has not arrived, within MAX_LINE_CHARS."""
+        """Keep the start of a line whose end has not arrived, within the line bound."""
         if piece:
             self._open.append(piece)
             self._open_chars += len(piece)
-            if self._open_chars > MAX_LINE_CHARS:
-                raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters without a line end')
+            if self._open_chars > self._max_line:
+                raise SSEError('line_too_long', f'line longer than {self._max_line} characters without a line end')
 
-    @staticmethod
-    def _single_line_events(core: str) -> list[str] | None:
+    def _single_line_events(self, core: str) -> list[str] | None:
         """Split ``data: A\\n\\ndata: B`` into ['A', 'B'], or None if the block has another shape."""
         events = core.split('\n\n' + _DATA_PREFIX)
         if core.count('\n') != 2 * (len(events) - 1):
             return None  # some event has several lines, or extra blank lines
         events[0] = events[0][len(_DATA_PREFIX):]
-        if max(map(len, events)) > MAX_LINE_CHARS - len(_DATA_PREFIX):
-            raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters')
+        longest = max(map(len, events))
+        if longest > self._max_line - len(_DATA_PREFIX):
+            raise SSEError('line_too_long', f'line longer than {self._max_line} characters')
+        if longest + 1 > self._max_event:  # counted as the line-by-line path counts it
+            raise SSEError('event_too_long', f'event data longer than {self._max_event} characters')
         return events
 
     def _events_by_line(self, block: str) -> list:
@@ -131,8 +138,8 @@ class Events:
                     self._data, self._size = [], 0
                 self._type = ''
                 continue
-            if len(line) > MAX_LINE_CHARS:
-                raise SSEError('line_too_long', f'line longer than {MAX_LINE_CHARS} characters')
+            if len(line) > self._max_line:
+                raise SSEError('line_too_long', f'line longer than {self._max_line} characters')
             name, _, value = line.partition(':')
             if value[:1] == ' ':
                 value = value[1:]
@@ -141,11 +148,10 @@ class Events:
                     self._type = value
                 continue  # a comment (empty name) or a field this client does not use
             self._size += len(value) + 1
-            if self._size > MAX_EVENT_CHARS:
-                raise SSEError('event_too_long', f'event data longer than {MAX_EVENT_CHARS} characters')
+            if self._size > self._max_event:
+                raise SSEError('event_too_long', f'event data longer than {self._max_event} characters')
             self._data.append(value)
         return events
-
 
     def _dispatch(self, data: str):
         return data
