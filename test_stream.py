@@ -23,7 +23,7 @@ from stream_client import Events, stream
 try:
     from tests.support import AMALGAMATE, CLIENT, Fixture, HERE, script_command, script_env
 except ImportError:  # the guide's three files alone
-    AMALGAMATE = None
+    AMALGAMATE, HERE = None, Path(__file__).resolve().parent
 CHECKOUT = unittest.skipIf(AMALGAMATE is None, 'needs the checkout (tests/support.py), not only the guide\'s files')
 
 
@@ -216,6 +216,15 @@ class CopiedAloneTests(unittest.TestCase):
         summary = self.alone('--summary', 'load.jsonl')
         self.assertEqual(summary.returncode, 0, summary.stderr)
         self.assertEqual(json.loads(summary.stdout)['runs'], 4)
+
+    def test_the_guides_three_files_alone_pass_the_guides_tests(self):
+        for name in ('fixture_server.py', 'test_stream.py'):
+            (self.dir / name).write_bytes((HERE / name).read_bytes())
+        done = subprocess.run([sys.executable, '-m', 'unittest', '-v', 'test_stream.py'], cwd=self.dir, text=True,
+                              capture_output=True, timeout=120, stdin=subprocess.DEVNULL, env={'PATH': os.environ['PATH']})
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(len(re.findall(r'^test_\w+ \(test_stream\.GuideContractTests\.\w+\) \.\.\. ok$', done.stderr,
+                                        re.M)), 5, done.stderr)
 
     def test_fixture_without_its_file_is_one_line_and_exit_2(self):
         done = self.alone('--fixture', 'ok', '--output', 'run.json')
