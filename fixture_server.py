@@ -39,6 +39,7 @@ import typing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_REQUEST_BYTES = 65_536
+DELAY = 0.05               # seconds before each write unless the caller says: slow enough to watch an answer arrive
 KEEP_ALIVE_TIMEOUT = 5.0   # seconds a kept-alive connection may wait for its next request (uvicorn's default)
 HOLD_LIMIT = 60.0          # seconds a held, stalled or dripping response lasts at most
 DRIP_INTERVAL = 0.1        # seconds between keepalive comments in drip mode
@@ -1063,7 +1064,7 @@ class FixtureServer(ThreadingHTTPServer):
 
     request_queue_size = 128  # the listen backlog: many clients may connect at once
 
-    def __init__(self, port: int = 18080, *, mode: str = 'ok', delay: float = 0.05, profile: str = 'guide',
+    def __init__(self, port: int = 18080, *, mode: str = 'ok', delay: float | None = None, profile: str = 'guide',
                  api_key: str | None = None, tokens: int | None = None, reasoning_field: str = 'reasoning',
                  replay: bytes | None = None, replay_twin: bytes | None = None, tls_cert: str | None = None, tls_key: str | None = None,
                  seed: int = 0, model_name: str | None = None, idle_close: float = KEEP_ALIVE_TIMEOUT,
@@ -1072,6 +1073,7 @@ class FixtureServer(ThreadingHTTPServer):
             raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
         if profile not in PROFILES:
             raise ValueError(f'unknown profile {profile!r}; choose from {", ".join(PROFILES)}')
+        delay = DELAY if delay is None else delay
         if not delay >= 0:
             raise ValueError('delay must be non-negative')
         if tokens is not None and tokens < 1:
@@ -1122,8 +1124,9 @@ class FixtureServer(ThreadingHTTPServer):
         super().shutdown_request(request)
 
 
-def server(port: int = 18080, mode: str = 'ok', delay: float = 0.05, **settings) -> FixtureServer:
+def server(port: int = 18080, mode: str = 'ok', delay: float | None = None, **settings) -> FixtureServer:
     """A fixture server bound to 127.0.0.1:port (0 picks a free port); call serve_forever().
+    delay is the seconds before each write, DELAY when None.
 
     settings are FixtureServer's: profile, api_key, tokens, reasoning_field; replay, a captured
     response (status line, headers, body) sent instead of the mode, and replay_twin, the one sent
@@ -1173,7 +1176,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--seed', type=int, default=0, help='the seed of the mixed schedule (default 0)')
     parser.add_argument('--profile', choices=list(PROFILES), default='guide',
                         help="bytes to speak: the guide's fixture or vLLM 0.32 (default guide)")
-    parser.add_argument('--delay', type=float, default=0.05, help='seconds before each write (default 0.05)')
+    parser.add_argument('--delay', type=float, default=DELAY, help=f'seconds before each write (default {DELAY:g})')
     parser.add_argument('--api-key', metavar='KEY', help='answer 401 unless "Authorization: Bearer KEY" is sent')
     parser.add_argument('--model-name', metavar='NAME',
                         help='serve only this model: /v1/models lists it, and a request for any other model gets '

@@ -33,7 +33,7 @@ class GuideContractTests(unittest.TestCase):
 
     def record_of(self, mode: str = 'ok', **options) -> dict:
         instance = fixture_server.server(0, mode, 0.002)
-        thread = threading.Thread(target=instance.serve_forever, daemon=True)
+        thread = threading.Thread(target=instance.serve_forever, args=(0.01,), daemon=True)  # shutdown() within 10 ms
         thread.start()
         try:
             return stream(f'http://127.0.0.1:{instance.server_port}/v1/chat/completions', 'synthetic-fixture',

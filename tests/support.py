@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import html.parser
 import importlib.util
+import io
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -34,24 +37,35 @@ AMALGAMATE = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(AMALGAMATE)
 FIXTURE_SCRIPT = str(HERE / 'fixture_server.py')
 
-# The tests run the scripts as `python3 SCRIPT ARGS` does, in a new process, with one difference: the
-# script's bytecode comes from a cache. Python compiles a script given by its path on every start and
+# The tests run the scripts as `python3 SCRIPT ARGS` does, in a new process, with two differences. The
+# script's bytecode comes from a cache: Python compiles a script given by its path on every start and
 # never caches it (0.12 s for stream_client.py here, in each of about 200 children); this launcher runs
 # the same code, compiled once into a cache of the suite's own, as __main__ with the script's argv[0],
-# __file__ and sys.path[0]. CopiedAloneTests and the tests of how a script names itself start the file
-# itself.
+# __file__ and sys.path[0], without the site module (-S: the scripts need the standard library only, and
+# a site-packages .pth file can cost more than the script's own start). And the built-in fixture (--fixture) writes FIXTURE_DELAY apart, not 50 ms:
+# the launcher loads fixture_server beside the script first and sets its DELAY, which --fixture then
+# uses. Users have no such knob: the pacing of --fixture is for a person to watch, and only this
+# launcher changes it. A test that needs the person's pacing passes fixture_delay=None.
+# CopiedAloneTests and the tests of how a script names itself start the file itself.
 _PYCACHE = tempfile.TemporaryDirectory(prefix='stream-tests-pycache-')
 atexit.register(_PYCACHE.cleanup)
+FIXTURE_DELAY = 0.002  # seconds between the built-in fixture's writes in the tests' command lines
 _LAUNCHER = ('import __main__, importlib.machinery, os, sys\n'
              'sys.argv.pop(0)\n'
+             'delay = sys.argv.pop(0)\n'
              'sys.path[0] = os.path.dirname(sys.argv[0])\n'
+             'if delay:\n'
+             '    import fixture_server\n'
+             '    fixture_server.DELAY = float(delay)\n'
              '__main__.__file__ = sys.argv[0]\n'
              "exec(importlib.machinery.SourceFileLoader('__main__', sys.argv[0]).get_code('__main__'), __main__.__dict__)\n")
 
 
-def script_command(path: str, *args: str) -> list[str]:
-    """The command that runs the script at path with args, its bytecode cached (see _LAUNCHER)."""
-    return [sys.executable, '-c', _LAUNCHER, path, *args]
+def script_command(path: str, *args: str, fixture_delay: float | None = FIXTURE_DELAY) -> list[str]:
+    """The command that runs the script at path with args, its bytecode cached and the built-in fixture
+    paced fixture_delay apart (None: as for a user; see _LAUNCHER). Only stream_client.py has --fixture."""
+    paced = fixture_delay is not None and path == CLIENT
+    return [sys.executable, '-S', '-c', _LAUNCHER, repr(fixture_delay) if paced else '', path, *args]
 
 
 def script_env(env: dict | None = None) -> dict:
@@ -489,10 +503,42 @@ def run_in_terminal(*args: str, cwd: str, stdout_too: bool = False) -> tuple[int
     return process.returncode, screen.decode()
 
 
-def run_cli(*args: str, cwd: str, timeout: float = 30, **kwargs) -> subprocess.CompletedProcess:
-    kwargs['env'] = script_env(kwargs.get('env'))
-    return subprocess.run(script_command(CLIENT, *args), cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, **({} if 'input' in kwargs else {'stdin': subprocess.DEVNULL}), **kwargs)
+def run_cli(*args: str, cwd: str, timeout: float = 30, fixture_delay: float | None = FIXTURE_DELAY,
+            process: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """The command line run with args in cwd, as a finished process: in this process when it can be (see
+    run_in_process), in a new one (script_command) when asked, off the main thread, or with --processes."""
+    if process or '--processes' in args or threading.current_thread() is not threading.main_thread():
+        kwargs['env'] = script_env(kwargs.get('env'))
+        return subprocess.run(script_command(CLIENT, *args, fixture_delay=fixture_delay), cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout,
+                              **({} if 'input' in kwargs else {'stdin': subprocess.DEVNULL}), **kwargs)
+    return run_in_process(*args, cwd=cwd, fixture_delay=fixture_delay, **kwargs)
+
+
+def run_in_process(*args: str, cwd: str, fixture_delay: float | None = FIXTURE_DELAY, env: dict | None = None,
+                   input: str | None = None) -> subprocess.CompletedProcess:
+    """stream_client.main(args) in this process, as `python3 stream_client.py ARGS` in cwd would run: its
+    own argv[0], cwd, environment, stdin, stdout and stderr, and the signal handlers it sets put back after.
+    A new process costs 0.2 s of CPU here (the interpreter and the standard library's imports); most
+    command-line tests need none of what a process adds."""
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    delay = fixture_server.DELAY if fixture_delay is None else fixture_delay
+    try:
+        os.chdir(cwd)
+        with mock.patch.dict(os.environ, os.environ if env is None else env, clear=True), \
+                mock.patch.object(sys, 'argv', [CLIENT, *args]), mock.patch.object(sys, 'stdin', io.StringIO(input or '')), \
+                mock.patch.object(fixture_server, 'DELAY', delay), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            try:
+                status = stream_client.main(list(args))
+            except SystemExit as exc:  # argparse's usage errors
+                status = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(here)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    return subprocess.CompletedProcess([CLIENT, *args], status, out.getvalue(), err.getvalue())
 
 
 def answer(text: str = '', calls: tuple = (), finish: str | None = 'stop', tokens: int | None = 3,

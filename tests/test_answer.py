@@ -16,7 +16,7 @@ import fixture_server
 import stream_client
 from stream_client import ChatChunks, stream
 from .support import (
-    answer, arguments, chunk_json, CITY, DONE, fake_record, feedings, Fixture, HERE, in_threads, message_end,
+    answer, arguments, chunk_json, CITY, DONE, fake_record, feedings, Fixture, HERE, message_end,
     MESSAGE_START, opening, PageReader, run_cli, split_capture, SSE_HEAD, STOP, TEXT, TEXT_BLOCK, text_delta, TRACES,
     URL_PATHS, WEATHER)
 
@@ -99,7 +99,7 @@ class CrossCheckTests(unittest.TestCase):
             load = run_cli('--fixture', mode, '--cross-check', '--runs', '2', '--concurrency', '2',
                            '--output', f'{mode}.jsonl', cwd=self.tmp.name)
             return single, load
-        for mode, (single, load) in zip(self.PAIRS, in_threads(one, list(self.PAIRS), threads=3)):
+        for mode, (single, load) in zip(self.PAIRS, map(one, self.PAIRS)):
             expected = self.PAIRS[mode]
             with self.subTest(mode=mode):
                 self.assertEqual(single.returncode, 0 if expected.layer is None else 1, single.stderr)

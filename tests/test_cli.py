@@ -19,7 +19,7 @@ from pathlib import Path
 import fixture_server
 import stream_client
 from .support import (
-    CLIENT, fake_record, Fixture, FIXTURE_SCRIPT, HERE, in_threads, replay, run_cli, run_in_terminal, script_command,
+    CLIENT, fake_record, Fixture, FIXTURE_SCRIPT, HERE, replay, run_cli, run_in_terminal, script_command,
     script_env, TRACES)
 
 
@@ -89,7 +89,7 @@ class CommandLineTests(unittest.TestCase):
                 'an unknown --api': good + ['--api', 'embeddings'],
                 'a fixture mode of another API': ['--fixture', 'sequence-gap', '--output', 'run.json'],
             }
-            results = dict(zip(cases, in_threads(lambda args: run_cli(*args, cwd=self.tmp.name), list(cases.values()))))
+            results = {name: run_cli(*args, cwd=self.tmp.name) for name, args in cases.items()}
             for name, done in results.items():
                 with self.subTest(name):
                     self.assertEqual(done.returncode, 2, done.stderr)
@@ -121,7 +121,7 @@ class CommandLineTests(unittest.TestCase):
             ('--compare', 'load.jsonl'): 'load.jsonl holds the records of a load, one per line: --compare takes '
                                          'files of one record each; use --summary load.jsonl to read a load',
         }
-        results = in_threads(lambda args: run_cli(*args, cwd=self.tmp.name), list(cases))
+        results = [run_cli(*args, cwd=self.tmp.name) for args in cases]
         for (args, words), done in zip(cases.items(), results):
             with self.subTest(args=args):
                 self.assertEqual((done.returncode, done.stdout), (2, ''))
@@ -145,8 +145,7 @@ class CommandLineTests(unittest.TestCase):
             ('--json-schema', 'bad-schema.json'): '--json-schema is not a valid schema: #/type: expected one of null,',
             ('--extra', '{"tools": []}'): "--extra may not set 'tools'; use --tools",
         }
-        results = in_threads(lambda args: run_cli('--fixture', 'ok', '--output', 'run.json', *args,
-                                                  cwd=self.tmp.name), list(cases))
+        results = [run_cli('--fixture', 'ok', '--output', 'run.json', *args, cwd=self.tmp.name) for args in cases]
         for (args, words), done in zip(cases.items(), results):
             with self.subTest(args=args):
                 self.assertEqual((done.returncode, done.stdout, done.stderr.count('\n')), (2, '', 1), done.stderr)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import fixture_server
 import stream_client
 from .support import (
-    answer, CLIENT, fake_record, Fixture, in_threads, PageReader, row, run_cli, run_fixture, script_command,
+    answer, CLIENT, fake_record, Fixture, PageReader, row, run_cli, run_fixture, script_command,
     script_env)
 
 
@@ -536,9 +536,8 @@ class ExporterTests(unittest.TestCase):
         }
         for number, (targets, _, _) in enumerate(cases.values()):
             (self.dir / f'targets{number}.json').write_text(json.dumps({'targets': targets}))
-        results = in_threads(lambda item: run_cli('--exporter', '127.0.0.1:0', '--targets', f'targets{item[0]}.json',
-                                                  '--output', 'e.jsonl', *item[1][1], cwd=self.tmp.name),
-                             list(enumerate(cases.values())))
+        results = [run_cli('--exporter', '127.0.0.1:0', '--targets', f'targets{number}.json', '--output', 'e.jsonl',
+                           *flags, cwd=self.tmp.name) for number, (_, flags, _) in enumerate(cases.values())]
         for (name, (_, _, expected)), done in zip(cases.items(), results):
             with self.subTest(name):
                 self.assertEqual(done.returncode, 2, done.stderr)

@@ -221,9 +221,10 @@ def hostile_request(case: dict, url: str = 'http://127.0.0.1:9/v1/chat/completio
 
 def hostile_splits(raw: bytes) -> list[int]:
     """Where a hostile response is split in two: around every line end (where framing and events
-    break) and at a stride through the rest; every byte in the benchmarks' sweep."""
+    break) and at a stride through the rest (inside JSON and UTF-8); every byte in the benchmarks' sweep
+    (benchmarks/sweep_hostile.py)."""
     ends = {at + shift for at, byte in enumerate(raw) if byte in b'\r\n' for shift in (0, 1)}
-    return sorted(at for at in ends | set(range(1, len(raw), 61)) if 0 < at < len(raw))
+    return sorted(at for at in ends | set(range(1, len(raw), 127)) if 0 < at < len(raw))
 
 
 def verdict_of(case: dict, reads: list[bytes]) -> tuple:

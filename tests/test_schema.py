@@ -9,7 +9,7 @@ import unittest
 from pathlib import Path
 
 import stream_client
-from .support import CLIENT, Fixture, in_threads, run_cli
+from .support import CLIENT, Fixture, run_cli
 
 
 DRAFT_7 = 'http://json-schema.org/draft-07/schema#'
@@ -220,7 +220,7 @@ class JsonSchemaTests(unittest.TestCase):
                                                           "schemas is draft 7's items"),
             ('json-ok', '--json-schema', 'bad-defs'): (2, '#/$defs: expected an object of schemas, got [1]'),
         }
-        for (args, (status, words)), done in zip(cases.items(), in_threads(run, list(cases))):
+        for (args, (status, words)), done in zip(cases.items(), map(run, cases)):
             with self.subTest(args=args):
                 self.assertEqual(done.returncode, status, done.stderr)
                 self.assertIn(words, done.stderr)
