@@ -139,6 +139,7 @@ __all__ = [
 # ``FAILURE_KINDS`` is the one table of every failure's stable kind and layer,
 # and ``StreamError`` carries both; the small helpers here put a value into a
 # message without ever printing too much of it.
+
 __version__ = '0.1.0'
 
 
@@ -382,12 +383,12 @@ def _preview(text: str, limit: int = 60) -> str:
 _DEFAULT_EXPORTER_IN_FLIGHT = 4  # runs in flight at most across all targets, unless --concurrency says
 
 
-
 # ==== src/stream_client/_sse.py ====
 # SSE: bytes to event data (sans-IO).
 #
 # ``Events`` (and ``TypedEvents``, which keeps each event's type) take the bytes
 # of a body in any chunks and give back the data of each whole event.
+
 class Events:
     """Incremental parser for a text/event-stream body (WHATWG HTML, 9.2.6).
 
@@ -553,12 +554,12 @@ class TypedEvents(Events):
         return [('message', data) for data in events]
 
 
-
 # ==== src/stream_client/_json.py ====
 # Strict JSON: what ``json.loads`` accepts, less what a careful reader refuses.
 #
 # ``strict_json()`` refuses duplicate keys, NaN and Infinity, and numbers beyond
 # the float range, for tool-call arguments and JSON answers.
+
 class SchemaError(ValueError):
     """A schema (of a tool's parameters, or of --json-schema) that cannot be checked. ``kind`` says why:
     'invalid' (the schema breaks its draft's rules), 'remote' (it needs another document, which is never
@@ -661,12 +662,12 @@ def _seen(value: object) -> str:
     return _shorten(json.dumps(value, ensure_ascii=False), 40)
 
 
-
 # ==== src/stream_client/_ecma.py ====
 # ECMA-262 regular expressions, as JSON Schema's ``pattern`` means them.
 #
 # ``_ecma_pattern()`` translates a pattern to Python's ``re`` where both mean the
 # same, and refuses it otherwise (docs/json-schema.md).
+
 # -- ECMA-262 patterns in Python's re -----------------------------------------------------------------
 # JSON Schema patterns are ECMA-262 regular expressions with Unicode semantics. Each one is translated
 # construct by construct; what has no faithful translation is refused, never given a looser meaning.
@@ -938,12 +939,12 @@ def _ecma_pattern(source: str) -> re.Pattern:
     return compiled
 
 
-
 # ==== src/stream_client/_schema.py ====
 # JSON Schema, drafts 2020-12 and 7 (sans-IO).
 #
 # ``JsonSchema`` checks a schema once when it is built and then says why an
 # instance does not match it, for tool-call arguments and JSON answers.
+
 # -- the schema ---------------------------------------------------------------------------------------
 
 _JSON_TYPES = ('null', 'boolean', 'integer', 'number', 'string', 'array', 'object')
@@ -1638,7 +1639,6 @@ def _one_of_problem(nodes: list[_Node], value, path, seen, scope) -> str | None:
     return None
 
 
-
 # ==== src/stream_client/_validator.py ====
 # The protocol seam: event data to the answer (sans-IO).
 #
@@ -1646,6 +1646,7 @@ def _one_of_problem(nodes: list[_Node], value, path, seen, scope) -> str | None:
 # ``Pieces`` (text, reasoning, tool call) back, with the outcome rules the APIs
 # share written once (``outcome()``); an ``AnswerSpec`` says what the request
 # asked for (text, tool calls, JSON) and a ``ToolCall`` is one call assembled.
+
 _TOOL_CHOICES = ('auto', 'required', 'none')  # or the name of one tool
 
 
@@ -2022,12 +2023,12 @@ def _describe_server_error(error: dict, said: tuple[str, ...] = ()) -> str:
     return f'{message!r}' + (f' ({kind})' if kind else '')
 
 
-
 # ==== src/stream_client/_chat.py ====
 # Chat completions and completions chunks, as a grammar (docs/apis.md).
 #
 # ``ChatChunks`` and ``CompletionChunks`` share ``_ChoiceChunks``: one choice,
 # open until its finish_reason, then closed until ``data: [DONE]``.
+
 def _carries_nothing(value: object) -> bool:
     """Whether a chunk's value carries nothing for the answer: null, an empty string or list, or an object
     of such values. LiteLLM ends every stream with usage and ``"choices": [{"index": 0, "delta": {}}]``
@@ -2222,12 +2223,12 @@ def _token_count(usage: object, key: str) -> int:
     return count
 
 
-
 # ==== src/stream_client/_responses.py ====
 # The Responses API's events, as a grammar (docs/apis.md).
 #
 # ``ResponseEvents``: output items and their content parts, each opened, filled
 # by deltas and closed by a copy that must equal what the deltas assembled.
+
 _RESPONSE_TERMINALS = ('response.completed', 'response.incomplete', 'response.failed', 'error')
 _RESPONSE_ITEMS = {'message': 'message', 'reasoning': 'reasoning item', 'function_call': 'function call'}
 
@@ -2567,12 +2568,12 @@ def _output_text(output: object) -> str:
                    if isinstance(part, dict) and part.get('type') == 'output_text')
 
 
-
 # ==== src/stream_client/_messages.py ====
 # The Anthropic-style Messages API's events, as a grammar (docs/apis.md).
 #
 # ``MessagesEvents``: the message, then content blocks that start, take deltas
 # and stop, then ``message_delta`` and ``message_stop``.
+
 # The Messages grammar. The message goes through these states, and each state accepts these events;
 # ping and error are accepted in every state, and an event type named nowhere here is skipped and
 # listed in the record, as Anthropic tells clients to do with event types they do not know.
@@ -2756,7 +2757,6 @@ class MessagesEvents(StreamValidator):
         return {**super().fields(), 'finish_reason': self.stop_reason}
 
 
-
 # ==== src/stream_client/_answer.py ====
 # The answer as a whole: the signals one stream shows, the unstreamed twin, the cross-check (sans-IO).
 #
@@ -2764,6 +2764,7 @@ class MessagesEvents(StreamValidator):
 # signals of a finished stream (the whole budget used by a tool-call finish,
 # tool-call markup in the text); ``unstreamed_answer()`` parses an unstreamed
 # answer, and ``compare_answers()`` is the ``--cross-check`` of the two.
+
 VALIDATORS = {'chat': ChatChunks, 'completions': CompletionChunks, 'responses': ResponseEvents,
               'messages': MessagesEvents}
 
@@ -3108,13 +3109,13 @@ def _cross_check_failure(cross_check: dict | None) -> StreamError | None:
                                            f'but {cross_check["differences"][0]}')
 
 
-
 # ==== src/stream_client/_http.py ====
 # HTTP/1.x: the response head and the body framing (sans-IO).
 #
 # ``_ResponseHeadParser`` reads the status line and headers strictly,
 # ``_body_reader()`` chooses the framing, and one reader per framing knows how
 # its body ends (RFC 9112).
+
 # http.client hides what a strict verdict needs: it stops reading headers at a
 # malformed line and frames the body from what it had, reads only the first
 # Transfer-Encoding line, takes a 102 or 103 for the final response, and its
@@ -3510,13 +3511,13 @@ def _content_length(head: _ResponseHead) -> int | None:
     return values.pop()
 
 
-
 # ==== src/stream_client/_reader.py ====
 # The whole response (sans-IO): bytes in, the answer's pieces and each layer's state out.
 #
 # ``ResponseReader`` composes HTTP, SSE and the API's grammar: bytes in through
 # ``feed()`` and ``eof()``; tests, fuzzers and offline analysis use it as the
 # transport does. ``UnstreamedReader`` reads the cross-check's unstreamed twin.
+
 class Capture:
     """The raw response bytes (status line, headers, body as received), up to a bound."""
 
@@ -3749,13 +3750,13 @@ class UnstreamedReader:
         return unstreamed_answer(api, body)
 
 
-
 # ==== src/stream_client/_request.py ====
 # The request, checked before any connection.
 #
 # ``prepare()`` returns a frozen ``PreparedRequest``, which is what a run sends:
 # the URL checked (plain HTTP on loopback only), the proxy, the TLS context and
 # the body for the chosen API.
+
 _DEFAULT_URL = 'http://127.0.0.1:8000/v1/chat/completions'
 _DEFAULT_PROMPT = 'Reply with exactly the word READY.'
 
@@ -4225,7 +4226,6 @@ def _render_request(scheme: str, host: str, port: int, path: str, headers: dict,
     return bytes(conn.sock.sent)
 
 
-
 # ==== src/stream_client/_exchange.py ====
 # What one run owns while it runs: its phase, its timeline, its connection, its cancel and its gate.
 #
@@ -4233,6 +4233,7 @@ def _render_request(scheme: str, host: str, port: int, path: str, headers: dict,
 # times of arrival where Linux gives them; ``KeptConnections`` keeps
 # connections between runs; ``Cancel`` stops runs on a signal; ``_Gate`` lets
 # one thread of a load run Python at a time, the reactor first.
+
 class _Phase(enum.Enum):
     """The part of the exchange a run is in; failures name it."""
 
@@ -4540,13 +4541,13 @@ class _Exchange:
             self.failure = error
 
 
-
 # ==== src/stream_client/_verdict.py ====
 # The verdict: why a run is not ok, decided in one place, without I/O.
 #
 # ``judge()`` reads a ``ResponseReader`` and the transport's failure; the
 # transport's failures (timeouts, the deadline, a stale connection, a signal)
 # are built here, next to it.
+
 def compare_twin(reader: ResponseReader, twin: UnstreamedReader | None, request: PreparedRequest) -> dict:
     """The record's ``cross_check`` from the streamed response and its unstreamed twin, both read to their
     end (sans-IO); ``twin`` None when it was not sent, the streamed request having got no 200."""
@@ -4731,13 +4732,13 @@ def _timeout_failure(x: _Exchange) -> StreamError:
                                     f'{_count(x.reader.validator.content_events, "content event")}')
 
 
-
 # ==== src/stream_client/_record.py ====
 # The evidence record of one run.
 #
 # ``_build_record()`` turns an exchange and its verdict into the record that is
 # written to disk: the answer, the timings, the HTTP facts, never a key or a
 # header value.
+
 def _build_record(x: _Exchange) -> dict:
     """The JSON evidence record of a run (never contains the API key)."""
     verdict = judge(x.reader, x.failure, x.cross_check)
@@ -4910,13 +4911,13 @@ def _failed_record(request: PreparedRequest, failure: StreamError) -> dict:
     return _build_record(x)
 
 
-
 # ==== src/stream_client/_transport.py ====
 # Transport: one request, read under the idle timeout and the overall deadline.
 #
 # ``run()`` connects, sends, and is the socket loop around a ``ResponseReader``;
 # with ``--cross-check`` it then sends the unstreamed twin. ``stream()`` is the
 # guide's one-call interface.
+
 def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: float = 10.0,
            deadline: float = 60.0, ca_file: str | None = None, token: str | None = None,
            on_text=None, on_reasoning=None, on_call=None, **options) -> dict:
@@ -5255,13 +5256,13 @@ def _wait(x: _Exchange) -> float:
     return min(x.request.idle, remaining)
 
 
-
 # ==== src/stream_client/_reactor.py ====
 # The reactor: one thread per process that reads every response of a load.
 #
 # ``_Reactor`` waits on every run's socket with epoll (select where there is
 # none), stamps each ready read before feeding any, and reads by the rules of a
 # single run (``_take_read()``, ``_read_over()``).
+
 _EPOLL = hasattr(select, 'epoll')  # Linux: a load's responses are read by one _Reactor per process
 _FEEDS_PER_LOOK = 16  # reads a _Reactor feeds between two looks for connections that became ready
 
@@ -5473,13 +5474,13 @@ def _receive_ready(reading: _Reading) -> tuple[bytes, int | None]:
     return raw, None
 
 
-
 # ==== src/stream_client/_load.py ====
 # Many runs: a load of strict runs.
 #
 # ``run_load()`` runs prepared requests from worker threads, or forked worker
 # processes, closed-loop or at seeded arrival times, and hands each record on
 # as it is written.
+
 _ARRIVALS = ('poisson', 'constant')
 _MAX_OPEN_LOOP_IN_FLIGHT = 512  # runs in flight at most under --rate without --concurrency
 _MAX_PROCESSES = 64             # worker processes of one load at most
@@ -5762,13 +5763,13 @@ def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, sta
         os._exit(status)
 
 
-
 # ==== src/stream_client/_summary.py ====
 # The summary of a load, built from its verdicts.
 #
 # ``Summary`` aggregates records: verdicts by layer and kind, latency
 # percentiles, goodput against SLOs, the cross-check's pairs and a rate sweep's
 # steps; ``_summary_table()`` is its terminal form.
+
 def _percentiles(values) -> dict | None:
     """p50, p90, p99 (nearest rank) and max of values, or None when there are none."""
     ordered = sorted(values)
@@ -6123,12 +6124,12 @@ def _goodput_lines(result: dict) -> list[str]:
     return lines
 
 
-
 # ==== src/stream_client/_report.py ====
 # The report: one self-contained HTML page per load.
 #
 # ``Report`` draws a load as one static page: the verdicts, a timeline of the
 # runs, the gaps and a sweep's steps, with no script and nothing fetched.
+
 _REPORT_TIMELINE_ROWS = 2000  # runs drawn in the timeline at most (a bounded sample beyond)
 _REPORT_ERRORS_PER_KIND = 5  # distinct error messages shown per kind of failure
 # One colour per layer, far apart (Kelly's colours of maximum contrast), ok in green.
@@ -6413,13 +6414,13 @@ def _histogram(values: list[float], bins: int = 40) -> str:
     return '\n'.join(out) + '</svg>'
 
 
-
 # ==== src/stream_client/_evidence.py ====
 # Evidence files: each created once and never overwritten, and read back.
 #
 # ``_reserve_output()`` creates a file before anything is sent; ``iter_records()``
 # and ``summarize()`` read saved records back. A signal never leaves a reserved
 # file without a valid record.
+
 def _reserve_output(path: str) -> int:
     """Create the evidence file exclusively (mode 0600) before anything is sent."""
     if not path:
@@ -6554,12 +6555,12 @@ def _default_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-
 # ==== src/stream_client/_args.py ====
 # The command line's flags: the parser, and the requests and settings they give.
 #
 # ``_parser()`` builds the flags (grouped by task); ``_requests_from_args()``
 # turns them into prepared requests; ``_Fixture`` runs the built-in fixture.
+
 class _OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr and exit status 2."""
 
@@ -6911,12 +6912,12 @@ def _in_flag_terms(message: str) -> str:
     return _FLAG_OF_PARAMETER.get(name, name) + bracket + rest
 
 
-
 # ==== src/stream_client/_views.py ====
 # What the terminal shows while runs go on and once they end.
 #
 # ``_LiveView`` shows one answer as it arrives, ``_LoadView`` a load's progress;
 # the verdict and comparison lines are written here.
+
 class _LiveView:
     """What stderr shows during a run: on a terminal the answer as it arrives
     (reasoning dimmed), then a one-line verdict; elsewhere only a failure."""
@@ -7083,13 +7084,13 @@ class _LoadView:
             self.out.flush()
 
 
-
 # ==== src/stream_client/_exporter.py ====
 # The exporter: the verdict of one run per scrape, for Prometheus.
 #
 # ``Exporter`` answers ``/probe?target=NAME`` with one run's verdict in the text
 # exposition format (``parse_targets()``, ``probe_families()``, ``exposition()``
 # and ``SingleFlight`` are sans-IO), and ``ExporterServer`` serves it.
+
 # blackbox_exporter's multi-target pattern: Prometheus asks GET /probe?target=NAME, NAME being one of the
 # targets of the --targets file (never a URL), and gets the verdict of one run made now, in the text
 # exposition format 0.0.4. The targets file, the exposition and the single-flight are sans-IO; ExporterServer
@@ -7643,9 +7644,9 @@ class ExporterServer(http.server.ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-
 # ==== src/stream_client/_exporter_cli.py ====
 # ``--exporter``: the command that serves probes until a signal.
+
 def _exporter_address(value: str) -> tuple[str, int]:
     """The address of --exporter: PORT or :PORT (loopback), or HOST:PORT with HOST an IP address
     ([::1]:PORT for IPv6) or localhost. ValueError otherwise."""
@@ -7804,12 +7805,12 @@ def _serve_until_signal(server: ExporterServer, exporter: Exporter, cancel: Canc
     return _SIGNAL_EXIT[stopping[0]]
 
 
-
 # ==== src/stream_client/_cli.py ====
 # The command line: one run, a load, a sweep, the exporter, or reading saved evidence.
 #
 # ``main()`` turns expected failures into one line and exit status 2, and
 # every other path into evidence on disk and a summary on stdout.
+
 def _reserve_files(args) -> tuple[int, int | None]:
     """Create the output (and capture) file before anything is sent; undo the first if the second fails.
 
@@ -8101,8 +8102,8 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-
 # ==== src/stream_client/__main__.py ====
 # ``python3 -m stream_client`` (from ``src/``), as ``python3 stream_client.py``: the command line.
+
 if __name__ == '__main__':
     sys.exit(main())

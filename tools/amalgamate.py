@@ -217,6 +217,9 @@ def _module_lines(module: Module) -> list[tuple[str, tuple[str, int] | None]]:
     body = [(line, (module.path, number)) for number, line in enumerate(module.lines, 1) if number not in skipped]
     while body and not body[0][0].strip():
         body.pop(0)
+    while body and not body[-1][0].strip():
+        body.pop()
+    out.append(('', None))
     blank = 0
     for line, origin in body:  # two blank lines at most where an import was taken out
         blank = blank + 1 if not line.strip() else 0
