@@ -6,7 +6,7 @@ import unittest
 
 import stream_client
 from stream_client import ChatChunks, StreamError
-from .support import arguments, chunk_json, DONE, message_of, opening, STOP, TEXT, WEATHER
+from .support import arguments, chunk_json, DONE, HERE, message_of, opening, STOP, TEXT, URL_PATHS, WEATHER
 
 
 class ChatChunkTests(unittest.TestCase):
@@ -151,3 +151,36 @@ class CompletionChunksTests(unittest.TestCase):
         self.assertIn('after 5 completion tokens, not the 8 requested', outcome(5, 'length', 8))
         self.assertIn('expected finish_reason=length (--expect-finish length), got finish_reason=stop',
                       outcome(8, 'stop', 8))
+
+
+LITELLM = HERE / 'testdata' / 'litellm-1.108.7'
+
+
+class LiteLLMTests(unittest.TestCase):
+    """Real LiteLLM 1.108.7 streams in front of vLLM 0.32: each ends with LiteLLM's usage chunk, an entry
+    for choice 0 that carries nothing, and gets the verdict the same request got straight from vLLM."""
+
+    CASES = {  # file: (api, whether it offered the tool, the verdict)
+        'a_chat_stop.http': ('chat', False, (True, None, None)),
+        'b_chat_length.http': ('chat', False, (False, 'application', 'budget_exhausted')),
+        'c1_tool_required.http': ('chat', True, (False, 'application', 'budget_exhausted')),
+        'c6_tool_required_stopstr.http': ('chat', True, (False, 'application', 'tool_arguments_not_object')),
+        'd1_compl_stop.http': ('completions', False, (True, None, None)),
+        'd2_compl_length.http': ('completions', False, (False, 'application', 'budget_exhausted')),
+    }
+
+    def test_each_capture_gets_the_verdict_vllm_alone_gets(self):
+        self.assertEqual(set(self.CASES), {path.name for path in LITELLM.glob('*.http')})
+        tools = json.loads((LITELLM / 'tools.json').read_text())
+        for name, (api, offered, expected) in self.CASES.items():
+            with self.subTest(name):
+                raw = (LITELLM / name).read_bytes()
+                self.assertRegex(raw, rb'"choices":\[\{"index":0(,"delta":\{\})?\}\]')  # LiteLLM's last chunk
+                request = stream_client.prepare(f'http://127.0.0.1:9/v1/{URL_PATHS[api][4:]}', 'tiny', 'hi',
+                                                max_tokens=64, tools=tools if offered else None,
+                                                tool_choice='required' if offered else None)
+                reader = stream_client.ResponseReader(request.new_validator())
+                reader.feed(raw)
+                reader.eof()
+                verdict = stream_client.judge(reader)
+                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expected, verdict.message)
