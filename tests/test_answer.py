@@ -223,6 +223,24 @@ class CrossCheckTests(unittest.TestCase):
             self.assertIn('the whole budget of 40 tokens was used', record['error'])
         self.assertEqual((paired['cross_check']['comparable'], paired['cross_check']['same']), (True, True))
 
+    def test_the_exporters_probe_of_a_cross_check_target_keeps_the_streams_verdict(self):
+        # the same pair as above, probed as Prometheus would: the agreeing twin clears nothing there either
+        streamed, unstreamed, body = pair_capture('x3_chat_pair_eos_on_last_budget_token')
+        with Fixture(replay=streamed, replay_twin=unstreamed) as fixture:
+            request = stream_client.prepare(fixture.url, 'tiny', 'hi', idle=2, max_tokens=body['max_tokens'],
+                                            tools=body['tools'], tool_choice=body['tool_choice'],
+                                            temperature=body['temperature'], extra={'seed': body['seed']},
+                                            cross_check=True)
+            kept = []
+            exporter = stream_client.Exporter({'pair': request}, 1, stream_client.run,
+                                              lambda name, record: kept.append(record), lambda line: None)
+            answer = exporter.probe('target=pair', '10')
+        self.assertEqual(answer.status, 200)
+        self.assertEqual((kept[0]['ok'], kept[0]['error_kind'], kept[0]['cross_check']['same']),
+                         (False, 'budget_used_by_tool_call', True))
+        self.assertRegex(answer.body, r'(?m)^probe_success 0$')
+        self.assertRegex(answer.body, r'(?m)^stream_probe_error_info\{kind="budget_used_by_tool_call"\} 1$')
+
     def test_every_signal_of_the_stream_alone_stands_with_an_agreeing_twin(self):
         for kind, (validator, events) in STREAM_SIGNALS.items():
             with self.subTest(kind):
