@@ -1780,6 +1780,7 @@ class StreamValidator:
         self.token_ids: list[int] | None = None  # the generated token ids, when the server sends them
         self.tokens_per_event: list[int] = []     # how many each event that carried any had
         self.skipped_events: list[str] = []  # event types the API says to ignore, each skipped here
+        self.notes: list[str] = []  # what the stream did that the protocol allows but a reader may not expect
 
     def accept(self, event) -> Pieces:
         raise NotImplementedError
@@ -1956,7 +1957,7 @@ class StreamValidator:
                 'data_events': self.data_events, 'response_id': self.response_id,
                 'response_status': None, 'incomplete_reason': None, 'answer_kind': self.answer_kind,
                 'tool_calls': [call.record(self.spec) for call in self.calls],
-                'skipped_events': list(self.skipped_events)}
+                'skipped_events': list(self.skipped_events), 'notes': list(self.notes)}
 
     def _add_text(self, text: str) -> None:
         self.content_events += 1
@@ -2230,6 +2231,11 @@ def _token_count(usage: object, key: str) -> int:
 # by deltas and closed by a copy that must equal what the deltas assembled.
 _RESPONSE_TERMINALS = ('response.completed', 'response.incomplete', 'response.failed', 'error')
 _RESPONSE_ITEMS = {'message': 'message', 'reasoning': 'reasoning item', 'function_call': 'function call'}
+# The output items each part event may be for: vLLM opens and closes a reasoning item's text with
+# response.reasoning_part.added and .done (or with no part event at all, the first delta opening it).
+_PART_ITEMS = {'response.content_part.added': ('message', 'reasoning'),
+               'response.content_part.done': ('message', 'reasoning'),
+               'response.reasoning_part.added': ('reasoning',), 'response.reasoning_part.done': ('reasoning',)}
 
 
 class _Part:
@@ -2378,7 +2384,7 @@ class ResponseEvents(StreamValidator):
         return item, part
 
     def _take_part_added(self, body: dict) -> Pieces:
-        item = self._open_item(body, ('message', 'reasoning'))
+        item = self._open_item(body, _PART_ITEMS[body['type']])
         index = body.get('content_index')
         self._next_index(index, item.parts, f'content part {_shorten(repr(index))} of output item {body["output_index"]}')
         part = body.get('part') if isinstance(body.get('part'), dict) else {}
@@ -2386,10 +2392,12 @@ class ResponseEvents(StreamValidator):
         return _NOTHING
 
     def _take_part_done(self, body: dict) -> Pieces:
-        _, part = self._open_part(body, ('message', 'reasoning'), None)
+        """A content part's closing copy: an output_text or reasoning_text part (every part of
+        response.reasoning_part.done is one) must hold the text its deltas assembled."""
+        _, part = self._open_part(body, _PART_ITEMS[body['type']], None)
         copy = body.get('part') if isinstance(body.get('part'), dict) else {}
-        if copy.get('type') == 'output_text':
-            self._check_same('response.content_part.done', copy.get('text'), part.text)
+        if copy.get('type') in ('output_text', 'reasoning_text') or body['type'] == 'response.reasoning_part.done':
+            self._check_same(body['type'], copy.get('text'), part.text)
         part.open = False
         return _NOTHING
 
@@ -2510,6 +2518,7 @@ class ResponseEvents(StreamValidator):
     _GRAMMAR = {'response.created': _take_created, 'response.in_progress': _take_started,
                 'response.output_item.added': _take_item, 'response.output_item.done': _take_item_done,
                 'response.content_part.added': _take_part_added, 'response.content_part.done': _take_part_done,
+                'response.reasoning_part.added': _take_part_added, 'response.reasoning_part.done': _take_part_done,
                 'response.output_text.delta': _take_delta, 'response.output_text.done': _take_text_done,
                 'response.reasoning_text.delta': _take_delta,
                 'response.reasoning_text.done': _take_text_done,
@@ -2720,8 +2729,10 @@ class MessagesEvents(StreamValidator):
             raise _failure('field_type', f'expected stop_reason to be a string in event {self.data_events}, '
                                          f'got {type(reason).__name__}')
         if reason is not None and self.stop_reason not in (None, reason):
-            raise _failure('closing_copy_differs', f'message_delta in event {self.data_events} says stop_reason='
-                                                   f'{_shorten(reason)}, but an earlier one said {self.stop_reason}')
+            # Anthropic: "one or more message_delta events, indicating top-level changes to the final
+            # Message object"; its SDK keeps the last value, and so does this client, saying so
+            self.notes.append(f'message_delta in event {self.data_events} changed stop_reason from '
+                              f'{self.stop_reason} to {_shorten(reason)}; the last is kept, as Anthropic documents')
         self.state, self.stop_reason = 'finishing', reason or self.stop_reason
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')
@@ -4763,6 +4774,7 @@ def _build_record(x: _Exchange) -> dict:
         'answer_kind': answer['answer_kind'],
         'tool_calls': answer['tool_calls'],
         'skipped_events': answer['skipped_events'],
+        'notes': answer['notes'],
         'unchecked_schema_keywords': request.spec.unchecked(),
         'done': answer['done'],
         'completion_tokens': answer['completion_tokens'],

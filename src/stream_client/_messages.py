@@ -158,8 +158,10 @@ class MessagesEvents(StreamValidator):
             raise _failure('field_type', f'expected stop_reason to be a string in event {self.data_events}, '
                                          f'got {type(reason).__name__}')
         if reason is not None and self.stop_reason not in (None, reason):
-            raise _failure('closing_copy_differs', f'message_delta in event {self.data_events} says stop_reason='
-                                                   f'{_shorten(reason)}, but an earlier one said {self.stop_reason}')
+            # Anthropic: "one or more message_delta events, indicating top-level changes to the final
+            # Message object"; its SDK keeps the last value, and so does this client, saying so
+            self.notes.append(f'message_delta in event {self.data_events} changed stop_reason from '
+                              f'{self.stop_reason} to {_shorten(reason)}; the last is kept, as Anthropic documents')
         self.state, self.stop_reason = 'finishing', reason or self.stop_reason
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')

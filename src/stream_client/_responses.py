@@ -13,6 +13,11 @@ from ._chat import _token_count
 
 _RESPONSE_TERMINALS = ('response.completed', 'response.incomplete', 'response.failed', 'error')
 _RESPONSE_ITEMS = {'message': 'message', 'reasoning': 'reasoning item', 'function_call': 'function call'}
+# The output items each part event may be for: vLLM opens and closes a reasoning item's text with
+# response.reasoning_part.added and .done (or with no part event at all, the first delta opening it).
+_PART_ITEMS = {'response.content_part.added': ('message', 'reasoning'),
+               'response.content_part.done': ('message', 'reasoning'),
+               'response.reasoning_part.added': ('reasoning',), 'response.reasoning_part.done': ('reasoning',)}
 
 
 class _Part:
@@ -161,7 +166,7 @@ class ResponseEvents(StreamValidator):
         return item, part
 
     def _take_part_added(self, body: dict) -> Pieces:
-        item = self._open_item(body, ('message', 'reasoning'))
+        item = self._open_item(body, _PART_ITEMS[body['type']])
         index = body.get('content_index')
         self._next_index(index, item.parts, f'content part {_shorten(repr(index))} of output item {body["output_index"]}')
         part = body.get('part') if isinstance(body.get('part'), dict) else {}
@@ -169,10 +174,12 @@ class ResponseEvents(StreamValidator):
         return _NOTHING
 
     def _take_part_done(self, body: dict) -> Pieces:
-        _, part = self._open_part(body, ('message', 'reasoning'), None)
+        """A content part's closing copy: an output_text or reasoning_text part (every part of
+        response.reasoning_part.done is one) must hold the text its deltas assembled."""
+        _, part = self._open_part(body, _PART_ITEMS[body['type']], None)
         copy = body.get('part') if isinstance(body.get('part'), dict) else {}
-        if copy.get('type') == 'output_text':
-            self._check_same('response.content_part.done', copy.get('text'), part.text)
+        if copy.get('type') in ('output_text', 'reasoning_text') or body['type'] == 'response.reasoning_part.done':
+            self._check_same(body['type'], copy.get('text'), part.text)
         part.open = False
         return _NOTHING
 
@@ -293,6 +300,7 @@ class ResponseEvents(StreamValidator):
     _GRAMMAR = {'response.created': _take_created, 'response.in_progress': _take_started,
                 'response.output_item.added': _take_item, 'response.output_item.done': _take_item_done,
                 'response.content_part.added': _take_part_added, 'response.content_part.done': _take_part_done,
+                'response.reasoning_part.added': _take_part_added, 'response.reasoning_part.done': _take_part_done,
                 'response.output_text.delta': _take_delta, 'response.output_text.done': _take_text_done,
                 'response.reasoning_text.delta': _take_delta,
                 'response.reasoning_text.done': _take_text_done,

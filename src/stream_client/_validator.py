@@ -150,6 +150,7 @@ class StreamValidator:
         self.token_ids: list[int] | None = None  # the generated token ids, when the server sends them
         self.tokens_per_event: list[int] = []     # how many each event that carried any had
         self.skipped_events: list[str] = []  # event types the API says to ignore, each skipped here
+        self.notes: list[str] = []  # what the stream did that the protocol allows but a reader may not expect
 
     def accept(self, event) -> Pieces:
         raise NotImplementedError
@@ -326,7 +327,7 @@ class StreamValidator:
                 'data_events': self.data_events, 'response_id': self.response_id,
                 'response_status': None, 'incomplete_reason': None, 'answer_kind': self.answer_kind,
                 'tool_calls': [call.record(self.spec) for call in self.calls],
-                'skipped_events': list(self.skipped_events)}
+                'skipped_events': list(self.skipped_events), 'notes': list(self.notes)}
 
     def _add_text(self, text: str) -> None:
         self.content_events += 1
