@@ -384,9 +384,9 @@ GRAMMAR_CASES = {
     'messages: a block starts while the last is open': ('messages', TEXT_MESSAGE + [message_event(
         'content_block_start', content_block={'type': 'text', 'text': ''}, index=1)] + message_end(index=1),
         'event_out_of_order'),
-    'messages: a second message_delta says another stop_reason': ('messages', TEXT_MESSAGE + message_end()[:2] + [
-        message_event('message_delta', delta={'stop_reason': 'max_tokens'}), message_event('message_stop')],
-        'closing_copy_differs'),
+    'messages: a later message_delta changes stop_reason, and the last is kept': ('messages', TEXT_MESSAGE
+        + message_end()[:2] + [message_event('message_delta', delta={'stop_reason': 'stop_sequence'}),
+                               message_event('message_stop')], None),
     'messages: ping, citations and an unknown event are fine': ('messages', TEXT_MESSAGE + [
         message_event('ping'), message_event('content_block_delta', index=0, delta={
             'type': 'citations_delta', 'citation': {'type': 'char_location', 'cited_text': 'x'}}),

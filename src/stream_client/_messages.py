@@ -6,6 +6,7 @@ and stop, then ``message_delta`` and ``message_stop``.
 
 from ._limits import _failure, _shorten, StreamError
 from ._sse import TypedEvents
+from ._dialects import Dialect, _MESSAGES_BLOCKS_OVERLAP
 from ._validator import AnswerSpec, _NOTHING, Pieces, StreamValidator
 from ._chat import _token_count
 from ._responses import _Part
@@ -43,8 +44,8 @@ class MessagesEvents(StreamValidator):
     calls_finish = 'stop_reason=tool_use'
 
     def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
-                 spec: AnswerSpec | None = None) -> None:
-        super().__init__(expect_finish, max_tokens, spec)
+                 spec: AnswerSpec | None = None, dialect: Dialect | None = None) -> None:
+        super().__init__(expect_finish, max_tokens, spec, dialect)
         self.state = 'unstarted'
         self.stop_reason: str | None = None
         self.blocks: list[_Part] = []
@@ -86,7 +87,7 @@ class MessagesEvents(StreamValidator):
         if index != len(self.blocks):
             raise _failure('part_index_skips', f'content_block_start for block {_shorten(repr(index))} in event '
                                                f'{event}: the next block was {len(self.blocks)}')
-        if self.blocks and self.blocks[-1].open:
+        if self.blocks and self.blocks[-1].open and not self.dialect.allows(_MESSAGES_BLOCKS_OVERLAP):
             raise _failure('event_out_of_order', f'content_block_start for block {index} in event {event} while '
                                                  f'block {index - 1} was still open (no content_block_stop)')
         if kind not in _BLOCK_DELTAS:

@@ -9,6 +9,7 @@ import re
 
 from ._limits import (
     _ANSWER_EVENT_CHARS, _ANSWER_LINE_CHARS, _failure, _MAX_CAPTURE_BYTES, _MAX_ERROR_BODY, _preview, StreamError)
+from ._dialects import _detect_dialect
 from ._validator import _describe_server_error, Pieces, _server_error_fields, StreamValidator
 from ._answer import Answer, _MAX_UNSTREAMED_BODY, unstreamed_answer
 from ._http import (
@@ -171,6 +172,7 @@ class ResponseReader:
         else:
             _check_content_type(head.get('Content-Type'))
             self.body = _body_reader(head)
+            self.validator.detected(_detect_dialect(head.get))
         return self._heads.rest
 
     def _feed_body(self, data: bytes, pieces: list[Pieces]) -> None:

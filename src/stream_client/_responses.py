@@ -7,6 +7,7 @@ import json
 
 from ._limits import _failure, _preview, _shorten
 from ._sse import TypedEvents
+from ._dialects import Dialect, _RESPONSES_UNNUMBERED
 from ._validator import AnswerSpec, _NOTHING, Pieces, StreamValidator, ToolCall
 from ._chat import _token_count
 
@@ -15,6 +16,9 @@ _RESPONSE_TERMINALS = ('response.completed', 'response.incomplete', 'response.fa
 _RESPONSE_ITEMS = {'message': 'message', 'reasoning': 'reasoning item', 'function_call': 'function call'}
 # The output items each part event may be for: vLLM opens and closes a reasoning item's text with
 # response.reasoning_part.added and .done (or with no part event at all, the first delta opening it).
+# The events of a whole item, which carry no content_index.
+_ITEM_EVENTS = ('response.output_item.added', 'response.output_item.done', 'response.function_call_arguments.delta',
+                'response.function_call_arguments.done')
 _PART_ITEMS = {'response.content_part.added': ('message', 'reasoning'),
                'response.content_part.done': ('message', 'reasoning'),
                'response.reasoning_part.added': ('reasoning',), 'response.reasoning_part.done': ('reasoning',)}
@@ -59,8 +63,8 @@ class ResponseEvents(StreamValidator):
     parser = TypedEvents
 
     def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
-                 spec: AnswerSpec | None = None) -> None:
-        super().__init__(expect_finish, max_tokens, spec)
+                 spec: AnswerSpec | None = None, dialect: Dialect | None = None) -> None:
+        super().__init__(expect_finish, max_tokens, spec, dialect)
         self.items: list[_Part] = []  # the output items, by output_index
         self._item_ids: set = set()
         self.created = False
@@ -68,6 +72,7 @@ class ResponseEvents(StreamValidator):
         self.status: str | None = None
         self.incomplete_reason: str | None = None
         self._sequence = 0
+        self._item_keys: dict = {}  # an item's id (a function call's call_id without one) to its output_index
 
     @property
     def terminal(self) -> str:
@@ -77,17 +82,47 @@ class ResponseEvents(StreamValidator):
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
         kind, body = self._typed_body(event, f'the terminal event {self.terminal_event}')
         sequence = body.get('sequence_number')
-        if type(sequence) is not int or sequence != self._sequence:
-            raise _failure('sequence_number', f'expected sequence_number {self._sequence}, got '
-                                              f'{_shorten(repr(sequence))} in {kind}: an event was lost or repeated')
-        self._sequence += 1
+        unnumbered = self.dialect.allows(_RESPONSES_UNNUMBERED)
+        if not (unnumbered and sequence is None):
+            if type(sequence) is not int or sequence != self._sequence:
+                raise _failure('sequence_number', f'expected sequence_number {self._sequence}, got '
+                                                  f'{_shorten(repr(sequence))} in {kind}: an event was lost or repeated')
+            self._sequence += 1
         take = self._GRAMMAR.get(kind)
         if take is None:  # not an event of the grammar below: skipped, and listed in the record
             self.skipped_events.append(kind)
             return _NOTHING
+        if unnumbered:
+            body = self._placed(kind, body)
         if not self.created and kind not in ('response.created', 'error'):
             raise _failure('event_out_of_order', f'{kind} arrived in event {self.data_events}, before response.created')
         return take(self, body)
+
+    def _placed(self, kind: str, body: dict) -> dict:
+        """An event of the llama.cpp dialect with the indices it leaves out put in: a new item at the next
+        output_index, another event at the item its item_id (or, for output_item.done, its item's id or
+        call_id) names, a new part at the item's next content_index, another at its last part. An event
+        that names no known item is left without an index, which the grammar refuses (part_not_open)."""
+        body = dict(body)
+        if kind == 'response.output_item.added':
+            body.setdefault('output_index', len(self.items))
+            return body
+        if 'output_index' not in body:
+            key = body.get('item_id')
+            copy = body.get('item')
+            if key is None and isinstance(copy, dict):
+                key = copy.get('id') if copy.get('id') is not None else copy.get('call_id')
+            index = self._item_keys.get(key) if isinstance(key, str) else None
+            if index is not None:
+                body['output_index'] = index
+                if self.items[index].id is None:  # a call named by its call_id: no item id to compare
+                    body.pop('item_id', None)
+        index = body.get('output_index')
+        if 'content_index' not in body and kind not in _ITEM_EVENTS and type(index) is int \
+                and 0 <= index < len(self.items):
+            parts = self.items[index].parts
+            body['content_index'] = len(parts) if kind.endswith('_part.added') else max(len(parts) - 1, 0)
+        return body
 
     def _take_created(self, body: dict) -> Pieces:
         if self.created:
@@ -113,6 +148,8 @@ class ResponseEvents(StreamValidator):
                                            f'{_preview(str(item["id"]))} of an earlier item')
         call = self._open_call(item) if kind == 'function_call' else None
         self._item_ids.add(item.get('id'))
+        key = item.get('id') if item.get('id') is not None else item.get('call_id')
+        self._item_keys.setdefault(key, len(self.items))
         self.items.append(_Part(kind, item.get('id'), call))
         return Pieces(call=self._shown(call, opening=True) if call else '')
 
@@ -332,11 +369,31 @@ class ResponseEvents(StreamValidator):
     def finish(self) -> str:
         # vLLM 0.32 ends a budget-exhausted response with response.completed whose status is "incomplete"
         if self.status == 'completed':
+            if self._budget_used():
+                return 'length'
             return 'calls' if self.calls else 'stop'
         return 'length' if self.status == 'incomplete' and self.incomplete_reason == 'max_output_tokens' else 'other'
 
+    def _budget_used(self) -> bool:
+        """The llama.cpp dialect's proof: its status says "completed" whatever ended the answer, so the
+        usage must show the budget (max_output_tokens) not used up."""
+        return (self.dialect.allows(_RESPONSES_UNNUMBERED) and self.completion_tokens is not None
+                and self.max_tokens is not None and self.completion_tokens >= self.max_tokens)
+
+    def outcome(self):
+        if (self.done and self.status == 'completed' and self.dialect.allows(_RESPONSES_UNNUMBERED)
+                and (self.completion_tokens is None or self.max_tokens is None)):
+            missing = 'usage.output_tokens' if self.completion_tokens is None else 'the max_output_tokens asked for'
+            return _failure('dialect_unproven', f'{self.terminal_event} says "completed", which the {self.dialect.name} '
+                                                f'dialect says also when max_output_tokens cut the answer, and without '
+                                                f'{missing} the budget cannot be shown unused')
+        return super().outcome()
+
     def finish_words(self) -> str:
         carries = f'{self.terminal_event} carries status {self.status!r}'
+        if self._budget_used():
+            return (f'{carries}, but usage.output_tokens {self.completion_tokens} reached max_output_tokens '
+                    f'{self.max_tokens} ({self.dialect.name} says "completed" also when the budget cut the answer)')
         return carries + (f' (incomplete_details.reason={self.incomplete_reason})' if self.status == 'incomplete' else '')
 
     def finished_words(self) -> str:

@@ -14,6 +14,7 @@ from ._limits import (
 from ._sse import Events
 from ._json import strict_json
 from ._schema import JsonSchema
+from ._dialects import Dialect, _STRICT
 
 
 _TOOL_CHOICES = ('auto', 'required', 'none')  # or the name of one tool
@@ -131,8 +132,10 @@ class StreamValidator:
     budget_words = 'output budget exhausted ({})'
 
     def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
-                 spec: AnswerSpec | None = None) -> None:
+                 spec: AnswerSpec | None = None, dialect: Dialect | None = None) -> None:
         self.spec = spec or AnswerSpec()
+        self.dialect = dialect or _STRICT  # the server's known departures (docs/dialects.md)
+        self.dialect_chosen = dialect is not None  # named by the caller: nothing in the response changes it
         self.expect_finish = expect_finish
         self.max_tokens = max_tokens
         self.calls: list[ToolCall] = []
@@ -154,6 +157,14 @@ class StreamValidator:
 
     def accept(self, event) -> Pieces:
         raise NotImplementedError
+
+    def detected(self, found: 'tuple[Dialect, str] | None') -> None:
+        """A dialect the response showed (and what showed it), applied unless the caller named one;
+        the record's notes say so, so that nothing changes silently."""
+        if found is None or self.dialect_chosen or self.dialect is not _STRICT:
+            return
+        self.dialect = found[0]
+        self.notes.append(f'dialect {found[0].name} detected from {found[1]}')
 
     def _take_token_ids(self, value: object) -> None:
         """The generated token ids an event carries (vLLM's ``return_token_ids``), for the cross-check."""
@@ -327,7 +338,8 @@ class StreamValidator:
                 'data_events': self.data_events, 'response_id': self.response_id,
                 'response_status': None, 'incomplete_reason': None, 'answer_kind': self.answer_kind,
                 'tool_calls': [call.record(self.spec) for call in self.calls],
-                'skipped_events': list(self.skipped_events), 'notes': list(self.notes)}
+                'skipped_events': list(self.skipped_events), 'notes': list(self.notes),
+                'dialect': self.dialect.name if self.dialect_chosen or self.dialect is not _STRICT else None}
 
     def _add_text(self, text: str) -> None:
         self.content_events += 1
