@@ -77,6 +77,19 @@ class MessagesEventsTests(unittest.TestCase):
         self.assertEqual((caught.exception.layer, caught.exception.server_error),
                          ('application', {'message': 'Overloaded', 'type': 'overloaded_error', 'code': None}))
 
+    def test_an_error_event_with_a_bare_error_object_is_a_server_error(self):
+        # llama-server's error event: the error object itself, without Anthropic's "type": "error" wrapper
+        for data, error in (
+                ('{"code": 500, "message": "context overflow", "type": "server_error"}',
+                 {'message': 'context overflow', 'type': 'server_error', 'code': 500}),
+                ('{"error": {"message": "slot lost", "type": "api_error"}}',
+                 {'message': 'slot lost', 'type': 'api_error', 'code': None}),
+                ('engine died', {'message': 'engine died', 'type': None, 'code': None})):
+            with self.subTest(data), self.assertRaises(StreamError) as caught:
+                self.run_events([MESSAGE_START, TEXT_BLOCK, ('error', data)])
+            self.assertEqual((caught.exception.kind, caught.exception.server_error), ('server_error_event', error))
+            self.assertIn(repr(error['message']), caught.exception.message)
+
     def test_a_fixed_length_messages_load_expects_the_budget_to_end_it(self):
         text = [MESSAGE_START, TEXT_BLOCK, text_delta('hi')]
         cases = {'the whole budget': (text + message_end('max_tokens', tokens=2), None),

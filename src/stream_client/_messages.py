@@ -3,6 +3,7 @@
 ``MessagesEvents``: the message, then content blocks that start, take deltas
 and stop, then ``message_delta`` and ``message_stop``.
 """
+import json
 
 from ._limits import _failure, _shorten, StreamError
 from ._sse import TypedEvents
@@ -52,9 +53,9 @@ class MessagesEvents(StreamValidator):
 
     def accept(self, event: tuple[str, str]) -> Pieces:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
+        if event[0] == 'error' and not self.done:
+            raise self._error_event(event[1])
         kind, body = self._typed_body(event, 'message_stop')
-        if kind == 'error':
-            raise self._server_error(body)
         take = self._TAKE.get(kind)
         if take is None:
             self.skipped_events.append(kind)
@@ -62,6 +63,17 @@ class MessagesEvents(StreamValidator):
         if kind != 'ping' and kind not in _MESSAGE_STATES[self.state]:
             raise self._out_of_state(kind)
         return take(self, body)
+
+    def _error_event(self, data: str) -> StreamError:
+        """An error event: Anthropic's ``{"type": "error", "error": {...}}``, or the bare error object
+        (``{"message": ..., "type": ...}``) llama-server and others send, or text: the server's
+        message is kept either way."""
+        self.data_events += 1
+        try:
+            body = json.loads(data)
+        except (ValueError, RecursionError):
+            body = {'message': data}
+        return self._server_error(body)
 
     def _out_of_state(self, kind: str) -> StreamError:
         event = self.data_events
