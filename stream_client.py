@@ -262,6 +262,7 @@ FAILURE_KINDS = {
     'no_finish_reason': ('application', 'the terminal event arrived without a finish or stop reason'),
     'unexpected_finish': ('application', 'a finish other than the one a finished answer has'),
     'budget_exhausted': ('application', 'the output budget (max_tokens) ended the answer'),
+    'refusal': ('application', 'the model declined to answer: a refusal, whose text the record keeps'),
     'dialect_unproven': ('application', 'the server\'s dialect says finished without the proof it needs (docs/dialects.md)'),
     'length_tokens_differ': ('application', 'a fixed-length answer counted other than max_tokens tokens'),
     'no_visible_text': ('application', 'a text answer finished without visible text'),
@@ -1892,6 +1893,7 @@ class StreamValidator:
         self.token_ids: list[int] | None = None  # the generated token ids, when the server sends them
         self.tokens_per_event: list[int] = []     # how many each event that carried any had
         self.skipped_events: list[str] = []  # event types the API says to ignore, each skipped here
+        self.refusal_parts: list[str] = []  # the model's refusal (OpenAI's delta.refusal), as it arrived
         self.notes: list[str] = []  # what the stream did that the protocol allows but a reader may not expect
 
     def accept(self, event) -> Pieces:
@@ -1942,6 +1944,9 @@ class StreamValidator:
         if not self.done:
             return _failure('eof_before_done', f'EOF before {self.eof_words} after '
                                                f'{_count(self.content_events, "content event")}')
+        refusal = self.refusal()
+        if refusal is not None:
+            return _failure('refusal', f'the model declined ({self.refusal_words()}): {_preview(refusal)}')
         finish = self.finish()
         if finish is None:
             return _failure('no_finish_reason', self.no_finish_words())
@@ -1967,6 +1972,19 @@ class StreamValidator:
         if not self._visible_text() and not self.calls:
             return _failure('no_visible_text', f'{self.finished_words()}, but no visible text')
         return None
+
+    def refusal(self) -> str | None:
+        """The refusal's text when the model declined (OpenAI's refusal deltas), or None."""
+        return ''.join(self.refusal_parts) if self.refusal_parts else None
+
+    def refusal_words(self) -> str:
+        return 'refusal deltas instead of an answer'
+
+    def _add_refusal(self, text: str) -> None:
+        self.reasoning_chars += len(text)  # bounded with the reasoning: neither is the answer
+        if self.reasoning_chars > MAX_TEXT_CHARS:
+            raise _failure('reasoning_too_long', f'reasoning and refusal longer than {MAX_TEXT_CHARS} characters')
+        self.refusal_parts.append(text)
 
     @property
     def answer_kind(self) -> str:
@@ -2077,7 +2095,7 @@ class StreamValidator:
                 'data_events': self.data_events, 'response_id': self.response_id,
                 'response_status': None, 'incomplete_reason': None, 'answer_kind': self.answer_kind,
                 'tool_calls': [call.record(self.spec) for call in self.calls],
-                'skipped_events': list(self.skipped_events), 'notes': list(self.notes),
+                'skipped_events': list(self.skipped_events), 'notes': list(self.notes), 'refusal': self.refusal(),
                 'dialect': self.dialect.name if self.dialect_chosen or self.dialect is not _STRICT else None}
 
     def _add_text(self, text: str) -> None:
@@ -2280,6 +2298,9 @@ class ChatChunks(_ChoiceChunks):
             self._add_text(text)
         if reasoning:
             self._add_reasoning(reasoning)
+        refusal = self._text_field(delta.get('refusal'), 'delta.refusal')
+        if refusal:
+            self._add_refusal(refusal)
         call = self._take_tool_deltas(delta['tool_calls']) if delta.get('tool_calls') else ''
         self._take_finish(choice.get('finish_reason'))
         return Pieces(text or '', reasoning or '', call)
@@ -2801,6 +2822,7 @@ class MessagesEvents(StreamValidator):
         super().__init__(expect_finish, max_tokens, spec, dialect)
         self.state = 'unstarted'
         self.stop_reason: str | None = None
+        self.stop_details: object = None  # Anthropic's details of a refusal
         self.blocks: list[_Part] = []
 
     def accept(self, event: tuple[str, str]) -> Pieces:
@@ -2928,6 +2950,8 @@ class MessagesEvents(StreamValidator):
             self.notes.append(f'message_delta in event {self.data_events} changed stop_reason from '
                               f'{self.stop_reason} to {_shorten(reason)}; the last is kept, as Anthropic documents')
         self.state, self.stop_reason = 'finishing', reason or self.stop_reason
+        if delta.get('stop_details') is not None:
+            self.stop_details = delta['stop_details']
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')
         return _NOTHING
@@ -2946,6 +2970,18 @@ class MessagesEvents(StreamValidator):
     length_words = 'stop_reason=max_tokens'
     call_noun = 'tool_use block'
     _FINISHES = {'end_turn': 'stop', 'stop_sequence': 'stop', 'tool_use': 'calls', 'max_tokens': 'length'}
+
+    def refusal(self) -> str | None:
+        """stop_reason "refusal": the model declined; its text is stop_details' explanation when the
+        server gives one, otherwise the text that arrived before it."""
+        if self.stop_reason != 'refusal':
+            return None
+        details = self.stop_details if isinstance(self.stop_details, dict) else {}
+        explanation = details.get('explanation')
+        return explanation if isinstance(explanation, str) and explanation else self.text
+
+    def refusal_words(self) -> str:
+        return 'stop_reason=refusal'
 
     def finish(self) -> str | None:
         # vLLM says tool_use also when the choice named the tool
@@ -4974,6 +5010,7 @@ def _build_record(x: _Exchange) -> dict:
         'answer_kind': answer['answer_kind'],
         'tool_calls': answer['tool_calls'],
         'skipped_events': answer['skipped_events'],
+        'refusal': answer['refusal'],
         'dialect': answer['dialect'],
         'notes': answer['notes'],
         'unchecked_schema_keywords': request.spec.unchecked(),

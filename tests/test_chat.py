@@ -151,3 +151,27 @@ class CompletionChunksTests(unittest.TestCase):
         self.assertIn('after 5 completion tokens, not the 8 requested', outcome(5, 'length', 8))
         self.assertIn('expected finish_reason=length (--expect-finish length), got finish_reason=stop',
                       outcome(8, 'stop', 8))
+
+
+class RefusalTests(unittest.TestCase):
+    """OpenAI's refusal deltas: the model declined, which is named as such and kept in the record."""
+
+    def test_refusal_deltas_are_a_refusal_with_their_text(self):
+        validator = ChatChunks()
+        for event in (chunk_json(delta={'role': 'assistant', 'content': None, 'refusal': ''}),
+                      chunk_json(delta={'refusal': "I'm sorry, "}), chunk_json(delta={'refusal': "I can't."}),
+                      STOP, DONE):
+            validator.accept(event)
+        failure = validator.outcome()
+        self.assertEqual((failure.layer, failure.kind), ('application', 'refusal'))
+        self.assertIn("the model declined (refusal deltas instead of an answer): \"I'm sorry, I can't.\"", failure.message)
+        self.assertEqual(validator.fields()['refusal'], "I'm sorry, I can't.")
+
+    def test_a_cut_refusal_is_a_cut_and_no_refusal_is_null(self):
+        validator = ChatChunks()
+        validator.accept(chunk_json(delta={'refusal': 'No.'}))
+        self.assertEqual(validator.outcome().kind, 'eof_before_done')
+        validator = ChatChunks()
+        for event in (TEXT, STOP, DONE):
+            validator.accept(event)
+        self.assertEqual((validator.outcome(), validator.fields()['refusal']), (None, None))

@@ -184,6 +184,7 @@ FAILURE_PRODUCERS = {
                         'delta': '{}'},
         {'type': 'response.function_call_arguments.done', 'output_index': 0, 'item_id': 'fc_1',
          'arguments': '{"city": "Paris"}'}, spec=WEATHER),
+    'refusal': lambda: kind_of_events(ChatChunks(), [chunk_json(delta={'refusal': 'No.'}), STOP, DONE]),
     'dialect_unproven': lambda: kind_of_events(stream_client.ResponseEvents(dialect=stream_client.DIALECTS['llama.cpp']), [
         ('response.created', '{"type": "response.created", "response": {"id": "r"}}'),
         ('response.completed', '{"type": "response.completed", "response": {"status": "completed", "output": []}}')]),

@@ -140,6 +140,9 @@ class ChatChunks(_ChoiceChunks):
             self._add_text(text)
         if reasoning:
             self._add_reasoning(reasoning)
+        refusal = self._text_field(delta.get('refusal'), 'delta.refusal')
+        if refusal:
+            self._add_refusal(refusal)
         call = self._take_tool_deltas(delta['tool_calls']) if delta.get('tool_calls') else ''
         self._take_finish(choice.get('finish_reason'))
         return Pieces(text or '', reasoning or '', call)

@@ -125,6 +125,7 @@ FAILURE_KINDS = {
     'no_finish_reason': ('application', 'the terminal event arrived without a finish or stop reason'),
     'unexpected_finish': ('application', 'a finish other than the one a finished answer has'),
     'budget_exhausted': ('application', 'the output budget (max_tokens) ended the answer'),
+    'refusal': ('application', 'the model declined to answer: a refusal, whose text the record keeps'),
     'dialect_unproven': ('application', 'the server\'s dialect says finished without the proof it needs (docs/dialects.md)'),
     'length_tokens_differ': ('application', 'a fixed-length answer counted other than max_tokens tokens'),
     'no_visible_text': ('application', 'a text answer finished without visible text'),

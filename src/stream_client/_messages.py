@@ -49,6 +49,7 @@ class MessagesEvents(StreamValidator):
         super().__init__(expect_finish, max_tokens, spec, dialect)
         self.state = 'unstarted'
         self.stop_reason: str | None = None
+        self.stop_details: object = None  # Anthropic's details of a refusal
         self.blocks: list[_Part] = []
 
     def accept(self, event: tuple[str, str]) -> Pieces:
@@ -176,6 +177,8 @@ class MessagesEvents(StreamValidator):
             self.notes.append(f'message_delta in event {self.data_events} changed stop_reason from '
                               f'{self.stop_reason} to {_shorten(reason)}; the last is kept, as Anthropic documents')
         self.state, self.stop_reason = 'finishing', reason or self.stop_reason
+        if delta.get('stop_details') is not None:
+            self.stop_details = delta['stop_details']
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')
         return _NOTHING
@@ -194,6 +197,18 @@ class MessagesEvents(StreamValidator):
     length_words = 'stop_reason=max_tokens'
     call_noun = 'tool_use block'
     _FINISHES = {'end_turn': 'stop', 'stop_sequence': 'stop', 'tool_use': 'calls', 'max_tokens': 'length'}
+
+    def refusal(self) -> str | None:
+        """stop_reason "refusal": the model declined; its text is stop_details' explanation when the
+        server gives one, otherwise the text that arrived before it."""
+        if self.stop_reason != 'refusal':
+            return None
+        details = self.stop_details if isinstance(self.stop_details, dict) else {}
+        explanation = details.get('explanation')
+        return explanation if isinstance(explanation, str) and explanation else self.text
+
+    def refusal_words(self) -> str:
+        return 'stop_reason=refusal'
 
     def finish(self) -> str | None:
         # vLLM says tool_use also when the choice named the tool

@@ -42,6 +42,7 @@ def _build_record(x: _Exchange) -> dict:
         'answer_kind': answer['answer_kind'],
         'tool_calls': answer['tool_calls'],
         'skipped_events': answer['skipped_events'],
+        'refusal': answer['refusal'],
         'dialect': answer['dialect'],
         'notes': answer['notes'],
         'unchecked_schema_keywords': request.spec.unchecked(),

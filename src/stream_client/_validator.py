@@ -153,6 +153,7 @@ class StreamValidator:
         self.token_ids: list[int] | None = None  # the generated token ids, when the server sends them
         self.tokens_per_event: list[int] = []     # how many each event that carried any had
         self.skipped_events: list[str] = []  # event types the API says to ignore, each skipped here
+        self.refusal_parts: list[str] = []  # the model's refusal (OpenAI's delta.refusal), as it arrived
         self.notes: list[str] = []  # what the stream did that the protocol allows but a reader may not expect
 
     def accept(self, event) -> Pieces:
@@ -203,6 +204,9 @@ class StreamValidator:
         if not self.done:
             return _failure('eof_before_done', f'EOF before {self.eof_words} after '
                                                f'{_count(self.content_events, "content event")}')
+        refusal = self.refusal()
+        if refusal is not None:
+            return _failure('refusal', f'the model declined ({self.refusal_words()}): {_preview(refusal)}')
         finish = self.finish()
         if finish is None:
             return _failure('no_finish_reason', self.no_finish_words())
@@ -228,6 +232,19 @@ class StreamValidator:
         if not self._visible_text() and not self.calls:
             return _failure('no_visible_text', f'{self.finished_words()}, but no visible text')
         return None
+
+    def refusal(self) -> str | None:
+        """The refusal's text when the model declined (OpenAI's refusal deltas), or None."""
+        return ''.join(self.refusal_parts) if self.refusal_parts else None
+
+    def refusal_words(self) -> str:
+        return 'refusal deltas instead of an answer'
+
+    def _add_refusal(self, text: str) -> None:
+        self.reasoning_chars += len(text)  # bounded with the reasoning: neither is the answer
+        if self.reasoning_chars > MAX_TEXT_CHARS:
+            raise _failure('reasoning_too_long', f'reasoning and refusal longer than {MAX_TEXT_CHARS} characters')
+        self.refusal_parts.append(text)
 
     @property
     def answer_kind(self) -> str:
@@ -338,7 +355,7 @@ class StreamValidator:
                 'data_events': self.data_events, 'response_id': self.response_id,
                 'response_status': None, 'incomplete_reason': None, 'answer_kind': self.answer_kind,
                 'tool_calls': [call.record(self.spec) for call in self.calls],
-                'skipped_events': list(self.skipped_events), 'notes': list(self.notes),
+                'skipped_events': list(self.skipped_events), 'notes': list(self.notes), 'refusal': self.refusal(),
                 'dialect': self.dialect.name if self.dialect_chosen or self.dialect is not _STRICT else None}
 
     def _add_text(self, text: str) -> None:
