@@ -103,9 +103,11 @@ class MessagesEvents(StreamValidator):
         if self.blocks and self.blocks[-1].open and not self.dialect.allows(_MESSAGES_BLOCKS_OVERLAP):
             raise _failure('event_out_of_order', f'content_block_start for block {index} in event {event} while '
                                                  f'block {index - 1} was still open (no content_block_stop)')
-        if kind not in _BLOCK_DELTAS:
+        if not isinstance(kind, str) or not kind:
             raise _failure('unsupported_part', f'a content block of type {_shorten(repr(kind))} in event '
                                                f'{event}; this client reads text, thinking and tool_use blocks')
+        if kind not in _BLOCK_DELTAS:  # a block this client does not read (beta, server tools): opaque
+            self.skipped_events.append(f'content_block {_shorten(kind)}')
         call = None
         if kind == 'tool_use':
             call_id, name = block.get('id'), block.get('name')
@@ -132,7 +134,9 @@ class MessagesEvents(StreamValidator):
         block = self._open_block(body, 'content_block_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         kind = delta.get('type')
-        if kind not in _BLOCK_DELTAS[block.kind]:
+        if block.kind not in _BLOCK_DELTAS and isinstance(kind, str):
+            return _NOTHING  # a delta of an opaque block: never part of the answer
+        if kind not in _BLOCK_DELTAS.get(block.kind, ()):
             raise _failure('delta_type', f'a {_shorten(str(kind))} in event {self.data_events} for block '
                                          f'{body["index"]}, a {block.kind} block')
         field = _DELTA_PIECES.get(kind)
@@ -165,9 +169,13 @@ class MessagesEvents(StreamValidator):
                                               'was still open (no content_block_stop)')
 
     def _take_message_delta(self, body: dict) -> Pieces:
-        self._still_open('message_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         reason = delta.get('stop_reason')
+        if reason == 'max_tokens' and any(block.open for block in self.blocks):
+            # the budget ended the answer inside a block, which never stopped (Anthropic's SDK fixtures)
+            raise self._budget_failure(f'output budget exhausted (stop_reason=max_tokens in event {self.data_events}, '
+                                       'with a block still open)')
+        self._still_open('message_delta')
         if reason is not None and not isinstance(reason, str):
             raise _failure('field_type', f'expected stop_reason to be a string in event {self.data_events}, '
                                          f'got {type(reason).__name__}')
