@@ -394,6 +394,10 @@ _DEFAULT_EXPORTER_IN_FLIGHT = 4  # runs in flight at most across all targets, un
 #
 # ``Events`` (and ``TypedEvents``, which keeps each event's type) take the bytes
 # of a body in any chunks and give back the data of each whole event.
+_MAX_STRAY_LINES = 4     # lines outside SSE kept (a bare JSON line, an error: field), each at most:
+_MAX_STRAY_CHARS = 2000
+
+
 class Events:
     """Incremental parser for a text/event-stream body (WHATWG HTML, 9.2.6).
 
@@ -401,7 +405,9 @@ class Events:
     UTF-8 is decoded incrementally and one leading BOM is dropped. Lines end
     in CR, LF or CRLF (a CRLF split across reads counts once); a blank line
     dispatches the event; only ``data`` fields contribute, several joined by
-    LF; comments and other fields are ignored. An event without its blank
+    LF; comments and other fields are ignored (the first few lines that look like
+    a server's error, a bare JSON object or an ``error`` field, are kept in
+    ``stray``). An event without its blank
     line is never dispatched, and ``pending()`` says what the stream would
     end inside. ``TypedEvents`` also returns each event's type.
 
@@ -432,6 +438,7 @@ class Events:
         self._data: list[str] = []  # data lines of the event in progress
         self._size = 0              # characters in self._data
         self._type = ''             # the event field of the event in progress
+        self.stray: list[str] = []  # lines outside SSE that look like a server's error, the first few, shortened
 
     def feed(self, raw: bytes) -> list[str]:
         """Consume the next bytes of the body; return the data of completed events."""
@@ -532,6 +539,8 @@ class Events:
             if name != 'data':
                 if name == 'event':
                     self._type = value
+                elif (name == 'error' or line[:1] == '{') and len(self.stray) < _MAX_STRAY_LINES:
+                    self.stray.append(line[:_MAX_STRAY_CHARS])  # Ollama's bare JSON error, an older error: field
                 continue  # a comment (empty name) or a field this client does not use
             self._size += len(value) + 1
             if self._size > self._max_event:
@@ -3929,8 +3938,24 @@ class ResponseReader:
         accept = self.validator.accept
         for event in self.events.feed(self.body.feed(data)):
             pieces.append(accept(event))
+        if self.events.stray:
+            self._check_stray()
         if self.body.overrun:
             raise self.body.overrun_failure()
+
+    def _check_stray(self) -> None:
+        """A server error written outside SSE (Ollama's bare JSON line, older llama.cpp's ``error:``
+        field) fails as an error event does, with its message; other stray lines are only kept."""
+        for line in self.events.stray:
+            name, _, value = line.partition(':')
+            try:
+                body = json.loads(value if name == 'error' else line)
+            except (ValueError, RecursionError):
+                body = value.strip() if name == 'error' else None
+            if name == 'error' or (isinstance(body, dict) and body.get('error') is not None):
+                error = _server_error_fields(body)
+                raise _failure('server_error_event', f'server sent an error outside SSE ({_preview(line)}): '
+                                                     f'{_describe_server_error(error)}', error)
 
     def _feed_error_body(self, data: bytes) -> None:
         try:
@@ -5020,6 +5045,7 @@ def _build_record(x: _Exchange) -> dict:
         'skipped_events': answer['skipped_events'],
         'refusal': answer['refusal'],
         'dialect': answer['dialect'],
+        'stray_lines': list(reader.events.stray),
         'notes': answer['notes'],
         'unchecked_schema_keywords': request.spec.unchecked(),
         'done': answer['done'],

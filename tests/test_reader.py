@@ -420,3 +420,35 @@ class GrammarCaseTests(unittest.TestCase):
                     record = stream_client.run(hostile_request(case, fixture.url))
                     self.assertEqual((record['ok'], record['error_layer'], record['error_kind']), expected,
                                      record['error'])
+
+
+class StrayErrorTests(unittest.TestCase):
+    """A server error written outside SSE fails as an error event does, with the server's message."""
+
+    HEAD = b'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n'
+    TEXT = b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
+
+    def verdict(self, body: bytes) -> tuple[stream_client.Verdict, stream_client.ResponseReader]:
+        reader = stream_client.ResponseReader(stream_client.ChatChunks())
+        reader.feed(self.HEAD + self.TEXT + body)
+        reader.eof()
+        return stream_client.judge(reader, None, None), reader
+
+    def test_ollamas_bare_json_error_line_and_an_error_field(self):
+        cases = {b'{"error":{"message":"model runner crashed","type":"api_error","param":null,"code":null}}\n':
+                 {'message': 'model runner crashed', 'type': 'api_error', 'code': None},
+                 b'error: {"code":500,"message":"slot unavailable","type":"server_error"}\n\n':
+                 {'message': 'slot unavailable', 'type': 'server_error', 'code': 500},
+                 b'error: boom\n\n': {'message': 'boom', 'type': None, 'code': None}}
+        for body, error in cases.items():
+            with self.subTest(body):
+                verdict, reader = self.verdict(body)
+                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), (False, 'application', 'server_error_event'))
+                self.assertEqual(reader.error.server_error, error)
+                self.assertIn(repr(error['message']), verdict.message)
+                self.assertEqual(reader.events.stray, [body.split(b'\n')[0].decode()])
+
+    def test_a_stray_line_without_an_error_changes_nothing(self):
+        verdict, reader = self.verdict(b'{"note": 1}\n' + b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
+                                       b'\n\ndata: [DONE]\n\n')
+        self.assertEqual((verdict.ok, reader.events.stray), (True, ['{"note": 1}']))

@@ -179,8 +179,24 @@ class ResponseReader:
         accept = self.validator.accept
         for event in self.events.feed(self.body.feed(data)):
             pieces.append(accept(event))
+        if self.events.stray:
+            self._check_stray()
         if self.body.overrun:
             raise self.body.overrun_failure()
+
+    def _check_stray(self) -> None:
+        """A server error written outside SSE (Ollama's bare JSON line, older llama.cpp's ``error:``
+        field) fails as an error event does, with its message; other stray lines are only kept."""
+        for line in self.events.stray:
+            name, _, value = line.partition(':')
+            try:
+                body = json.loads(value if name == 'error' else line)
+            except (ValueError, RecursionError):
+                body = value.strip() if name == 'error' else None
+            if name == 'error' or (isinstance(body, dict) and body.get('error') is not None):
+                error = _server_error_fields(body)
+                raise _failure('server_error_event', f'server sent an error outside SSE ({_preview(line)}): '
+                                                     f'{_describe_server_error(error)}', error)
 
     def _feed_error_body(self, data: bytes) -> None:
         try:

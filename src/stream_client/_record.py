@@ -44,6 +44,7 @@ def _build_record(x: _Exchange) -> dict:
         'skipped_events': answer['skipped_events'],
         'refusal': answer['refusal'],
         'dialect': answer['dialect'],
+        'stray_lines': list(reader.events.stray),
         'notes': answer['notes'],
         'unchecked_schema_keywords': request.spec.unchecked(),
         'done': answer['done'],
