@@ -1741,8 +1741,8 @@ def _detect_dialect(header: typing.Callable[[str], str | None]) -> tuple[Dialect
     """The dialect a response head shows (``header`` gives a header's value by name), with what showed
     it: llama-server's ``Server: llama.cpp``, TGI's ``x-compute-type``. None when nothing does (the
     vendor rules then hold)."""
-    server = (header('server') or '').strip().lower()
-    if server.startswith('llama.cpp'):
+    products = [token.split('/')[0] for token in (header('server') or '').lower().split()]
+    if 'llama.cpp' in products:  # a product token of the Server header (RFC 9110, 10.2.4)
         return DIALECTS['llama.cpp'], 'the Server header (llama.cpp)'
     if header('x-compute-type') is not None:
         return DIALECTS['tgi'], 'the x-compute-type header (TGI)'
@@ -5213,7 +5213,7 @@ def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: fl
     answer and reasoning text as it arrives, and ``on_call(piece)`` with each
     piece of a tool call (its name and "(" as it opens, then its arguments).
     ``options`` are prepare()'s: system, temperature, stop, extra, api,
-    expect_finish, tools, tool_choice, json_schema, cross_check.
+    expect_finish, tools, tool_choice, json_schema, cross_check, dialect.
     """
     request = prepare(url, model, prompt, max_tokens=max_tokens, idle=idle,
                       deadline=deadline, ca_file=ca_file, token=token, **options)
@@ -6852,7 +6852,8 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 _FIXTURE_FILE = 'fixture_server.py'
-_FIXTURE_PROFILES = ('guide', 'vllm')  # fixture_server.PROFILES, named here so that --help needs no fixture
+# fixture_server.PROFILE_NAMES, named here so that --help needs no fixture
+_FIXTURE_PROFILES = ('guide', 'vllm', 'llama.cpp', 'tgi', 'sglang', 'ollama')
 
 
 def _fixture_server():
@@ -6999,7 +7000,8 @@ def _parser() -> _OneLineParser:
                           'held-open last until --idle, drip until --deadline. mixed gives each run a mode from '
                           'a seeded schedule, for a demo of --runs')
     fix.add_argument('--fixture-profile', choices=_FIXTURE_PROFILES, default='guide',
-                     help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide)")
+                     help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide), or "
+                          "a server beside vLLM in its own bytes: llama.cpp, tgi, sglang or ollama")
     read = parser.add_argument_group('reading saved evidence (nothing is sent)')
     read.add_argument('--compare', nargs='+', metavar='RECORD', help='print saved records side by side')
     read.add_argument('--summary', nargs='+', metavar='FILE',

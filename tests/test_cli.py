@@ -303,7 +303,7 @@ class CommandLineTests(unittest.TestCase):
         self.assertRegex(record['response_id'], r'^chatcmpl-[0-9a-f]{16}$')
         usage = re.sub(r'-\n\s+', '-', run_cli('--help', cwd=self.tmp.name).stdout)  # argparse wraps at hyphens
         self.assertIn('drip until --deadline', ' '.join(usage.split()))
-        self.assertEqual(stream_client._FIXTURE_PROFILES, tuple(fixture_server.PROFILES))
+        self.assertEqual(stream_client._FIXTURE_PROFILES, fixture_server.PROFILE_NAMES)
 
     def test_a_mistyped_fixture_mode_gets_the_close_ones_in_one_line(self):
         done = run_cli('--fixture', 'okk', '--output', 'run.json', cwd=self.tmp.name)

@@ -29,7 +29,8 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 _FIXTURE_FILE = 'fixture_server.py'
-_FIXTURE_PROFILES = ('guide', 'vllm')  # fixture_server.PROFILES, named here so that --help needs no fixture
+# fixture_server.PROFILE_NAMES, named here so that --help needs no fixture
+_FIXTURE_PROFILES = ('guide', 'vllm', 'llama.cpp', 'tgi', 'sglang', 'ollama')
 
 
 def _fixture_server():
@@ -176,7 +177,8 @@ def _parser() -> _OneLineParser:
                           'held-open last until --idle, drip until --deadline. mixed gives each run a mode from '
                           'a seeded schedule, for a demo of --runs')
     fix.add_argument('--fixture-profile', choices=_FIXTURE_PROFILES, default='guide',
-                     help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide)")
+                     help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide), or "
+                          "a server beside vLLM in its own bytes: llama.cpp, tgi, sglang or ollama")
     read = parser.add_argument_group('reading saved evidence (nothing is sent)')
     read.add_argument('--compare', nargs='+', metavar='RECORD', help='print saved records side by side')
     read.add_argument('--summary', nargs='+', metavar='FILE',

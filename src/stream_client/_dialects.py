@@ -88,8 +88,8 @@ def _detect_dialect(header: typing.Callable[[str], str | None]) -> tuple[Dialect
     """The dialect a response head shows (``header`` gives a header's value by name), with what showed
     it: llama-server's ``Server: llama.cpp``, TGI's ``x-compute-type``. None when nothing does (the
     vendor rules then hold)."""
-    server = (header('server') or '').strip().lower()
-    if server.startswith('llama.cpp'):
+    products = [token.split('/')[0] for token in (header('server') or '').lower().split()]
+    if 'llama.cpp' in products:  # a product token of the Server header (RFC 9110, 10.2.4)
         return DIALECTS['llama.cpp'], 'the Server header (llama.cpp)'
     if header('x-compute-type') is not None:
         return DIALECTS['tgi'], 'the x-compute-type header (TGI)'
