@@ -520,7 +520,7 @@ def hostile_verdict(folder: Path, case: dict) -> stream_client.Verdict:
         f'http://127.0.0.1:9/v1/{path}', 'tiny', 'hi', cross_check='--cross-check' in args, tools=loaded('--tools'),
         json_schema=loaded('--json-schema'), tool_choice=value('--tool-choice'),
         max_tokens=int(value('--max-tokens', 128)), temperature=float(value('--temperature', 0)),
-        extra=json.loads(value('--extra', 'null')))
+        extra=json.loads(value('--extra', 'null')), dialect=value('--dialect'))
     reader = stream_client.ResponseReader(request.new_validator())
     reader.feed((folder / 'cases' / case['files'][0]).read_bytes())
     reader.eof()
@@ -547,6 +547,21 @@ class HostileIssue34Tests(unittest.TestCase):
         for case in cases:
             with self.subTest(case['name']):
                 verdict = self.verdict(case)
+                expect = (case['expect_ok'], case['expect_layer'], case['expect_kind'] or verdict.kind)
+                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expect, f'{verdict.message}; {case["rule"]}')
+
+
+class HostileIssue39Tests(unittest.TestCase):
+    """Issue 39's cases (testdata/hostile-39), written from the servers' source by someone who had not read
+    this code: streams each dialect must accept, streams it must refuse, and streams where no dialect may
+    be applied."""
+
+    def test_each_case_gets_its_verdict(self):
+        cases = json.loads((HERE / 'testdata' / 'hostile-39' / 'cases.json').read_text())
+        self.assertGreaterEqual(len(cases), 50)
+        for case in cases:
+            with self.subTest(case['name']):
+                verdict = hostile_verdict(HERE / 'testdata' / 'hostile-39', case)
                 expect = (case['expect_ok'], case['expect_layer'], case['expect_kind'] or verdict.kind)
                 self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expect, f'{verdict.message}; {case["rule"]}')
 
