@@ -76,6 +76,13 @@ class ResponseEventsTests(unittest.TestCase):
                 self.assertEqual(got_layer, layer, message)
                 self.assertIn(words, message)
 
+    def test_an_item_id_that_is_no_string_is_refused_not_a_crash(self):
+        events = responses_events({'type': 'response.created', 'response': {}},
+                                  {'type': 'response.output_item.added', 'output_index': 0,
+                                   'item': {'type': 'message', 'id': [1]}})
+        self.assertEqual(self.outcome(events), ('protocol', 'expected the id of output item 0 to be a string in event '
+                                                            '2, got list'))
+
     def test_the_server_error_is_kept_with_the_failure(self):
         with self.assertRaises(StreamError) as caught:
             stream_client.ResponseEvents().accept(('error', '{"type": "error", "sequence_number": 0, '

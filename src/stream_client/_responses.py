@@ -143,13 +143,17 @@ class ResponseEvents(StreamValidator):
             raise _failure('unsupported_part', f'an output item of type {_shorten(repr(kind))} arrived in event '
                                                f'{event}; this client reads messages, reasoning and function calls')
         self._next_index(index, self.items, f'an output item at output_index {_shorten(repr(index))}')
+        if item.get('id') is not None and not isinstance(item['id'], str):
+            raise _failure('field_type', f'expected the id of output item {index} to be a string in event {event}, '
+                                         f'got {type(item["id"]).__name__}')
         if item.get('id') is not None and item['id'] in self._item_ids:
             raise _failure('duplicate_id', f'output item {index} in event {event} reuses the id '
                                            f'{_preview(str(item["id"]))} of an earlier item')
         call = self._open_call(item) if kind == 'function_call' else None
         self._item_ids.add(item.get('id'))
         key = item.get('id') if item.get('id') is not None else item.get('call_id')
-        self._item_keys.setdefault(key, len(self.items))
+        if isinstance(key, str):
+            self._item_keys.setdefault(key, len(self.items))
         self.items.append(_Part(kind, item.get('id'), call))
         return Pieces(call=self._shown(call, opening=True) if call else '')
 
