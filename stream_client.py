@@ -2595,6 +2595,8 @@ class ResponseEvents(StreamValidator):
         copy = body.get('part') if isinstance(body.get('part'), dict) else {}
         if copy.get('type') in ('output_text', 'reasoning_text') or body['type'] == 'response.reasoning_part.done':
             self._check_same(body['type'], copy.get('text'), part.text)
+        elif copy.get('type') == 'refusal':
+            self._check_same(body['type'], copy.get('refusal'), part.text)
         part.open = False
         return _NOTHING
 
@@ -2608,6 +2610,21 @@ class ResponseEvents(StreamValidator):
         if delta:
             (self._add_reasoning if reasoning else self._add_text)(delta)
         return Pieces(reasoning=delta) if reasoning else Pieces(text=delta)
+
+    def _take_refusal_delta(self, body: dict) -> Pieces:
+        """A piece of the model's refusal, in a message's refusal part: kept apart from the answer."""
+        _, part = self._open_part(body, ('message',), 'response.refusal.done')
+        delta = self._string(body, 'delta')
+        part.pieces.append(delta)
+        if delta:
+            self._add_refusal(delta)
+        return _NOTHING
+
+    def _take_refusal_done(self, body: dict) -> Pieces:
+        _, part = self._open_part(body, ('message',), 'response.refusal.done')
+        self._check_same('response.refusal.done', self._string(body, 'refusal'), part.text)
+        part.text_done = True
+        return _NOTHING
 
     def _take_text_done(self, body: dict) -> Pieces:
         kinds = ('reasoning',) if body['type'] == 'response.reasoning_text.done' else ('message',)
@@ -2662,7 +2679,8 @@ class ResponseEvents(StreamValidator):
         if item.call is not None:
             self._check_arguments(source, item.call, copy.get('arguments'))
         elif item.kind == 'message':
-            self._check_same(source, _output_text([copy]), ''.join(part.text for part in item.parts))
+            self._check_same(source, _output_text([copy]),
+                             ''.join(part.text for part in item.parts if part.kind != 'refusal'))
         elif copy.get('content'):
             claimed = ''.join(part.get('text') or '' for part in copy['content'] if isinstance(part, dict))
             self._check_same(source, claimed, ''.join(part.text for part in item.parts))
@@ -2717,6 +2735,7 @@ class ResponseEvents(StreamValidator):
                 'response.content_part.added': _take_part_added, 'response.content_part.done': _take_part_done,
                 'response.reasoning_part.added': _take_part_added, 'response.reasoning_part.done': _take_part_done,
                 'response.output_text.delta': _take_delta, 'response.output_text.done': _take_text_done,
+                'response.refusal.delta': _take_refusal_delta, 'response.refusal.done': _take_refusal_done,
                 'response.reasoning_text.delta': _take_delta,
                 'response.reasoning_text.done': _take_text_done,
                 'response.function_call_arguments.delta': _take_arguments_delta,
