@@ -240,7 +240,8 @@ FAILURE_KINDS = {
     'duplicate_id': ('protocol', 'a tool-call, item or tool_use id used twice in one answer'),
     'closing_copy_differs': ('protocol', 'a closing copy (.done, output_item.done, the terminal output) differs from '
                                          'what the deltas assembled'),
-    'unsupported_part': ('protocol', 'an output item or content block of a type this client does not read'),
+    'unsupported_part': ('protocol',
+                         'an output item of a type this client does not read, or a content block without a type'),
     'delta_type': ('protocol', 'a delta of a type its part does not take'),
     'choices_not_one': ('protocol', 'a chunk without exactly one choice (n=1)'),
     'choice_index': ('protocol', 'a choice whose index is not 0'),
@@ -2910,7 +2911,7 @@ class MessagesEvents(StreamValidator):
                                                  f'block {index - 1} was still open (no content_block_stop)')
         if not isinstance(kind, str) or not kind:
             raise _failure('unsupported_part', f'a content block of type {_shorten(repr(kind))} in event '
-                                               f'{event}; this client reads text, thinking and tool_use blocks')
+                                               f'{event}: a block names its type')
         if kind not in _BLOCK_DELTAS:  # a block this client does not read (beta, server tools): opaque
             self.skipped_events.append(f'content_block {_shorten(kind)}')
         call = None

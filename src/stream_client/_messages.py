@@ -105,7 +105,7 @@ class MessagesEvents(StreamValidator):
                                                  f'block {index - 1} was still open (no content_block_stop)')
         if not isinstance(kind, str) or not kind:
             raise _failure('unsupported_part', f'a content block of type {_shorten(repr(kind))} in event '
-                                               f'{event}; this client reads text, thinking and tool_use blocks')
+                                               f'{event}: a block names its type')
         if kind not in _BLOCK_DELTAS:  # a block this client does not read (beta, server tools): opaque
             self.skipped_events.append(f'content_block {_shorten(kind)}')
         call = None
