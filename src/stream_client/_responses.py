@@ -86,7 +86,8 @@ class ResponseEvents(StreamValidator):
         if not (unnumbered and sequence is None):
             if type(sequence) is not int or sequence != self._sequence:
                 raise _failure('sequence_number', f'expected sequence_number {self._sequence}, got '
-                                                  f'{_shorten(repr(sequence))} in {kind}: an event was lost or repeated')
+                                                  f'{_shorten(repr(sequence))} in {kind}: an event was lost or '
+                                                  'repeated')
             self._sequence += 1
         take = self._GRAMMAR.get(kind)
         if take is None:  # not an event of the grammar below: skipped, and listed in the record
@@ -407,9 +408,9 @@ class ResponseEvents(StreamValidator):
         if (self.done and self.status == 'completed' and self.dialect.allows(_RESPONSES_UNNUMBERED)
                 and (self.completion_tokens is None or self.max_tokens is None)):
             missing = 'usage.output_tokens' if self.completion_tokens is None else 'the max_output_tokens asked for'
-            return _failure('dialect_unproven', f'{self.terminal_event} says "completed", which the {self.dialect.name} '
-                                                f'dialect says also when max_output_tokens cut the answer, and without '
-                                                f'{missing} the budget cannot be shown unused')
+            return _failure('dialect_unproven', f'{self.terminal_event} says "completed", which the '
+                                                f'{self.dialect.name} dialect says also when max_output_tokens cut '
+                                                f'the answer, and without {missing} the budget cannot be shown unused')
         return super().outcome()
 
     def finish_words(self) -> str:
