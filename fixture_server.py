@@ -563,13 +563,130 @@ class VllmResponses(_Responses, VllmProfile):
     """The Responses API as vLLM 0.32 streams it."""
 
 
-PROFILES = {'guide': GuideProfile, 'vllm': VllmProfile}
+# The servers users run beside vLLM, each in its own bytes where it departs from vLLM's (docs/dialects.md).
+# The fixture still names itself in the server header, beside the server's own product token where the
+# server sends one, so that a record made against it is never mistaken for evidence about a model.
+
+class _LlamaHead:
+    """llama-server's head (tools/server/server-http.cpp): Server: llama.cpp and X-Accel-Buffering: no."""
+
+    def headers(self) -> list[tuple[str, str]]:
+        return [('server', SERVER_NAME + ' llama.cpp'), ('content-type', 'text/event-stream'),
+                ('x-accel-buffering', 'no')]
+
+
+class LlamaCppProfile(_LlamaHead, VllmProfile):
+    """Chat completions as llama-server streams them: vLLM's chunk shape, its head."""
+
+
+class LlamaCppCompletions(_LlamaHead, VllmCompletions):
+    """Completions as llama-server streams them."""
+
+
+class LlamaCppResponses(_LlamaHead, _Responses, VllmProfile):
+    """The Responses API as llama-server streams it (server-task.cpp, to_json_oaicompat_resp): no
+    sequence_number, output_index or content_index on any event, and response.completed says
+    "completed" also when max_output_tokens cut the answer, its usage counting the whole budget."""
+
+    def emit(self, kind: str, body: dict, event: str | None = None) -> bytes:
+        body = {key: value for key, value in body.items() if key not in ('output_index', 'content_index')}
+        return self.sse(self.dumps({'type': kind, **body}), event or kind)
+
+    def response(self, status: str, reason: str | None = None, output: list | None = None) -> dict:
+        cut = status == 'incomplete'
+        body = super().response('completed' if cut else status, None, output)
+        if cut:
+            body['usage'] = {**body['usage'], 'output_tokens': self.budget or 128}
+        return body
+
+
+class LlamaCppMessages(_LlamaHead, _Messages, VllmProfile):
+    """The Messages API as llama-server streams it (server-task.cpp, to_json_anthropic): with reasoning,
+    the text block starts while the thinking block is open, and both stop at the end, the thinking
+    block after an empty signature_delta."""
+
+    def reasoning_plan(self) -> list[bytes]:
+        writes = self.started() + [self.block_start({'type': 'thinking', 'thinking': ''})]
+        writes += [self.delta({'type': 'thinking_delta', 'thinking': text}) for text in REASONING]
+        writes += [self.block_start({'type': 'text', 'text': ''})] + self.answer()
+        writes += [self.delta({'type': 'signature_delta', 'signature': ''}, 0), self.emit('content_block_stop',
+                                                                                        {'index': 0}),
+                   self.block_stop()]
+        return writes + self.ending('stop')
+
+
+class _TgiHead:
+    """TGI's head (router/src/server.rs): the x-compute-type header."""
+
+    def headers(self) -> list[tuple[str, str]]:
+        return [('server', SERVER_NAME), ('content-type', 'text/event-stream'), ('cache-control', 'no-cache'),
+                ('x-compute-type', 'synthetic')]
+
+
+class TgiProfile(_TgiHead, VllmProfile):
+    """Chat completions as TGI streams them (router/src/chat.rs): an empty id, a -native
+    system_fingerprint, and a tool-call stream that ends with [DONE] and no finish_reason."""
+
+    def chunk(self, choices: list, **extra) -> bytes:
+        body = {'id': '', 'object': self.object, 'created': self.created, 'model': self.model,
+                'system_fingerprint': '3.3.6-native', 'choices': choices, **extra}
+        return self.sse(self.dumps(body))
+
+    def tool_calls(self, calls: list[tuple[str, tuple[str, ...]]], finish: str = 'tool_calls',
+                   interleaved: bool = False) -> list[bytes]:
+        writes = super().tool_calls(calls, finish, interleaved)
+        if finish == 'tool_calls':
+            del writes[-3]  # the finish chunk: TGI buffers the token that carries it and never sends it
+        return writes
+
+
+class TgiCompletions(_TgiHead, VllmCompletions):
+    """Completions as TGI streams them."""
+
+
+class SglangProfile(VllmProfile):
+    """Chat completions as SGLang's OpenAI adapter streams them: vLLM's shape, with matched_stop on the
+    finish chunk. SGLang follows the vendor rules (no dialect)."""
+
+    def event(self, delta: dict | None = None, reason: str | None = None, index: int = 0,
+              token_ids: list[int] | None = None) -> bytes:
+        choice = {'index': index, 'delta': delta or {}, 'logprobs': None, 'finish_reason': reason}
+        if reason is not None:
+            choice['matched_stop'] = None
+        return self.chunk([choice])
+
+
+class OllamaProfile(VllmProfile):
+    """Chat completions as Ollama's OpenAI layer streams them (openai/openai.go): the fp_ollama
+    system_fingerprint, and an error after the 200 written as a bare JSON line, outside SSE."""
+
+    def chunk(self, choices: list, **extra) -> bytes:
+        body = {'id': f'chatcmpl-{self.id[-3:]}', 'object': self.object, 'created': self.created,
+                'model': self.model, 'system_fingerprint': 'fp_ollama', 'choices': choices, **extra}
+        return self.sse(self.dumps(body))
+
+    def crash(self) -> list[bytes]:
+        error = {'error': {'message': ENGINE_CRASH, 'type': 'api_error', 'param': None, 'code': None}}
+        return [self.dumps(error) + b'\n']
+
+
+PROFILES = {'guide': GuideProfile, 'vllm': VllmProfile}  # the wire formats
+SERVERS = ('llama.cpp', 'tgi', 'sglang', 'ollama')  # the servers beside vLLM, each in its bytes
+PROFILE_NAMES = (*PROFILES, *SERVERS)  # what --profile accepts
 API_PATHS = {'/v1/chat/completions': 'chat', '/v1/completions': 'completions', '/v1/responses': 'responses',
              '/v1/messages': 'messages'}
 BUILDERS = {('guide', 'chat'): GuideProfile, ('guide', 'completions'): GuideCompletions,
             ('guide', 'responses'): GuideResponses, ('vllm', 'chat'): VllmProfile,
             ('vllm', 'completions'): VllmCompletions, ('vllm', 'responses'): VllmResponses,
-            ('guide', 'messages'): GuideMessages, ('vllm', 'messages'): VllmMessages}
+            ('guide', 'messages'): GuideMessages, ('vllm', 'messages'): VllmMessages,
+            ('llama.cpp', 'chat'): LlamaCppProfile, ('llama.cpp', 'completions'): LlamaCppCompletions,
+            ('llama.cpp', 'responses'): LlamaCppResponses, ('llama.cpp', 'messages'): LlamaCppMessages,
+            ('tgi', 'chat'): TgiProfile, ('tgi', 'completions'): TgiCompletions,
+            ('tgi', 'responses'): VllmResponses, ('tgi', 'messages'): VllmMessages,
+            ('sglang', 'chat'): SglangProfile, ('sglang', 'completions'): VllmCompletions,
+            ('sglang', 'responses'): VllmResponses, ('sglang', 'messages'): VllmMessages,
+            ('ollama', 'chat'): OllamaProfile, ('ollama', 'completions'): VllmCompletions,
+            ('ollama', 'responses'): VllmResponses, ('ollama', 'messages'): VllmMessages}
 
 
 @dataclasses.dataclass
@@ -936,7 +1053,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         """The routes a user checks before streaming: the model list and the health check."""
-        profile = PROFILES[self.server.profile](self.server.model_name or 'synthetic-fixture')
+        profile = BUILDERS[self.server.profile, 'chat'](self.server.model_name or 'synthetic-fixture')
         answer = {'/v1/models': profile.models, '/health': profile.health,
                   **{path: profile.method_not_allowed for path in API_PATHS}}
         self._send(*answer.get(self.path, profile.not_found)())
@@ -952,7 +1069,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         settings.last_request = (dict(self.headers), request)
         if settings.api_key and self.headers.get('Authorization') != f'Bearer {settings.api_key}':
-            self._send(*PROFILES[settings.profile]().unauthorized())  # vLLM's auth middleware answers early
+            self._send(*BUILDERS[settings.profile, 'chat']().unauthorized())  # vLLM's auth middleware answers early
             return
         model = request.get('model')
         if settings.model_name is not None and model != settings.model_name:
@@ -983,7 +1100,8 @@ class Handler(BaseHTTPRequestHandler):
                                   f'({", ".join(PAIRS)})', 'BadRequestError')
             return
         model = request.get('model') if isinstance(request.get('model'), str) else 'synthetic-fixture'
-        budget = request.get('max_tokens') if type(request.get('max_tokens')) is int else None
+        budget = next((request[key] for key in ('max_tokens', 'max_output_tokens') if type(request.get(key)) is int),
+                      None)
         profile = BUILDERS[self.server.profile, api](model, self.server.tokens, self.server.reasoning_field, budget)
         if request['stream'] is False:
             self._send(*pair_unstreamed(profile, PAIRS[mode]))
@@ -1009,7 +1127,7 @@ class Handler(BaseHTTPRequestHandler):
         return request
 
     def _send_error(self, status: int, message: str, kind: str, keep_alive: bool = True) -> None:
-        self._send(status, *PROFILES[self.server.profile]().error(status, message, kind), keep_alive=keep_alive)
+        self._send(status, *BUILDERS[self.server.profile, 'chat']().error(status, message, kind), keep_alive=keep_alive)
 
     def _send(self, status: int, headers: list[tuple[str, str]], body: bytes, keep_alive: bool = True) -> None:
         """A complete response with a Content-Length body. The connection stays open for the next request
@@ -1071,8 +1189,8 @@ class FixtureServer(ThreadingHTTPServer):
                  close_notify: bool = True) -> None:
         if mode not in CHOICES:
             raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
-        if profile not in PROFILES:
-            raise ValueError(f'unknown profile {profile!r}; choose from {", ".join(PROFILES)}')
+        if profile not in PROFILE_NAMES:
+            raise ValueError(f'unknown profile {profile!r}; choose from {", ".join(PROFILE_NAMES)}')
         delay = DELAY if delay is None else delay
         if not delay >= 0:
             raise ValueError('delay must be non-negative')
@@ -1174,8 +1292,9 @@ def main(argv: list[str] | None = None) -> int:
                              f'all three for at most {HOLD_LIMIT:g} s. mixed picks a mode per request from a '
                              f'seeded schedule, mostly ok, and prints what it served when it stops')
     parser.add_argument('--seed', type=int, default=0, help='the seed of the mixed schedule (default 0)')
-    parser.add_argument('--profile', choices=list(PROFILES), default='guide',
-                        help="bytes to speak: the guide's fixture or vLLM 0.32 (default guide)")
+    parser.add_argument('--profile', choices=list(PROFILE_NAMES), default='guide',
+                        help="bytes to speak: the guide's fixture or vLLM 0.32 (default guide), or a server "
+                             "beside vLLM in its own bytes: llama.cpp, tgi, sglang, ollama (docs/fixture.md)")
     parser.add_argument('--delay', type=float, default=DELAY, help=f'seconds before each write (default {DELAY:g})')
     parser.add_argument('--api-key', metavar='KEY', help='answer 401 unless "Authorization: Bearer KEY" is sent')
     parser.add_argument('--model-name', metavar='NAME',

@@ -184,3 +184,27 @@ class LiteLLMTests(unittest.TestCase):
                 reader.eof()
                 verdict = stream_client.judge(reader)
                 self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expected, verdict.message)
+
+
+class RefusalTests(unittest.TestCase):
+    """OpenAI's refusal deltas: the model declined, which is named as such and kept in the record."""
+
+    def test_refusal_deltas_are_a_refusal_with_their_text(self):
+        validator = ChatChunks()
+        for event in (chunk_json(delta={'role': 'assistant', 'content': None, 'refusal': ''}),
+                      chunk_json(delta={'refusal': "I'm sorry, "}), chunk_json(delta={'refusal': "I can't."}),
+                      STOP, DONE):
+            validator.accept(event)
+        failure = validator.outcome()
+        self.assertEqual((failure.layer, failure.kind), ('application', 'refusal'))
+        self.assertIn("the model declined (refusal deltas instead of an answer): \"I'm sorry, I can't.\"", failure.message)
+        self.assertEqual(validator.fields()['refusal'], "I'm sorry, I can't.")
+
+    def test_a_cut_refusal_is_a_cut_and_no_refusal_is_null(self):
+        validator = ChatChunks()
+        validator.accept(chunk_json(delta={'refusal': 'No.'}))
+        self.assertEqual(validator.outcome().kind, 'eof_before_done')
+        validator = ChatChunks()
+        for event in (TEXT, STOP, DONE):
+            validator.accept(event)
+        self.assertEqual((validator.outcome(), validator.fields()['refusal']), (None, None))

@@ -233,6 +233,17 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual(lines[1], 'READY \u2713')
         self.assertRegex(lines[2], r'^ok: 2 content events, first text \d+ ms, done \d+ ms$')
 
+    def test_the_verdict_line_names_the_dialect_that_judged_the_run(self):
+        ok = {'ok': True, 'content_events': 2, 'first_text_ms': 5.0, 'duration_ms': 9.0, 'cross_check': None}
+        self.assertEqual(stream_client._verdict_line({**ok, 'dialect': 'llama.cpp'}),
+                         'ok: 2 content events, first text 5 ms, done 9 ms; dialect llama.cpp (docs/dialects.md)')
+        for dialect in (None, 'strict'):
+            self.assertEqual(stream_client._verdict_line({**ok, 'dialect': dialect}),
+                             'ok: 2 content events, first text 5 ms, done 9 ms')
+        failed = {'ok': False, 'error_layer': 'application', 'error': 'application: x', 'cross_check': None,
+                  'dialect': 'tgi'}
+        self.assertEqual(stream_client._verdict_line(failed), 'NOT OK [application]: x; dialect tgi (docs/dialects.md)')
+
     def test_terminal_verdict_names_the_failing_layer(self):
         status, screen = self.run_in_pty('truncated', '--output', 'run.json')
         self.assertEqual(status, 1)
@@ -303,7 +314,7 @@ class CommandLineTests(unittest.TestCase):
         self.assertRegex(record['response_id'], r'^chatcmpl-[0-9a-f]{16}$')
         usage = re.sub(r'-\n\s+', '-', run_cli('--help', cwd=self.tmp.name).stdout)  # argparse wraps at hyphens
         self.assertIn('drip until --deadline', ' '.join(usage.split()))
-        self.assertEqual(stream_client._FIXTURE_PROFILES, tuple(fixture_server.PROFILES))
+        self.assertEqual(stream_client._FIXTURE_PROFILES, fixture_server.PROFILE_NAMES)
 
     def test_a_mistyped_fixture_mode_gets_the_close_ones_in_one_line(self):
         done = run_cli('--fixture', 'okk', '--output', 'run.json', cwd=self.tmp.name)

@@ -256,6 +256,12 @@ class ExporterCoreTests(unittest.TestCase):
             self.parser.add_argument('--cross-check', action='store_true')
         self.assertIs(stream_client.parse_targets(data, self.parser)['a'].args.cross_check, True)
 
+    def test_a_target_may_name_its_servers_dialect(self):
+        targets = stream_client.parse_targets({'targets': {'a': {'fixture': 'ok', 'dialect': 'llama.cpp'}}}, self.parser)
+        self.assertEqual(targets['a'].args.dialect, 'llama.cpp')
+        with self.assertRaises(stream_client.UsageError):
+            stream_client.parse_targets({'targets': {'a': {'fixture': 'ok', 'dialect': 'vllm'}}}, self.parser)
+
     def test_the_deadline_is_the_sooner_of_the_targets_and_the_scrape_timeout_less_a_margin(self):
         margin = stream_client._SCRAPE_TIMEOUT_MARGIN
         cases = [(60.0, None, 60.0), (60.0, '10', 10 - margin), (5.0, '30', 5.0), (60.0, '0.6', 0.3),

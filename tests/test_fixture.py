@@ -627,3 +627,51 @@ def event_skeleton(events: list[tuple[str, str]]) -> list[tuple]:
     """(event type, key structure) of each event, consecutive repeats folded into one."""
     skeleton = [(kind, json_keys(data)) for kind, data in events]
     return [shape for i, shape in enumerate(skeleton) if i == 0 or shape != skeleton[i - 1]]
+
+
+class ServerProfileTests(unittest.TestCase):
+    """The servers beside vLLM, each in its own bytes: llama.cpp and TGI in their dialects, SGLang and Ollama
+    under the vendor rules; each mode gets the verdict it gets from vLLM, and the record names the dialect."""
+
+    # (profile, api, mode): (error_kind, dialect); the dialect modes of docs/dialects.md first
+    CASES = {
+        ('llama.cpp', 'responses', 'ok'): (None, 'llama.cpp'),
+        ('llama.cpp', 'responses', 'reasoning'): (None, 'llama.cpp'),
+        ('llama.cpp', 'responses', 'tool-call'): (None, 'llama.cpp'),
+        ('llama.cpp', 'responses', 'length'): ('budget_exhausted', 'llama.cpp'),  # its status says completed
+        ('llama.cpp', 'responses', 'broken'): ('eof_before_done', 'llama.cpp'),
+        ('llama.cpp', 'messages', 'reasoning'): (None, 'llama.cpp'),
+        ('llama.cpp', 'messages', 'length'): ('budget_exhausted', 'llama.cpp'),
+        ('llama.cpp', 'chat', 'ok'): (None, 'llama.cpp'),
+        ('tgi', 'chat', 'tool-call'): (None, 'tgi'),
+        ('tgi', 'chat', 'tool-args-cut'): ('tool_arguments_not_json', 'tgi'),
+        ('tgi', 'chat', 'broken'): ('eof_before_done', 'tgi'),
+        ('tgi', 'chat', 'length'): ('budget_exhausted', 'tgi'),
+        ('sglang', 'chat', 'ok'): (None, None),
+        ('sglang', 'chat', 'length'): ('budget_exhausted', None),
+        ('ollama', 'chat', 'ok'): (None, None),
+        ('ollama', 'chat', 'error-event'): ('server_error_event', None),
+    }
+
+    def test_each_server_profile_gets_its_verdict_and_dialect(self):
+        for (profile, api, mode), (kind, dialect) in self.CASES.items():
+            with self.subTest(profile=profile, api=api, mode=mode):
+                tools = fixture_server.TOOLS if mode.startswith('tool') else None
+                record = fixture_record(mode, api, profile, tools=tools)
+                self.assertEqual((record['ok'], record['error_kind'], record['dialect'], record['source']),
+                                 (kind is None, kind, dialect, 'fixture'), record['error'])
+
+    def test_the_vendor_rules_refuse_the_dialects(self):
+        for (profile, api, mode), kind in {('llama.cpp', 'responses', 'ok'): 'sequence_number',
+                                           ('llama.cpp', 'messages', 'reasoning'): 'event_out_of_order',
+                                           ('tgi', 'chat', 'tool-call'): 'no_finish_reason'}.items():
+            with self.subTest(profile=profile, api=api, mode=mode):
+                record = fixture_record(mode, api, profile, tools=fixture_server.TOOLS if mode.startswith('tool') else None,
+                                        dialect='strict')
+                self.assertEqual((record['ok'], record['error_kind'], record['dialect']), (False, kind, 'strict'))
+
+    def test_ollamas_error_line_is_kept_and_shown(self):
+        record = fixture_record('error-event', 'chat', 'ollama')
+        self.assertEqual(record['server_error']['message'], fixture_server.ENGINE_CRASH)
+        self.assertEqual(len(record['stray_lines']), 1)
+        self.assertIn(fixture_server.ENGINE_CRASH, record['error'])

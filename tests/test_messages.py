@@ -77,6 +77,33 @@ class MessagesEventsTests(unittest.TestCase):
         self.assertEqual((caught.exception.layer, caught.exception.server_error),
                          ('application', {'message': 'Overloaded', 'type': 'overloaded_error', 'code': None}))
 
+    def test_a_refusal_stop_reason_is_a_refusal_with_its_text(self):
+        for details, text in (({'type': 'refusal', 'explanation': 'Declined: policy.'}, 'Declined: policy.'),
+                              (None, 'hi')):
+            with self.subTest(details=details):
+                validator = self.run_events([MESSAGE_START, TEXT_BLOCK, text_delta('hi'),
+                                             message_event('content_block_stop', index=0),
+                                             message_event('message_delta', delta={'stop_reason': 'refusal',
+                                                                                   'stop_details': details}),
+                                             message_event('message_stop')])
+                failure = validator.outcome()
+                self.assertEqual((failure.layer, failure.kind, validator.fields()['refusal']),
+                                 ('application', 'refusal', text))
+                self.assertIn('the model declined (stop_reason=refusal)', failure.message)
+
+    def test_an_error_event_with_a_bare_error_object_is_a_server_error(self):
+        # llama-server's error event: the error object itself, without Anthropic's "type": "error" wrapper
+        for data, error in (
+                ('{"code": 500, "message": "context overflow", "type": "server_error"}',
+                 {'message': 'context overflow', 'type': 'server_error', 'code': 500}),
+                ('{"error": {"message": "slot lost", "type": "api_error"}}',
+                 {'message': 'slot lost', 'type': 'api_error', 'code': None}),
+                ('engine died', {'message': 'engine died', 'type': None, 'code': None})):
+            with self.subTest(data), self.assertRaises(StreamError) as caught:
+                self.run_events([MESSAGE_START, TEXT_BLOCK, ('error', data)])
+            self.assertEqual((caught.exception.kind, caught.exception.server_error), ('server_error_event', error))
+            self.assertIn(repr(error['message']), caught.exception.message)
+
     def test_a_fixed_length_messages_load_expects_the_budget_to_end_it(self):
         text = [MESSAGE_START, TEXT_BLOCK, text_delta('hi')]
         cases = {'the whole budget': (text + message_end('max_tokens', tokens=2), None),
@@ -113,8 +140,7 @@ class MessagesEventsTests(unittest.TestCase):
                                                   'stop_reason=end_turn'),
             'tool_use without a block': (text + message_end('tool_use'), WEATHER,
                                          'stop_reason=tool_use, but no tool_use block arrived'),
-            'a refusal': (text + message_end('refusal'), None,
-                          'expected stop_reason end_turn, stop_sequence or tool_use, got stop_reason=refusal'),
+            'a refusal': (text + message_end('refusal'), None, "the model declined (stop_reason=refusal): 'hi'"),
         }
         for name, (events, spec, problem) in cases.items():
             with self.subTest(name):

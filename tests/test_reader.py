@@ -384,9 +384,9 @@ GRAMMAR_CASES = {
     'messages: a block starts while the last is open': ('messages', TEXT_MESSAGE + [message_event(
         'content_block_start', content_block={'type': 'text', 'text': ''}, index=1)] + message_end(index=1),
         'event_out_of_order'),
-    'messages: a second message_delta says another stop_reason': ('messages', TEXT_MESSAGE + message_end()[:2] + [
-        message_event('message_delta', delta={'stop_reason': 'max_tokens'}), message_event('message_stop')],
-        'closing_copy_differs'),
+    'messages: a later message_delta changes stop_reason, and the last is kept': ('messages', TEXT_MESSAGE
+        + message_end()[:2] + [message_event('message_delta', delta={'stop_reason': 'stop_sequence'}),
+                               message_event('message_stop')], None),
     'messages: ping, citations and an unknown event are fine': ('messages', TEXT_MESSAGE + [
         message_event('ping'), message_event('content_block_delta', index=0, delta={
             'type': 'citations_delta', 'citation': {'type': 'char_location', 'cited_text': 'x'}}),
@@ -420,3 +420,35 @@ class GrammarCaseTests(unittest.TestCase):
                     record = stream_client.run(hostile_request(case, fixture.url))
                     self.assertEqual((record['ok'], record['error_layer'], record['error_kind']), expected,
                                      record['error'])
+
+
+class StrayErrorTests(unittest.TestCase):
+    """A server error written outside SSE fails as an error event does, with the server's message."""
+
+    HEAD = b'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n'
+    TEXT = b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
+
+    def verdict(self, body: bytes) -> tuple[stream_client.Verdict, stream_client.ResponseReader]:
+        reader = stream_client.ResponseReader(stream_client.ChatChunks())
+        reader.feed(self.HEAD + self.TEXT + body)
+        reader.eof()
+        return stream_client.judge(reader, None, None), reader
+
+    def test_ollamas_bare_json_error_line_and_an_error_field(self):
+        cases = {b'{"error":{"message":"model runner crashed","type":"api_error","param":null,"code":null}}\n':
+                 {'message': 'model runner crashed', 'type': 'api_error', 'code': None},
+                 b'error: {"code":500,"message":"slot unavailable","type":"server_error"}\n\n':
+                 {'message': 'slot unavailable', 'type': 'server_error', 'code': 500},
+                 b'error: boom\n\n': {'message': 'boom', 'type': None, 'code': None}}
+        for body, error in cases.items():
+            with self.subTest(body):
+                verdict, reader = self.verdict(body)
+                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), (False, 'application', 'server_error_event'))
+                self.assertEqual(reader.error.server_error, error)
+                self.assertIn(repr(error['message']), verdict.message)
+                self.assertEqual(reader.events.stray, [body.split(b'\n')[0].decode()])
+
+    def test_a_stray_line_without_an_error_changes_nothing(self):
+        verdict, reader = self.verdict(b'{"note": 1}\n' + b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
+                                       b'\n\ndata: [DONE]\n\n')
+        self.assertEqual((verdict.ok, reader.events.stray), (True, ['{"note": 1}']))

@@ -76,6 +76,32 @@ class ResponseEventsTests(unittest.TestCase):
                 self.assertEqual(got_layer, layer, message)
                 self.assertIn(words, message)
 
+    def test_a_refusal_part_is_a_refusal_with_its_text(self):
+        item = {'type': 'message', 'id': 'msg_1', 'role': 'assistant', 'content': []}
+        part = {'type': 'refusal', 'refusal': "I can't help."}
+        where = {'output_index': 0, 'item_id': 'msg_1', 'content_index': 0}
+        events = responses_events(
+            {'type': 'response.created', 'response': {}},
+            {'type': 'response.output_item.added', 'output_index': 0, 'item': item},
+            {'type': 'response.content_part.added', **where, 'part': {'type': 'refusal', 'refusal': ''}},
+            {'type': 'response.refusal.delta', **where, 'delta': "I can't "},
+            {'type': 'response.refusal.delta', **where, 'delta': 'help.'},
+            {'type': 'response.refusal.done', **where, 'refusal': "I can't help."},
+            {'type': 'response.content_part.done', **where, 'part': part},
+            {'type': 'response.output_item.done', 'output_index': 0, 'item': {**item, 'content': [part]}},
+            {'type': 'response.completed', 'response': {'status': 'completed', 'output': [{**item, 'content': [part]}]}})
+        self.assertEqual(self.outcome(events), ('application', "the model declined (refusal deltas instead of an "
+                                                               "answer): \"I can't help.\""))
+        wrong = events[:5] + [(events[5][0], events[5][1].replace('help.', 'help!'))]
+        self.assertEqual(self.outcome(wrong)[0], 'protocol')
+
+    def test_an_item_id_that_is_no_string_is_refused_not_a_crash(self):
+        events = responses_events({'type': 'response.created', 'response': {}},
+                                  {'type': 'response.output_item.added', 'output_index': 0,
+                                   'item': {'type': 'message', 'id': [1]}})
+        self.assertEqual(self.outcome(events), ('protocol', 'expected the id of output item 0 to be a string in event '
+                                                            '2, got list'))
+
     def test_the_server_error_is_kept_with_the_failure(self):
         with self.assertRaises(StreamError) as caught:
             stream_client.ResponseEvents().accept(('error', '{"type": "error", "sequence_number": 0, '

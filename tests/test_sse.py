@@ -171,3 +171,19 @@ class ParserTests(unittest.TestCase):
                 at_boundary = at_boundary and True
             self.assertEqual(got, expected, repr(text))
             self.assertEqual(parser.pending() is None, at_boundary, repr(text))
+
+
+class StrayLineTests(unittest.TestCase):
+    """Lines outside SSE that look like a server's error are ignored as SSE says, but kept (bounded)."""
+
+    def test_a_bare_json_line_and_an_error_field_are_kept_the_rest_ignored(self):
+        parser = Events()
+        events = parser.feed(b'data: a\n\n{"error": "oom"}\nerror: {"message": "x"}\nid: 7\nretry: 5\n: hi\n\ndata: b\n\n')
+        self.assertEqual(events, ['a', 'b'])
+        self.assertEqual(parser.stray, ['{"error": "oom"}', 'error: {"message": "x"}'])
+
+    def test_the_kept_lines_are_bounded(self):
+        parser = Events()
+        parser.feed(b''.join(b'{"error": "%d%s"}\n' % (number, b'x' * 3000) for number in range(9)))
+        self.assertEqual(len(parser.stray), 4)
+        self.assertTrue(all(len(line) == 2000 for line in parser.stray))

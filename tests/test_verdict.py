@@ -184,8 +184,12 @@ FAILURE_PRODUCERS = {
                         'delta': '{}'},
         {'type': 'response.function_call_arguments.done', 'output_index': 0, 'item_id': 'fc_1',
          'arguments': '{"city": "Paris"}'}, spec=WEATHER),
+    'refusal': lambda: kind_of_events(ChatChunks(), [chunk_json(delta={'refusal': 'No.'}), STOP, DONE]),
+    'dialect_unproven': lambda: kind_of_events(stream_client.ResponseEvents(dialect=stream_client.DIALECTS['llama.cpp']), [
+        ('response.created', '{"type": "response.created", "response": {"id": "r"}}'),
+        ('response.completed', '{"type": "response.completed", "response": {"status": "completed", "output": []}}')]),
     'unsupported_part': lambda: kind_of_events(stream_client.MessagesEvents(), [
-        MESSAGE_START, message_event('content_block_start', content_block={'type': 'image'}, index=0)]),
+        MESSAGE_START, message_event('content_block_start', content_block={'text': 'no type'}, index=0)]),
     'delta_type': lambda: kind_of_events(stream_client.MessagesEvents(), [
         MESSAGE_START, TEXT_BLOCK, message_event('content_block_delta', index=0,
                                                  delta={'type': 'input_json_delta', 'partial_json': '{}'})]),

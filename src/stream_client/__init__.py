@@ -23,6 +23,8 @@ _sse           SSE, sans-IO: ``Events`` (and ``TypedEvents``), bytes in, event d
 _json          strict JSON: ``strict_json()``
 _ecma          ECMA-262 regular expressions, for JSON Schema's pattern keyword
 _schema        ``JsonSchema``, drafts 2020-12 and 7 (docs/json-schema.md)
+_dialects      a server's known departures from its vendor's protocol, as data:
+               ``Dialect``, ``DIALECTS`` (strict, llama.cpp, tgi), each rule with its proof
 _validator     the protocol seam, sans-IO: ``StreamValidator`` takes event data
                through ``accept()`` and gives the ``Pieces`` out, with the
                outcome rules the APIs share (``outcome()``); ``AnswerSpec``
@@ -76,6 +78,7 @@ from ._limits import (
 from ._sse import Events, TypedEvents
 from ._json import SchemaError, strict_json
 from ._schema import JsonSchema
+from ._dialects import Dialect, DialectRule, DIALECTS
 from ._validator import StreamValidator, Pieces, AnswerSpec, ToolCall
 from ._chat import ChatChunks, CompletionChunks
 from ._responses import ResponseEvents
@@ -102,6 +105,8 @@ __all__ = [
     'SSEDecodeError', 'LAYERS', 'FAILURE_KINDS', 'MAX_LINE_CHARS', 'MAX_EVENT_CHARS', 'MAX_TEXT_CHARS',
     # tool calls and JSON answers
     'AnswerSpec', 'ToolCall', 'JsonSchema', 'SchemaError', 'strict_json',
+    # servers' known departures from their vendor's protocol
+    'Dialect', 'DialectRule', 'DIALECTS',
     # --cross-check: the unstreamed twin and the comparison
     'Answer', 'AnsweredCall', 'UnstreamedReader', 'compare_twin', 'unstreamed_answer', 'compare_answers',
     'cross_check_record',

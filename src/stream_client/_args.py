@@ -13,6 +13,7 @@ import sys
 import threading
 
 from ._limits import _and_list, _DEFAULT_EXPORTER_IN_FLIGHT, Interrupted, UsageError, __version__
+from ._dialects import DIALECTS
 from ._validator import AnswerSpec
 from ._answer import _seeded, VALIDATORS
 from ._request import _API_PATHS, _DEFAULT_PROMPT, _DEFAULT_URL, _FINISHES, prepare, PreparedRequest
@@ -28,7 +29,8 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 _FIXTURE_FILE = 'fixture_server.py'
-_FIXTURE_PROFILES = ('guide', 'vllm')  # fixture_server.PROFILES, named here so that --help needs no fixture
+# fixture_server.PROFILE_NAMES, named here so that --help needs no fixture
+_FIXTURE_PROFILES = ('guide', 'vllm', 'llama.cpp', 'tgi', 'sglang', 'ollama')
 
 
 def _fixture_server():
@@ -111,6 +113,11 @@ def _parser() -> _OneLineParser:
                            'the answers; on chat and completions both ask for "return_token_ids": true, and when the '
                            'token ids agree a different answer is a failure at layer cross-check. Needs --temperature '
                            '0 or a "seed" in --extra')
+    send.add_argument('--dialect', choices=tuple(DIALECTS), metavar='NAME',
+                      help='the server\'s known departures from its vendor\'s protocol, each with the other proof '
+                           'of completeness it needs: strict (the vendor rules, which vLLM follows), '
+                           + ' or '.join(name for name in DIALECTS if name != 'strict') + '; without it the dialect '
+                           'is detected from the response (docs/dialects.md)')
     send.add_argument('--idle', type=float, default=10.0, metavar='S',
                       help='seconds to wait for the next bytes (default 10)')
     send.add_argument('--deadline', type=float, default=60.0, metavar='S',
@@ -170,7 +177,8 @@ def _parser() -> _OneLineParser:
                           'held-open last until --idle, drip until --deadline. mixed gives each run a mode from '
                           'a seeded schedule, for a demo of --runs')
     fix.add_argument('--fixture-profile', choices=_FIXTURE_PROFILES, default='guide',
-                     help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide)")
+                     help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide), or "
+                          "a server beside vLLM in its own bytes: llama.cpp, tgi, sglang or ollama")
     read = parser.add_argument_group('reading saved evidence (nothing is sent)')
     read.add_argument('--compare', nargs='+', metavar='RECORD', help='print saved records side by side')
     read.add_argument('--summary', nargs='+', metavar='FILE',
@@ -216,7 +224,7 @@ def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -
                     api=args.api, expect_finish=args.expect_finish,
                     source='endpoint' if args.fixture is None else 'fixture', tools=tools,
                     tool_choice=args.tool_choice, json_schema=json_schema, trust_env=not args.no_proxy,
-                    cross_check=args.cross_check)
+                    cross_check=args.cross_check, dialect=args.dialect)
             for line in prompts]
 
 
@@ -354,7 +362,8 @@ _FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline'
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',
                      'runs': '--runs', 'concurrency': '--concurrency', 'rate': '--rate', 'tools': '--tools',
                      'processes': '--processes',
-                     'tool_choice': '--tool-choice', 'json_schema': '--json-schema', 'cross_check': '--cross-check'}
+                     'tool_choice': '--tool-choice', 'json_schema': '--json-schema', 'cross_check': '--cross-check',
+                     'dialect': '--dialect'}
 
 
 def _given_flags(parser: argparse.ArgumentParser, args, allowed: tuple[str, ...]) -> list[str]:

@@ -6,6 +6,7 @@ open until its finish_reason, then closed until ``data: [DONE]``.
 import json
 
 from ._limits import _failure, _preview, _shorten
+from ._dialects import _CALLS_WITHOUT_FINISH, _detect_in_chunk
 from ._validator import _NOTHING, Pieces, StreamValidator
 
 
@@ -42,6 +43,8 @@ class _ChoiceChunks(StreamValidator):
         chunk = self._load_object(data)
         if chunk.get('error') is not None:  # "error": null is no error
             raise self._server_error(chunk)
+        if not self.dialect_chosen:
+            self.detected(_detect_in_chunk(chunk))
         if self.response_id is None and isinstance(chunk.get('id'), str):
             self.response_id = chunk['id']
         usage = chunk.get('usage')
@@ -90,6 +93,8 @@ class _ChoiceChunks(StreamValidator):
 
     def finish(self) -> str | None:
         reason = self.finish_reason
+        if reason is None and self.done and self.calls and self.dialect.allows(_CALLS_WITHOUT_FINISH):
+            return 'calls'  # TGI: [DONE] ends a tool-call stream without one; the calls' arguments must prove it
         if reason == 'stop' and self.calls and self.spec.named is not None:
             return 'calls'  # vLLM says tool_calls, or stop when the choice named the function (as OpenAI does)
         return None if reason is None else self._FINISHES.get(reason, 'other')
@@ -97,6 +102,8 @@ class _ChoiceChunks(StreamValidator):
     _FINISHES = {'stop': 'stop', 'length': 'length', 'tool_calls': 'calls'}
 
     def finish_words(self) -> str:
+        if self.finish_reason is None and self.calls and self.dialect.allows(_CALLS_WITHOUT_FINISH):
+            return f'[DONE] without a finish_reason after {len(self.calls)} tool call(s) ({self.dialect.name} dialect)'
         return f'finish_reason={self.finish_reason}'
 
     def fields(self) -> dict:
@@ -133,6 +140,9 @@ class ChatChunks(_ChoiceChunks):
             self._add_text(text)
         if reasoning:
             self._add_reasoning(reasoning)
+        refusal = self._text_field(delta.get('refusal'), 'delta.refusal')
+        if refusal:
+            self._add_refusal(refusal)
         call = self._take_tool_deltas(delta['tool_calls']) if delta.get('tool_calls') else ''
         self._take_finish(choice.get('finish_reason'))
         return Pieces(text or '', reasoning or '', call)

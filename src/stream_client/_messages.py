@@ -3,9 +3,11 @@
 ``MessagesEvents``: the message, then content blocks that start, take deltas
 and stop, then ``message_delta`` and ``message_stop``.
 """
+import json
 
 from ._limits import _failure, _shorten, StreamError
 from ._sse import TypedEvents
+from ._dialects import Dialect, _MESSAGES_BLOCKS_OVERLAP
 from ._validator import AnswerSpec, _NOTHING, Pieces, StreamValidator
 from ._chat import _token_count
 from ._responses import _Part
@@ -43,17 +45,18 @@ class MessagesEvents(StreamValidator):
     calls_finish = 'stop_reason=tool_use'
 
     def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
-                 spec: AnswerSpec | None = None) -> None:
-        super().__init__(expect_finish, max_tokens, spec)
+                 spec: AnswerSpec | None = None, dialect: Dialect | None = None) -> None:
+        super().__init__(expect_finish, max_tokens, spec, dialect)
         self.state = 'unstarted'
         self.stop_reason: str | None = None
+        self.stop_details: object = None  # Anthropic's details of a refusal
         self.blocks: list[_Part] = []
 
     def accept(self, event: tuple[str, str]) -> Pieces:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
+        if event[0] == 'error' and not self.done:
+            raise self._error_event(event[1])
         kind, body = self._typed_body(event, 'message_stop')
-        if kind == 'error':
-            raise self._server_error(body)
         take = self._TAKE.get(kind)
         if take is None:
             self.skipped_events.append(kind)
@@ -61,6 +64,17 @@ class MessagesEvents(StreamValidator):
         if kind != 'ping' and kind not in _MESSAGE_STATES[self.state]:
             raise self._out_of_state(kind)
         return take(self, body)
+
+    def _error_event(self, data: str) -> StreamError:
+        """An error event: Anthropic's ``{"type": "error", "error": {...}}``, or the bare error object
+        (``{"message": ..., "type": ...}``) llama-server and others send, or text: the server's
+        message is kept either way."""
+        self.data_events += 1
+        try:
+            body = json.loads(data)
+        except (ValueError, RecursionError):
+            body = {'message': data}
+        return self._server_error(body)
 
     def _out_of_state(self, kind: str) -> StreamError:
         event = self.data_events
@@ -86,12 +100,14 @@ class MessagesEvents(StreamValidator):
         if index != len(self.blocks):
             raise _failure('part_index_skips', f'content_block_start for block {_shorten(repr(index))} in event '
                                                f'{event}: the next block was {len(self.blocks)}')
-        if self.blocks and self.blocks[-1].open:
+        if self.blocks and self.blocks[-1].open and not self.dialect.allows(_MESSAGES_BLOCKS_OVERLAP):
             raise _failure('event_out_of_order', f'content_block_start for block {index} in event {event} while '
                                                  f'block {index - 1} was still open (no content_block_stop)')
-        if kind not in _BLOCK_DELTAS:
+        if not isinstance(kind, str) or not kind:
             raise _failure('unsupported_part', f'a content block of type {_shorten(repr(kind))} in event '
-                                               f'{event}; this client reads text, thinking and tool_use blocks')
+                                               f'{event}: a block names its type')
+        if kind not in _BLOCK_DELTAS:  # a block this client does not read (beta, server tools): opaque
+            self.skipped_events.append(f'content_block {_shorten(kind)}')
         call = None
         if kind == 'tool_use':
             call_id, name = block.get('id'), block.get('name')
@@ -118,7 +134,9 @@ class MessagesEvents(StreamValidator):
         block = self._open_block(body, 'content_block_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         kind = delta.get('type')
-        if kind not in _BLOCK_DELTAS[block.kind]:
+        if block.kind not in _BLOCK_DELTAS and isinstance(kind, str):
+            return _NOTHING  # a delta of an opaque block: never part of the answer
+        if kind not in _BLOCK_DELTAS.get(block.kind, ()):
             raise _failure('delta_type', f'a {_shorten(str(kind))} in event {self.data_events} for block '
                                          f'{body["index"]}, a {block.kind} block')
         field = _DELTA_PIECES.get(kind)
@@ -151,16 +169,24 @@ class MessagesEvents(StreamValidator):
                                               'was still open (no content_block_stop)')
 
     def _take_message_delta(self, body: dict) -> Pieces:
-        self._still_open('message_delta')
         delta = body.get('delta') if isinstance(body.get('delta'), dict) else {}
         reason = delta.get('stop_reason')
+        if reason == 'max_tokens' and any(block.open for block in self.blocks):
+            # the budget ended the answer inside a block, which never stopped (Anthropic's SDK fixtures)
+            raise self._budget_failure(f'output budget exhausted (stop_reason=max_tokens in event {self.data_events}, '
+                                       'with a block still open)')
+        self._still_open('message_delta')
         if reason is not None and not isinstance(reason, str):
             raise _failure('field_type', f'expected stop_reason to be a string in event {self.data_events}, '
                                          f'got {type(reason).__name__}')
         if reason is not None and self.stop_reason not in (None, reason):
-            raise _failure('closing_copy_differs', f'message_delta in event {self.data_events} says stop_reason='
-                                                   f'{_shorten(reason)}, but an earlier one said {self.stop_reason}')
+            # Anthropic: "one or more message_delta events, indicating top-level changes to the final
+            # Message object"; its SDK keeps the last value, and so does this client, saying so
+            self.notes.append(f'message_delta in event {self.data_events} changed stop_reason from '
+                              f'{self.stop_reason} to {_shorten(reason)}; the last is kept, as Anthropic documents')
         self.state, self.stop_reason = 'finishing', reason or self.stop_reason
+        if delta.get('stop_details') is not None:
+            self.stop_details = delta['stop_details']
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')
         return _NOTHING
@@ -179,6 +205,18 @@ class MessagesEvents(StreamValidator):
     length_words = 'stop_reason=max_tokens'
     call_noun = 'tool_use block'
     _FINISHES = {'end_turn': 'stop', 'stop_sequence': 'stop', 'tool_use': 'calls', 'max_tokens': 'length'}
+
+    def refusal(self) -> str | None:
+        """stop_reason "refusal": the model declined; its text is stop_details' explanation when the
+        server gives one, otherwise the text that arrived before it."""
+        if self.stop_reason != 'refusal':
+            return None
+        details = self.stop_details if isinstance(self.stop_details, dict) else {}
+        explanation = details.get('explanation')
+        return explanation if isinstance(explanation, str) and explanation else self.text
+
+    def refusal_words(self) -> str:
+        return 'stop_reason=refusal'
 
     def finish(self) -> str | None:
         # vLLM says tool_use also when the choice named the tool

@@ -9,6 +9,7 @@ import re
 
 from ._limits import (
     _ANSWER_EVENT_CHARS, _ANSWER_LINE_CHARS, _failure, _MAX_CAPTURE_BYTES, _MAX_ERROR_BODY, _preview, StreamError)
+from ._dialects import _detect_dialect
 from ._validator import _describe_server_error, Pieces, _server_error_fields, StreamValidator
 from ._answer import Answer, _MAX_UNSTREAMED_BODY, unstreamed_answer
 from ._http import (
@@ -171,14 +172,31 @@ class ResponseReader:
         else:
             _check_content_type(head.get('Content-Type'))
             self.body = _body_reader(head)
+            self.validator.detected(_detect_dialect(head.get))
         return self._heads.rest
 
     def _feed_body(self, data: bytes, pieces: list[Pieces]) -> None:
         accept = self.validator.accept
         for event in self.events.feed(self.body.feed(data)):
             pieces.append(accept(event))
+        if self.events.stray:
+            self._check_stray()
         if self.body.overrun:
             raise self.body.overrun_failure()
+
+    def _check_stray(self) -> None:
+        """A server error written outside SSE (Ollama's bare JSON line, older llama.cpp's ``error:``
+        field) fails as an error event does, with its message; other stray lines are only kept."""
+        for line in self.events.stray:
+            name, _, value = line.partition(':')
+            try:
+                body = json.loads(value if name == 'error' else line)
+            except (ValueError, RecursionError):
+                body = value.strip() if name == 'error' else None
+            if name == 'error' or (isinstance(body, dict) and body.get('error') is not None):
+                error = _server_error_fields(body)
+                raise _failure('server_error_event', f'server sent an error outside SSE ({_preview(line)}): '
+                                                     f'{_describe_server_error(error)}', error)
 
     def _feed_error_body(self, data: bytes) -> None:
         try:

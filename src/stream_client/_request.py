@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlsplit
 from ._limits import _host_port, _shorten, __version__
 from ._json import SchemaError, _seen
 from ._schema import JsonSchema
+from ._dialects import _dialect_named
 from ._validator import AnswerSpec, StreamValidator, _TOOL_CHOICES
 from ._answer import _seeded, _STREAMED_ONLY_KEYS, _TOKEN_ID_APIS, VALIDATORS
 
@@ -171,6 +172,7 @@ class PreparedRequest:
     spec: AnswerSpec = dataclasses.field(default_factory=AnswerSpec, repr=False)  # tools, tool choice, JSON schema
     proxy: _Proxy | None = None  # the forward proxy https goes through, if one does
     twin: 'PreparedRequest | None' = dataclasses.field(default=None, repr=False)  # --cross-check's unstreamed twin
+    dialect: str | None = None  # the server's dialect (docs/dialects.md); None: detected from the response
 
     def __post_init__(self) -> None:
         if self.scheme not in ('http', 'https'):
@@ -201,7 +203,7 @@ class PreparedRequest:
         return ((self.token,) if self.token else ()) + (self.proxy.secrets if self.proxy else ())
 
     def new_validator(self) -> StreamValidator:
-        return VALIDATORS[self.api](self.expect_finish, self.max_tokens, self.spec)
+        return VALIDATORS[self.api](self.expect_finish, self.max_tokens, self.spec, _dialect_named(self.dialect))
 
 
 def _check_url(url: str):
@@ -404,18 +406,22 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
             system: str | None = None, temperature: float = 0.0, stop: list[str] | None = None,
             extra: dict | None = None, api: str | None = None, expect_finish: str = 'stop',
             source: str = 'endpoint', tools: list | None = None, tool_choice: str | None = None,
-            json_schema: dict | None = None, trust_env: bool = True, cross_check: bool = False) -> PreparedRequest:
+            json_schema: dict | None = None, trust_env: bool = True, cross_check: bool = False,
+            dialect: str | None = None) -> PreparedRequest:
     """Check the arguments and build the request; raise ValueError before any connection.
 
     The API (chat, completions or responses) follows from the URL path unless ``api`` names it.
     ``tools`` (in the chat-completions shape) and ``tool_choice`` (auto, required, none or a
     tool's name; auto by default) ask for tool calls; ``json_schema`` asks for a JSON answer.
     ``trust_env`` honours HTTPS_PROXY and NO_PROXY (see proxy_from_environment()).
+    ``dialect`` names the server's known departures from its vendor's protocol (strict, llama.cpp, tgi:
+    docs/dialects.md); without it they are detected from the response.
     ``cross_check`` builds the unstreamed twin too (``twin``), and asks both for token ids where the
     API returns them; it needs temperature 0 or a ``seed`` in ``extra``.
     """
     parts, port = _check_url(url)
     api = _api_of(parts.path, api)
+    _dialect_named(dialect)
     if expect_finish not in _FINISHES:
         raise ValueError(f'expect_finish must be one of {", ".join(_FINISHES)}, got {expect_finish!r}')
     idle = _check_number('idle', idle, 0, False)
@@ -446,7 +452,7 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
                 'tools': [name for name, _ in spec.tools], 'tool_choice': spec.tool_choice,
                 'json_schema_sha256': None if json_schema is None else hashlib.sha256(
                     json.dumps(json_schema, sort_keys=True, separators=(',', ':')).encode()).hexdigest(),
-                'cross_check': cross_check}
+                'cross_check': cross_check, 'dialect': dialect}
     data = json.dumps(body, ensure_ascii=False).encode()
     request = PreparedRequest(url=url, scheme=parts.scheme, host=parts.hostname, port=port, path=parts.path or '/',
                               api=api, model=model, body=data, headers=headers,
@@ -455,7 +461,7 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
                               idle=idle, deadline=deadline, settings=settings, max_tokens=max_tokens,
                               expect_finish=expect_finish, source=source, ssl_context=context, token=token or '',
                               spec=spec, proxy=_proxy_from_environment(parts.scheme, parts.hostname, os.environ)
-                              if trust_env else None)
+                              if trust_env else None, dialect=dialect)
     return dataclasses.replace(request, twin=_unstreamed_twin(request, body)) if cross_check else request
 
 

@@ -7,12 +7,21 @@ import json
 
 from ._limits import _failure, _preview, _shorten
 from ._sse import TypedEvents
+from ._dialects import Dialect, _RESPONSES_UNNUMBERED
 from ._validator import AnswerSpec, _NOTHING, Pieces, StreamValidator, ToolCall
 from ._chat import _token_count
 
 
 _RESPONSE_TERMINALS = ('response.completed', 'response.incomplete', 'response.failed', 'error')
 _RESPONSE_ITEMS = {'message': 'message', 'reasoning': 'reasoning item', 'function_call': 'function call'}
+# The output items each part event may be for: vLLM opens and closes a reasoning item's text with
+# response.reasoning_part.added and .done (or with no part event at all, the first delta opening it).
+# The events of a whole item, which carry no content_index.
+_ITEM_EVENTS = ('response.output_item.added', 'response.output_item.done', 'response.function_call_arguments.delta',
+                'response.function_call_arguments.done')
+_PART_ITEMS = {'response.content_part.added': ('message', 'reasoning'),
+               'response.content_part.done': ('message', 'reasoning'),
+               'response.reasoning_part.added': ('reasoning',), 'response.reasoning_part.done': ('reasoning',)}
 
 
 class _Part:
@@ -54,8 +63,8 @@ class ResponseEvents(StreamValidator):
     parser = TypedEvents
 
     def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
-                 spec: AnswerSpec | None = None) -> None:
-        super().__init__(expect_finish, max_tokens, spec)
+                 spec: AnswerSpec | None = None, dialect: Dialect | None = None) -> None:
+        super().__init__(expect_finish, max_tokens, spec, dialect)
         self.items: list[_Part] = []  # the output items, by output_index
         self._item_ids: set = set()
         self.created = False
@@ -63,6 +72,7 @@ class ResponseEvents(StreamValidator):
         self.status: str | None = None
         self.incomplete_reason: str | None = None
         self._sequence = 0
+        self._item_keys: dict = {}  # an item's id (a function call's call_id without one) to its output_index
 
     @property
     def terminal(self) -> str:
@@ -72,17 +82,48 @@ class ResponseEvents(StreamValidator):
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
         kind, body = self._typed_body(event, f'the terminal event {self.terminal_event}')
         sequence = body.get('sequence_number')
-        if type(sequence) is not int or sequence != self._sequence:
-            raise _failure('sequence_number', f'expected sequence_number {self._sequence}, got '
-                                              f'{_shorten(repr(sequence))} in {kind}: an event was lost or repeated')
-        self._sequence += 1
+        unnumbered = self.dialect.allows(_RESPONSES_UNNUMBERED)
+        if not (unnumbered and sequence is None):
+            if type(sequence) is not int or sequence != self._sequence:
+                raise _failure('sequence_number', f'expected sequence_number {self._sequence}, got '
+                                                  f'{_shorten(repr(sequence))} in {kind}: an event was lost or '
+                                                  'repeated')
+            self._sequence += 1
         take = self._GRAMMAR.get(kind)
         if take is None:  # not an event of the grammar below: skipped, and listed in the record
             self.skipped_events.append(kind)
             return _NOTHING
+        if unnumbered:
+            body = self._placed(kind, body)
         if not self.created and kind not in ('response.created', 'error'):
             raise _failure('event_out_of_order', f'{kind} arrived in event {self.data_events}, before response.created')
         return take(self, body)
+
+    def _placed(self, kind: str, body: dict) -> dict:
+        """An event of the llama.cpp dialect with the indices it leaves out put in: a new item at the next
+        output_index, another event at the item its item_id (or, for output_item.done, its item's id or
+        call_id) names, a new part at the item's next content_index, another at its last part. An event
+        that names no known item is left without an index, which the grammar refuses (part_not_open)."""
+        body = dict(body)
+        if kind == 'response.output_item.added':
+            body.setdefault('output_index', len(self.items))
+            return body
+        if 'output_index' not in body:
+            key = body.get('item_id')
+            copy = body.get('item')
+            if key is None and isinstance(copy, dict):
+                key = copy.get('id') if copy.get('id') is not None else copy.get('call_id')
+            index = self._item_keys.get(key) if isinstance(key, str) else None
+            if index is not None:
+                body['output_index'] = index
+                if self.items[index].id is None:  # a call named by its call_id: no item id to compare
+                    body.pop('item_id', None)
+        index = body.get('output_index')
+        if 'content_index' not in body and kind not in _ITEM_EVENTS and type(index) is int \
+                and 0 <= index < len(self.items):
+            parts = self.items[index].parts
+            body['content_index'] = len(parts) if kind.endswith('_part.added') else max(len(parts) - 1, 0)
+        return body
 
     def _take_created(self, body: dict) -> Pieces:
         if self.created:
@@ -103,11 +144,17 @@ class ResponseEvents(StreamValidator):
             raise _failure('unsupported_part', f'an output item of type {_shorten(repr(kind))} arrived in event '
                                                f'{event}; this client reads messages, reasoning and function calls')
         self._next_index(index, self.items, f'an output item at output_index {_shorten(repr(index))}')
+        if item.get('id') is not None and not isinstance(item['id'], str):
+            raise _failure('field_type', f'expected the id of output item {index} to be a string in event {event}, '
+                                         f'got {type(item["id"]).__name__}')
         if item.get('id') is not None and item['id'] in self._item_ids:
             raise _failure('duplicate_id', f'output item {index} in event {event} reuses the id '
                                            f'{_preview(str(item["id"]))} of an earlier item')
         call = self._open_call(item) if kind == 'function_call' else None
         self._item_ids.add(item.get('id'))
+        key = item.get('id') if item.get('id') is not None else item.get('call_id')
+        if isinstance(key, str):
+            self._item_keys.setdefault(key, len(self.items))
         self.items.append(_Part(kind, item.get('id'), call))
         return Pieces(call=self._shown(call, opening=True) if call else '')
 
@@ -161,7 +208,7 @@ class ResponseEvents(StreamValidator):
         return item, part
 
     def _take_part_added(self, body: dict) -> Pieces:
-        item = self._open_item(body, ('message', 'reasoning'))
+        item = self._open_item(body, _PART_ITEMS[body['type']])
         index = body.get('content_index')
         self._next_index(index, item.parts, f'content part {_shorten(repr(index))} of output item {body["output_index"]}')
         part = body.get('part') if isinstance(body.get('part'), dict) else {}
@@ -169,10 +216,14 @@ class ResponseEvents(StreamValidator):
         return _NOTHING
 
     def _take_part_done(self, body: dict) -> Pieces:
-        _, part = self._open_part(body, ('message', 'reasoning'), None)
+        """A content part's closing copy: an output_text or reasoning_text part (every part of
+        response.reasoning_part.done is one) must hold the text its deltas assembled."""
+        _, part = self._open_part(body, _PART_ITEMS[body['type']], None)
         copy = body.get('part') if isinstance(body.get('part'), dict) else {}
-        if copy.get('type') == 'output_text':
-            self._check_same('response.content_part.done', copy.get('text'), part.text)
+        if copy.get('type') in ('output_text', 'reasoning_text') or body['type'] == 'response.reasoning_part.done':
+            self._check_same(body['type'], copy.get('text'), part.text)
+        elif copy.get('type') == 'refusal':
+            self._check_same(body['type'], copy.get('refusal'), part.text)
         part.open = False
         return _NOTHING
 
@@ -186,6 +237,21 @@ class ResponseEvents(StreamValidator):
         if delta:
             (self._add_reasoning if reasoning else self._add_text)(delta)
         return Pieces(reasoning=delta) if reasoning else Pieces(text=delta)
+
+    def _take_refusal_delta(self, body: dict) -> Pieces:
+        """A piece of the model's refusal, in a message's refusal part: kept apart from the answer."""
+        _, part = self._open_part(body, ('message',), 'response.refusal.done')
+        delta = self._string(body, 'delta')
+        part.pieces.append(delta)
+        if delta:
+            self._add_refusal(delta)
+        return _NOTHING
+
+    def _take_refusal_done(self, body: dict) -> Pieces:
+        _, part = self._open_part(body, ('message',), 'response.refusal.done')
+        self._check_same('response.refusal.done', self._string(body, 'refusal'), part.text)
+        part.text_done = True
+        return _NOTHING
 
     def _take_text_done(self, body: dict) -> Pieces:
         kinds = ('reasoning',) if body['type'] == 'response.reasoning_text.done' else ('message',)
@@ -240,7 +306,8 @@ class ResponseEvents(StreamValidator):
         if item.call is not None:
             self._check_arguments(source, item.call, copy.get('arguments'))
         elif item.kind == 'message':
-            self._check_same(source, _output_text([copy]), ''.join(part.text for part in item.parts))
+            self._check_same(source, _output_text([copy]),
+                             ''.join(part.text for part in item.parts if part.kind != 'refusal'))
         elif copy.get('content'):
             claimed = ''.join(part.get('text') or '' for part in copy['content'] if isinstance(part, dict))
             self._check_same(source, claimed, ''.join(part.text for part in item.parts))
@@ -293,7 +360,9 @@ class ResponseEvents(StreamValidator):
     _GRAMMAR = {'response.created': _take_created, 'response.in_progress': _take_started,
                 'response.output_item.added': _take_item, 'response.output_item.done': _take_item_done,
                 'response.content_part.added': _take_part_added, 'response.content_part.done': _take_part_done,
+                'response.reasoning_part.added': _take_part_added, 'response.reasoning_part.done': _take_part_done,
                 'response.output_text.delta': _take_delta, 'response.output_text.done': _take_text_done,
+                'response.refusal.delta': _take_refusal_delta, 'response.refusal.done': _take_refusal_done,
                 'response.reasoning_text.delta': _take_delta,
                 'response.reasoning_text.done': _take_text_done,
                 'response.function_call_arguments.delta': _take_arguments_delta,
@@ -324,11 +393,31 @@ class ResponseEvents(StreamValidator):
     def finish(self) -> str:
         # vLLM 0.32 ends a budget-exhausted response with response.completed whose status is "incomplete"
         if self.status == 'completed':
+            if self._budget_used():
+                return 'length'
             return 'calls' if self.calls else 'stop'
         return 'length' if self.status == 'incomplete' and self.incomplete_reason == 'max_output_tokens' else 'other'
 
+    def _budget_used(self) -> bool:
+        """The llama.cpp dialect's proof: its status says "completed" whatever ended the answer, so the
+        usage must show the budget (max_output_tokens) not used up."""
+        return (self.dialect.allows(_RESPONSES_UNNUMBERED) and self.completion_tokens is not None
+                and self.max_tokens is not None and self.completion_tokens >= self.max_tokens)
+
+    def outcome(self):
+        if (self.done and self.status == 'completed' and self.dialect.allows(_RESPONSES_UNNUMBERED)
+                and (self.completion_tokens is None or self.max_tokens is None)):
+            missing = 'usage.output_tokens' if self.completion_tokens is None else 'the max_output_tokens asked for'
+            return _failure('dialect_unproven', f'{self.terminal_event} says "completed", which the '
+                                                f'{self.dialect.name} dialect says also when max_output_tokens cut '
+                                                f'the answer, and without {missing} the budget cannot be shown unused')
+        return super().outcome()
+
     def finish_words(self) -> str:
         carries = f'{self.terminal_event} carries status {self.status!r}'
+        if self._budget_used():
+            return (f'{carries}, but usage.output_tokens {self.completion_tokens} reached max_output_tokens '
+                    f'{self.max_tokens} ({self.dialect.name} says "completed" also when the budget cut the answer)')
         return carries + (f' (incomplete_details.reason={self.incomplete_reason})' if self.status == 'incomplete' else '')
 
     def finished_words(self) -> str:

@@ -8,6 +8,10 @@ import codecs
 from ._limits import _count, _DATA_PREFIX, MAX_EVENT_CHARS, MAX_LINE_CHARS, _preview, SSEDecodeError, SSEError
 
 
+_MAX_STRAY_LINES = 4     # lines outside SSE kept (a bare JSON line, an error: field), each at most:
+_MAX_STRAY_CHARS = 2000
+
+
 class Events:
     """Incremental parser for a text/event-stream body (WHATWG HTML, 9.2.6).
 
@@ -15,7 +19,9 @@ class Events:
     UTF-8 is decoded incrementally and one leading BOM is dropped. Lines end
     in CR, LF or CRLF (a CRLF split across reads counts once); a blank line
     dispatches the event; only ``data`` fields contribute, several joined by
-    LF; comments and other fields are ignored. An event without its blank
+    LF; comments and other fields are ignored (the first few lines that look like
+    a server's error, a bare JSON object or an ``error`` field, are kept in
+    ``stray``). An event without its blank
     line is never dispatched, and ``pending()`` says what the stream would
     end inside. ``TypedEvents`` also returns each event's type.
 
@@ -46,6 +52,7 @@ class Events:
         self._data: list[str] = []  # data lines of the event in progress
         self._size = 0              # characters in self._data
         self._type = ''             # the event field of the event in progress
+        self.stray: list[str] = []  # lines outside SSE that look like a server's error, the first few, shortened
 
     def feed(self, raw: bytes) -> list[str]:
         """Consume the next bytes of the body; return the data of completed events."""
@@ -146,6 +153,8 @@ class Events:
             if name != 'data':
                 if name == 'event':
                     self._type = value
+                elif (name == 'error' or line[:1] == '{') and len(self.stray) < _MAX_STRAY_LINES:
+                    self.stray.append(line[:_MAX_STRAY_CHARS])  # Ollama's bare JSON error, an older error: field
                 continue  # a comment (empty name) or a field this client does not use
             self._size += len(value) + 1
             if self._size > self._max_event:

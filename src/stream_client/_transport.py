@@ -38,7 +38,7 @@ def stream(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: fl
     answer and reasoning text as it arrives, and ``on_call(piece)`` with each
     piece of a tool call (its name and "(" as it opens, then its arguments).
     ``options`` are prepare()'s: system, temperature, stop, extra, api,
-    expect_finish, tools, tool_choice, json_schema, cross_check.
+    expect_finish, tools, tool_choice, json_schema, cross_check, dialect.
     """
     request = prepare(url, model, prompt, max_tokens=max_tokens, idle=idle,
                       deadline=deadline, ca_file=ca_file, token=token, **options)

@@ -14,6 +14,7 @@ from ._limits import (
 from ._sse import Events
 from ._json import strict_json
 from ._schema import JsonSchema
+from ._dialects import Dialect, _STRICT
 
 
 _TOOL_CHOICES = ('auto', 'required', 'none')  # or the name of one tool
@@ -131,8 +132,10 @@ class StreamValidator:
     budget_words = 'output budget exhausted ({})'
 
     def __init__(self, expect_finish: str = 'stop', max_tokens: int | None = None,
-                 spec: AnswerSpec | None = None) -> None:
+                 spec: AnswerSpec | None = None, dialect: Dialect | None = None) -> None:
         self.spec = spec or AnswerSpec()
+        self.dialect = dialect or _STRICT  # the server's known departures (docs/dialects.md)
+        self.dialect_chosen = dialect is not None  # named by the caller: nothing in the response changes it
         self.expect_finish = expect_finish
         self.max_tokens = max_tokens
         self.calls: list[ToolCall] = []
@@ -150,9 +153,19 @@ class StreamValidator:
         self.token_ids: list[int] | None = None  # the generated token ids, when the server sends them
         self.tokens_per_event: list[int] = []     # how many each event that carried any had
         self.skipped_events: list[str] = []  # event types the API says to ignore, each skipped here
+        self.refusal_parts: list[str] = []  # the model's refusal (OpenAI's delta.refusal), as it arrived
+        self.notes: list[str] = []  # what the stream did that the protocol allows but a reader may not expect
 
     def accept(self, event) -> Pieces:
         raise NotImplementedError
+
+    def detected(self, found: 'tuple[Dialect, str] | None') -> None:
+        """A dialect the response showed (and what showed it), applied unless the caller named one;
+        the record's notes say so, so that nothing changes silently."""
+        if found is None or self.dialect_chosen or self.dialect is not _STRICT:
+            return
+        self.dialect = found[0]
+        self.notes.append(f'dialect {found[0].name} detected from {found[1]}')
 
     def _take_token_ids(self, value: object) -> None:
         """The generated token ids an event carries (vLLM's ``return_token_ids``), for the cross-check."""
@@ -191,6 +204,9 @@ class StreamValidator:
         if not self.done:
             return _failure('eof_before_done', f'EOF before {self.eof_words} after '
                                                f'{_count(self.content_events, "content event")}')
+        refusal = self.refusal()
+        if refusal is not None:
+            return _failure('refusal', f'the model declined ({self.refusal_words()}): {_preview(refusal)}')
         finish = self.finish()
         if finish is None:
             return _failure('no_finish_reason', self.no_finish_words())
@@ -216,6 +232,19 @@ class StreamValidator:
         if not self._visible_text() and not self.calls:
             return _failure('no_visible_text', f'{self.finished_words()}, but no visible text')
         return None
+
+    def refusal(self) -> str | None:
+        """The refusal's text when the model declined (OpenAI's refusal deltas), or None."""
+        return ''.join(self.refusal_parts) if self.refusal_parts else None
+
+    def refusal_words(self) -> str:
+        return 'refusal deltas instead of an answer'
+
+    def _add_refusal(self, text: str) -> None:
+        self.reasoning_chars += len(text)  # bounded with the reasoning: neither is the answer
+        if self.reasoning_chars > MAX_TEXT_CHARS:
+            raise _failure('reasoning_too_long', f'reasoning and refusal longer than {MAX_TEXT_CHARS} characters')
+        self.refusal_parts.append(text)
 
     @property
     def answer_kind(self) -> str:
@@ -326,7 +355,8 @@ class StreamValidator:
                 'data_events': self.data_events, 'response_id': self.response_id,
                 'response_status': None, 'incomplete_reason': None, 'answer_kind': self.answer_kind,
                 'tool_calls': [call.record(self.spec) for call in self.calls],
-                'skipped_events': list(self.skipped_events)}
+                'skipped_events': list(self.skipped_events), 'notes': list(self.notes), 'refusal': self.refusal(),
+                'dialect': self.dialect.name if self.dialect_chosen or self.dialect is not _STRICT else None}
 
     def _add_text(self, text: str) -> None:
         self.content_events += 1

@@ -84,9 +84,11 @@ class _LiveView:
 
 
 def _verdict_line(record: dict) -> str:
-    """The run at a glance: 'ok: 2 content events, ...' or 'NOT OK [layer]: what went wrong', and what the
-    cross-check found, when there was one."""
+    """The run at a glance: 'ok: 2 content events, ...' or 'NOT OK [layer]: what went wrong', the server's
+    dialect when one applied, and what the cross-check found, when there was one."""
     cross = _cross_check_line(record.get('cross_check'))
+    if record.get('dialect') not in (None, 'strict'):  # judged by a server's dialect: said, never silent
+        cross = f'; dialect {record["dialect"]} (docs/dialects.md)' + cross
     if record['ok']:
         return (f'ok: {_count(record["content_events"], "content event")}, first text {record["first_text_ms"]:.0f} ms, '
                 f'done {record["duration_ms"]:.0f} ms' + cross)
