@@ -20,7 +20,7 @@ import fixture_server
 import stream_client
 from .support import (
     answer, CLIENT, fake_record, Fixture, PageReader, row, run_cli, run_fixture, script_command,
-    script_env)
+    script_env, TwinServer)
 
 
 # The exporter: a strict reader of the Prometheus text exposition format 0.0.4
@@ -384,6 +384,20 @@ class ExporterCoreTests(unittest.TestCase):
         self.assertEqual(exporter.answer('/probe.php', None).status, 404)
         self.assertEqual(value_of(parse_exposition(exporter.metrics().body), 'stream_exporter_scrape_errors_total',
                                   reason='unknown_target'), 1)
+
+    def test_a_cross_check_targets_twin_runs_inside_the_scrape_timeout(self):
+        server = TwinServer('answer')  # the streamed answer is whole; its twin never answers
+        self.addCleanup(server.close)
+        request = stream_client.prepare(server.url, 'm', 'p', idle=3, cross_check=True)  # the target's deadline: 60 s
+        kept = []
+        exporter = stream_client.Exporter({'a': request}, 1, stream_client.run,
+                                          lambda name, record: kept.append(record), lambda line: None)
+        answer = exporter.answer('/probe?target=a', '1.5')
+        self.assertEqual(answer.status, 200)
+        (record,) = kept
+        self.assertEqual(record['cross_check']['unstreamed_problem'], 'timeout: overall deadline of 1 s reached during '
+                                                                      'the headers phase after 0 content events')
+        self.assertEqual(server.twins, 1)
 
     def test_a_run_that_fails_in_the_client_keeps_a_record_and_a_probe_after_sigterm_starts_none(self):
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
