@@ -5901,6 +5901,7 @@ class Summary:
         self.stale = 0                     # runs whose reused connection had been closed while idle
         self.single_runs = 0               # records of runs that were not part of a load
         self.pairs: collections.Counter = collections.Counter()  # --cross-check pairs, by what they showed
+        self.skipped: list[str] = []       # why each line of the files read that was broken JSON was left out
         self._second = ('', 0)  # the last whole second parsed from a started_at, and its epoch
 
     def epoch(self, started_at: str) -> float:
@@ -5983,7 +5984,7 @@ class Summary:
             return round(count / wall, 3) if wall > 0 else None
         return {
             'runs': self.runs, 'ok': self.ok, 'not_ok': self.runs - self.ok,
-            'planned_runs': sum(self.planned.values()) + self.single_runs,
+            'planned_runs': sum(self.planned.values()) + self.single_runs, 'skipped_lines': len(self.skipped),
             'stale_connection_failures': self.stale,
             'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
             'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
@@ -6025,7 +6026,10 @@ class _Step:
     def result(self, number: int) -> dict:
         whole = self.summary.result()
         scheduled = whole['planned_runs']
-        return {'step': number, 'rate': self.rate, 'duration_s': self.duration, 'scheduled_runs': scheduled,
+        # cut by a signal (or a failed write): runs ended interrupted, or fewer started than were scheduled
+        cut = whole['runs'] < scheduled or 'interrupted' in whole['not_ok_by_kind']
+        return {'step': number, 'rate': self.rate, 'duration_s': self.duration, 'interrupted': cut,
+                'scheduled_runs': scheduled,
                 'scheduled_rate': round(scheduled / self.duration, 3), 'achieved_rate': round(self.on_time / self.duration, 3),
                 'runs': whole['runs'], 'ok': whole['ok'], 'good': whole['good'],
                 'goodput_per_s': round(whole['good'] / self.duration, 3), 'slo_attainment': whole['slo_attainment'],
@@ -6037,9 +6041,15 @@ class _Step:
 def _saturation_step(steps: list[dict], target: float) -> dict:
     """The highest rate under capacity: walking up the rates, each step must keep its attainment at or
     above target and start its runs within RATE_TOLERANCE of its schedule's rate. Says which condition
-    the first step past it failed."""
+    the first step past it failed. A step the sweep was cut in (and any after it) is not judged: its
+    runs were interrupted, not slow."""
     under, exceeded, why = None, None, None
     for step in steps:
+        if step['interrupted']:
+            before = ('every whole step before it met the target' if under is not None
+                      else 'no whole step came before it')
+            why = f'the sweep was cut during the step at {step["rate"]:g} runs/s, which is not judged; {before}'
+            return {'rate': under, 'exceeded_at': None, 'why': why}
         problems = []
         if step['slo_attainment'] is None or step['slo_attainment'] < target:
             problems.append(f'attainment {step["slo_attainment"]} is under the target {target}')
@@ -6083,7 +6093,10 @@ _TERMINAL_COLUMNS = 80  # the width the tables for a person fit in
 
 def _summary_table(result: dict) -> str:
     """The summary for a person, within TERMINAL_COLUMNS: counts, kinds of failure, the latency of ok runs."""
-    lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)]
+    skipped = [f'{_count(result["skipped_lines"], "line")} of broken JSON skipped'] if result['skipped_lines'] else []
+    if not result['runs']:
+        return '\n'.join(['no runs: no record to summarize'] + skipped)
+    lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)] + skipped
     if result['stale_connection_failures']:
         lines.append(f'stale connections: {result["stale_connection_failures"]} runs on a kept connection that was '
                      'closed while idle')
@@ -6132,7 +6145,7 @@ def _goodput_lines(result: dict) -> list[str]:
         cells = f'{first["p50"]:15.1f}{first["p99"]:8.1f}' if first else f'{"-":>15}{"-":>8}'
         attain = '-' if step['slo_attainment'] is None else f'{step["slo_attainment"]:.3f}'
         lines.append(f'{step["rate"]:8g}{step["achieved_rate"]:10g}{step["runs"]:6d}{step["ok"]:6d}{step["good"]:6d}'
-                     f'{step["goodput_per_s"]:8g}{attain:>8}' + cells)
+                     f'{step["goodput_per_s"]:8g}{attain:>8}' + cells + ('  cut' if step['interrupted'] else ''))
     saturation = result['saturation']
     under = 'at no step' if saturation['rate'] is None else f'up to {saturation["rate"]:g} runs/s'
     past = '' if saturation['exceeded_at'] is None else f'at {saturation["exceeded_at"]:g} runs/s '
@@ -6358,7 +6371,7 @@ def _sweep_section(result: dict) -> str:
                '<th>duration p99 (ms)</th></tr>')
     for step in steps:
         first, duration = step['latency_ms']['first_text_ms'], step['latency_ms']['duration_ms']
-        cells = [step['rate'], step['achieved_rate'], step['runs'], step['ok'], step['good'], step['goodput_per_s'],
+        cells = [f'{step["rate"]:g} (cut)' if step['interrupted'] else step['rate'], step['achieved_rate'], step['runs'], step['ok'], step['good'], step['goodput_per_s'],
                  step['slo_attainment'], first and first['p50'], first and first['p99'], duration and duration['p99']]
         out.append('<tr>' + ''.join(f'<td class="n">{"-" if value is None else value}</td>' for value in cells) + '</tr>')
     return '\n'.join(out) + '</table>'
@@ -6485,6 +6498,77 @@ def _is_record(value: object) -> bool:
     return isinstance(value, dict) and 'ok' in value and 'started_at' in value
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _or_null(check):
+    return lambda value: value is None or check(value)
+
+
+_STAMP = re.compile(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z')
+# What --summary, --report and --compare read of a record: each field, what it must hold, and whether a record
+# (an ok one, for OK_FIELDS) must have it. Checked before a record is counted, so that a record edited by hand or
+# written by another tool stops the reading with its file, line and field named, not a traceback.
+_NUMBER_OR_NULL = (_or_null(_number), 'a number or null')
+_TEXT_OR_NULL = (_or_null(lambda value: isinstance(value, str)), 'a string or null')
+_OBJECT_OR_NULL = (_or_null(lambda value: isinstance(value, dict)), 'an object or null')
+_BOOLEAN_OR_NULL = (_or_null(lambda value: isinstance(value, bool)), 'true, false or null')
+_RECORD_FIELDS = {
+    'ok': ((lambda value: isinstance(value, bool)), 'true or false'),
+    'started_at': ((lambda value: isinstance(value, str) and bool(_STAMP.fullmatch(value))),
+                   'a UTC time such as "2026-12-01T10:00:00.000Z"'),
+    'duration_ms': _NUMBER_OR_NULL, 'headers_ms': _NUMBER_OR_NULL, 'first_text_ms': _NUMBER_OR_NULL,
+    'error_layer': _TEXT_OR_NULL, 'error': _TEXT_OR_NULL, 'error_kind': _TEXT_OR_NULL,
+    'mean_event_gap_ms': _NUMBER_OR_NULL, 'max_event_gap_ms': _NUMBER_OR_NULL,
+    'event_gaps_ms': ((lambda value: isinstance(value, list) and all(map(_number, value))), 'a list of numbers'),
+    'content_events': (_integer, 'an integer'), 'completion_tokens': (_or_null(_integer), 'an integer or null'),
+    'run': (_integer, 'an integer'), 'offset_ms': (_number, 'a number'),
+    'source': ((lambda value: isinstance(value, str)), 'a string'), 'api': ((lambda value: isinstance(value, str)), 'a string'),
+    'model': _TEXT_OR_NULL, 'url': _TEXT_OR_NULL,
+    'request': _OBJECT_OR_NULL, 'load': _OBJECT_OR_NULL, 'cross_check': _OBJECT_OR_NULL,
+    'connection': _OBJECT_OR_NULL, 'http': _OBJECT_OR_NULL, 'client': _OBJECT_OR_NULL,
+    'load.id': _TEXT_OR_NULL, 'load.runs': (_integer, 'an integer'), 'load.rate': _NUMBER_OR_NULL,
+    'load.duration': _NUMBER_OR_NULL, 'load.step': (_or_null(_integer), 'an integer or null'),
+    'load.concurrency': (_or_null(_integer), 'an integer or null'), 'load.slo_target': _NUMBER_OR_NULL,
+    'load.slo': (_or_null(lambda value: isinstance(value, dict) and all(map(_number, value.values()))),
+                 'an object of numbers or null'),
+    'cross_check.same': _BOOLEAN_OR_NULL, 'cross_check.comparable': _BOOLEAN_OR_NULL,
+    'connection.stale': _BOOLEAN_OR_NULL, 'http.status': (_or_null(_integer), 'an integer or null'),
+    'request.expect_finish': _TEXT_OR_NULL, 'request.prompt_sha256': _TEXT_OR_NULL, 'client.version': _TEXT_OR_NULL,
+}
+_REQUIRED_FIELDS = ('ok', 'started_at', 'duration_ms', 'headers_ms', 'first_text_ms', 'error_layer', 'error')
+_OK_FIELDS = ('duration_ms', 'headers_ms', 'first_text_ms', 'event_gaps_ms', 'content_events', 'completion_tokens')
+
+
+def _record_problem(record: dict) -> str | None:
+    """Why a record cannot be counted: a field it lacks, or one that holds the wrong type; None when it can."""
+    for name in _REQUIRED_FIELDS + (_OK_FIELDS if record.get('ok') is True else ()):
+        if name not in record:
+            return f'the record has no "{name}"'
+    load = record.get('load')
+    if isinstance(load, dict) and load.get('id') is not None and 'runs' not in load:
+        return 'the record\'s "load" has an "id" but no "runs"'
+    if isinstance(load, dict) and load.get('step') is not None and not ('rate' in load and 'duration' in load):
+        return 'the record\'s "load" has a "step" but no "rate" or "duration"'
+    cross = record.get('cross_check')
+    if isinstance(cross, dict) and cross and not ('same' in cross and 'comparable' in cross):
+        return 'the record\'s "cross_check" has no "same" or "comparable"'
+    for name, (check, what) in _RECORD_FIELDS.items():
+        outer, _, inner = name.partition('.')
+        holder = record.get(outer) if inner else record
+        field = inner or outer
+        if isinstance(holder, dict) and field in holder and not check(holder[field]):
+            return f'"{name}" must be {what}, not {_seen(holder[field])}'
+    if record['ok'] and None in (record['duration_ms'], record['headers_ms'], record['first_text_ms']):
+        return 'an ok run has "duration_ms", "headers_ms" and "first_text_ms", but this one holds null'
+    return None
+
+
 def _load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
     """Saved evidence records, one per file; UsageError when one cannot be read, or when records of
     different sources mix and mixed_sources is not set."""
@@ -6509,27 +6593,42 @@ def _check_sources(sources: set, mixed_sources: bool, verb: str) -> None:
                          'and replay timings say nothing about a live model; add --mixed-sources to do it anyway')
 
 
-def iter_records(path: str):
+def iter_records(path: str, skipped: list | None = None):
     """The records of a saved evidence file: a JSON Lines file of a load, or one pretty-printed record.
-    UsageError names the line that is not a record."""
+    UsageError names the line (and the field) that is not a record. With ``skipped`` (a list), a line
+    that is not JSON at all, as a line cut by a crash or a full disk is, is left out and a line saying
+    so appended to the list; without it, that is a UsageError too."""
     try:
-        with open(path, encoding='utf-8') as file:
+        with open(path, 'rb') as file:  # each line decoded alone: a line cut inside a character spoils only itself
             first = file.readline()
-            if first.strip() == '{':  # one record, as a single run writes it
-                value = json.loads(first + file.read())
+            if first.strip() == b'{':  # one record, as a single run writes it
+                value = json.loads((first + file.read()).decode('utf-8'))
                 if not _is_record(value):
                     raise UsageError(f'{path} is not an evidence record')
+                problem = _record_problem(value)
+                if problem:
+                    raise UsageError(f'{path}: {problem}')
                 yield value
                 return
             for number, line in enumerate(itertools.chain([first], file), 1):
                 if not line.strip():
                     continue
                 try:
-                    value = json.loads(line)
-                except ValueError:
-                    value = None
+                    value = json.loads(line.rstrip(b'\r\n').decode('utf-8'))
+                except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+                    why = 'not UTF-8' if isinstance(exc, UnicodeDecodeError) else \
+                        f'{exc.msg.removesuffix(" at")} at column {exc.colno}' if isinstance(exc, json.JSONDecodeError) \
+                        else 'nested too deeply'
+                    broken = f'{path} line {number} is broken JSON ({why})'
+                    if skipped is None:
+                        raise UsageError(broken) from None
+                    skipped.append(f'{broken}: skipped')
+                    continue
                 if not _is_record(value):
                     raise UsageError(f'{path} line {number} is not an evidence record')
+                problem = _record_problem(value)
+                if problem:
+                    raise UsageError(f'{path} line {number}: {problem}')
                 yield value
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f'cannot read {path}: {getattr(exc, "strerror", None) or exc}') from None
@@ -6540,12 +6639,13 @@ def iter_records(path: str):
 def summarize(paths: list[str], mixed_sources: bool = False, report: bool = False, slos: tuple | None = None,
               slo_target: float | None = None) -> tuple[Summary, Report | None]:
     """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
-    (default: the bounds their loads were run with); UsageError for unreadable files, mixed sources
-    or loads run with different bounds."""
+    (default: the bounds their loads were run with); UsageError for unreadable files, records that
+    cannot be counted, mixed sources or loads run with different bounds. A line of broken JSON is
+    left out, and said so in the summary's ``skipped``."""
     summary = Summary(slos, slo_target)
     drawing = Report(summary) if report else None
     for path in paths:
-        for record in iter_records(path):
+        for record in iter_records(path, summary.skipped):
             summary.add(record)
             if drawing is not None:
                 drawing.add(record)
@@ -7965,12 +8065,25 @@ def _summary_command(args, prog: str) -> int:
     result = summary.result()
     if report_fd is not None:
         _write_report(report_fd, report)
+    for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
+        print(f'{prog}: warning: {line}', file=sys.stderr)
+    if summary.skipped:
+        more = len(summary.skipped) - _MAX_SKIPPED_SHOWN
+        print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
+              + f'the summary counts the {_count(result["runs"], "other record")} ("skipped_lines": '
+                f'{len(summary.skipped)})', file=sys.stderr)
     person = not args.quiet and sys.stderr.isatty()
     if person:
         print(_summary_table(result), file=sys.stderr)
+    elif not result['runs']:
+        print(f'{prog}: warning: no runs: {" and ".join(args.summary)} hold{"s" * (len(args.summary) == 1)} no record',
+              file=sys.stderr)
     _emit_summary(result, person, None)
     _say_written(args)
-    return 0 if result['runs'] and result['ok'] == result['runs'] else 1
+    return 0 if result['runs'] and result['ok'] == result['runs'] and not summary.skipped else 1
+
+
+_MAX_SKIPPED_SHOWN = 10  # lines of broken JSON --summary names one by one; it counts the rest
 
 
 def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from ._limits import _failure, Interrupted, UsageError
+from ._limits import _count, _failure, Interrupted, UsageError
 from ._reader import Capture
 from ._request import _DEFAULT_URL, _positive_finite, PreparedRequest
 from ._exchange import Cancel
@@ -113,12 +113,25 @@ def _summary_command(args, prog: str) -> int:
     result = summary.result()
     if report_fd is not None:
         _write_report(report_fd, report)
+    for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
+        print(f'{prog}: warning: {line}', file=sys.stderr)
+    if summary.skipped:
+        more = len(summary.skipped) - _MAX_SKIPPED_SHOWN
+        print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
+              + f'the summary counts the {_count(result["runs"], "other record")} ("skipped_lines": '
+                f'{len(summary.skipped)})', file=sys.stderr)
     person = not args.quiet and sys.stderr.isatty()
     if person:
         print(_summary_table(result), file=sys.stderr)
+    elif not result['runs']:
+        print(f'{prog}: warning: no runs: {" and ".join(args.summary)} hold{"s" * (len(args.summary) == 1)} no record',
+              file=sys.stderr)
     _emit_summary(result, person, None)
     _say_written(args)
-    return 0 if result['runs'] and result['ok'] == result['runs'] else 1
+    return 0 if result['runs'] and result['ok'] == result['runs'] and not summary.skipped else 1
+
+
+_MAX_SKIPPED_SHOWN = 10  # lines of broken JSON --summary names one by one; it counts the rest
 
 
 def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:
