@@ -3738,15 +3738,20 @@ class UnstreamedReader:
             return
         self.error = self._heads.eof_failure() if self.head is None else self.body.eof_failure(incomplete_close)
 
-    def answer(self, api: str) -> Answer:
-        """The answer of the whole response; StreamError for a broken message, a status other than 200
-        (with the server's message) or a body that is not an answer of this API."""
+    def content(self) -> bytes:
+        """The whole body of a response with status 200; StreamError for a broken message or another status
+        (with the server's message)."""
         if self.error is not None:
             raise self.error
         body = b''.join(self._parts)
         if self.head.status != 200:
             raise _status_failure(self.head, body[:_MAX_ERROR_BODY])
-        return unstreamed_answer(api, body)
+        return body
+
+    def answer(self, api: str) -> Answer:
+        """The answer of the whole response; StreamError for a broken message, a status other than 200
+        (with the server's message) or a body that is not an answer of this API."""
+        return unstreamed_answer(api, self.content())
 
 
 
@@ -4202,6 +4207,20 @@ def _unstreamed_twin(request: PreparedRequest, body: dict) -> PreparedRequest:
                                                    headers, data))
 
 
+def _models_request(request: PreparedRequest) -> PreparedRequest:
+    """GET /v1/models beside the request's API path (a prefix kept: /proxy/v1/chat/completions asks
+    /proxy/v1/models; at the origin's /v1/models for a server mounted elsewhere), with the same key,
+    proxy, TLS and time bounds."""
+    suffix = next((suffix for suffix in _API_PATHS if request.path.endswith(suffix)), None)
+    path = (request.path[:-len(suffix)] if suffix else '') + '/v1/models'
+    headers = {name: value for name, value in request.headers.items() if name in ('User-Agent', 'Authorization')}
+    headers['Accept'] = 'application/json'
+    origin = f'{request.scheme}://{request.address}'
+    return dataclasses.replace(request, url=origin + path, path=path, body=b'', headers=headers, twin=None,
+                               wire=_render_request(request.scheme, request.host, request.port, path, headers, None,
+                                                    'GET'))
+
+
 class _Recorder:
     """Stands in for a socket: keeps what http.client sends."""
 
@@ -4212,14 +4231,16 @@ class _Recorder:
         self.sent += data
 
 
-def _render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes) -> bytes:
-    """The bytes of a POST request, formatted (and its header names and values checked) by http.client.
-    Done once per prepared request; every run sends these bytes on its own connection."""
+def _render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes | None,
+                    method: str = 'POST') -> bytes:
+    """The bytes of a request (a POST unless ``method`` says), formatted (and its header names and values
+    checked) by http.client. Done once per prepared request; every run sends these bytes on its own
+    connection."""
     connection_class = http.client.HTTPSConnection if scheme == 'https' else http.client.HTTPConnection
     conn = connection_class(host, port)
     conn.sock = _Recorder()  # http.client writes to a connection it is given, as it is
     try:
-        conn.request('POST', path, body=body, headers=headers)
+        conn.request(method, path, body=body, headers=headers)
     except ValueError as exc:  # http.client refuses a header value or path it cannot send
         raise ValueError(f'cannot send this request: {exc}') from None
     return bytes(conn.sock.sent)
@@ -6741,7 +6762,8 @@ def _parser() -> _OneLineParser:
                                     f'{", ".join(_API_PATHS)} chooses the API')
     send.add_argument('--api', choices=list(VALIDATORS),
                       help='the API, for a server mounted at another path (default: from the URL path)')
-    send.add_argument('--model', help='model name to request (default with --fixture: synthetic-fixture)')
+    send.add_argument('--model', help='model name to request (default: the one model GET /v1/models lists; with '
+                                      '--fixture: synthetic-fixture)')
     send.add_argument('--prompt', help=f'user message (default: {_DEFAULT_PROMPT!r})')
     send.add_argument('--prompt-file', metavar='PATH', help='read the user message from a file, or - for stdin')
     send.add_argument('--system', metavar='TEXT', help='a system message before the user message')
@@ -6848,11 +6870,14 @@ def _parser() -> _OneLineParser:
     return parser
 
 
-def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -> list[PreparedRequest]:
+def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY',
+                        served_model=None) -> list[PreparedRequest]:
     """The requests the command line asks for, sent to url (the fixture's, with --fixture): one,
-    or one per line of --prompts; the API key is read from the environment variable key_env."""
+    or one per line of --prompts; the API key is read from the environment variable key_env. Without
+    --model, served_model(request) names the model (the command line asks the server: _served_model()),
+    once every flag has been checked; without either, --model is required."""
     model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
-    if model is None:
+    if model is None and served_model is None:
         raise UsageError('--model is required (unless --fixture is used)')
     if args.prompts is None:
         prompts = [{'prompt': _prompt(args), 'system': args.system, 'max_tokens': args.max_tokens}]
@@ -6867,14 +6892,58 @@ def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -
     tools, json_schema = _answer_files(args)
     if args.tool_choice is not None and tools is None:
         raise UsageError('--tool-choice needs --tools')
-    return [prepare(url, model, line['prompt'], max_tokens=line['max_tokens'], idle=args.idle,
-                    deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get(key_env) if key_env else None,
-                    system=line['system'], temperature=args.temperature, stop=args.stop, extra=extra,
-                    api=args.api, expect_finish=args.expect_finish,
-                    source='endpoint' if args.fixture is None else 'fixture', tools=tools,
-                    tool_choice=args.tool_choice, json_schema=json_schema, trust_env=not args.no_proxy,
-                    cross_check=args.cross_check)
-            for line in prompts]
+    def requests(model: str) -> list[PreparedRequest]:
+        return [prepare(url, model, line['prompt'], max_tokens=line['max_tokens'], idle=args.idle,
+                        deadline=args.deadline, ca_file=args.ca_file,
+                        token=os.environ.get(key_env) if key_env else None, system=line['system'],
+                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
+                        expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
+                        tools=tools, tool_choice=args.tool_choice, json_schema=json_schema,
+                        trust_env=not args.no_proxy, cross_check=args.cross_check)
+                for line in prompts]
+    if model is not None:
+        return requests(model)
+    return requests(served_model(requests('model-not-yet-known')[0]))  # every flag checked before the server is asked
+
+
+_MAX_MODELS_NAMED = 10  # models of /v1/models the line that asks for --model names; it counts the rest
+
+
+def _served_model(request: PreparedRequest) -> str:
+    """The model to ask for when --model is not given: the one GET /v1/models lists, as vllm chat takes it,
+    asked under the run's bounds (--idle, --deadline, the key, the proxy and TLS). UsageError, one line,
+    when the server lists several models (naming them), none, or cannot be asked."""
+    models = _models_request(request)
+    asked = f'--model not given, and GET {models.url}'
+    reader = _fetch_unstreamed(_Exchange(models))
+    try:
+        listed = json.loads(reader.content())
+    except StreamError as exc:
+        note = _unset_key_note(reader.head.status if reader.head is not None else None)
+        raise UsageError(f'{asked} failed: {exc.message}{"; " + note if note else ""}; give --model') from None
+    except ValueError:
+        listed = None
+    data = listed.get('data') if isinstance(listed, dict) else None
+    if not isinstance(data, list) or not all(isinstance(item, dict) and isinstance(item.get('id'), str) and item['id']
+                                             for item in data):
+        raise UsageError(f'{asked} did not answer with a list of models ({{"data": [{{"id": ...}}]}}); give --model')
+    names = list(dict.fromkeys(item['id'] for item in data))
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise UsageError(f'{asked} lists no model; give --model')
+    more = len(names) - _MAX_MODELS_NAMED
+    listing = ', '.join(names[:_MAX_MODELS_NAMED]) + (f' and {more} more' if more > 0 else '')
+    raise UsageError(f'{asked} lists {len(names)} models: {listing}; choose one with --model')
+
+
+def _unset_key_note(status: int | None, key_env: str = 'MODEL_API_KEY') -> str | None:
+    """What a 401 means when the key's variable is unset or empty: no key was sent. Names the variable,
+    never a key or a header's value."""
+    if status != 401 or os.environ.get(key_env):
+        return None
+    return (f'the server answered 401 Unauthorized and {key_env} is {"empty" if key_env in os.environ else "not set"}: '
+            f'no API key was sent (export {key_env}, e.g. the key vllm serve --api-key was given)')
 
 
 def _answer_files(args) -> tuple[list | None, dict | None]:
@@ -8191,8 +8260,10 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     report = Report(summary) if report_fd is not None else None
     view = _LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
     write_error: list[OSError] = []
+    statuses: set = set()  # the HTTP statuses the runs got
 
     def on_record(record: dict) -> None:
+        statuses.add((record['http'] or {}).get('status'))
         try:
             output.write(json.dumps(record, ensure_ascii=False) + '\n')
             output.flush()
@@ -8220,6 +8291,9 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     view.finish(result)
     _emit_summary(result, view.live, [args.output])
     _say_written(args)
+    unset_key = _unset_key_note(401 if 401 in statuses else None)
+    if unset_key and not args.quiet:
+        print(f'{prog}: note: {unset_key}', file=sys.stderr)
     if write_error:
         print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
               file=sys.stderr)
@@ -8260,7 +8334,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
-            requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL)
+            requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL,
+                                           served_model=_served_model)
             fd, capture_fd = _reserve_files(args)
             report_fd = _reserve_report(args, fd)
         except (UsageError, ValueError) as exc:
@@ -8268,6 +8343,9 @@ def main(argv: list[str] | None = None) -> int:
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
             print(f'{parser.prog}: error: {message}', file=sys.stderr)
             return 2
+        if not args.quiet and args.model is None and fixture is None:
+            print(f'{parser.prog}: note: model {requests[0].model}, the one GET {_models_request(requests[0]).url} '
+                  'lists', file=sys.stderr)
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if steps is not None:
@@ -8279,6 +8357,9 @@ def main(argv: list[str] | None = None) -> int:
     checked = _checked_line(requests[0].spec, record)
     if checked and not args.quiet:
         print(f'{parser.prog}: {checked}', file=sys.stderr)
+    unset_key = _unset_key_note((record['http'] or {}).get('status'))
+    if unset_key and not args.quiet:
+        print(f'{parser.prog}: note: {unset_key}', file=sys.stderr)
     summary = {key: record[key] for key in ('ok', 'error_layer', 'error_kind', 'api', 'first_text_ms', 'duration_ms',
                                             'finish_reason', 'response_status', 'error')}
     _emit(json.dumps(summary, ensure_ascii=False))
