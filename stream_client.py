@@ -7054,9 +7054,12 @@ def _terminate(signum, frame):
 
 
 class _Fixture:
-    """The synthetic fixture, served from this process on a free loopback port, for --fixture MODE."""
+    """The synthetic fixture on a free loopback port, for --fixture MODE: served from a thread of this
+    process, or, with ``own_process``, from a process of its own, forked before any thread is started
+    (a load spread over forked workers forks them later, and a thread alive at a fork can deadlock
+    the child: Python 3.12 and later warn of it)."""
 
-    def __init__(self, mode: str, profile: str, api: str, seed: int) -> None:
+    def __init__(self, mode: str, profile: str, api: str, seed: int, own_process: bool = False) -> None:
         fixture = _fixture_server()
         mode = _fixture_mode(fixture, mode)
         if mode != fixture.MIXED and not fixture.applies(mode, api):
@@ -7065,9 +7068,24 @@ class _Fixture:
         self.instance = fixture.server(0, mode, profile=profile, seed=seed)
         path = next(path for path, name in _API_PATHS.items() if name == api)
         self.url = f'http://127.0.0.1:{self.instance.server_port}{path}'
-        threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
+        self.pid = os.fork() if own_process else None
+        if self.pid == 0:  # the fixture's process: serve until the one that started it ends it
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the load's to handle, not the server's
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                self.instance.serve_forever(0.05)
+            finally:
+                os._exit(0)
+        if self.pid is not None:
+            self.instance.server_close()  # the listening socket is the fixture process's now
+        else:
+            threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGTERM)
+            os.waitpid(self.pid, 0)
+            return
         self.instance.shutdown()
         self.instance.server_close()
 
@@ -8333,7 +8351,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
-                fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
+                fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed,
+                                   own_process=steps is not None and steps[0].processes > 1)
             requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL,
                                            served_model=_served_model)
             fd, capture_fd = _reserve_files(args)

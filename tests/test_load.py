@@ -12,6 +12,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -749,6 +750,36 @@ class GoodputTests(unittest.TestCase):
                 expected[layers[mode]] += count
         self.assertEqual(summary['not_ok_by_layer'], dict(expected))
         self.assertEqual((summary['runs'], summary['ok']), (45, served['ok']))
+
+    def test_a_spread_load_on_the_built_in_fixture_forks_without_a_thread_and_without_a_warning(self):
+        # Python 3.12 and later warn when a process with a thread alive forks: the fixture's server thread was.
+        interpreters = [sys.executable] if sys.version_info >= (3, 12) else sorted(
+            str(path) for root in {os.environ.get('PYENV_ROOT', ''), str(Path.home() / '.pyenv')} if root
+            for path in Path(root).glob('versions/3.1[2-9]*/bin/python3'))
+        if not interpreters:
+            self.skipTest('no CPython 3.12 or later here to show the warning')
+        for number, python in enumerate(interpreters):
+            with self.subTest(python):
+                command = script_command(CLIENT, '--fixture', 'ok', '--runs', '4', '--concurrency', '2', '--processes',
+                                         '2', '--output', f'spread{number}.jsonl')
+                command[:2] = [python, '-S', '-W', 'always::DeprecationWarning']
+                done = subprocess.run(command, cwd=self.tmp.name, capture_output=True, text=True, timeout=60,
+                                      env=script_env(), stdin=subprocess.DEVNULL)
+                self.assertEqual((done.returncode, done.stderr), (0, ''))
+                self.assertEqual(json.loads(done.stdout)['ok'], 4)
+
+    def test_the_fixture_of_a_spread_load_serves_from_its_own_process(self):
+        threads = threading.active_count()
+        fixture = stream_client._Fixture('ok', 'vllm', 'chat', 0, own_process=True)
+        try:
+            self.assertEqual(threading.active_count(), threads)  # nothing alive here for the workers' forks
+            record = stream(fixture.url, 'm', 'p')
+        finally:
+            fixture.close()
+        self.assertTrue(record['ok'], record['error'])
+        self.assertEqual(record['source'], 'fixture')
+        with self.assertRaises(ChildProcessError):  # ended and reaped
+            os.waitpid(fixture.pid, os.WNOHANG)
 
     def test_the_runs_of_a_spread_load_run_in_other_processes(self):
         # _run() is wrapped before the fork, so each worker's records say which process ran them.

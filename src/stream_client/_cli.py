@@ -312,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
-                fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
+                fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed,
+                                   own_process=steps is not None and steps[0].processes > 1)
             requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL,
                                            served_model=_served_model)
             fd, capture_fd = _reserve_files(args)
