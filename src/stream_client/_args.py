@@ -393,7 +393,7 @@ class _Fixture:
         self.instance = fixture.server(0, mode, profile=profile, seed=seed)
         path = next(path for path, name in _API_PATHS.items() if name == api)
         self.url = f'http://127.0.0.1:{self.instance.server_port}{path}'
-        self.pid = os.fork() if own_process else None
+        self.pid = os.fork() if own_process and hasattr(os, 'fork') else None
         if self.pid == 0:  # the fixture's process: serve until the one that started it ends it
             try:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the load's to handle, not the server's
