@@ -4040,15 +4040,20 @@ class UnstreamedReader:
             return
         self.error = self._heads.eof_failure() if self.head is None else self.body.eof_failure(incomplete_close)
 
-    def answer(self, api: str) -> Answer:
-        """The answer of the whole response; StreamError for a broken message, a status other than 200
-        (with the server's message) or a body that is not an answer of this API."""
+    def content(self) -> bytes:
+        """The whole body of a response with status 200; StreamError for a broken message or another status
+        (with the server's message)."""
         if self.error is not None:
             raise self.error
         body = b''.join(self._parts)
         if self.head.status != 200:
             raise _status_failure(self.head, body[:_MAX_ERROR_BODY])
-        return unstreamed_answer(api, body)
+        return body
+
+    def answer(self, api: str) -> Answer:
+        """The answer of the whole response; StreamError for a broken message, a status other than 200
+        (with the server's message) or a body that is not an answer of this API."""
+        return unstreamed_answer(api, self.content())
 
 
 # ==== src/stream_client/_request.py ====
@@ -4509,6 +4514,20 @@ def _unstreamed_twin(request: PreparedRequest, body: dict) -> PreparedRequest:
                                                    headers, data))
 
 
+def _models_request(request: PreparedRequest) -> PreparedRequest:
+    """GET /v1/models beside the request's API path (a prefix kept: /proxy/v1/chat/completions asks
+    /proxy/v1/models; at the origin's /v1/models for a server mounted elsewhere), with the same key,
+    proxy, TLS and time bounds."""
+    suffix = next((suffix for suffix in _API_PATHS if request.path.endswith(suffix)), None)
+    path = (request.path[:-len(suffix)] if suffix else '') + '/v1/models'
+    headers = {name: value for name, value in request.headers.items() if name in ('User-Agent', 'Authorization')}
+    headers['Accept'] = 'application/json'
+    origin = f'{request.scheme}://{request.address}'
+    return dataclasses.replace(request, url=origin + path, path=path, body=b'', headers=headers, twin=None,
+                               wire=_render_request(request.scheme, request.host, request.port, path, headers, None,
+                                                    'GET'))
+
+
 class _Recorder:
     """Stands in for a socket: keeps what http.client sends."""
 
@@ -4519,14 +4538,16 @@ class _Recorder:
         self.sent += data
 
 
-def _render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes) -> bytes:
-    """The bytes of a POST request, formatted (and its header names and values checked) by http.client.
-    Done once per prepared request; every run sends these bytes on its own connection."""
+def _render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes | None,
+                    method: str = 'POST') -> bytes:
+    """The bytes of a request (a POST unless ``method`` says), formatted (and its header names and values
+    checked) by http.client. Done once per prepared request; every run sends these bytes on its own
+    connection."""
     connection_class = http.client.HTTPSConnection if scheme == 'https' else http.client.HTTPConnection
     conn = connection_class(host, port)
     conn.sock = _Recorder()  # http.client writes to a connection it is given, as it is
     try:
-        conn.request('POST', path, body=body, headers=headers)
+        conn.request(method, path, body=body, headers=headers)
     except ValueError as exc:  # http.client refuses a header value or path it cannot send
         raise ValueError(f'cannot send this request: {exc}') from None
     return bytes(conn.sock.sent)
@@ -5308,12 +5329,14 @@ def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel:
         if x.timeline.ended is None:  # not ended by the message's last bytes
             x.timeline.ended = time.perf_counter()
     if request.twin is not None and interrupted is None:
+        twin_started = time.perf_counter()
         try:
             x.cross_check = _cross_check(x, cancel)
         except KeyboardInterrupt as exc:
             interrupted = getattr(exc, 'signal_name', 'SIGINT')
-            x.cross_check = cross_check_record(_streamed_answer(x.reader.validator), None, None,
-                                               f'interrupted by {interrupted} during the unstreamed request')
+            x.cross_check = {**cross_check_record(_streamed_answer(x.reader.validator), None, None,
+                                                  f'interrupted by {interrupted} during the unstreamed request'),
+                             **_twin_stamps(x, twin_started)}
     record = _build_record(x)
     if interrupted:
         raise Interrupted(interrupted, record)
@@ -5323,18 +5346,33 @@ def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel:
 def _cross_check(x: _Exchange, cancel: Cancel | None) -> dict:
     """Send the unstreamed twin of a streamed run that got an answer with status 200, and compare."""
     if x.reader.head is None or x.reader.head.status != 200:
-        return compare_twin(x.reader, None, x.request)
+        return {**compare_twin(x.reader, None, x.request), 'unstreamed_started_ms': None, 'unstreamed_ended_ms': None}
+    started = time.perf_counter()
     with x.gate.released():
-        twin = _fetch_unstreamed(_Exchange(x.request.twin, cancel=cancel))
-    return compare_twin(x.reader, twin, x.request)
+        twin = _fetch_unstreamed(_twin_exchange(x, cancel))
+    return {**compare_twin(x.reader, twin, x.request), **_twin_stamps(x, started)}
+
+
+def _twin_exchange(x: _Exchange, cancel: Cancel | None) -> _Exchange:
+    """The twin's exchange, inside the run's bounds: the run's idle timeout and deadline (which a caller such
+    as the exporter may have cut) on the run's own clock, so that --deadline bounds the pair as a whole."""
+    twin = _Exchange(dataclasses.replace(x.request.twin, idle=x.request.idle, deadline=x.request.deadline),
+                     cancel=cancel)
+    twin.timeline = x.timeline
+    return twin
+
+
+def _twin_stamps(x: _Exchange, started: float) -> dict:
+    """When the twin began (``started``, before its connection) and ended, in ms on the run's clock (from
+    before the streamed request's connection), as the record's other stamps are."""
+    return {'unstreamed_started_ms': x.timeline.ms(started), 'unstreamed_ended_ms': x.timeline.ms(time.perf_counter())}
 
 
 def _fetch_unstreamed(x: _Exchange) -> UnstreamedReader:
-    """Send an unstreamed request on a connection of its own and read its whole response, under the same
-    time bounds as a run; a failure ends up as the reader's error."""
+    """Send an unstreamed request on a connection of its own and read its whole response, under the time
+    bounds of the exchange's clock (a twin's is its run's); a failure ends up as the reader's error."""
     reader, connection = UnstreamedReader(), None
     try:
-        x.timeline.start()
         connection = _connect(x)
         x.phase = _Phase.REQUEST
         connection.sock.settimeout(_wait(x))
@@ -6195,6 +6233,7 @@ class Summary:
         self.stale = 0                     # runs whose reused connection had been closed while idle
         self.single_runs = 0               # records of runs that were not part of a load
         self.pairs: collections.Counter = collections.Counter()  # --cross-check pairs, by what they showed
+        self.skipped: list[str] = []       # why each line of the files read that was broken JSON was left out
         self._second = ('', 0)  # the last whole second parsed from a started_at, and its epoch
 
     def epoch(self, started_at: str) -> float:
@@ -6277,7 +6316,7 @@ class Summary:
             return round(count / wall, 3) if wall > 0 else None
         return {
             'runs': self.runs, 'ok': self.ok, 'not_ok': self.runs - self.ok,
-            'planned_runs': sum(self.planned.values()) + self.single_runs,
+            'planned_runs': sum(self.planned.values()) + self.single_runs, 'skipped_lines': len(self.skipped),
             'stale_connection_failures': self.stale,
             'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
             'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
@@ -6319,7 +6358,10 @@ class _Step:
     def result(self, number: int) -> dict:
         whole = self.summary.result()
         scheduled = whole['planned_runs']
-        return {'step': number, 'rate': self.rate, 'duration_s': self.duration, 'scheduled_runs': scheduled,
+        # cut by a signal (or a failed write): runs ended interrupted, or fewer started than were scheduled
+        cut = whole['runs'] < scheduled or 'interrupted' in whole['not_ok_by_kind']
+        return {'step': number, 'rate': self.rate, 'duration_s': self.duration, 'interrupted': cut,
+                'scheduled_runs': scheduled,
                 'scheduled_rate': round(scheduled / self.duration, 3), 'achieved_rate': round(self.on_time / self.duration, 3),
                 'runs': whole['runs'], 'ok': whole['ok'], 'good': whole['good'],
                 'goodput_per_s': round(whole['good'] / self.duration, 3), 'slo_attainment': whole['slo_attainment'],
@@ -6331,9 +6373,15 @@ class _Step:
 def _saturation_step(steps: list[dict], target: float) -> dict:
     """The highest rate under capacity: walking up the rates, each step must keep its attainment at or
     above target and start its runs within RATE_TOLERANCE of its schedule's rate. Says which condition
-    the first step past it failed."""
+    the first step past it failed. A step the sweep was cut in (and any after it) is not judged: its
+    runs were interrupted, not slow."""
     under, exceeded, why = None, None, None
     for step in steps:
+        if step['interrupted']:
+            before = ('every whole step before it met the target' if under is not None
+                      else 'no whole step came before it')
+            why = f'the sweep was cut during the step at {step["rate"]:g} runs/s, which is not judged; {before}'
+            return {'rate': under, 'exceeded_at': None, 'why': why}
         problems = []
         if step['slo_attainment'] is None or step['slo_attainment'] < target:
             problems.append(f'attainment {step["slo_attainment"]} is under the target {target}')
@@ -6377,7 +6425,10 @@ _TERMINAL_COLUMNS = 80  # the width the tables for a person fit in
 
 def _summary_table(result: dict) -> str:
     """The summary for a person, within TERMINAL_COLUMNS: counts, kinds of failure, the latency of ok runs."""
-    lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)]
+    skipped = [f'{_count(result["skipped_lines"], "line")} of broken JSON skipped'] if result['skipped_lines'] else []
+    if not result['runs']:
+        return '\n'.join(['no runs: no record to summarize'] + skipped)
+    lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)] + skipped
     if result['stale_connection_failures']:
         lines.append(f'stale connections: {result["stale_connection_failures"]} runs on a kept connection that was '
                      'closed while idle')
@@ -6426,7 +6477,7 @@ def _goodput_lines(result: dict) -> list[str]:
         cells = f'{first["p50"]:15.1f}{first["p99"]:8.1f}' if first else f'{"-":>15}{"-":>8}'
         attain = '-' if step['slo_attainment'] is None else f'{step["slo_attainment"]:.3f}'
         lines.append(f'{step["rate"]:8g}{step["achieved_rate"]:10g}{step["runs"]:6d}{step["ok"]:6d}{step["good"]:6d}'
-                     f'{step["goodput_per_s"]:8g}{attain:>8}' + cells)
+                     f'{step["goodput_per_s"]:8g}{attain:>8}' + cells + ('  cut' if step['interrupted'] else ''))
     saturation = result['saturation']
     under = 'at no step' if saturation['rate'] is None else f'up to {saturation["rate"]:g} runs/s'
     past = '' if saturation['exceeded_at'] is None else f'at {saturation["exceeded_at"]:g} runs/s '
@@ -6652,7 +6703,7 @@ def _sweep_section(result: dict) -> str:
                '<th>duration p99 (ms)</th></tr>')
     for step in steps:
         first, duration = step['latency_ms']['first_text_ms'], step['latency_ms']['duration_ms']
-        cells = [step['rate'], step['achieved_rate'], step['runs'], step['ok'], step['good'], step['goodput_per_s'],
+        cells = [f'{step["rate"]:g} (cut)' if step['interrupted'] else step['rate'], step['achieved_rate'], step['runs'], step['ok'], step['good'], step['goodput_per_s'],
                  step['slo_attainment'], first and first['p50'], first and first['p99'], duration and duration['p99']]
         out.append('<tr>' + ''.join(f'<td class="n">{"-" if value is None else value}</td>' for value in cells) + '</tr>')
     return '\n'.join(out) + '</table>'
@@ -6779,6 +6830,77 @@ def _is_record(value: object) -> bool:
     return isinstance(value, dict) and 'ok' in value and 'started_at' in value
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _or_null(check):
+    return lambda value: value is None or check(value)
+
+
+_STAMP = re.compile(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z')
+# What --summary, --report and --compare read of a record: each field, what it must hold, and whether a record
+# (an ok one, for OK_FIELDS) must have it. Checked before a record is counted, so that a record edited by hand or
+# written by another tool stops the reading with its file, line and field named, not a traceback.
+_NUMBER_OR_NULL = (_or_null(_number), 'a number or null')
+_TEXT_OR_NULL = (_or_null(lambda value: isinstance(value, str)), 'a string or null')
+_OBJECT_OR_NULL = (_or_null(lambda value: isinstance(value, dict)), 'an object or null')
+_BOOLEAN_OR_NULL = (_or_null(lambda value: isinstance(value, bool)), 'true, false or null')
+_RECORD_FIELDS = {
+    'ok': ((lambda value: isinstance(value, bool)), 'true or false'),
+    'started_at': ((lambda value: isinstance(value, str) and bool(_STAMP.fullmatch(value))),
+                   'a UTC time such as "2026-12-01T10:00:00.000Z"'),
+    'duration_ms': _NUMBER_OR_NULL, 'headers_ms': _NUMBER_OR_NULL, 'first_text_ms': _NUMBER_OR_NULL,
+    'error_layer': _TEXT_OR_NULL, 'error': _TEXT_OR_NULL, 'error_kind': _TEXT_OR_NULL,
+    'mean_event_gap_ms': _NUMBER_OR_NULL, 'max_event_gap_ms': _NUMBER_OR_NULL,
+    'event_gaps_ms': ((lambda value: isinstance(value, list) and all(map(_number, value))), 'a list of numbers'),
+    'content_events': (_integer, 'an integer'), 'completion_tokens': (_or_null(_integer), 'an integer or null'),
+    'run': (_integer, 'an integer'), 'offset_ms': (_number, 'a number'),
+    'source': ((lambda value: isinstance(value, str)), 'a string'), 'api': ((lambda value: isinstance(value, str)), 'a string'),
+    'model': _TEXT_OR_NULL, 'url': _TEXT_OR_NULL,
+    'request': _OBJECT_OR_NULL, 'load': _OBJECT_OR_NULL, 'cross_check': _OBJECT_OR_NULL,
+    'connection': _OBJECT_OR_NULL, 'http': _OBJECT_OR_NULL, 'client': _OBJECT_OR_NULL,
+    'load.id': _TEXT_OR_NULL, 'load.runs': (_integer, 'an integer'), 'load.rate': _NUMBER_OR_NULL,
+    'load.duration': _NUMBER_OR_NULL, 'load.step': (_or_null(_integer), 'an integer or null'),
+    'load.concurrency': (_or_null(_integer), 'an integer or null'), 'load.slo_target': _NUMBER_OR_NULL,
+    'load.slo': (_or_null(lambda value: isinstance(value, dict) and all(map(_number, value.values()))),
+                 'an object of numbers or null'),
+    'cross_check.same': _BOOLEAN_OR_NULL, 'cross_check.comparable': _BOOLEAN_OR_NULL,
+    'connection.stale': _BOOLEAN_OR_NULL, 'http.status': (_or_null(_integer), 'an integer or null'),
+    'request.expect_finish': _TEXT_OR_NULL, 'request.prompt_sha256': _TEXT_OR_NULL, 'client.version': _TEXT_OR_NULL,
+}
+_REQUIRED_FIELDS = ('ok', 'started_at', 'duration_ms', 'headers_ms', 'first_text_ms', 'error_layer', 'error')
+_OK_FIELDS = ('duration_ms', 'headers_ms', 'first_text_ms', 'event_gaps_ms', 'content_events', 'completion_tokens')
+
+
+def _record_problem(record: dict) -> str | None:
+    """Why a record cannot be counted: a field it lacks, or one that holds the wrong type; None when it can."""
+    for name in _REQUIRED_FIELDS + (_OK_FIELDS if record.get('ok') is True else ()):
+        if name not in record:
+            return f'the record has no "{name}"'
+    load = record.get('load')
+    if isinstance(load, dict) and load.get('id') is not None and 'runs' not in load:
+        return 'the record\'s "load" has an "id" but no "runs"'
+    if isinstance(load, dict) and load.get('step') is not None and not ('rate' in load and 'duration' in load):
+        return 'the record\'s "load" has a "step" but no "rate" or "duration"'
+    cross = record.get('cross_check')
+    if isinstance(cross, dict) and cross and not ('same' in cross and 'comparable' in cross):
+        return 'the record\'s "cross_check" has no "same" or "comparable"'
+    for name, (check, what) in _RECORD_FIELDS.items():
+        outer, _, inner = name.partition('.')
+        holder = record.get(outer) if inner else record
+        field = inner or outer
+        if isinstance(holder, dict) and field in holder and not check(holder[field]):
+            return f'"{name}" must be {what}, not {_seen(holder[field])}'
+    if record['ok'] and None in (record['duration_ms'], record['headers_ms'], record['first_text_ms']):
+        return 'an ok run has "duration_ms", "headers_ms" and "first_text_ms", but this one holds null'
+    return None
+
+
 def _load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
     """Saved evidence records, one per file; UsageError when one cannot be read, or when records of
     different sources mix and mixed_sources is not set."""
@@ -6803,27 +6925,42 @@ def _check_sources(sources: set, mixed_sources: bool, verb: str) -> None:
                          'and replay timings say nothing about a live model; add --mixed-sources to do it anyway')
 
 
-def iter_records(path: str):
+def iter_records(path: str, skipped: list | None = None):
     """The records of a saved evidence file: a JSON Lines file of a load, or one pretty-printed record.
-    UsageError names the line that is not a record."""
+    UsageError names the line (and the field) that is not a record. With ``skipped`` (a list), a line
+    that is not JSON at all, as a line cut by a crash or a full disk is, is left out and a line saying
+    so appended to the list; without it, that is a UsageError too."""
     try:
-        with open(path, encoding='utf-8') as file:
+        with open(path, 'rb') as file:  # each line decoded alone: a line cut inside a character spoils only itself
             first = file.readline()
-            if first.strip() == '{':  # one record, as a single run writes it
-                value = json.loads(first + file.read())
+            if first.strip() == b'{':  # one record, as a single run writes it
+                value = json.loads((first + file.read()).decode('utf-8'))
                 if not _is_record(value):
                     raise UsageError(f'{path} is not an evidence record')
+                problem = _record_problem(value)
+                if problem:
+                    raise UsageError(f'{path}: {problem}')
                 yield value
                 return
             for number, line in enumerate(itertools.chain([first], file), 1):
                 if not line.strip():
                     continue
                 try:
-                    value = json.loads(line)
-                except ValueError:
-                    value = None
+                    value = json.loads(line.rstrip(b'\r\n').decode('utf-8'))
+                except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+                    why = 'not UTF-8' if isinstance(exc, UnicodeDecodeError) else \
+                        f'{exc.msg.removesuffix(" at")} at column {exc.colno}' if isinstance(exc, json.JSONDecodeError) \
+                        else 'nested too deeply'
+                    broken = f'{path} line {number} is broken JSON ({why})'
+                    if skipped is None:
+                        raise UsageError(broken) from None
+                    skipped.append(f'{broken}: skipped')
+                    continue
                 if not _is_record(value):
                     raise UsageError(f'{path} line {number} is not an evidence record')
+                problem = _record_problem(value)
+                if problem:
+                    raise UsageError(f'{path} line {number}: {problem}')
                 yield value
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f'cannot read {path}: {getattr(exc, "strerror", None) or exc}') from None
@@ -6834,12 +6971,13 @@ def iter_records(path: str):
 def summarize(paths: list[str], mixed_sources: bool = False, report: bool = False, slos: tuple | None = None,
               slo_target: float | None = None) -> tuple[Summary, Report | None]:
     """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
-    (default: the bounds their loads were run with); UsageError for unreadable files, mixed sources
-    or loads run with different bounds."""
+    (default: the bounds their loads were run with); UsageError for unreadable files, records that
+    cannot be counted, mixed sources or loads run with different bounds. A line of broken JSON is
+    left out, and said so in the summary's ``skipped``."""
     summary = Summary(slos, slo_target)
     drawing = Report(summary) if report else None
     for path in paths:
-        for record in iter_records(path):
+        for record in iter_records(path, summary.skipped):
             summary.add(record)
             if drawing is not None:
                 drawing.add(record)
@@ -6936,7 +7074,8 @@ def _parser() -> _OneLineParser:
                                     f'{", ".join(_API_PATHS)} chooses the API')
     send.add_argument('--api', choices=list(VALIDATORS),
                       help='the API, for a server mounted at another path (default: from the URL path)')
-    send.add_argument('--model', help='model name to request (default with --fixture: synthetic-fixture)')
+    send.add_argument('--model', help='model name to request (default: the one model GET /v1/models lists; with '
+                                      '--fixture: synthetic-fixture)')
     send.add_argument('--prompt', help=f'user message (default: {_DEFAULT_PROMPT!r})')
     send.add_argument('--prompt-file', metavar='PATH', help='read the user message from a file, or - for stdin')
     send.add_argument('--system', metavar='TEXT', help='a system message before the user message')
@@ -7049,11 +7188,14 @@ def _parser() -> _OneLineParser:
     return parser
 
 
-def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -> list[PreparedRequest]:
+def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY',
+                        served_model=None) -> list[PreparedRequest]:
     """The requests the command line asks for, sent to url (the fixture's, with --fixture): one,
-    or one per line of --prompts; the API key is read from the environment variable key_env."""
+    or one per line of --prompts; the API key is read from the environment variable key_env. Without
+    --model, served_model(request) names the model (the command line asks the server: _served_model()),
+    once every flag has been checked; without either, --model is required."""
     model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
-    if model is None:
+    if model is None and served_model is None:
         raise UsageError('--model is required (unless --fixture is used)')
     if args.prompts is None:
         prompts = [{'prompt': _prompt(args), 'system': args.system, 'max_tokens': args.max_tokens}]
@@ -7068,14 +7210,58 @@ def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -
     tools, json_schema = _answer_files(args)
     if args.tool_choice is not None and tools is None:
         raise UsageError('--tool-choice needs --tools')
-    return [prepare(url, model, line['prompt'], max_tokens=line['max_tokens'], idle=args.idle,
-                    deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get(key_env) if key_env else None,
-                    system=line['system'], temperature=args.temperature, stop=args.stop, extra=extra,
-                    api=args.api, expect_finish=args.expect_finish,
-                    source='endpoint' if args.fixture is None else 'fixture', tools=tools,
-                    tool_choice=args.tool_choice, json_schema=json_schema, trust_env=not args.no_proxy,
-                    cross_check=args.cross_check, dialect=args.dialect)
-            for line in prompts]
+    def requests(model: str) -> list[PreparedRequest]:
+        return [prepare(url, model, line['prompt'], max_tokens=line['max_tokens'], idle=args.idle,
+                        deadline=args.deadline, ca_file=args.ca_file,
+                        token=os.environ.get(key_env) if key_env else None, system=line['system'],
+                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
+                        expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
+                        tools=tools, tool_choice=args.tool_choice, json_schema=json_schema,
+                        trust_env=not args.no_proxy, cross_check=args.cross_check, dialect=args.dialect)
+                for line in prompts]
+    if model is not None:
+        return requests(model)
+    return requests(served_model(requests('model-not-yet-known')[0]))  # every flag checked before the server is asked
+
+
+_MAX_MODELS_NAMED = 10  # models of /v1/models the line that asks for --model names; it counts the rest
+
+
+def _served_model(request: PreparedRequest) -> str:
+    """The model to ask for when --model is not given: the one GET /v1/models lists, as vllm chat takes it,
+    asked under the run's bounds (--idle, --deadline, the key, the proxy and TLS). UsageError, one line,
+    when the server lists several models (naming them), none, or cannot be asked."""
+    models = _models_request(request)
+    asked = f'--model not given, and GET {models.url}'
+    reader = _fetch_unstreamed(_Exchange(models))
+    try:
+        listed = json.loads(reader.content())
+    except StreamError as exc:
+        note = _unset_key_note(reader.head.status if reader.head is not None else None)
+        raise UsageError(f'{asked} failed: {exc.message}{"; " + note if note else ""}; give --model') from None
+    except ValueError:
+        listed = None
+    data = listed.get('data') if isinstance(listed, dict) else None
+    if not isinstance(data, list) or not all(isinstance(item, dict) and isinstance(item.get('id'), str) and item['id']
+                                             for item in data):
+        raise UsageError(f'{asked} did not answer with a list of models ({{"data": [{{"id": ...}}]}}); give --model')
+    names = list(dict.fromkeys(item['id'] for item in data))
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise UsageError(f'{asked} lists no model; give --model')
+    more = len(names) - _MAX_MODELS_NAMED
+    listing = ', '.join(names[:_MAX_MODELS_NAMED]) + (f' and {more} more' if more > 0 else '')
+    raise UsageError(f'{asked} lists {len(names)} models: {listing}; choose one with --model')
+
+
+def _unset_key_note(status: int | None, key_env: str = 'MODEL_API_KEY') -> str | None:
+    """What a 401 means when the key's variable is unset or empty: no key was sent. Names the variable,
+    never a key or a header's value."""
+    if status != 401 or os.environ.get(key_env):
+        return None
+    return (f'the server answered 401 Unauthorized and {key_env} is {"empty" if key_env in os.environ else "not set"}: '
+            f'no API key was sent (export {key_env}, e.g. the key vllm serve --api-key was given)')
 
 
 def _answer_files(args) -> tuple[list | None, dict | None]:
@@ -7186,9 +7372,12 @@ def _terminate(signum, frame):
 
 
 class _Fixture:
-    """The synthetic fixture, served from this process on a free loopback port, for --fixture MODE."""
+    """The synthetic fixture on a free loopback port, for --fixture MODE: served from a thread of this
+    process, or, with ``own_process``, from a process of its own, forked before any thread is started
+    (a load spread over forked workers forks them later, and a thread alive at a fork can deadlock
+    the child: Python 3.12 and later warn of it)."""
 
-    def __init__(self, mode: str, profile: str, api: str, seed: int) -> None:
+    def __init__(self, mode: str, profile: str, api: str, seed: int, own_process: bool = False) -> None:
         fixture = _fixture_server()
         mode = _fixture_mode(fixture, mode)
         if mode != fixture.MIXED and not fixture.applies(mode, api):
@@ -7197,9 +7386,24 @@ class _Fixture:
         self.instance = fixture.server(0, mode, profile=profile, seed=seed)
         path = next(path for path, name in _API_PATHS.items() if name == api)
         self.url = f'http://127.0.0.1:{self.instance.server_port}{path}'
-        threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
+        self.pid = os.fork() if own_process and hasattr(os, 'fork') else None
+        if self.pid == 0:  # the fixture's process: serve until the one that started it ends it
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the load's to handle, not the server's
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                self.instance.serve_forever(0.05)
+            finally:
+                os._exit(0)
+        if self.pid is not None:
+            self.instance.server_close()  # the listening socket is the fixture process's now
+        else:
+            threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGTERM)
+            os.waitpid(self.pid, 0)
+            return
         self.instance.shutdown()
         self.instance.server_close()
 
@@ -7733,6 +7937,54 @@ def _one_line(status: int, text: str, problem: str) -> _Reply:
     return _Reply(status, 'text/plain; charset=utf-8', text + '\n', problem)
 
 
+# A Host field's value (RFC 9112 3.2, RFC 3986 3.2.2): a bracketed IPv6 address or a reg-name (an IPv4 address is one),
+# then an optional port.
+_HOST_VALUE = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
+
+
+def _own_origin(host: str, port: int | None, listening: tuple) -> bool:
+    """Whether an absolute form's http authority names this exporter: its port, and the address it listens on,
+    localhost when that is loopback, or any name when it listens on every address."""
+    own_host, own_port = listening[:2]
+    if (port if port is not None else 80) != own_port:
+        return False
+    own = ipaddress.ip_address(own_host)
+    if own.is_unspecified:
+        return True
+    try:
+        return ipaddress.ip_address(host) == own
+    except ValueError:
+        return own.is_loopback and host == 'localhost'
+
+
+def _origin_target(target: str, version: str, hosts: list[str], listening: tuple) -> str | _Reply:
+    """The path and query a request asks for, or the error to answer: RFC 9112 3.2, an HTTP/1.1 request
+    carries a Host line, and no request two, nor an invalid one (400); the absolute form (3.2.2), which a
+    server must accept, is taken for this exporter's own origin (its port, and its address or a name of it)
+    and answered 421 for another, since the exporter is not a proxy. ``listening`` is the server's
+    address. Sans-IO."""
+    if len(hosts) > 1:
+        return _one_line(400, f'{len(hosts)} Host header lines; a request carries one (RFC 9112 3.2)', 'bad_request')
+    if not hosts and version != 'HTTP/1.0':  # 1.1 and later minor versions
+        return _one_line(400, 'an HTTP/1.1 request needs a Host header (RFC 9112 3.2)', 'bad_request')
+    if hosts and not _HOST_VALUE.fullmatch(hosts[0].strip(' \t')):
+        return _one_line(400, f'invalid Host header {_preview(hosts[0])}', 'bad_request')
+    if target.startswith('/'):
+        return target
+    try:
+        parts = urlsplit(target)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a bracket left open, a port that is not a number
+        parts, host, port = None, None, None
+    if parts is None or parts.scheme.lower() != 'http' or not host or '@' in parts.netloc or '#' in target:
+        return _one_line(400, f'the request target {_preview(target)} is neither a path nor an http:// URL '
+                              'of this exporter', 'bad_request')
+    if not _own_origin(host, port, listening):
+        return _one_line(421, f'this exporter is not a proxy: it answers for http://{_host_port(*listening[:2])}/, '
+                              f'not for {_preview(parts.netloc)}', 'misdirected')
+    return (parts.path or '/') + (f'?{parts.query}' if parts.query else '')
+
+
 class Exporter:
     """The exporter without its server: its targets, the runs in flight, its counters and each target's
     last record. ``run_one(request)`` makes a run and returns its record; ``on_record(name,
@@ -7862,7 +8114,7 @@ class _ExporterHandler(http.server.BaseHTTPRequestHandler):
     server_version = f'stream-client-exporter/{__version__}'
     timeout = _EXPORTER_READ_TIMEOUT
     problems = {400: 'bad_request', 404: 'not_found', 405: 'method', 413: 'too_large', 414: 'too_large',
-                431: 'too_large'}
+                421: 'misdirected', 431: 'too_large'}
 
     def parse_request(self) -> bool:
         if not super().parse_request():
@@ -7876,6 +8128,12 @@ class _ExporterHandler(http.server.BaseHTTPRequestHandler):
         if self.headers.get('Content-Length', '0').strip() != '0' or 'Transfer-Encoding' in self.headers:
             self.send_error(413, 'a request to the exporter has no body')
             return False
+        target = _origin_target(self.path, self.request_version, self.headers.get_all('Host') or [],
+                                self.server.server_address)
+        if isinstance(target, _Reply):
+            self.send_error(target.status, target.body.strip())
+            return False
+        self.path = target
         return True
 
     def do_GET(self) -> None:
@@ -8215,12 +8473,25 @@ def _summary_command(args, prog: str) -> int:
     result = summary.result()
     if report_fd is not None:
         _write_report(report_fd, report)
+    for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
+        print(f'{prog}: warning: {line}', file=sys.stderr)
+    if summary.skipped:
+        more = len(summary.skipped) - _MAX_SKIPPED_SHOWN
+        print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
+              + f'the summary counts the {_count(result["runs"], "other record")} ("skipped_lines": '
+                f'{len(summary.skipped)})', file=sys.stderr)
     person = not args.quiet and sys.stderr.isatty()
     if person:
         print(_summary_table(result), file=sys.stderr)
+    elif not result['runs']:
+        print(f'{prog}: warning: no runs: {" and ".join(args.summary)} hold{"s" * (len(args.summary) == 1)} no record',
+              file=sys.stderr)
     _emit_summary(result, person, None)
     _say_written(args)
-    return 0 if result['runs'] and result['ok'] == result['runs'] else 1
+    return 0 if result['runs'] and result['ok'] == result['runs'] and not summary.skipped else 1
+
+
+_MAX_SKIPPED_SHOWN = 10  # lines of broken JSON --summary names one by one; it counts the rest
 
 
 def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:
@@ -8328,8 +8599,10 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     report = Report(summary) if report_fd is not None else None
     view = _LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
     write_error: list[OSError] = []
+    statuses: set = set()  # the HTTP statuses the runs got
 
     def on_record(record: dict) -> None:
+        statuses.add((record['http'] or {}).get('status'))
         try:
             output.write(json.dumps(record, ensure_ascii=False) + '\n')
             output.flush()
@@ -8357,6 +8630,9 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     view.finish(result)
     _emit_summary(result, view.live, [args.output])
     _say_written(args)
+    unset_key = _unset_key_note(401 if 401 in statuses else None)
+    if unset_key and not args.quiet:
+        print(f'{prog}: note: {unset_key}', file=sys.stderr)
     if write_error:
         print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
               file=sys.stderr)
@@ -8396,8 +8672,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
-                fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
-            requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL)
+                fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed,
+                                   own_process=steps is not None and steps[0].processes > 1)
+            requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL,
+                                           served_model=_served_model)
             fd, capture_fd = _reserve_files(args)
             report_fd = _reserve_report(args, fd)
         except (UsageError, ValueError) as exc:
@@ -8405,6 +8683,9 @@ def main(argv: list[str] | None = None) -> int:
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
             print(f'{parser.prog}: error: {message}', file=sys.stderr)
             return 2
+        if not args.quiet and args.model is None and fixture is None:
+            print(f'{parser.prog}: note: model {requests[0].model}, the one GET {_models_request(requests[0]).url} '
+                  'lists', file=sys.stderr)
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if steps is not None:
@@ -8416,6 +8697,9 @@ def main(argv: list[str] | None = None) -> int:
     checked = _checked_line(requests[0].spec, record)
     if checked and not args.quiet:
         print(f'{parser.prog}: {checked}', file=sys.stderr)
+    unset_key = _unset_key_note((record['http'] or {}).get('status'))
+    if unset_key and not args.quiet:
+        print(f'{parser.prog}: note: {unset_key}', file=sys.stderr)
     summary = {key: record[key] for key in ('ok', 'error_layer', 'error_kind', 'api', 'first_text_ms', 'duration_ms',
                                             'finish_reason', 'response_status', 'error')}
     _emit(json.dumps(summary, ensure_ascii=False))

@@ -185,6 +185,18 @@ class DocsTests(unittest.TestCase):
                                                                'fixture-ok.json\npython3 -m unittest\n```'))
         self.assertIn('"$python" -m unittest 2>&1', (HERE / '.ci' / 'run').read_text())
 
+    def test_the_readme_says_how_to_install_the_commands_the_package_gives(self):
+        readme = (HERE / 'README.md').read_text(encoding='utf-8')
+        scripts = re.search(r'^\[project\.scripts\]\n((?:.+\n)+)', (HERE / 'pyproject.toml').read_text(), re.M)[1]
+        commands = re.findall(r'^([\w-]+) = "(\w+):main"$', scripts, re.M)
+        self.assertEqual(commands, [('stream-client', 'stream_client'), ('stream-fixture', 'fixture_server')])
+        for words in ('`pipx install .`', '`pip install .`', '`stream-client`', '`stream-fixture`',
+                      '[install.md](docs/install.md)'):
+            self.assertIn(words, readme)
+        install = (HERE / 'docs' / 'install.md').read_text(encoding='utf-8')
+        for command, module in commands:
+            self.assertIn(f'| `{command}` | `python3 {module}.py` |', install)
+
 @CHECKOUT
 class CopiedAloneTests(unittest.TestCase):
     """stream_client.py copied alone into an empty folder, run by an isolated Python (-I: nothing on the

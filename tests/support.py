@@ -440,6 +440,37 @@ class LoopbackServer(threading.Thread):
         self.listener.close()
 
 
+class TwinServer(LoopbackServer):
+    """A chat server for --cross-check: the streamed request gets a whole answer (``streamed`` 'answer') or
+    its head and one event, then nothing (``stall``); the unstreamed twin gets nothing, its connection held
+    until the client closes it. ``connections`` counts the connections accepted, ``twins`` the twins read."""
+
+    def __init__(self, streamed: str) -> None:
+        super().__init__()
+        self.streamed, self.connections, self.twins = streamed, 0, 0
+        self.start()
+
+    def serve(self, sock: socket.socket) -> None:
+        self.connections += 1
+        with sock:
+            request = b''
+            while b'\r\n\r\n' not in request:
+                request += sock.recv(65536)
+            head, _, body = request.partition(b'\r\n\r\n')
+            length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
+            while len(body) < length:
+                body += sock.recv(65536)
+            if json.loads(body)['stream'] is False:
+                self.twins += 1
+            elif self.streamed == 'answer':
+                sock.sendall(sse_response(ANSWER_EVENTS, headers=f'Content-Length: {len(ANSWER_EVENTS)}\r\n'))
+            else:
+                first = f'data: {chunk_json(delta={"content": "hi"})}\n\n'.encode()
+                sock.sendall(sse_response(first, headers='Content-Length: 1000\r\n'))
+            while sock.recv(65536):  # until the client closes
+                pass
+
+
 class PageReader(html.parser.HTMLParser):
     """What a report page holds: element names, timeline rows, every attribute, the text of each table row."""
 

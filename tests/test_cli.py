@@ -19,8 +19,8 @@ from pathlib import Path
 import fixture_server
 import stream_client
 from .support import (
-    CLIENT, fake_record, Fixture, FIXTURE_SCRIPT, HERE, replay, run_cli, run_in_terminal, script_command,
-    script_env, TRACES)
+    CLIENT, fake_record, Fixture, FIXTURE_SCRIPT, HERE, LoopbackServer, replay, run_cli, run_in_terminal,
+    script_command, script_env, TRACES)
 
 
 class CommandLineTests(unittest.TestCase):
@@ -63,7 +63,6 @@ class CommandLineTests(unittest.TestCase):
         with Fixture() as fixture:
             good = ['--url', fixture.url, '--model', 'm', '--output', 'run.json']
             cases = {
-                'model missing': ['--url', fixture.url, '--output', 'run.json'],
                 'ftp URL': good + ['--url', 'ftp://127.0.0.1/v1/chat/completions'],
                 'credentials in URL': good + ['--url', 'https://user:secret@localhost/v1/chat/completions'],
                 'plain http to a remote host': good + ['--url', 'http://203.0.113.9/v1/chat/completions'],
@@ -457,3 +456,96 @@ class CommandLineTests(unittest.TestCase):
                     text = output.read_text()
                     records = [json.loads(line) for line in text.splitlines()] if args else [json.loads(text)]
                     self.assertEqual([record['ok'] for record in records], [True] * (3 if args else 1))
+
+
+class ModelsServer(LoopbackServer):
+    """Answers every request with one JSON response (status and body), as GET /v1/models would, and keeps
+    the request lines it got."""
+
+    def __init__(self, body: object, status: str = '200 OK') -> None:
+        super().__init__()
+        self.body, self.status, self.requests = json.dumps(body).encode(), status, []
+        self.start()
+
+    def serve(self, sock: socket.socket) -> None:
+        with sock:
+            request = b''
+            while b'\r\n\r\n' not in request:
+                piece = sock.recv(65536)
+                if not piece:
+                    return
+                request += piece
+            self.requests.append(request.split(b'\r\n')[0].decode())
+            sock.sendall(f'HTTP/1.1 {self.status}\r\nContent-Type: application/json\r\nContent-Length: '
+                         f'{len(self.body)}\r\nConnection: close\r\n\r\n'.encode() + self.body)
+
+
+class ModelAndKeyTests(unittest.TestCase):
+    """Without --model, the one model /v1/models lists (as vllm chat takes it); a 401 says when MODEL_API_KEY is unset."""
+
+    KEY = 'sk-served-3f1e77'
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = Path(self.tmp.name)
+        self.env = {name: value for name, value in os.environ.items() if name != 'MODEL_API_KEY'}
+
+    def server(self, body: object, status: str = '200 OK') -> ModelsServer:
+        server = ModelsServer(body, status)
+        self.addCleanup(server.close)
+        return server
+
+    def test_without_model_the_one_model_the_server_lists_is_asked_for(self):
+        with Fixture(model_name='tiny-served') as fixture:  # any other model gets vLLM's 404
+            done = run_cli('--url', fixture.url.replace('/chat/completions', '/responses'), '--output', 'run.json',
+                           cwd=self.tmp.name, env=self.env)
+            sent = fixture.last_request[1]
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(sent['model'], 'tiny-served')
+        self.assertEqual(json.loads((self.dir / 'run.json').read_text())['model'], 'tiny-served')
+        self.assertIn('note: model tiny-served, the one GET http://127.0.0.1:', done.stderr)
+
+    def test_several_models_or_none_or_no_answer_is_one_line_exit_2_before_any_file(self):
+        several = self.server({'object': 'list', 'data': [{'id': f'model-{n}'} for n in range(12)]})
+        cases = {
+            'several': (several.url, '--model not given, and GET http://127.0.0.1:%d/v1/models lists 12 models: model-0, '
+                        'model-1, model-2, model-3, model-4, model-5, model-6, model-7, model-8, model-9 and 2 more; '
+                        'choose one with --model' % several.listener.getsockname()[1]),
+            'none': (self.server({'data': []}).url, 'lists no model; give --model'),
+            'not a list': (self.server({'models': ['a']}).url, 'did not answer with a list of models'),
+            'unauthorized': (self.server({'error': {'message': 'Unauthorized'}}, '401 Unauthorized').url,
+                             'failed: expected status 200, got 401 Unauthorized'),
+            'nobody there': ('http://127.0.0.1:9/v1/chat/completions', 'failed: cannot connect to 127.0.0.1:9'),
+        }
+        for name, (url, words) in cases.items():
+            with self.subTest(name):
+                done = run_cli('--url', url, '--runs', '3', '--output', 'load.jsonl', '--report', 'load.html',
+                               cwd=self.tmp.name, env=self.env)
+                self.assertEqual((done.returncode, done.stdout), (2, ''), done.stderr)
+                self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
+                self.assertIn(words, done.stderr)
+                self.assertEqual(list(self.dir.iterdir()), [])
+        self.assertEqual(several.requests, ['GET /v1/models HTTP/1.1'])  # asked once, and nothing was sent
+        self.assertIn('MODEL_API_KEY is not set: no API key was sent', run_cli(
+            '--url', cases['unauthorized'][0], '--output', 'run.json', cwd=self.tmp.name, env=self.env).stderr)
+
+    def test_a_401_says_when_model_api_key_is_unset_and_never_prints_a_key(self):
+        with Fixture(api_key=self.KEY) as fixture:
+            unset = run_cli('--url', fixture.url, '--model', 'm', '--output', 'unset.json', cwd=self.tmp.name,
+                            env=self.env)
+            empty = run_cli('--url', fixture.url, '--model', 'm', '--runs', '2', '--output', 'empty.jsonl',
+                            cwd=self.tmp.name, env={**self.env, 'MODEL_API_KEY': ''})
+            wrong = run_cli('--url', fixture.url, '--model', 'm', '--output', 'wrong.json', cwd=self.tmp.name,
+                            env={**self.env, 'MODEL_API_KEY': self.KEY[::-1]})
+            right = run_cli('--url', fixture.url, '--model', 'm', '--output', 'right.json', cwd=self.tmp.name,
+                            env={**self.env, 'MODEL_API_KEY': self.KEY})
+        self.assertEqual((unset.returncode, empty.returncode, wrong.returncode, right.returncode), (1, 1, 1, 0))
+        self.assertIn('note: the server answered 401 Unauthorized and MODEL_API_KEY is not set: no API key was sent',
+                      unset.stderr)
+        self.assertIn('note: the server answered 401 Unauthorized and MODEL_API_KEY is empty', empty.stderr)
+        self.assertEqual(empty.stderr.count('answered 401'), 1)  # once for the load, not once per run
+        self.assertNotIn('MODEL_API_KEY', wrong.stderr)  # a key was sent: the server refused it
+        for done in (unset, empty, wrong, right):
+            self.assertNotIn(self.KEY, done.stderr + done.stdout)
+            self.assertNotIn(self.KEY[::-1], done.stderr + done.stdout)

@@ -20,7 +20,7 @@ import fixture_server
 import stream_client
 from .support import (
     answer, CLIENT, fake_record, Fixture, PageReader, row, run_cli, run_fixture, script_command,
-    script_env)
+    script_env, TwinServer)
 
 
 # The exporter: a strict reader of the Prometheus text exposition format 0.0.4
@@ -390,6 +390,81 @@ class ExporterCoreTests(unittest.TestCase):
         self.assertEqual(exporter.answer('/probe.php', None).status, 404)
         self.assertEqual(value_of(parse_exposition(exporter.metrics().body), 'stream_exporter_scrape_errors_total',
                                   reason='unknown_target'), 1)
+
+    def test_a_cross_check_targets_twin_runs_inside_the_scrape_timeout(self):
+        server = TwinServer('answer')  # the streamed answer is whole; its twin never answers
+        self.addCleanup(server.close)
+        request = stream_client.prepare(server.url, 'm', 'p', idle=3, cross_check=True)  # the target's deadline: 60 s
+        kept = []
+        exporter = stream_client.Exporter({'a': request}, 1, stream_client.run,
+                                          lambda name, record: kept.append(record), lambda line: None)
+        answer = exporter.answer('/probe?target=a', '1.5')
+        self.assertEqual(answer.status, 200)
+        (record,) = kept
+        self.assertEqual(record['cross_check']['unstreamed_problem'], 'timeout: overall deadline of 1 s reached during '
+                                                                      'the headers phase after 0 content events')
+        self.assertEqual(server.twins, 1)
+
+    def test_the_request_target_follows_rfc_9112_host_and_absolute_form(self):
+        here = ('127.0.0.1', 9118)
+        target = stream_client._origin_target
+        self.assertEqual(target('/probe?target=a', 'HTTP/1.1', ['127.0.0.1:9118'], here), '/probe?target=a')
+        self.assertEqual(target('/metrics', 'HTTP/1.0', [], here), '/metrics')  # HTTP/1.0 needs no Host
+        self.assertEqual(target('/metrics', 'HTTP/1.1', [''], here), '/metrics')  # an empty Host is a Host
+        for url in ('http://127.0.0.1:9118/probe?target=a', 'HTTP://LOCALHOST:9118/probe?target=a'):
+            self.assertEqual(target(url, 'HTTP/1.1', ['127.0.0.1:9118'], here), '/probe?target=a', url)
+        self.assertEqual(target('http://127.0.0.1:9118', 'HTTP/1.1', ['x'], here), '/')
+        self.assertEqual(target('http://gpu-7:9118/metrics', 'HTTP/1.1', ['x'], ('0.0.0.0', 9118)), '/metrics')
+        self.assertEqual(target('http://[::1]:9118/metrics', 'HTTP/1.1', ['x'], ('::1', 9118, 0, 0)), '/metrics')
+        refused = {
+            ('/metrics', 'HTTP/1.1', ()): (400, 'an HTTP/1.1 request needs a Host header (RFC 9112 3.2)'),
+            ('/metrics', 'HTTP/1.1', ('a', 'a')): (400, '2 Host header lines; a request carries one (RFC 9112 3.2)'),
+            ('/metrics', 'HTTP/1.0', ('a', 'b')): (400, '2 Host header lines; a request carries one (RFC 9112 3.2)'),
+            ('/metrics', 'HTTP/1.1', ('a b',)): (400, "invalid Host header 'a b'"),
+            ('http://127.0.0.1:9118/metrics', 'HTTP/1.1', ()): (400, 'an HTTP/1.1 request needs a Host header'),
+            ('https://127.0.0.1:9118/metrics', 'HTTP/1.1', ('a',)): (400, 'is neither a path nor an http:// URL'),
+            ('http://u@127.0.0.1:9118/metrics', 'HTTP/1.1', ('a',)): (400, 'is neither a path nor an http:// URL'),
+            ('http://[::1/metrics', 'HTTP/1.1', ('a',)): (400, 'is neither a path nor an http:// URL'),
+            ('*', 'HTTP/1.1', ('a',)): (400, 'is neither a path nor an http:// URL'),
+            ('http://example.com/metrics', 'HTTP/1.1', ('a',)): (421, 'this exporter is not a proxy'),
+            ('http://127.0.0.1:9/metrics', 'HTTP/1.1', ('a',)): (421, "it answers for http://127.0.0.1:9118/, not for '127.0.0.1:9'"),
+            ('http://10.0.0.1:9118/metrics', 'HTTP/1.1', ('a',)): (421, "not for '10.0.0.1:9118'"),
+        }
+        for (path, version, hosts), (status, words) in refused.items():
+            with self.subTest(path=path, version=version, hosts=hosts):
+                answer = target(path, version, list(hosts), here)
+                self.assertEqual(answer.status, status)
+                self.assertIn(words, answer.body)
+                self.assertEqual(answer.body.count('\n'), 1)
+
+    def test_the_server_answers_400_without_a_host_or_with_two_and_serves_the_absolute_form(self):
+        kept = []
+        exporter = stream_client.Exporter({'a': stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm',
+                                                                      'p')}, 1, lambda request: run_fixture('ok'),
+                                          lambda name, record: kept.append(name), lambda line: None)
+        server = stream_client.ExporterServer(('127.0.0.1', 0), exporter)
+        thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
+        thread.start()
+        self.addCleanup(thread.join)
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        port = server.server_address[1]
+        answers = {name: raw_exchange(port, data).partition(b'\r\n\r\n') for name, data in {
+            'no Host': b'GET /metrics HTTP/1.1\r\n\r\n',
+            'two Host lines': b'GET /metrics HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n',
+            'HTTP/1.0 without Host': b'GET /metrics HTTP/1.0\r\n\r\n',
+            'absolute form': b'GET http://127.0.0.1:%d/probe?target=a HTTP/1.1\r\nHost: x\r\n\r\n' % port,
+            'another origin': b'GET http://example.com/metrics HTTP/1.1\r\nHost: example.com\r\n\r\n',
+        }.items()}
+        statuses = {name: int(head.split()[1]) for name, (head, _, _) in answers.items()}
+        self.assertEqual(statuses, {'no Host': 400, 'two Host lines': 400, 'HTTP/1.0 without Host': 200,
+                                    'absolute form': 200, 'another origin': 421})
+        self.assertIn(b'probe_success 1', answers['absolute form'][2])
+        self.assertEqual(answers['no Host'][2], b'an HTTP/1.1 request needs a Host header (RFC 9112 3.2)\n')
+        self.assertEqual(kept, ['a'])
+        own = parse_exposition(exporter.metrics().body)
+        self.assertEqual(value_of(own, 'stream_exporter_scrape_errors_total', reason='bad_request'), 2)
+        self.assertEqual(value_of(own, 'stream_exporter_scrape_errors_total', reason='misdirected'), 1)
 
     def test_a_run_that_fails_in_the_client_keeps_a_record_and_a_probe_after_sigterm_starts_none(self):
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')

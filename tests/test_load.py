@@ -12,6 +12,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -24,7 +25,7 @@ import fixture_server
 import stream_client
 from stream_client import stream, StreamError
 from .support import (
-    answer, ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT,
+    answer, ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, PageReader,
     resolving_llm_test_to_loopback, row, run_cli, run_in_terminal, script_command, script_env, sse_response, TRACES,
     URL_PATHS)
 
@@ -307,7 +308,7 @@ class LoadTests(unittest.TestCase):
         self.assertIn('refusing to summarize records of different sources (fixture, replay)', refused.stderr)
         mixed = run_cli('--summary', 'load.jsonl', 'replay.json', '--mixed-sources', cwd=self.tmp.name)
         self.assertEqual(json.loads(mixed.stdout)['runs'], 11)
-        (self.dir / 'bad.jsonl').write_text((self.dir / 'load.jsonl').read_text() + 'not a record\n')
+        (self.dir / 'bad.jsonl').write_text((self.dir / 'load.jsonl').read_text() + '["not a record"]\n')
         bad = run_cli('--summary', 'bad.jsonl', cwd=self.tmp.name)
         self.assertEqual((bad.returncode, bad.stderr.strip()), (2, 'stream_client.py: error: bad.jsonl line 11 is '
                                                                    'not an evidence record'))
@@ -572,10 +573,17 @@ class GoodputTests(unittest.TestCase):
         self.assertTrue(stream_client._meets_slos(ok, (('duration_ms', 50.0),)))
 
     def test_the_saturation_step_is_the_last_under_capacity_and_says_what_failed_next(self):
-        def step(rate, attainment, achieved=None, scheduled=None):
+        def step(rate, attainment, achieved=None, scheduled=None, interrupted=False):
             return {'rate': rate, 'slo_attainment': attainment, 'achieved_rate': rate if achieved is None else achieved,
-                    'scheduled_rate': rate if scheduled is None else scheduled}
+                    'scheduled_rate': rate if scheduled is None else scheduled, 'interrupted': interrupted}
         cases = [([step(1, 1.0), step(2, 0.995), step(4, 0.9), step(8, 1.0)], (2, 4, 'attainment 0.9')),
+                 # a step cut by Ctrl+C is not judged, however its runs fared, nor any after it
+                 ([step(1, 1.0), step(2, 0.5, achieved=0.4, interrupted=True)],
+                  (1, None, 'the sweep was cut during the step at 2 runs/s, which is not judged; every whole step '
+                            'before it met the target')),
+                 ([step(1, 0.2, interrupted=True)], (None, None, 'cut during the step at 1 runs/s, which is not '
+                                                                 'judged; no whole step came before it')),
+                 ([step(1, 0.2), step(2, 0.2, interrupted=True)], (None, 1, 'attainment 0.2')),
                  ([step(1, 1.0), step(2, 1.0, achieved=1.89)], (1, 2, '1.89 runs/s started')),
                  ([step(1, 1.0), step(2, 1.0, achieved=1.91)], (2, None, 'every step met the target')),
                  ([step(1, 0.5)], (None, 1, 'attainment 0.5')),
@@ -646,6 +654,16 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual(summary['runs'], len(records))
         self.assertEqual([step['rate'] for step in summary['steps']], [4.0])  # the second step never started
         self.assertLess(len(records), summary['steps'][0]['scheduled_runs'])
+        # the cut step is marked, and not judged as if it had run in full
+        self.assertTrue(summary['steps'][0]['interrupted'])
+        self.assertEqual(summary['saturation'], {'rate': None, 'exceeded_at': None, 'why': 'the sweep was cut during '
+                         'the step at 4 runs/s, which is not judged; no whole step came before it'})
+        again = run_cli('--summary', 'sweep.jsonl', '--report', 'sweep.html', cwd=self.tmp.name)
+        self.assertEqual(json.loads(again.stdout), summary)
+        self.assertIn(['4 (cut)'], [cells[:1] for cells in PageReader((self.dir / 'sweep.html').read_text()).cells])
+        table = stream_client._summary_table(summary).splitlines()
+        self.assertTrue(table[-2].startswith('       4') and table[-2].endswith('  cut'), table)
+        self.assertLessEqual(len(table[-2]), stream_client._TERMINAL_COLUMNS)
 
     def test_a_cancel_calls_its_hooks_once_at_once(self):
         cancel, called = stream_client.Cancel(), []
@@ -733,6 +751,36 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual(summary['not_ok_by_layer'], dict(expected))
         self.assertEqual((summary['runs'], summary['ok']), (45, served['ok']))
 
+    def test_a_spread_load_on_the_built_in_fixture_forks_without_a_thread_and_without_a_warning(self):
+        # Python 3.12 and later warn when a process with a thread alive forks: the fixture's server thread was.
+        interpreters = [sys.executable] if sys.version_info >= (3, 12) else sorted(
+            str(path) for root in {os.environ.get('PYENV_ROOT', ''), str(Path.home() / '.pyenv')} if root
+            for path in Path(root).glob('versions/3.1[2-9]*/bin/python3'))
+        if not interpreters:
+            self.skipTest('no CPython 3.12 or later here to show the warning')
+        for number, python in enumerate(interpreters):
+            with self.subTest(python):
+                command = script_command(CLIENT, '--fixture', 'ok', '--runs', '4', '--concurrency', '2', '--processes',
+                                         '2', '--output', f'spread{number}.jsonl')
+                command[:2] = [python, '-S', '-W', 'always::DeprecationWarning']
+                done = subprocess.run(command, cwd=self.tmp.name, capture_output=True, text=True, timeout=60,
+                                      env=script_env(), stdin=subprocess.DEVNULL)
+                self.assertEqual((done.returncode, done.stderr), (0, ''))
+                self.assertEqual(json.loads(done.stdout)['ok'], 4)
+
+    def test_the_fixture_of_a_spread_load_serves_from_its_own_process(self):
+        threads = threading.active_count()
+        fixture = stream_client._Fixture('ok', 'vllm', 'chat', 0, own_process=True)
+        try:
+            self.assertEqual(threading.active_count(), threads)  # nothing alive here for the workers' forks
+            record = stream(fixture.url, 'm', 'p')
+        finally:
+            fixture.close()
+        self.assertTrue(record['ok'], record['error'])
+        self.assertEqual(record['source'], 'fixture')
+        with self.assertRaises(ChildProcessError):  # ended and reaped
+            os.waitpid(fixture.pid, os.WNOHANG)
+
     def test_the_runs_of_a_spread_load_run_in_other_processes(self):
         # _run() is wrapped before the fork, so each worker's records say which process ran them.
         real_run = stream_client._run
@@ -780,3 +828,85 @@ class GoodputTests(unittest.TestCase):
                     status = stream_client.main(['--fixture', 'ok', '--output', output, *args])
                 self.assertEqual((status, stderr.getvalue().count('\n')), (2, 1), stderr.getvalue())
                 self.assertFalse(os.path.exists(output))
+
+
+class SummaryReadingTests(unittest.TestCase):
+    """--summary of files that are not whole: a field of the wrong type, a cut line, no record at all."""
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = Path(self.tmp.name)
+
+    def write(self, name: str, lines: list) -> None:
+        (self.dir / name).write_bytes(b''.join((line if isinstance(line, bytes) else json.dumps(line).encode())
+                                               + b'\n' for line in lines))
+
+    def test_a_field_of_the_wrong_type_is_one_line_naming_the_file_the_line_and_the_field(self):
+        def edited(**fields) -> dict:
+            record = fake_record(1)
+            for name, value in fields.items():
+                outer, _, inner = name.partition('__')
+                if inner:
+                    record[outer] = {**record[outer], inner: value}
+                elif value is None:
+                    del record[outer]
+                else:
+                    record[outer] = value
+            return record
+        cases = {
+            'a word for a number': (edited(duration_ms='fast'), '"duration_ms" must be a number or null, not "fast"'),
+            'a number as text': (edited(load__runs='3'), '"load.runs" must be an integer, not "3"'),
+            'NaN': (b'{"ok": true, "duration_ms": NaN, ' + json.dumps(fake_record(1)).encode()[1:].replace(
+                b'"duration_ms"', b'"was"'), '"duration_ms" must be a number or null, not NaN'),
+            'a gap that is text': (edited(event_gaps_ms=[1.0, 'x']), '"event_gaps_ms" must be a list of numbers'),
+            'a start that is no time': (edited(started_at='yesterday'), '"started_at" must be a UTC time'),
+            'a cross-check of words': (edited(cross_check={'same': 'yes', 'comparable': None}),
+                                       '"cross_check.same" must be true, false or null, not "yes"'),
+            'an ok run without its first text': (edited(first_text_ms=None), 'the record has no "first_text_ms"'),
+            'a load without its runs': (edited(load={'id': 'ab'}), 'the record\'s "load" has an "id" but no "runs"'),
+        }
+        for name, (record, words) in cases.items():
+            with self.subTest(name):
+                self.write('bad.jsonl', [fake_record(0), record])
+                done = run_cli('--summary', 'bad.jsonl', '--report', 'bad.html', cwd=self.tmp.name)
+                self.assertEqual((done.returncode, done.stdout), (2, ''), done.stderr)
+                self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
+                self.assertTrue(done.stderr.startswith('stream_client.py: error: bad.jsonl line 2: '), done.stderr)
+                self.assertIn(words, done.stderr)
+                self.assertFalse((self.dir / 'bad.html').exists())
+        (self.dir / 'one.json').write_text(json.dumps({**fake_record(0), 'content_events': 2.5}, indent=2))
+        done = run_cli('--summary', 'one.json', cwd=self.tmp.name)
+        self.assertEqual((done.returncode, done.stderr), (2, 'stream_client.py: error: one.json: "content_events" must '
+                                                             'be an integer, not 2.5\n'))
+
+    def test_a_cut_line_is_named_skipped_and_counted_and_the_rest_summarized(self):
+        records = [fake_record(run) for run in range(4)]
+        whole = [json.dumps(record, ensure_ascii=False).encode() for record in records]
+        records[2]['error'] = None
+        cut_in_a_character = json.dumps({**records[3], 'text': 'READY \u2713'}, ensure_ascii=False).encode()
+        self.write('cut.jsonl', [whole[0], whole[1][:57], whole[2], cut_in_a_character[:-15] + b'\xe2\x9c'])
+        self.write('kept.jsonl', [whole[0], whole[2]])
+        done = run_cli('--summary', 'cut.jsonl', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 1, done.stderr)  # not every run is known to be ok
+        self.assertEqual(done.stderr.splitlines(), [
+            "stream_client.py: warning: cut.jsonl line 2 is broken JSON (Expecting ',' delimiter at column 58): skipped",
+            'stream_client.py: warning: cut.jsonl line 4 is broken JSON (not UTF-8): skipped',
+            'stream_client.py: warning: the summary counts the 2 other records ("skipped_lines": 2)'])
+        summary = json.loads(done.stdout)
+        kept = json.loads(run_cli('--summary', 'kept.jsonl', cwd=self.tmp.name).stdout)
+        self.assertEqual((summary['runs'], summary['skipped_lines'], kept['skipped_lines']), (2, 2, 0))
+        self.assertEqual({**summary, 'skipped_lines': 0}, kept)  # the rest, summarized as if alone
+        with self.assertRaisesRegex(stream_client.UsageError, 'cut.jsonl line 2 is broken JSON'):
+            list(stream_client.iter_records(str(self.dir / 'cut.jsonl')))  # strict unless told where to skip
+
+    def test_a_file_without_records_says_there_are_no_runs(self):
+        (self.dir / 'empty.jsonl').write_text('')
+        status, screen = run_in_terminal('--summary', 'empty.jsonl', cwd=self.tmp.name)
+        self.assertEqual(status, 1)
+        self.assertIn('no runs: no record to summarize', screen)
+        self.assertNotIn('None', screen)
+        done = run_cli('--summary', 'empty.jsonl', cwd=self.tmp.name)
+        self.assertEqual((done.returncode, done.stderr), (1, 'stream_client.py: warning: no runs: empty.jsonl holds no '
+                                                             'record\n'))
+        self.assertEqual(json.loads(done.stdout)['runs'], 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import collections
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from stream_client import _ANSWER_LINE_CHARS, stream
 from .support import (
     answer, ANSWER_EVENTS, arguments, chunk_json, chunked, CLIENT, Fixture, in_threads, LoopbackServer, replay,
     resolving_llm_test_to_loopback, run_cli, ScriptedSocket, split_capture, SSE_HEAD, sse_response, tcp_pair, TLS,
-    TRACES)
+    TRACES, TwinServer)
 
 
 def answer_options(capture: str) -> dict:
@@ -681,6 +682,53 @@ class TimeoutUnderAttackTests(unittest.TestCase):
         self.assertEqual(record['error'], f'sse: line longer than {_ANSWER_LINE_CHARS} characters without a line end')
         peak_kib = int(done.stderr.split('VmHWM:')[1].split()[0])
         self.assertLess(peak_kib, 100 * 1024)
+
+
+class TwinDeadlineTests(unittest.TestCase):
+    """--cross-check's unstreamed twin runs inside the run's deadline: --deadline bounds the pair as a whole."""
+
+    def pair(self, streamed: str, **options) -> tuple[dict, TwinServer]:
+        server = TwinServer(streamed)
+        self.addCleanup(server.close)
+        return stream(server.url, 'm', 'p', cross_check=True, **options), server
+
+    def test_a_stalled_twin_fails_at_the_runs_deadline_as_the_records_stamps_show(self):
+        record, server = self.pair('answer', idle=30, deadline=0.8)
+        cross = record['cross_check']
+        self.assertTrue(record['ok'], record['error'])  # the streamed verdict stands
+        self.assertEqual(server.twins, 1)
+        self.assertEqual(cross['unstreamed_problem'], 'timeout: overall deadline of 0.8 s reached during the headers '
+                                                      'phase after 0 content events')
+        # on the run's clock: the twin went after the streamed request had ended, and failed at the run's deadline
+        self.assertLessEqual(record['duration_ms'], cross['unstreamed_started_ms'])
+        self.assertGreaterEqual(cross['unstreamed_ended_ms'], 800 - 1)
+
+    def test_a_run_that_used_its_whole_deadline_sends_no_twin(self):
+        record, server = self.pair('stall', idle=30, deadline=0.5)
+        cross = record['cross_check']
+        self.assertEqual(record['error'], 'timeout: overall deadline of 0.5 s reached during the body phase after '
+                                          '1 content event')
+        self.assertEqual(cross['unstreamed_problem'], 'timeout: overall deadline of 0.5 s reached during the connect '
+                                                      'phase after 0 content events')
+        self.assertEqual((server.connections, server.twins, cross['unstreamed_status']), (1, 0, None))
+        self.assertGreaterEqual(cross['unstreamed_started_ms'], 500 - 1)
+
+    def test_the_twin_runs_on_the_runs_clock_and_under_its_bounds_as_a_caller_cut_them(self):
+        twins = []
+        real = stream_client._fetch_unstreamed
+
+        def fetch(x):
+            entered = time.perf_counter()
+            twins.append((x, entered))
+            return real(x)
+        with Fixture('pair-honest') as fixture, mock.patch.object(stream_client, '_fetch_unstreamed', fetch):
+            request = stream_client.prepare(fixture.url, 'm', 'p', tools=fixture_server.TOOLS, cross_check=True)
+            record = stream_client.run(dataclasses.replace(request, idle=7.0, deadline=9.0))  # as the exporter cuts it
+        (x, entered), = twins
+        self.assertTrue(record['ok'], record['error'])
+        self.assertEqual((x.request.idle, x.request.deadline, request.twin.deadline), (7.0, 9.0, 60.0))
+        self.assertLess(x.timeline.started, entered)  # the clock started with the streamed request, not now
+        self.assertEqual(record['cross_check']['same'], True)
 
 
 KERNEL_STAMPS = stream_client._SO_TIMESTAMPNS is not None  # Linux on the common architectures

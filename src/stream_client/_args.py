@@ -9,14 +9,17 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import sys
 import threading
 
-from ._limits import _and_list, _DEFAULT_EXPORTER_IN_FLIGHT, Interrupted, UsageError, __version__
+from ._limits import _and_list, _DEFAULT_EXPORTER_IN_FLIGHT, Interrupted, StreamError, UsageError, __version__
 from ._dialects import DIALECTS
 from ._validator import AnswerSpec
 from ._answer import _seeded, VALIDATORS
-from ._request import _API_PATHS, _DEFAULT_PROMPT, _DEFAULT_URL, _FINISHES, prepare, PreparedRequest
+from ._request import _API_PATHS, _DEFAULT_PROMPT, _DEFAULT_URL, _FINISHES, _models_request, prepare, PreparedRequest
+from ._exchange import _Exchange
+from ._transport import _fetch_unstreamed
 from ._load import _ARRIVALS, _MAX_OPEN_LOOP_IN_FLIGHT
 from ._summary import _DEFAULT_SLO_TARGET, _SLO_FIGURES
 
@@ -86,7 +89,8 @@ def _parser() -> _OneLineParser:
                                     f'{", ".join(_API_PATHS)} chooses the API')
     send.add_argument('--api', choices=list(VALIDATORS),
                       help='the API, for a server mounted at another path (default: from the URL path)')
-    send.add_argument('--model', help='model name to request (default with --fixture: synthetic-fixture)')
+    send.add_argument('--model', help='model name to request (default: the one model GET /v1/models lists; with '
+                                      '--fixture: synthetic-fixture)')
     send.add_argument('--prompt', help=f'user message (default: {_DEFAULT_PROMPT!r})')
     send.add_argument('--prompt-file', metavar='PATH', help='read the user message from a file, or - for stdin')
     send.add_argument('--system', metavar='TEXT', help='a system message before the user message')
@@ -199,11 +203,14 @@ def _parser() -> _OneLineParser:
     return parser
 
 
-def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -> list[PreparedRequest]:
+def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY',
+                        served_model=None) -> list[PreparedRequest]:
     """The requests the command line asks for, sent to url (the fixture's, with --fixture): one,
-    or one per line of --prompts; the API key is read from the environment variable key_env."""
+    or one per line of --prompts; the API key is read from the environment variable key_env. Without
+    --model, served_model(request) names the model (the command line asks the server: _served_model()),
+    once every flag has been checked; without either, --model is required."""
     model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
-    if model is None:
+    if model is None and served_model is None:
         raise UsageError('--model is required (unless --fixture is used)')
     if args.prompts is None:
         prompts = [{'prompt': _prompt(args), 'system': args.system, 'max_tokens': args.max_tokens}]
@@ -218,14 +225,58 @@ def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -
     tools, json_schema = _answer_files(args)
     if args.tool_choice is not None and tools is None:
         raise UsageError('--tool-choice needs --tools')
-    return [prepare(url, model, line['prompt'], max_tokens=line['max_tokens'], idle=args.idle,
-                    deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get(key_env) if key_env else None,
-                    system=line['system'], temperature=args.temperature, stop=args.stop, extra=extra,
-                    api=args.api, expect_finish=args.expect_finish,
-                    source='endpoint' if args.fixture is None else 'fixture', tools=tools,
-                    tool_choice=args.tool_choice, json_schema=json_schema, trust_env=not args.no_proxy,
-                    cross_check=args.cross_check, dialect=args.dialect)
-            for line in prompts]
+    def requests(model: str) -> list[PreparedRequest]:
+        return [prepare(url, model, line['prompt'], max_tokens=line['max_tokens'], idle=args.idle,
+                        deadline=args.deadline, ca_file=args.ca_file,
+                        token=os.environ.get(key_env) if key_env else None, system=line['system'],
+                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
+                        expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
+                        tools=tools, tool_choice=args.tool_choice, json_schema=json_schema,
+                        trust_env=not args.no_proxy, cross_check=args.cross_check, dialect=args.dialect)
+                for line in prompts]
+    if model is not None:
+        return requests(model)
+    return requests(served_model(requests('model-not-yet-known')[0]))  # every flag checked before the server is asked
+
+
+_MAX_MODELS_NAMED = 10  # models of /v1/models the line that asks for --model names; it counts the rest
+
+
+def _served_model(request: PreparedRequest) -> str:
+    """The model to ask for when --model is not given: the one GET /v1/models lists, as vllm chat takes it,
+    asked under the run's bounds (--idle, --deadline, the key, the proxy and TLS). UsageError, one line,
+    when the server lists several models (naming them), none, or cannot be asked."""
+    models = _models_request(request)
+    asked = f'--model not given, and GET {models.url}'
+    reader = _fetch_unstreamed(_Exchange(models))
+    try:
+        listed = json.loads(reader.content())
+    except StreamError as exc:
+        note = _unset_key_note(reader.head.status if reader.head is not None else None)
+        raise UsageError(f'{asked} failed: {exc.message}{"; " + note if note else ""}; give --model') from None
+    except ValueError:
+        listed = None
+    data = listed.get('data') if isinstance(listed, dict) else None
+    if not isinstance(data, list) or not all(isinstance(item, dict) and isinstance(item.get('id'), str) and item['id']
+                                             for item in data):
+        raise UsageError(f'{asked} did not answer with a list of models ({{"data": [{{"id": ...}}]}}); give --model')
+    names = list(dict.fromkeys(item['id'] for item in data))
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise UsageError(f'{asked} lists no model; give --model')
+    more = len(names) - _MAX_MODELS_NAMED
+    listing = ', '.join(names[:_MAX_MODELS_NAMED]) + (f' and {more} more' if more > 0 else '')
+    raise UsageError(f'{asked} lists {len(names)} models: {listing}; choose one with --model')
+
+
+def _unset_key_note(status: int | None, key_env: str = 'MODEL_API_KEY') -> str | None:
+    """What a 401 means when the key's variable is unset or empty: no key was sent. Names the variable,
+    never a key or a header's value."""
+    if status != 401 or os.environ.get(key_env):
+        return None
+    return (f'the server answered 401 Unauthorized and {key_env} is {"empty" if key_env in os.environ else "not set"}: '
+            f'no API key was sent (export {key_env}, e.g. the key vllm serve --api-key was given)')
 
 
 def _answer_files(args) -> tuple[list | None, dict | None]:
@@ -336,9 +387,12 @@ def _terminate(signum, frame):
 
 
 class _Fixture:
-    """The synthetic fixture, served from this process on a free loopback port, for --fixture MODE."""
+    """The synthetic fixture on a free loopback port, for --fixture MODE: served from a thread of this
+    process, or, with ``own_process``, from a process of its own, forked before any thread is started
+    (a load spread over forked workers forks them later, and a thread alive at a fork can deadlock
+    the child: Python 3.12 and later warn of it)."""
 
-    def __init__(self, mode: str, profile: str, api: str, seed: int) -> None:
+    def __init__(self, mode: str, profile: str, api: str, seed: int, own_process: bool = False) -> None:
         fixture = _fixture_server()
         mode = _fixture_mode(fixture, mode)
         if mode != fixture.MIXED and not fixture.applies(mode, api):
@@ -347,9 +401,24 @@ class _Fixture:
         self.instance = fixture.server(0, mode, profile=profile, seed=seed)
         path = next(path for path, name in _API_PATHS.items() if name == api)
         self.url = f'http://127.0.0.1:{self.instance.server_port}{path}'
-        threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
+        self.pid = os.fork() if own_process and hasattr(os, 'fork') else None
+        if self.pid == 0:  # the fixture's process: serve until the one that started it ends it
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C is the load's to handle, not the server's
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                self.instance.serve_forever(0.05)
+            finally:
+                os._exit(0)
+        if self.pid is not None:
+            self.instance.server_close()  # the listening socket is the fixture process's now
+        else:
+            threading.Thread(target=self.instance.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGTERM)
+            os.waitpid(self.pid, 0)
+            return
         self.instance.shutdown()
         self.instance.server_close()
 

@@ -9,9 +9,9 @@ import os
 import signal
 import sys
 
-from ._limits import _failure, Interrupted, UsageError
+from ._limits import _count, _failure, Interrupted, UsageError
 from ._reader import Capture
-from ._request import _DEFAULT_URL, _positive_finite, PreparedRequest
+from ._request import _DEFAULT_URL, _models_request, _positive_finite, PreparedRequest
 from ._exchange import Cancel
 from ._verdict import _interrupted_before_sending
 from ._record import _failed_record
@@ -23,8 +23,8 @@ from ._evidence import (
     _default_signals, _ignore_signals, _load_records, _reserve_output, _save_capture, _SIGNAL_EXIT, summarize,
     _write_record, _write_report)
 from ._args import (
-    _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args, _terminate,
-    _unchecked_line)
+    _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args,
+    _served_model, _terminate, _unchecked_line, _unset_key_note)
 from ._views import _compare_table, _LiveView, _LoadView, _settings_differ
 from ._exporter_cli import _exporter_command
 
@@ -113,12 +113,25 @@ def _summary_command(args, prog: str) -> int:
     result = summary.result()
     if report_fd is not None:
         _write_report(report_fd, report)
+    for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
+        print(f'{prog}: warning: {line}', file=sys.stderr)
+    if summary.skipped:
+        more = len(summary.skipped) - _MAX_SKIPPED_SHOWN
+        print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
+              + f'the summary counts the {_count(result["runs"], "other record")} ("skipped_lines": '
+                f'{len(summary.skipped)})', file=sys.stderr)
     person = not args.quiet and sys.stderr.isatty()
     if person:
         print(_summary_table(result), file=sys.stderr)
+    elif not result['runs']:
+        print(f'{prog}: warning: no runs: {" and ".join(args.summary)} hold{"s" * (len(args.summary) == 1)} no record',
+              file=sys.stderr)
     _emit_summary(result, person, None)
     _say_written(args)
-    return 0 if result['runs'] and result['ok'] == result['runs'] else 1
+    return 0 if result['runs'] and result['ok'] == result['runs'] and not summary.skipped else 1
+
+
+_MAX_SKIPPED_SHOWN = 10  # lines of broken JSON --summary names one by one; it counts the rest
 
 
 def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:
@@ -226,8 +239,10 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     report = Report(summary) if report_fd is not None else None
     view = _LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
     write_error: list[OSError] = []
+    statuses: set = set()  # the HTTP statuses the runs got
 
     def on_record(record: dict) -> None:
+        statuses.add((record['http'] or {}).get('status'))
         try:
             output.write(json.dumps(record, ensure_ascii=False) + '\n')
             output.flush()
@@ -255,6 +270,9 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     view.finish(result)
     _emit_summary(result, view.live, [args.output])
     _say_written(args)
+    unset_key = _unset_key_note(401 if 401 in statuses else None)
+    if unset_key and not args.quiet:
+        print(f'{prog}: note: {unset_key}', file=sys.stderr)
     if write_error:
         print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
               file=sys.stderr)
@@ -294,8 +312,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
-                fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
-            requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL)
+                fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed,
+                                   own_process=steps is not None and steps[0].processes > 1)
+            requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL,
+                                           served_model=_served_model)
             fd, capture_fd = _reserve_files(args)
             report_fd = _reserve_report(args, fd)
         except (UsageError, ValueError) as exc:
@@ -303,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
             print(f'{parser.prog}: error: {message}', file=sys.stderr)
             return 2
+        if not args.quiet and args.model is None and fixture is None:
+            print(f'{parser.prog}: note: model {requests[0].model}, the one GET {_models_request(requests[0]).url} '
+                  'lists', file=sys.stderr)
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if steps is not None:
@@ -314,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     checked = _checked_line(requests[0].spec, record)
     if checked and not args.quiet:
         print(f'{parser.prog}: {checked}', file=sys.stderr)
+    unset_key = _unset_key_note((record['http'] or {}).get('status'))
+    if unset_key and not args.quiet:
+        print(f'{parser.prog}: note: {unset_key}', file=sys.stderr)
     summary = {key: record[key] for key in ('ok', 'error_layer', 'error_kind', 'api', 'first_text_ms', 'duration_ms',
                                             'finish_reason', 'response_status', 'error')}
     _emit(json.dumps(summary, ensure_ascii=False))

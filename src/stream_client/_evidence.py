@@ -6,10 +6,13 @@ file without a valid record.
 """
 import itertools
 import json
+import math
 import os
+import re
 import signal
 
 from ._limits import UsageError
+from ._json import _seen
 from ._reader import Capture
 from ._summary import Summary
 from ._report import Report
@@ -63,6 +66,77 @@ def _is_record(value: object) -> bool:
     return isinstance(value, dict) and 'ok' in value and 'started_at' in value
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _or_null(check):
+    return lambda value: value is None or check(value)
+
+
+_STAMP = re.compile(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z')
+# What --summary, --report and --compare read of a record: each field, what it must hold, and whether a record
+# (an ok one, for OK_FIELDS) must have it. Checked before a record is counted, so that a record edited by hand or
+# written by another tool stops the reading with its file, line and field named, not a traceback.
+_NUMBER_OR_NULL = (_or_null(_number), 'a number or null')
+_TEXT_OR_NULL = (_or_null(lambda value: isinstance(value, str)), 'a string or null')
+_OBJECT_OR_NULL = (_or_null(lambda value: isinstance(value, dict)), 'an object or null')
+_BOOLEAN_OR_NULL = (_or_null(lambda value: isinstance(value, bool)), 'true, false or null')
+_RECORD_FIELDS = {
+    'ok': ((lambda value: isinstance(value, bool)), 'true or false'),
+    'started_at': ((lambda value: isinstance(value, str) and bool(_STAMP.fullmatch(value))),
+                   'a UTC time such as "2026-12-01T10:00:00.000Z"'),
+    'duration_ms': _NUMBER_OR_NULL, 'headers_ms': _NUMBER_OR_NULL, 'first_text_ms': _NUMBER_OR_NULL,
+    'error_layer': _TEXT_OR_NULL, 'error': _TEXT_OR_NULL, 'error_kind': _TEXT_OR_NULL,
+    'mean_event_gap_ms': _NUMBER_OR_NULL, 'max_event_gap_ms': _NUMBER_OR_NULL,
+    'event_gaps_ms': ((lambda value: isinstance(value, list) and all(map(_number, value))), 'a list of numbers'),
+    'content_events': (_integer, 'an integer'), 'completion_tokens': (_or_null(_integer), 'an integer or null'),
+    'run': (_integer, 'an integer'), 'offset_ms': (_number, 'a number'),
+    'source': ((lambda value: isinstance(value, str)), 'a string'), 'api': ((lambda value: isinstance(value, str)), 'a string'),
+    'model': _TEXT_OR_NULL, 'url': _TEXT_OR_NULL,
+    'request': _OBJECT_OR_NULL, 'load': _OBJECT_OR_NULL, 'cross_check': _OBJECT_OR_NULL,
+    'connection': _OBJECT_OR_NULL, 'http': _OBJECT_OR_NULL, 'client': _OBJECT_OR_NULL,
+    'load.id': _TEXT_OR_NULL, 'load.runs': (_integer, 'an integer'), 'load.rate': _NUMBER_OR_NULL,
+    'load.duration': _NUMBER_OR_NULL, 'load.step': (_or_null(_integer), 'an integer or null'),
+    'load.concurrency': (_or_null(_integer), 'an integer or null'), 'load.slo_target': _NUMBER_OR_NULL,
+    'load.slo': (_or_null(lambda value: isinstance(value, dict) and all(map(_number, value.values()))),
+                 'an object of numbers or null'),
+    'cross_check.same': _BOOLEAN_OR_NULL, 'cross_check.comparable': _BOOLEAN_OR_NULL,
+    'connection.stale': _BOOLEAN_OR_NULL, 'http.status': (_or_null(_integer), 'an integer or null'),
+    'request.expect_finish': _TEXT_OR_NULL, 'request.prompt_sha256': _TEXT_OR_NULL, 'client.version': _TEXT_OR_NULL,
+}
+_REQUIRED_FIELDS = ('ok', 'started_at', 'duration_ms', 'headers_ms', 'first_text_ms', 'error_layer', 'error')
+_OK_FIELDS = ('duration_ms', 'headers_ms', 'first_text_ms', 'event_gaps_ms', 'content_events', 'completion_tokens')
+
+
+def _record_problem(record: dict) -> str | None:
+    """Why a record cannot be counted: a field it lacks, or one that holds the wrong type; None when it can."""
+    for name in _REQUIRED_FIELDS + (_OK_FIELDS if record.get('ok') is True else ()):
+        if name not in record:
+            return f'the record has no "{name}"'
+    load = record.get('load')
+    if isinstance(load, dict) and load.get('id') is not None and 'runs' not in load:
+        return 'the record\'s "load" has an "id" but no "runs"'
+    if isinstance(load, dict) and load.get('step') is not None and not ('rate' in load and 'duration' in load):
+        return 'the record\'s "load" has a "step" but no "rate" or "duration"'
+    cross = record.get('cross_check')
+    if isinstance(cross, dict) and cross and not ('same' in cross and 'comparable' in cross):
+        return 'the record\'s "cross_check" has no "same" or "comparable"'
+    for name, (check, what) in _RECORD_FIELDS.items():
+        outer, _, inner = name.partition('.')
+        holder = record.get(outer) if inner else record
+        field = inner or outer
+        if isinstance(holder, dict) and field in holder and not check(holder[field]):
+            return f'"{name}" must be {what}, not {_seen(holder[field])}'
+    if record['ok'] and None in (record['duration_ms'], record['headers_ms'], record['first_text_ms']):
+        return 'an ok run has "duration_ms", "headers_ms" and "first_text_ms", but this one holds null'
+    return None
+
+
 def _load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
     """Saved evidence records, one per file; UsageError when one cannot be read, or when records of
     different sources mix and mixed_sources is not set."""
@@ -87,27 +161,42 @@ def _check_sources(sources: set, mixed_sources: bool, verb: str) -> None:
                          'and replay timings say nothing about a live model; add --mixed-sources to do it anyway')
 
 
-def iter_records(path: str):
+def iter_records(path: str, skipped: list | None = None):
     """The records of a saved evidence file: a JSON Lines file of a load, or one pretty-printed record.
-    UsageError names the line that is not a record."""
+    UsageError names the line (and the field) that is not a record. With ``skipped`` (a list), a line
+    that is not JSON at all, as a line cut by a crash or a full disk is, is left out and a line saying
+    so appended to the list; without it, that is a UsageError too."""
     try:
-        with open(path, encoding='utf-8') as file:
+        with open(path, 'rb') as file:  # each line decoded alone: a line cut inside a character spoils only itself
             first = file.readline()
-            if first.strip() == '{':  # one record, as a single run writes it
-                value = json.loads(first + file.read())
+            if first.strip() == b'{':  # one record, as a single run writes it
+                value = json.loads((first + file.read()).decode('utf-8'))
                 if not _is_record(value):
                     raise UsageError(f'{path} is not an evidence record')
+                problem = _record_problem(value)
+                if problem:
+                    raise UsageError(f'{path}: {problem}')
                 yield value
                 return
             for number, line in enumerate(itertools.chain([first], file), 1):
                 if not line.strip():
                     continue
                 try:
-                    value = json.loads(line)
-                except ValueError:
-                    value = None
+                    value = json.loads(line.rstrip(b'\r\n').decode('utf-8'))
+                except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+                    why = 'not UTF-8' if isinstance(exc, UnicodeDecodeError) else \
+                        f'{exc.msg.removesuffix(" at")} at column {exc.colno}' if isinstance(exc, json.JSONDecodeError) \
+                        else 'nested too deeply'
+                    broken = f'{path} line {number} is broken JSON ({why})'
+                    if skipped is None:
+                        raise UsageError(broken) from None
+                    skipped.append(f'{broken}: skipped')
+                    continue
                 if not _is_record(value):
                     raise UsageError(f'{path} line {number} is not an evidence record')
+                problem = _record_problem(value)
+                if problem:
+                    raise UsageError(f'{path} line {number}: {problem}')
                 yield value
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f'cannot read {path}: {getattr(exc, "strerror", None) or exc}') from None
@@ -118,12 +207,13 @@ def iter_records(path: str):
 def summarize(paths: list[str], mixed_sources: bool = False, report: bool = False, slos: tuple | None = None,
               slo_target: float | None = None) -> tuple[Summary, Report | None]:
     """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
-    (default: the bounds their loads were run with); UsageError for unreadable files, mixed sources
-    or loads run with different bounds."""
+    (default: the bounds their loads were run with); UsageError for unreadable files, records that
+    cannot be counted, mixed sources or loads run with different bounds. A line of broken JSON is
+    left out, and said so in the summary's ``skipped``."""
     summary = Summary(slos, slo_target)
     drawing = Report(summary) if report else None
     for path in paths:
-        for record in iter_records(path):
+        for record in iter_records(path, summary.skipped):
             summary.add(record)
             if drawing is not None:
                 drawing.add(record)

@@ -9,6 +9,7 @@ import collections
 import contextlib
 import dataclasses
 import http.server
+import ipaddress
 import json
 import math
 import os
@@ -18,9 +19,9 @@ import sys
 import threading
 import time
 import typing
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
-from ._limits import _failure, LAYERS, _preview, _shorten, UsageError, __version__
+from ._limits import _failure, _host_port, LAYERS, _preview, _shorten, UsageError, __version__
 from ._json import _seen
 from ._request import _DEFAULT_URL, PreparedRequest
 from ._record import _failed_record
@@ -352,6 +353,54 @@ def _one_line(status: int, text: str, problem: str) -> _Reply:
     return _Reply(status, 'text/plain; charset=utf-8', text + '\n', problem)
 
 
+# A Host field's value (RFC 9112 3.2, RFC 3986 3.2.2): a bracketed IPv6 address or a reg-name (an IPv4 address is one),
+# then an optional port.
+_HOST_VALUE = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::[0-9]*)?")
+
+
+def _own_origin(host: str, port: int | None, listening: tuple) -> bool:
+    """Whether an absolute form's http authority names this exporter: its port, and the address it listens on,
+    localhost when that is loopback, or any name when it listens on every address."""
+    own_host, own_port = listening[:2]
+    if (port if port is not None else 80) != own_port:
+        return False
+    own = ipaddress.ip_address(own_host)
+    if own.is_unspecified:
+        return True
+    try:
+        return ipaddress.ip_address(host) == own
+    except ValueError:
+        return own.is_loopback and host == 'localhost'
+
+
+def _origin_target(target: str, version: str, hosts: list[str], listening: tuple) -> str | _Reply:
+    """The path and query a request asks for, or the error to answer: RFC 9112 3.2, an HTTP/1.1 request
+    carries a Host line, and no request two, nor an invalid one (400); the absolute form (3.2.2), which a
+    server must accept, is taken for this exporter's own origin (its port, and its address or a name of it)
+    and answered 421 for another, since the exporter is not a proxy. ``listening`` is the server's
+    address. Sans-IO."""
+    if len(hosts) > 1:
+        return _one_line(400, f'{len(hosts)} Host header lines; a request carries one (RFC 9112 3.2)', 'bad_request')
+    if not hosts and version != 'HTTP/1.0':  # 1.1 and later minor versions
+        return _one_line(400, 'an HTTP/1.1 request needs a Host header (RFC 9112 3.2)', 'bad_request')
+    if hosts and not _HOST_VALUE.fullmatch(hosts[0].strip(' \t')):
+        return _one_line(400, f'invalid Host header {_preview(hosts[0])}', 'bad_request')
+    if target.startswith('/'):
+        return target
+    try:
+        parts = urlsplit(target)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a bracket left open, a port that is not a number
+        parts, host, port = None, None, None
+    if parts is None or parts.scheme.lower() != 'http' or not host or '@' in parts.netloc or '#' in target:
+        return _one_line(400, f'the request target {_preview(target)} is neither a path nor an http:// URL '
+                              'of this exporter', 'bad_request')
+    if not _own_origin(host, port, listening):
+        return _one_line(421, f'this exporter is not a proxy: it answers for http://{_host_port(*listening[:2])}/, '
+                              f'not for {_preview(parts.netloc)}', 'misdirected')
+    return (parts.path or '/') + (f'?{parts.query}' if parts.query else '')
+
+
 class Exporter:
     """The exporter without its server: its targets, the runs in flight, its counters and each target's
     last record. ``run_one(request)`` makes a run and returns its record; ``on_record(name,
@@ -481,7 +530,7 @@ class _ExporterHandler(http.server.BaseHTTPRequestHandler):
     server_version = f'stream-client-exporter/{__version__}'
     timeout = _EXPORTER_READ_TIMEOUT
     problems = {400: 'bad_request', 404: 'not_found', 405: 'method', 413: 'too_large', 414: 'too_large',
-                431: 'too_large'}
+                421: 'misdirected', 431: 'too_large'}
 
     def parse_request(self) -> bool:
         if not super().parse_request():
@@ -495,6 +544,12 @@ class _ExporterHandler(http.server.BaseHTTPRequestHandler):
         if self.headers.get('Content-Length', '0').strip() != '0' or 'Transfer-Encoding' in self.headers:
             self.send_error(413, 'a request to the exporter has no body')
             return False
+        target = _origin_target(self.path, self.request_version, self.headers.get_all('Host') or [],
+                                self.server.server_address)
+        if isinstance(target, _Reply):
+            self.send_error(target.status, target.body.strip())
+            return False
+        self.path = target
         return True
 
     def do_GET(self) -> None:

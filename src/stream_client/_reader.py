@@ -254,12 +254,17 @@ class UnstreamedReader:
             return
         self.error = self._heads.eof_failure() if self.head is None else self.body.eof_failure(incomplete_close)
 
-    def answer(self, api: str) -> Answer:
-        """The answer of the whole response; StreamError for a broken message, a status other than 200
-        (with the server's message) or a body that is not an answer of this API."""
+    def content(self) -> bytes:
+        """The whole body of a response with status 200; StreamError for a broken message or another status
+        (with the server's message)."""
         if self.error is not None:
             raise self.error
         body = b''.join(self._parts)
         if self.head.status != 200:
             raise _status_failure(self.head, body[:_MAX_ERROR_BODY])
-        return unstreamed_answer(api, body)
+        return body
+
+    def answer(self, api: str) -> Answer:
+        """The answer of the whole response; StreamError for a broken message, a status other than 200
+        (with the server's message) or a body that is not an answer of this API."""
+        return unstreamed_answer(api, self.content())

@@ -224,7 +224,7 @@ def _sweep_section(result: dict) -> str:
                '<th>duration p99 (ms)</th></tr>')
     for step in steps:
         first, duration = step['latency_ms']['first_text_ms'], step['latency_ms']['duration_ms']
-        cells = [step['rate'], step['achieved_rate'], step['runs'], step['ok'], step['good'], step['goodput_per_s'],
+        cells = [f'{step["rate"]:g} (cut)' if step['interrupted'] else step['rate'], step['achieved_rate'], step['runs'], step['ok'], step['good'], step['goodput_per_s'],
                  step['slo_attainment'], first and first['p50'], first and first['p99'], duration and duration['p99']]
         out.append('<tr>' + ''.join(f'<td class="n">{"-" if value is None else value}</td>' for value in cells) + '</tr>')
     return '\n'.join(out) + '</table>'

@@ -476,6 +476,20 @@ def _unstreamed_twin(request: PreparedRequest, body: dict) -> PreparedRequest:
                                                    headers, data))
 
 
+def _models_request(request: PreparedRequest) -> PreparedRequest:
+    """GET /v1/models beside the request's API path (a prefix kept: /proxy/v1/chat/completions asks
+    /proxy/v1/models; at the origin's /v1/models for a server mounted elsewhere), with the same key,
+    proxy, TLS and time bounds."""
+    suffix = next((suffix for suffix in _API_PATHS if request.path.endswith(suffix)), None)
+    path = (request.path[:-len(suffix)] if suffix else '') + '/v1/models'
+    headers = {name: value for name, value in request.headers.items() if name in ('User-Agent', 'Authorization')}
+    headers['Accept'] = 'application/json'
+    origin = f'{request.scheme}://{request.address}'
+    return dataclasses.replace(request, url=origin + path, path=path, body=b'', headers=headers, twin=None,
+                               wire=_render_request(request.scheme, request.host, request.port, path, headers, None,
+                                                    'GET'))
+
+
 class _Recorder:
     """Stands in for a socket: keeps what http.client sends."""
 
@@ -486,14 +500,16 @@ class _Recorder:
         self.sent += data
 
 
-def _render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes) -> bytes:
-    """The bytes of a POST request, formatted (and its header names and values checked) by http.client.
-    Done once per prepared request; every run sends these bytes on its own connection."""
+def _render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes | None,
+                    method: str = 'POST') -> bytes:
+    """The bytes of a request (a POST unless ``method`` says), formatted (and its header names and values
+    checked) by http.client. Done once per prepared request; every run sends these bytes on its own
+    connection."""
     connection_class = http.client.HTTPSConnection if scheme == 'https' else http.client.HTTPConnection
     conn = connection_class(host, port)
     conn.sock = _Recorder()  # http.client writes to a connection it is given, as it is
     try:
-        conn.request('POST', path, body=body, headers=headers)
+        conn.request(method, path, body=body, headers=headers)
     except ValueError as exc:  # http.client refuses a header value or path it cannot send
         raise ValueError(f'cannot send this request: {exc}') from None
     return bytes(conn.sock.sent)

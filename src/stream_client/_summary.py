@@ -130,6 +130,7 @@ class Summary:
         self.stale = 0                     # runs whose reused connection had been closed while idle
         self.single_runs = 0               # records of runs that were not part of a load
         self.pairs: collections.Counter = collections.Counter()  # --cross-check pairs, by what they showed
+        self.skipped: list[str] = []       # why each line of the files read that was broken JSON was left out
         self._second = ('', 0)  # the last whole second parsed from a started_at, and its epoch
 
     def epoch(self, started_at: str) -> float:
@@ -212,7 +213,7 @@ class Summary:
             return round(count / wall, 3) if wall > 0 else None
         return {
             'runs': self.runs, 'ok': self.ok, 'not_ok': self.runs - self.ok,
-            'planned_runs': sum(self.planned.values()) + self.single_runs,
+            'planned_runs': sum(self.planned.values()) + self.single_runs, 'skipped_lines': len(self.skipped),
             'stale_connection_failures': self.stale,
             'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
             'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
@@ -254,7 +255,10 @@ class _Step:
     def result(self, number: int) -> dict:
         whole = self.summary.result()
         scheduled = whole['planned_runs']
-        return {'step': number, 'rate': self.rate, 'duration_s': self.duration, 'scheduled_runs': scheduled,
+        # cut by a signal (or a failed write): runs ended interrupted, or fewer started than were scheduled
+        cut = whole['runs'] < scheduled or 'interrupted' in whole['not_ok_by_kind']
+        return {'step': number, 'rate': self.rate, 'duration_s': self.duration, 'interrupted': cut,
+                'scheduled_runs': scheduled,
                 'scheduled_rate': round(scheduled / self.duration, 3), 'achieved_rate': round(self.on_time / self.duration, 3),
                 'runs': whole['runs'], 'ok': whole['ok'], 'good': whole['good'],
                 'goodput_per_s': round(whole['good'] / self.duration, 3), 'slo_attainment': whole['slo_attainment'],
@@ -266,9 +270,15 @@ class _Step:
 def _saturation_step(steps: list[dict], target: float) -> dict:
     """The highest rate under capacity: walking up the rates, each step must keep its attainment at or
     above target and start its runs within RATE_TOLERANCE of its schedule's rate. Says which condition
-    the first step past it failed."""
+    the first step past it failed. A step the sweep was cut in (and any after it) is not judged: its
+    runs were interrupted, not slow."""
     under, exceeded, why = None, None, None
     for step in steps:
+        if step['interrupted']:
+            before = ('every whole step before it met the target' if under is not None
+                      else 'no whole step came before it')
+            why = f'the sweep was cut during the step at {step["rate"]:g} runs/s, which is not judged; {before}'
+            return {'rate': under, 'exceeded_at': None, 'why': why}
         problems = []
         if step['slo_attainment'] is None or step['slo_attainment'] < target:
             problems.append(f'attainment {step["slo_attainment"]} is under the target {target}')
@@ -312,7 +322,10 @@ _TERMINAL_COLUMNS = 80  # the width the tables for a person fit in
 
 def _summary_table(result: dict) -> str:
     """The summary for a person, within TERMINAL_COLUMNS: counts, kinds of failure, the latency of ok runs."""
-    lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)]
+    skipped = [f'{_count(result["skipped_lines"], "line")} of broken JSON skipped'] if result['skipped_lines'] else []
+    if not result['runs']:
+        return '\n'.join(['no runs: no record to summarize'] + skipped)
+    lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)] + skipped
     if result['stale_connection_failures']:
         lines.append(f'stale connections: {result["stale_connection_failures"]} runs on a kept connection that was '
                      'closed while idle')
@@ -361,7 +374,7 @@ def _goodput_lines(result: dict) -> list[str]:
         cells = f'{first["p50"]:15.1f}{first["p99"]:8.1f}' if first else f'{"-":>15}{"-":>8}'
         attain = '-' if step['slo_attainment'] is None else f'{step["slo_attainment"]:.3f}'
         lines.append(f'{step["rate"]:8g}{step["achieved_rate"]:10g}{step["runs"]:6d}{step["ok"]:6d}{step["good"]:6d}'
-                     f'{step["goodput_per_s"]:8g}{attain:>8}' + cells)
+                     f'{step["goodput_per_s"]:8g}{attain:>8}' + cells + ('  cut' if step['interrupted'] else ''))
     saturation = result['saturation']
     under = 'at no step' if saturation['rate'] is None else f'up to {saturation["rate"]:g} runs/s'
     past = '' if saturation['exceeded_at'] is None else f'at {saturation["exceeded_at"]:g} runs/s '

@@ -5,6 +5,7 @@ with ``--cross-check`` it then sends the unstreamed twin. ``stream()`` is the
 guide's one-call interface.
 """
 import contextlib
+import dataclasses
 import encodings.idna  # noqa: F401 -- the first connect() of a process needs it; imported here, not in the timed run
 import ipaddress
 import socket
@@ -106,12 +107,14 @@ def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel:
         if x.timeline.ended is None:  # not ended by the message's last bytes
             x.timeline.ended = time.perf_counter()
     if request.twin is not None and interrupted is None:
+        twin_started = time.perf_counter()
         try:
             x.cross_check = _cross_check(x, cancel)
         except KeyboardInterrupt as exc:
             interrupted = getattr(exc, 'signal_name', 'SIGINT')
-            x.cross_check = cross_check_record(_streamed_answer(x.reader.validator), None, None,
-                                               f'interrupted by {interrupted} during the unstreamed request')
+            x.cross_check = {**cross_check_record(_streamed_answer(x.reader.validator), None, None,
+                                                  f'interrupted by {interrupted} during the unstreamed request'),
+                             **_twin_stamps(x, twin_started)}
     record = _build_record(x)
     if interrupted:
         raise Interrupted(interrupted, record)
@@ -121,18 +124,33 @@ def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel:
 def _cross_check(x: _Exchange, cancel: Cancel | None) -> dict:
     """Send the unstreamed twin of a streamed run that got an answer with status 200, and compare."""
     if x.reader.head is None or x.reader.head.status != 200:
-        return compare_twin(x.reader, None, x.request)
+        return {**compare_twin(x.reader, None, x.request), 'unstreamed_started_ms': None, 'unstreamed_ended_ms': None}
+    started = time.perf_counter()
     with x.gate.released():
-        twin = _fetch_unstreamed(_Exchange(x.request.twin, cancel=cancel))
-    return compare_twin(x.reader, twin, x.request)
+        twin = _fetch_unstreamed(_twin_exchange(x, cancel))
+    return {**compare_twin(x.reader, twin, x.request), **_twin_stamps(x, started)}
+
+
+def _twin_exchange(x: _Exchange, cancel: Cancel | None) -> _Exchange:
+    """The twin's exchange, inside the run's bounds: the run's idle timeout and deadline (which a caller such
+    as the exporter may have cut) on the run's own clock, so that --deadline bounds the pair as a whole."""
+    twin = _Exchange(dataclasses.replace(x.request.twin, idle=x.request.idle, deadline=x.request.deadline),
+                     cancel=cancel)
+    twin.timeline = x.timeline
+    return twin
+
+
+def _twin_stamps(x: _Exchange, started: float) -> dict:
+    """When the twin began (``started``, before its connection) and ended, in ms on the run's clock (from
+    before the streamed request's connection), as the record's other stamps are."""
+    return {'unstreamed_started_ms': x.timeline.ms(started), 'unstreamed_ended_ms': x.timeline.ms(time.perf_counter())}
 
 
 def _fetch_unstreamed(x: _Exchange) -> UnstreamedReader:
-    """Send an unstreamed request on a connection of its own and read its whole response, under the same
-    time bounds as a run; a failure ends up as the reader's error."""
+    """Send an unstreamed request on a connection of its own and read its whole response, under the time
+    bounds of the exchange's clock (a twin's is its run's); a failure ends up as the reader's error."""
     reader, connection = UnstreamedReader(), None
     try:
-        x.timeline.start()
         connection = _connect(x)
         x.phase = _Phase.REQUEST
         connection.sock.settimeout(_wait(x))
