@@ -25,7 +25,7 @@ _json          strict JSON: ``strict_json()``
 _ecma          ECMA-262 regular expressions, for JSON Schema's pattern keyword
 _schema        ``JsonSchema``, drafts 2020-12 and 7 (docs/json-schema.md)
 _dialects      a server's known departures from its vendor's protocol, as data:
-               ``Dialect``, ``DIALECTS`` (strict, llama.cpp, tgi), each rule with its proof
+               ``Dialect``, ``DIALECTS`` (strict, llama.cpp, tgi, litellm), each rule with its proof
 _validator     the protocol seam, sans-IO: ``StreamValidator`` takes event data
                through ``accept()`` and gives the ``Pieces`` out, with the
                outcome rules the APIs share (``outcome()``); ``AnswerSpec``
@@ -1670,6 +1670,7 @@ def _one_of_problem(nodes: list[_Node], value, path, seen, scope) -> str | None:
 _RESPONSES_UNNUMBERED = 'responses_unnumbered'
 _MESSAGES_BLOCKS_OVERLAP = 'messages_blocks_overlap'
 _CALLS_WITHOUT_FINISH = 'calls_without_finish'
+_RESPONSES_UNTYPED = 'responses_untyped'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1728,6 +1729,16 @@ DIALECTS = {dialect.name: dialect for dialect in (
              'as usual',
              'text-generation-inference router/src/chat.rs: ChatState::push, StreamState::Tool back to Buffering'),
     )),
+    Dialect('litellm', 'the LiteLLM proxy (a gateway in front of any of these servers)', (
+        DialectRule(_RESPONSES_UNTYPED, 'responses',
+             'Responses events come without an event: line (their type is in the data only), and data: [DONE] '
+             'follows the terminal event, as on chat: the proxy writes every route\'s stream the same way',
+             'the data\'s type stands for the missing event field (an event line that is there must still agree); '
+             'after the terminal event one data: [DONE] and nothing else; every other rule of the vendor '
+             'protocol holds, sequence numbers and closing copies included',
+             'LiteLLM proxy 1.108.7 in front of vLLM 0.32, as captured (testdata/litellm-1.108.7): the proxy\'s '
+             'stream generator writes each chunk as data: JSON and ends every stream with data: [DONE]'),
+    )),
 )}
 
 
@@ -1742,8 +1753,10 @@ def _dialect_named(name: str | None) -> Dialect | None:
 
 def _detect_dialect(header: typing.Callable[[str], str | None]) -> tuple[Dialect, str] | None:
     """The dialect a response head shows (``header`` gives a header's value by name), with what showed
-    it: llama-server's ``Server: llama.cpp``, TGI's ``x-compute-type``. None when nothing does (the
-    vendor rules then hold)."""
+    it: LiteLLM's ``x-litellm-version``, llama-server's ``Server: llama.cpp``, TGI's ``x-compute-type``. None
+    when nothing does (the vendor rules then hold)."""
+    if header('x-litellm-version') is not None:  # the proxy re-encodes what it relays: its dialect first
+        return DIALECTS['litellm'], 'the x-litellm-version header (LiteLLM)'
     products = [token.split('/')[0] for token in (header('server') or '').lower().split()]
     if 'llama.cpp' in products:  # a product token of the Server header (RFC 9110, 10.2.4)
         return DIALECTS['llama.cpp'], 'the Server header (llama.cpp)'
@@ -2132,6 +2145,8 @@ class StreamValidator:
             raise _failure('event_after_terminal', f'event {_preview(kind)} after {ended_by}')
         self.data_events += 1
         body = self._load_object(data)
+        if kind == 'message' and isinstance(body.get('type'), str) and self.dialect.allows(_RESPONSES_UNTYPED):
+            kind = body['type']  # no event: line; its type is the data's (the litellm dialect)
         if body.get('type') != kind:
             raise _failure('event_type_mismatch', f'event {self.data_events}: its event field says {_preview(kind)} but '
                                                   f'its data says type {_shorten(repr(body.get("type")))}')
@@ -2449,6 +2464,7 @@ class ResponseEvents(StreamValidator):
         self.status: str | None = None
         self.incomplete_reason: str | None = None
         self._sequence = 0
+        self.done_marker = False  # the litellm dialect's data: [DONE] after the terminal event came
         self._item_keys: dict = {}  # an item's id (a function call's call_id without one) to its output_index
 
     @property
@@ -2457,6 +2473,9 @@ class ResponseEvents(StreamValidator):
 
     def accept(self, event: tuple[str, str]) -> Pieces:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
+        if self._done_marker_allowed(event):
+            self.done_marker = True
+            return _NOTHING
         kind, body = self._typed_body(event, f'the terminal event {self.terminal_event}')
         sequence = body.get('sequence_number')
         unnumbered = self.dialect.allows(_RESPONSES_UNNUMBERED)
@@ -2501,6 +2520,11 @@ class ResponseEvents(StreamValidator):
             parts = self.items[index].parts
             body['content_index'] = len(parts) if kind.endswith('_part.added') else max(len(parts) - 1, 0)
         return body
+
+    def _done_marker_allowed(self, event: tuple[str, str]) -> bool:
+        """Whether this is the one data: [DONE] the litellm dialect sends after the terminal event."""
+        return (self.done and not self.done_marker and event == ('message', '[DONE]')
+                and self.dialect.allows(_RESPONSES_UNTYPED))
 
     def _take_created(self, body: dict) -> Pieces:
         if self.created:
@@ -4452,7 +4476,7 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     ``tools`` (in the chat-completions shape) and ``tool_choice`` (auto, required, none or a
     tool's name; auto by default) ask for tool calls; ``json_schema`` asks for a JSON answer.
     ``trust_env`` honours HTTPS_PROXY and NO_PROXY (see proxy_from_environment()).
-    ``dialect`` names the server's known departures from its vendor's protocol (strict, llama.cpp, tgi:
+    ``dialect`` names the server's known departures from its vendor's protocol (strict, llama.cpp, tgi, litellm:
     docs/dialects.md); without it they are detected from the response.
     ``cross_check`` builds the unstreamed twin too (``twin``), and asks both for token ids where the
     API returns them; it needs temperature 0 or a ``seed`` in ``extra``.

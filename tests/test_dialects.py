@@ -112,12 +112,67 @@ class DialectTests(unittest.TestCase):
         self.assertEqual((verdict.ok, verdict.kind), (False, 'tool_arguments_schema'), verdict.message)
 
     def test_every_rule_states_its_proof_and_source(self):
-        self.assertEqual(list(stream_client.DIALECTS), ['strict', 'llama.cpp', 'tgi'])
+        self.assertEqual(list(stream_client.DIALECTS), ['strict', 'llama.cpp', 'tgi', 'litellm'])
         self.assertEqual(stream_client.DIALECTS['strict'].rules, ())
         for dialect in stream_client.DIALECTS.values():
             for rule in dialect.rules:
                 with self.subTest(rule.name):
                     self.assertTrue(rule.departs and rule.proof)
-                    self.assertRegex(rule.source, r'(server-task\.cpp|chat\.rs)')
-        with self.assertRaisesRegex(ValueError, 'dialect must be one of strict, llama.cpp, tgi'):
+                    self.assertRegex(rule.source, r'(server-task\.cpp|chat\.rs|testdata/litellm)')
+        with self.assertRaisesRegex(ValueError, 'dialect must be one of strict, llama.cpp, tgi, litellm'):
             stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'tiny', 'hi', dialect='ollama')
+
+
+LITELLM_RESPONSES = HERE / 'testdata' / 'litellm-1.108.7' / 'e3_responses_budget.http'
+
+
+def litellm_responses(finished: bool = False) -> tuple[bytes, list[bytes]]:
+    """LiteLLM's real Responses stream (its budget cut it) as a head and events; ``finished``: the same
+    stream as it would end had the model stopped by itself (status "completed", no incomplete_details)."""
+    head, body = split_capture(LITELLM_RESPONSES)
+    head = b'\r\n'.join(line for line in head.split(b'\r\n') if line and not line.lower().startswith(b'transfer-'))
+    events = [event + b'\n\n' for event in dechunk(body).split(b'\n\n') if event]
+    if finished:
+        events[-2] = events[-2].replace(b'"incomplete_details":{"reason":"max_output_tokens"}',
+                                        b'"incomplete_details":null').replace(b'"status":"incomplete"',
+                                                                              b'"status":"completed"')
+    return head + b'\r\n', events
+
+
+def judge_litellm(head: bytes, events: list[bytes], dialect: str | None = None) -> tuple[stream_client.Verdict, dict]:
+    request = stream_client.prepare('http://127.0.0.1:9/v1/responses', 'tiny', 'hi', max_tokens=16, dialect=dialect)
+    reader = stream_client.ResponseReader(request.new_validator())
+    body = b''.join(events)
+    reader.feed(head + b'Content-Length: %d\r\n\r\n' % len(body) + body)
+    reader.eof()
+    return stream_client.judge(reader, None, None), reader.validator.fields()
+
+
+class LiteLLMDialectTests(unittest.TestCase):
+    """LiteLLM's Responses stream: no event: lines, and data: [DONE] after response.completed."""
+
+    def test_the_real_stream_is_judged_by_its_answer_under_the_detected_dialect(self):
+        head, events = litellm_responses()
+        self.assertEqual((events[0][:6], events[-1]), (b'data: ', b'data: [DONE]\n\n'))  # no event: line
+        verdict, fields = judge_litellm(head, events)
+        self.assertEqual((verdict.ok, verdict.kind, fields['dialect']), (False, 'budget_exhausted', 'litellm'))
+        self.assertIn('dialect litellm detected from the x-litellm-version header (LiteLLM)', fields['notes'])
+        verdict, _ = judge_litellm(head, events, 'strict')
+        self.assertEqual(verdict.kind, 'event_type_mismatch')
+
+    def test_a_finished_stream_is_ok_with_or_without_its_done_and_never_when_cut(self):
+        head, events = litellm_responses(finished=True)
+        for kept in (events, events[:-1]):
+            verdict, fields = judge_litellm(head, kept)
+            self.assertEqual((verdict.ok, fields['dialect']), (True, 'litellm'), verdict.message)
+        for cut in range(1, len(events) - 1):
+            with self.subTest(cut=cut):
+                self.assertFalse(judge_litellm(head, events[:cut])[0].ok)
+
+    def test_only_one_done_after_the_terminal_event_and_a_present_event_line_must_agree(self):
+        head, events = litellm_responses(finished=True)
+        for extra, kind in ((b'data: [DONE]\n\n', 'event_after_terminal'), (events[3], 'event_after_terminal')):
+            with self.subTest(extra=extra[:20]):
+                self.assertEqual(judge_litellm(head, events + [extra])[0].kind, kind)
+        wrong = events[:2] + [b'event: response.completed\n' + events[2]] + events[3:]
+        self.assertEqual(judge_litellm(head, wrong)[0].kind, 'event_type_mismatch')

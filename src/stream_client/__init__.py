@@ -24,7 +24,7 @@ _json          strict JSON: ``strict_json()``
 _ecma          ECMA-262 regular expressions, for JSON Schema's pattern keyword
 _schema        ``JsonSchema``, drafts 2020-12 and 7 (docs/json-schema.md)
 _dialects      a server's known departures from its vendor's protocol, as data:
-               ``Dialect``, ``DIALECTS`` (strict, llama.cpp, tgi), each rule with its proof
+               ``Dialect``, ``DIALECTS`` (strict, llama.cpp, tgi, litellm), each rule with its proof
 _validator     the protocol seam, sans-IO: ``StreamValidator`` takes event data
                through ``accept()`` and gives the ``Pieces`` out, with the
                outcome rules the APIs share (``outcome()``); ``AnswerSpec``

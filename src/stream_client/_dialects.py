@@ -14,6 +14,7 @@ import typing
 _RESPONSES_UNNUMBERED = 'responses_unnumbered'
 _MESSAGES_BLOCKS_OVERLAP = 'messages_blocks_overlap'
 _CALLS_WITHOUT_FINISH = 'calls_without_finish'
+_RESPONSES_UNTYPED = 'responses_untyped'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +73,16 @@ DIALECTS = {dialect.name: dialect for dialect in (
              'as usual',
              'text-generation-inference router/src/chat.rs: ChatState::push, StreamState::Tool back to Buffering'),
     )),
+    Dialect('litellm', 'the LiteLLM proxy (a gateway in front of any of these servers)', (
+        DialectRule(_RESPONSES_UNTYPED, 'responses',
+             'Responses events come without an event: line (their type is in the data only), and data: [DONE] '
+             'follows the terminal event, as on chat: the proxy writes every route\'s stream the same way',
+             'the data\'s type stands for the missing event field (an event line that is there must still agree); '
+             'after the terminal event one data: [DONE] and nothing else; every other rule of the vendor '
+             'protocol holds, sequence numbers and closing copies included',
+             'LiteLLM proxy 1.108.7 in front of vLLM 0.32, as captured (testdata/litellm-1.108.7): the proxy\'s '
+             'stream generator writes each chunk as data: JSON and ends every stream with data: [DONE]'),
+    )),
 )}
 
 
@@ -86,8 +97,10 @@ def _dialect_named(name: str | None) -> Dialect | None:
 
 def _detect_dialect(header: typing.Callable[[str], str | None]) -> tuple[Dialect, str] | None:
     """The dialect a response head shows (``header`` gives a header's value by name), with what showed
-    it: llama-server's ``Server: llama.cpp``, TGI's ``x-compute-type``. None when nothing does (the
-    vendor rules then hold)."""
+    it: LiteLLM's ``x-litellm-version``, llama-server's ``Server: llama.cpp``, TGI's ``x-compute-type``. None
+    when nothing does (the vendor rules then hold)."""
+    if header('x-litellm-version') is not None:  # the proxy re-encodes what it relays: its dialect first
+        return DIALECTS['litellm'], 'the x-litellm-version header (LiteLLM)'
     products = [token.split('/')[0] for token in (header('server') or '').lower().split()]
     if 'llama.cpp' in products:  # a product token of the Server header (RFC 9110, 10.2.4)
         return DIALECTS['llama.cpp'], 'the Server header (llama.cpp)'

@@ -414,7 +414,7 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     ``tools`` (in the chat-completions shape) and ``tool_choice`` (auto, required, none or a
     tool's name; auto by default) ask for tool calls; ``json_schema`` asks for a JSON answer.
     ``trust_env`` honours HTTPS_PROXY and NO_PROXY (see proxy_from_environment()).
-    ``dialect`` names the server's known departures from its vendor's protocol (strict, llama.cpp, tgi:
+    ``dialect`` names the server's known departures from its vendor's protocol (strict, llama.cpp, tgi, litellm:
     docs/dialects.md); without it they are detected from the response.
     ``cross_check`` builds the unstreamed twin too (``twin``), and asks both for token ids where the
     API returns them; it needs temperature 0 or a ``seed`` in ``extra``.

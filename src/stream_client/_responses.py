@@ -7,7 +7,7 @@ import json
 
 from ._limits import _failure, _preview, _shorten
 from ._sse import TypedEvents
-from ._dialects import Dialect, _RESPONSES_UNNUMBERED
+from ._dialects import Dialect, _RESPONSES_UNNUMBERED, _RESPONSES_UNTYPED
 from ._validator import AnswerSpec, _NOTHING, Pieces, StreamValidator, ToolCall
 from ._chat import _token_count
 
@@ -72,6 +72,7 @@ class ResponseEvents(StreamValidator):
         self.status: str | None = None
         self.incomplete_reason: str | None = None
         self._sequence = 0
+        self.done_marker = False  # the litellm dialect's data: [DONE] after the terminal event came
         self._item_keys: dict = {}  # an item's id (a function call's call_id without one) to its output_index
 
     @property
@@ -80,6 +81,9 @@ class ResponseEvents(StreamValidator):
 
     def accept(self, event: tuple[str, str]) -> Pieces:
         """Apply one (type, data) event; return the answer text, reasoning text and tool-call piece it carried."""
+        if self._done_marker_allowed(event):
+            self.done_marker = True
+            return _NOTHING
         kind, body = self._typed_body(event, f'the terminal event {self.terminal_event}')
         sequence = body.get('sequence_number')
         unnumbered = self.dialect.allows(_RESPONSES_UNNUMBERED)
@@ -124,6 +128,11 @@ class ResponseEvents(StreamValidator):
             parts = self.items[index].parts
             body['content_index'] = len(parts) if kind.endswith('_part.added') else max(len(parts) - 1, 0)
         return body
+
+    def _done_marker_allowed(self, event: tuple[str, str]) -> bool:
+        """Whether this is the one data: [DONE] the litellm dialect sends after the terminal event."""
+        return (self.done and not self.done_marker and event == ('message', '[DONE]')
+                and self.dialect.allows(_RESPONSES_UNTYPED))
 
     def _take_created(self, body: dict) -> Pieces:
         if self.created:

@@ -14,7 +14,7 @@ from ._limits import (
 from ._sse import Events
 from ._json import strict_json
 from ._schema import JsonSchema
-from ._dialects import Dialect, _STRICT
+from ._dialects import Dialect, _RESPONSES_UNTYPED, _STRICT
 
 
 _TOOL_CHOICES = ('auto', 'required', 'none')  # or the name of one tool
@@ -380,6 +380,8 @@ class StreamValidator:
             raise _failure('event_after_terminal', f'event {_preview(kind)} after {ended_by}')
         self.data_events += 1
         body = self._load_object(data)
+        if kind == 'message' and isinstance(body.get('type'), str) and self.dialect.allows(_RESPONSES_UNTYPED):
+            kind = body['type']  # no event: line; its type is the data's (the litellm dialect)
         if body.get('type') != kind:
             raise _failure('event_type_mismatch', f'event {self.data_events}: its event field says {_preview(kind)} but '
                                                   f'its data says type {_shorten(repr(body.get("type")))}')
