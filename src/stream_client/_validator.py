@@ -380,7 +380,8 @@ class StreamValidator:
             raise _failure('event_after_terminal', f'event {_preview(kind)} after {ended_by}')
         self.data_events += 1
         body = self._load_object(data)
-        if kind == 'message' and isinstance(body.get('type'), str) and self.dialect.allows(_RESPONSES_UNTYPED):
+        if (kind == 'message' and self.api == 'responses' and isinstance(body.get('type'), str)
+                and self.dialect.allows(_RESPONSES_UNTYPED)):
             kind = body['type']  # no event: line; its type is the data's (the litellm dialect)
         if body.get('type') != kind:
             raise _failure('event_type_mismatch', f'event {self.data_events}: its event field says {_preview(kind)} but '
