@@ -150,6 +150,11 @@ def _parser() -> _OneLineParser:
     load.add_argument('--prompts', metavar='FILE',
                       help='JSON Lines of prompts, each a string or {"prompt", "system", "max_tokens"}; '
                            'the runs cycle through them')
+    load.add_argument('--sessions', metavar='FILE',
+                      help='multi-turn agent sessions: JSON Lines, one conversation per line ({"id", "turns", '
+                           '"system", "tools", "tool_results", ...}), or a ShareGPT JSON array; each request is one '
+                           'run, the history is what came back, a run not ok ends its session. --concurrency and '
+                           '--rate count sessions, --runs caps them (docs/workloads.md)')
     out = parser.add_argument_group('where the evidence goes')
     out.add_argument('--output', metavar='FILE',
                      help='new file for the evidence (required): one JSON record, or with many runs one record '
