@@ -8,7 +8,7 @@ import unittest
 
 import fixture_server
 from stream_client import _Conversation, _parse_sessions, UsageError
-from .support import Fixture, run_cli, URL_PATHS
+from .support import Fixture, HERE, run_cli, URL_PATHS
 
 SESSION_APIS = ('chat', 'messages', 'responses')
 RESULTS = [{'temp': 20}, 'sunny']  # get_weather's results, consumed in order (the last repeats)
@@ -160,6 +160,16 @@ class SessionLoadTests(unittest.TestCase):
             runs = sorted((r for r in records if r['session'] == f's{number}'), key=lambda r: (r['turn'], r['round']))
             self.assertEqual([r['connection']['request_on_connection'] for r in runs], [1, 2, 3, 4])
             self.assertEqual(len({r['connection']['local_port'] for r in runs}), 1)
+
+    def test_the_readme_session_command_runs(self):
+        line = next(line for line in (HERE / 'README.md').read_text(encoding='utf-8').splitlines()
+                    if '--sessions' in line and line.startswith('python3 stream_client.py'))
+        args = line.split()[2:]
+        args[args.index('--sessions') + 1] = str(HERE / args[args.index('--sessions') + 1])
+        done = run_cli(*args, cwd=self.folder, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        sessions = json.loads(done.stdout)['sessions']
+        self.assertEqual((sessions['sessions'], sessions['ok'], sessions['runs'], sessions['turns']), (4, 4, 24, 12))
 
     def test_runs_caps_the_sessions_and_rate_records_how_late_each_session_started(self):
         path = self.sessions_file(5, turns=1)
