@@ -1782,6 +1782,7 @@ class StreamValidator:
         self.content_events = 0
         self.done = False
         self.completion_tokens: int | None = None
+        self.prompt_tokens: int | None = None  # the usage's count of the prompt, as the server reports it
         self.response_id: str | None = None
         self.token_ids: list[int] | None = None  # the generated token ids, when the server sends them
         self.tokens_per_event: list[int] = []     # how many each event that carried any had
@@ -1958,7 +1959,8 @@ class StreamValidator:
     def fields(self) -> dict:
         """The record's fields that this API decides."""
         return {'text': self.text, 'reasoning_text': self.reasoning, 'done': self.done,
-                'completion_tokens': self.completion_tokens, 'content_events': self.content_events,
+                'completion_tokens': self.completion_tokens, 'prompt_tokens': self.prompt_tokens,
+                'content_events': self.content_events,
                 'data_events': self.data_events, 'response_id': self.response_id,
                 'response_status': None, 'incomplete_reason': None, 'answer_kind': self.answer_kind,
                 'tool_calls': [call.record(self.spec) for call in self.calls],
@@ -2028,6 +2030,13 @@ def _describe_server_error(error: dict, said: tuple[str, ...] = ()) -> str:
     return f'{message!r}' + (f' ({kind})' if kind else '')
 
 
+def _reported_count(usage: object, key: str) -> int | None:
+    """A count the usage reports for the record alone (the prompt's tokens): a non-negative integer, else
+    None. Nothing is judged on it."""
+    count = usage.get(key) if isinstance(usage, dict) else None
+    return count if type(count) is int and count >= 0 else None
+
+
 # ==== src/stream_client/_chat.py ====
 # Chat completions and completions chunks, as a grammar (docs/apis.md).
 #
@@ -2072,6 +2081,7 @@ class _ChoiceChunks(StreamValidator):
         usage = chunk.get('usage')
         if usage is not None:
             self.completion_tokens = _token_count(usage, 'completion_tokens')
+            self.prompt_tokens = _reported_count(usage, 'prompt_tokens')
         choices = chunk.get('choices')
         if choices is None or choices == []:
             return _NOTHING
@@ -2493,6 +2503,7 @@ class ResponseEvents(StreamValidator):
         self.incomplete_reason = reason if isinstance(reason, str) else None
         if response.get('usage') is not None:
             self.completion_tokens = _token_count(response['usage'], 'output_tokens')
+            self.prompt_tokens = _reported_count(response['usage'], 'input_tokens')
         output = response.get('output') if isinstance(response.get('output'), list) else []
         self._check_same(kind, _output_text(output), self.text)
         self._check_output_calls(kind, output)
@@ -2646,6 +2657,8 @@ class MessagesEvents(StreamValidator):
         message = body.get('message')
         if isinstance(message, dict) and isinstance(message.get('id'), str):
             self.response_id = message['id']
+        if isinstance(message, dict):
+            self.prompt_tokens = _reported_count(message.get('usage'), 'input_tokens')
         return _NOTHING
 
     def _take_block_start(self, body: dict) -> Pieces:
@@ -2731,6 +2744,8 @@ class MessagesEvents(StreamValidator):
         self.state, self.stop_reason = 'finishing', reason or self.stop_reason
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')
+            reported = _reported_count(body['usage'], 'input_tokens')
+            self.prompt_tokens = self.prompt_tokens if reported is None else reported
         return _NOTHING
 
     def _take_message_stop(self, body: dict) -> Pieces:
@@ -4772,6 +4787,7 @@ def _build_record(x: _Exchange) -> dict:
         'unchecked_schema_keywords': request.spec.unchecked(),
         'done': answer['done'],
         'completion_tokens': answer['completion_tokens'],
+        'prompt_tokens': answer['prompt_tokens'],
         'content_events': answer['content_events'],
         'data_events': answer['data_events'],
         'headers_ms': timeline.ms(timeline.headers_at),

@@ -671,8 +671,10 @@ class AgentModeTests(unittest.TestCase):
                                                 'synthetic-fixture', 'x', tools=fixture_server.TOOLS)
                 request = with_body(request, {**json.loads(request.body), **AFTER_TOOL_RESULT[api]})
                 capture = stream_client.Capture()
-                self.assertTrue(stream_client.run(request, capture=capture)['ok'])
+                record = stream_client.run(request, capture=capture)
+                self.assertTrue(record['ok'])
                 expected = fixture_server.prompt_tokens(api, json.loads(request.body))
+                self.assertEqual(record['prompt_tokens'], expected)  # the record keeps the server's count
                 usage = re.findall(rb'"(?:prompt|input)_tokens":(\d+)', capture.data)
                 self.assertTrue(usage)
                 self.assertEqual({int(n) for n in usage}, {expected})

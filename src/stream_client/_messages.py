@@ -6,7 +6,7 @@ and stop, then ``message_delta`` and ``message_stop``.
 
 from ._limits import _failure, _shorten, StreamError
 from ._sse import TypedEvents
-from ._validator import AnswerSpec, _NOTHING, Pieces, StreamValidator
+from ._validator import AnswerSpec, _NOTHING, Pieces, _reported_count, StreamValidator
 from ._chat import _token_count
 from ._responses import _Part
 
@@ -78,6 +78,8 @@ class MessagesEvents(StreamValidator):
         message = body.get('message')
         if isinstance(message, dict) and isinstance(message.get('id'), str):
             self.response_id = message['id']
+        if isinstance(message, dict):
+            self.prompt_tokens = _reported_count(message.get('usage'), 'input_tokens')
         return _NOTHING
 
     def _take_block_start(self, body: dict) -> Pieces:
@@ -163,6 +165,8 @@ class MessagesEvents(StreamValidator):
         self.state, self.stop_reason = 'finishing', reason or self.stop_reason
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')
+            reported = _reported_count(body['usage'], 'input_tokens')
+            self.prompt_tokens = self.prompt_tokens if reported is None else reported
         return _NOTHING
 
     def _take_message_stop(self, body: dict) -> Pieces:
