@@ -1080,6 +1080,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         settings = self.server
         api = API_PATHS.get(self.path)
+        if self.path == '/tokenize' and settings.tokenize:
+            self._tokenize()
+            return
         if api is None:
             self._send_error(404, f'only {", ".join(API_PATHS)} are served', 'NotFoundError', keep_alive=False)
             return
@@ -1132,7 +1135,19 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._answer(MODES[mode](profile), profile, origin)
 
-    def _read_request(self) -> dict | None:
+    def _tokenize(self) -> None:
+        """POST /tokenize as vLLM answers it, with the fixture's tokenizer (count_tokens()): a "prompt", or
+        "messages" counted as the agent mode counts a chat prompt (prompt_tokens())."""
+        request = self._read_request(needs_stream=False)
+        if request is None:
+            return
+        count = (count_tokens(request['prompt']) if isinstance(request.get('prompt'), str)
+                 else prompt_tokens('chat', request))
+        body = json.dumps({'count': count, 'max_model_len': 1 << 20, 'tokens': list(range(count)),
+                           'token_strs': None}, separators=(',', ':')).encode()
+        self._send(200, GuideProfile._error_headers(len(body), 'application/json', vary=True), body)
+
+    def _read_request(self, needs_stream: bool = True) -> dict | None:
         """The JSON request, or None after answering 413 or 400."""
         length = self.headers.get('Content-Length', '')
         if not length.isdigit() or not 0 < int(length) <= MAX_REQUEST_BYTES:
@@ -1145,7 +1160,7 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, RecursionError):
             self._send_error(400, 'the body is not JSON', 'BadRequestError')
             return None
-        if not isinstance(request, dict) or not isinstance(request.get('stream'), bool):
+        if not isinstance(request, dict) or needs_stream and not isinstance(request.get('stream'), bool):
             self._send_error(400, 'expected a JSON object with "stream": true (or false, for a pair mode)',
                              'BadRequestError')
             return None
@@ -1212,7 +1227,7 @@ class FixtureServer(ThreadingHTTPServer):
                  replay: bytes | None = None, replay_twin: bytes | None = None, tls_cert: str | None = None, tls_key: str | None = None,
                  seed: int = 0, model_name: str | None = None, idle_close: float = KEEP_ALIVE_TIMEOUT,
                  close_notify: bool = True, cut_turn: int | None = None, cut_session: str | None = None,
-                 record: bool = False) -> None:
+                 record: bool = False, tokenize: bool = True) -> None:
         if mode not in CHOICES:
             raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
         if profile not in PROFILES:
@@ -1236,6 +1251,7 @@ class FixtureServer(ThreadingHTTPServer):
             raise ValueError('cut_turn must be a turn number from 1')
         if cut_session is not None and cut_turn is None:
             raise ValueError('cut_session names the session whose cut_turn is cut: give cut_turn too')
+        self.tokenize = tokenize  # answer POST /tokenize (with count_tokens()), as vLLM does
         self.cut_turn, self.cut_session = cut_turn, cut_session  # the agent mode cuts turn cut_turn's first answer
         self.received: list[AgentAnswer] | None = [] if record else None  # the agent mode's answers, for tests
         self.mode, self.delay, self.profile, self.api_key = mode, delay, profile, api_key
@@ -1290,6 +1306,7 @@ def server(port: int = 18080, mode: str = 'ok', delay: float | None = None, **se
     connections without their closure alert, as a cut does. In the agent mode: cut_turn N cuts the
     first answer of turn N of every session, or with cut_session TEXT of the sessions whose first user
     turn contains TEXT; record True keeps each request and its answer in ``received`` (AgentAnswer).
+    POST /tokenize is answered as vLLM does, with count_tokens(), unless tokenize is False.
     """
     return FixtureServer(port, mode=mode, delay=delay, **settings)
 

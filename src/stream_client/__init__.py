@@ -55,12 +55,14 @@ _workloads     workload files, sans-IO: ``_parse_sessions()`` reads a --sessions
                ``_Conversation`` is the history a session sends, in its API's shape
 _sessions      ``_run_sessions()``: multi-turn agent sessions, each request one run, a run not ok
                ending its session; ``_SessionSummary`` counts sessions, turns and tool rounds
+_trace         ``_run_trace()``: a timed trace replayed open-loop, each run's lateness kept; the
+               prompts' lengths met with the server's /tokenize where it offers one
 _report        ``Report``: one self-contained HTML page per load
 _evidence      evidence files, each created once and never overwritten, and
                read back (``iter_records()``, ``summarize()``)
 _args          the command line's flags, and the requests and settings they give
 _views         what the terminal shows while runs go on and once they end
-_sessions_cli  --sessions FILE: the sessions read and prepared before any file, then run
+_workloads_cli --sessions and --trace: the file read and every request prepared before any file, then run
 _exporter      ``Exporter``: the verdict of one run per scrape, for Prometheus
                (``parse_targets()``, ``probe_families()``, ``exposition()`` and
                ``SingleFlight`` are sans-IO), served by ``ExporterServer``

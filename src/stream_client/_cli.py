@@ -26,7 +26,7 @@ from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args, _terminate,
     _unchecked_line)
 from ._views import _compare_table, _LiveView, _LoadView, _settings_differ
-from ._sessions_cli import _plan_sessions, _session_load
+from ._workloads_cli import _plan_workload, _workload_load
 from ._exporter_cli import _exporter_command
 
 
@@ -289,16 +289,17 @@ def main(argv: list[str] | None = None) -> int:
             if args.output == '-':
                 raise UsageError('--output - is not supported: stdout carries the summary line; '
                                  'give the evidence a file name')
-            steps = _load_settings(args) if args.sessions is None else None
-            if args.report is not None and steps is None and args.sessions is None:
+            workload_flag = args.sessions is not None or args.trace is not None
+            steps = None if workload_flag else _load_settings(args)
+            if args.report is not None and steps is None and not workload_flag:
                 raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
             url = fixture.url if fixture else args.url or _DEFAULT_URL
-            plan = _plan_sessions(args, url) if args.sessions is not None else None
-            requests = plan.requests if plan is not None else _requests_from_args(args, url)
+            workload = _plan_workload(args, url)
+            requests = workload.requests if workload is not None else _requests_from_args(args, url)
             fd, capture_fd = _reserve_files(args)
             report_fd = _reserve_report(args, fd)
         except (UsageError, ValueError) as exc:
@@ -308,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
-        if plan is not None:
-            return _session_load(args, plan, fd, parser.prog)
+        if workload is not None:
+            return _workload_load(args, workload, fd, parser.prog)
         if steps is not None:
             return _run_load(args, requests, steps, fd, report_fd, parser.prog)
         record, status = _run_command(args, requests[0], fd, capture_fd)

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 
-from ._limits import _failure
+from ._limits import _count, _failure
 from ._request import _render_request, PreparedRequest
 from ._exchange import Cancel, KeptConnections
 from ._record import _failed_record
@@ -208,3 +208,22 @@ class _SessionSummary:
                                                     'first_text_ms': _percentiles(self.first_text[index]),
                                                     'turn_ms': _percentiles(self.turn_ms[index])}
                                        for index in indexes}}
+
+    def all_ok(self, planned: int) -> bool:
+        """Every planned session ran to its end and was ok."""
+        return self.sessions == planned and self.ok == planned
+
+    def table(self) -> str:
+        """The sessions block for a person: the counts, then per turn index the p50 times."""
+        result = self.result()
+        kinds = ', '.join(f'{kind} {count}' for kind, count in result['not_ok_by_kind'].items())
+        lines = [f'{_count(result["sessions"], "session")}: ok {result["ok"]}, not ok {result["not_ok"]}'
+                 + (f' ({kinds})' if kinds else ''),
+                 f'turns {result["turns"]} (not started {result["turns_not_started"]}), tool rounds '
+                 f'{result["tool_rounds"]}, runs {result["runs"]}']
+        for index, row in result['latency_by_turn_ms'].items():
+            first, whole = row['first_text_ms'], row['turn_ms']
+            lines.append(f'  turn {index:>3}: {row["turns"]} ok, p50 first text '
+                         + ('-' if first is None else f'{first["p50"]:.0f} ms')
+                         + ', p50 turn ' + ('-' if whole is None else f'{whole["p50"]:.0f} ms'))
+        return '\n'.join(lines)

@@ -1,12 +1,16 @@
-"""Workload files and the conversations they make, sans-IO.
+"""Workload files, the conversations and the prompts they make, sans-IO.
 
 ``_parse_sessions()`` reads a --sessions file (JSON Lines of sessions, or a
-ShareGPT-style JSON array) into ``_Session`` values, or raises UsageError
-naming the file, the line and the field. ``_Conversation`` is the history one
-session sends, in its API's shape: each user turn, each answer as it was
-streamed and assembled, each tool result. No socket, no clock.
+ShareGPT-style JSON array) into ``_Session`` values, and ``_parse_trace()`` a
+--trace file (Mooncake's JSON Lines, or timestamps and prompts) into
+``_TraceLine`` values; both raise UsageError naming the file, the line and the
+field. ``_Conversation`` is the history one session sends, in its API's shape.
+``_prompt_words()`` builds a prompt's words deterministically: the words of a
+block depend on its id alone, so equal hash_ids give byte-equal prefixes. No
+socket, no clock.
 """
 import dataclasses
+import hashlib
 import json
 
 from ._limits import UsageError
@@ -228,3 +232,116 @@ class _Conversation:
     def body_fields(self) -> dict:
         """The request body's conversation key, as it stands."""
         return {'input' if self.api == 'responses' else 'messages': list(self.items)}
+
+
+# Prompts of a given length. Each word is a common English word that the usual BPE tokenizers (GPT-2's,
+# Llama's, Qwen's) encode, with the space before it, as one token: a prompt of N words is about N tokens
+# (the approximation, without a server's /tokenize). 256 of them, one per byte of a SHA-256 digest.
+_WORDS = tuple("""
+the of and to in is was for on are with as be at by this had not but from or have an they which one you were
+all we her she there would their will when who him been has more if no out so said what up its about than into
+them can only other new some could time these two may then do first any my now such like our over man me even
+most made after also did many before must through back years where much your way well down should because each
+just those people how too little state good very make world still own see men work long get here between both
+life being under never day same another know while last might us great old year off come since against go came
+right used take three himself few house use during without again place around however home small found
+thought went say part once general high upon school every does got left number course war until
+always away something fact though water less public put think almost hand enough far took head yet government
+system better set told nothing night end why called eyes find going look asked later knew point next city
+give group toward young days let room president side social present given several order national possible rather
+second face among form important often things looked early white case become large big need four within
+felt along children saw best church ever least power development light thing
+""".split())
+
+
+def _words_of(seed: str, count: int) -> list[str]:
+    """count words drawn from seed alone (SHA-256 of the seed and a counter, one word per byte)."""
+    words: list[str] = []
+    counter = 0
+    while len(words) < count:
+        words += [_WORDS[byte] for byte in hashlib.sha256(f'{seed}/{counter}'.encode()).digest()]
+        counter += 1
+    return words[:count]
+
+
+def _prompt_words(count: int, blocks: tuple[int, ...] = (), block_size: int = 512, own: str = '') -> list[str]:
+    """The first count words of: each block's block_size words (a block's words depend on its id alone),
+    then words of the prompt's own (seeded by own). Two prompts whose blocks start alike begin with the
+    same words, so their text is byte-equal as far as those blocks go."""
+    words: list[str] = []
+    for block in blocks:
+        if len(words) >= count:
+            break
+        words += _words_of(f'block {block}', block_size)
+    if len(words) < count:
+        words += _words_of(f'own {own}', count - len(words))
+    return words[:count]
+
+
+@dataclasses.dataclass(frozen=True)
+class _TraceLine:
+    """One request of a --trace file: when it starts (ms, from the file), and either its lengths (Mooncake:
+    input_length tokens, hash_ids the blocks of its shared prefix) or its prompt; output_length, if given,
+    is its output budget."""
+
+    line: int
+    timestamp_ms: float
+    input_length: int | None = None
+    output_length: int | None = None
+    hash_ids: tuple[int, ...] = ()
+    prompt: str | None = None
+
+
+_TRACE_KEYS = ('timestamp', 'input_length', 'output_length', 'hash_ids', 'prompt')
+_MAX_TRACE_TOKENS = 1_048_576
+
+
+def _length(where: str, value: dict, key: str, low: int, high: int) -> int | None:
+    length = value.get(key)
+    if length is None:
+        return None
+    if isinstance(length, bool) or not isinstance(length, int) or not low <= length <= high:
+        raise _bad(where, key, f'must be a whole number from {low} to {high}, got {json.dumps(length)[:40]}')
+    return length
+
+
+def _parse_trace(path: str, text: str) -> list[_TraceLine]:
+    """The requests of a --trace file: JSON Lines, each with "timestamp" (ms, never going backwards) and
+    either "input_length" (and optionally "hash_ids") or "prompt"; "output_length" optional."""
+    lines: list[_TraceLine] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f'--trace {path} line {number}'
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise UsageError(f'{where}: not JSON ({exc})') from None
+        if not isinstance(value, dict):
+            raise UsageError(f'{where}: expected a JSON object with "timestamp"')
+        unknown = sorted(set(value) - set(_TRACE_KEYS))
+        if unknown:
+            raise _bad(where, unknown[0], f'unknown key; a trace line has {", ".join(_TRACE_KEYS)}')
+        stamp = value.get('timestamp')
+        if stamp is None:
+            raise _bad(where, 'timestamp', 'missing')
+        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < 1e15:
+            raise _bad(where, 'timestamp', 'must be a non-negative number of milliseconds')
+        if lines and stamp < lines[-1].timestamp_ms:
+            raise _bad(where, 'timestamp', f'{stamp} goes backwards (line {lines[-1].line} has '
+                                           f'{lines[-1].timestamp_ms:g})')
+        prompt = value.get('prompt')
+        if prompt is not None and (not isinstance(prompt, str) or not prompt):
+            raise _bad(where, 'prompt', 'must be a non-empty string')
+        if prompt is not None and ('input_length' in value or 'hash_ids' in value):
+            raise _bad(where, 'prompt', 'a line has a prompt, or input_length and hash_ids, not both')
+        if prompt is None and 'input_length' not in value:
+            raise _bad(where, 'input_length', 'missing (or give a "prompt")')
+        hash_ids = value.get('hash_ids', [])
+        if not isinstance(hash_ids, list) or not all(type(h) is int and h >= 0 for h in hash_ids):
+            raise _bad(where, 'hash_ids', 'must be a list of non-negative whole numbers')
+        lines.append(_TraceLine(number, float(stamp), _length(where, value, 'input_length', 1, _MAX_TRACE_TOKENS),
+                                _length(where, value, 'output_length', 1, 32768), tuple(hash_ids), prompt))
+    if not lines:
+        raise UsageError(f'--trace {path} has no lines')
+    return lines
