@@ -6490,6 +6490,45 @@ def _parse_trace(path: str, text: str) -> list[_TraceLine]:
     return lines
 
 
+def _mean_spread(text: str, flag: str, low: int, high: int) -> tuple[int, int]:
+    """MEAN or MEAN:SPREAD, whole numbers, every length MEAN-SPREAD to MEAN+SPREAD within low to high."""
+    mean, _, spread = text.partition(':')
+    try:
+        values = int(mean), int(spread or 0)
+    except ValueError:
+        raise UsageError(f'{flag} {text!r}: expected MEAN or MEAN:SPREAD, whole numbers of tokens') from None
+    if values[1] < 0 or not low <= values[0] - values[1] <= values[0] + values[1] <= high:
+        raise UsageError(f'{flag} {text!r}: every length (MEAN-SPREAD to MEAN+SPREAD) must be from {low} to {high}')
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class _Synthetic:
+    """What --input-tokens, --output-tokens and --shared-prefix-tokens ask for: lengths as (mean, spread)
+    (None: not asked), a prefix of prefix_tokens shared by groups groups (run i in group i % groups)."""
+
+    input_tokens: tuple[int, int] | None = None
+    output_tokens: tuple[int, int] | None = None
+    prefix_tokens: int = 0
+    groups: int = 1
+
+    def plan(self, count: int, seed: int) -> list[tuple[int | None, int | None, int | None]]:
+        """(input length, output length, prefix group) of each of count runs, drawn uniformly from
+        mean-spread to mean+spread by a generator seeded with seed: the same seed, the same load."""
+        rng = random.Random(seed)
+        def draw(lengths: tuple[int, int] | None) -> int | None:
+            return None if lengths is None else rng.randint(lengths[0] - lengths[1], lengths[0] + lengths[1])
+        return [(draw(self.input_tokens), draw(self.output_tokens), index % self.groups if self.prefix_tokens else None)
+                for index in range(count)]
+
+
+def _synthetic_words(count: int, run: int, seed: int, prefix_tokens: int = 0, group: int | None = None) -> list[str]:
+    """The first count words of a synthetic prompt: its group's shared prefix (prefix_tokens words drawn from
+    the group alone, as a trace's blocks are), then words of its own (from the seed and the run)."""
+    prefix = _words_of(f'prefix {group}', prefix_tokens) if group is not None else []
+    return (prefix + _words_of(f'synthetic {seed} {run}', max(0, count - len(prefix))))[:count]
+
+
 # ==== src/stream_client/_sessions.py ====
 # Multi-turn agent sessions: each request one strict run, the history exactly what came back.
 #
@@ -6752,24 +6791,27 @@ class _Tokenizer:
         return count
 
 
+def _fitted(tokenizer: _Tokenizer, length: int, build) -> tuple[str, int | None]:
+    """build(words), the text of that many words, with the word count that makes it length tokens by the
+    server's /tokenize (corrected by the difference, at most _TOKENIZE_ROUNDS asks; build takes words off
+    or on at the end, so a prefix stays); without /tokenize, length words. Also what /tokenize counted."""
+    words, counted = length, None
+    for _ in range(_TOKENIZE_ROUNDS):
+        text = build(words)
+        counted = tokenizer.count(text)
+        if counted is None or counted == length:
+            return text, counted
+        words = max(1, words + length - counted)
+    return build(words), counted
+
+
 def _trace_prompts(lines: list[_TraceLine], tokenizer: _Tokenizer, block_size: int) -> list[tuple[str, int | None]]:
-    """Each line's prompt and what /tokenize counted in it (None: the approximation, one token per word).
-    With /tokenize, the word count is corrected by the difference until the count is the line's
-    input_length (at most _TOKENIZE_ROUNDS asks); words come off or on at the end, so a prefix stays."""
-    prompts = []
-    for line in lines:
-        if line.prompt is not None:
-            prompts.append((line.prompt, tokenizer.count(line.prompt)))
-            continue
-        words, counted = line.input_length, None
-        for _ in range(_TOKENIZE_ROUNDS):
-            text = ' '.join(_prompt_words(words, line.hash_ids, block_size, f'line {line.line}'))
-            counted = tokenizer.count(text)
-            if counted is None or counted == line.input_length:
-                break
-            words = max(1, words + line.input_length - counted)
-        prompts.append((' '.join(_prompt_words(words, line.hash_ids, block_size, f'line {line.line}')), counted))
-    return prompts
+    """Each line's prompt and what /tokenize counted in it (None: the approximation, one token per word)."""
+    return [(line.prompt, tokenizer.count(line.prompt)) if line.prompt is not None else
+            _fitted(tokenizer, line.input_length,
+                    lambda words, line=line: ' '.join(_prompt_words(words, line.hash_ids, block_size,
+                                                                    f'line {line.line}')))
+            for line in lines]
 
 
 def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
@@ -7431,6 +7473,13 @@ def _parser() -> _OneLineParser:
                       help='with --trace: replay X times as fast (default 1)')
     load.add_argument('--block-size', type=int, metavar='N',
                       help='with --trace: tokens per hash_ids block (default 512, as in Mooncake)')
+    load.add_argument('--input-tokens', metavar='MEAN[:SPREAD]',
+                      help='synthetic prompts of MEAN tokens (each drawn from MEAN-SPREAD to MEAN+SPREAD, seeded by '
+                           '--seed), met with the server\'s /tokenize where offered (docs/workloads.md)')
+    load.add_argument('--output-tokens', metavar='MEAN[:SPREAD]',
+                      help='each run\'s output budget drawn from MEAN-SPREAD to MEAN+SPREAD (seeded by --seed)')
+    load.add_argument('--shared-prefix-tokens', metavar='N[:K]',
+                      help='with --input-tokens: the first N tokens shared by all prompts, or by K groups of them')
     out = parser.add_argument_group('where the evidence goes')
     out.add_argument('--output', metavar='FILE',
                      help='new file for the evidence (required): one JSON record, or with many runs one record '
@@ -7940,15 +7989,7 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
     if model is None:
         raise UsageError('--model is required (unless --fixture is used)')
     lines = _parse_trace(args.trace, _read_text(args.trace, '--trace'))[:args.runs]
-    extra, (tools, json_schema) = _extra(args), _answer_files(args)
-
-    def prepared(prompt: str, max_tokens: int) -> PreparedRequest:
-        return prepare(url, model, prompt, max_tokens=max_tokens, idle=args.idle, deadline=args.deadline,
-                       ca_file=args.ca_file, token=os.environ.get(key_env), system=args.system,
-                       temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
-                       expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
-                       tools=tools, tool_choice=args.tool_choice, json_schema=json_schema,
-                       trust_env=not args.no_proxy)
+    prepared = _preparer(args, url, model, key_env)
     tokenizer = _Tokenizer(prepared('x', args.max_tokens))
     prompts = _trace_prompts(lines, tokenizer, block_size)
     requests = [prepared(prompt, line.output_length or args.max_tokens) for line, (prompt, _) in zip(lines, prompts)]
@@ -7961,6 +8002,69 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
     return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, in_flight,
                                                                     on_record, cancel),
                      _TraceSummary(speed), 'trace', len(lines), _parse_slos(args.slo or []), args.slo_target)
+
+
+def _preparer(args, url: str, model: str, key_env: str):
+    """prepare() with the command line's settings: a function of the prompt and the output budget. A
+    ValueError it raises names its parameter, which main() turns into the flag's name."""
+    extra, (tools, json_schema) = _extra(args), _answer_files(args)
+
+    def prepared(prompt: str, max_tokens: int) -> PreparedRequest:
+        return prepare(url, model, prompt, max_tokens=max_tokens, idle=args.idle, deadline=args.deadline,
+                       ca_file=args.ca_file, token=os.environ.get(key_env), system=args.system,
+                       temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
+                       expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
+                       tools=tools, tool_choice=args.tool_choice, json_schema=json_schema,
+                       trust_env=not args.no_proxy)
+    return prepared
+
+
+_MAX_SYNTHETIC_PROMPTS = 10_000  # distinct prompts of a synthetic load at most; its runs cycle through them
+
+
+def _synthetic_requests(args, url: str, count: int, key_env: str = 'MODEL_API_KEY') -> list[PreparedRequest] | None:
+    """The requests of --input-tokens, --output-tokens and --shared-prefix-tokens, one per run (up to
+    _MAX_SYNTHETIC_PROMPTS, then cycled), drawn with --seed; None when none of them is given. Each request's
+    settings (the record's request) say what was asked: input_tokens, shared_prefix_tokens, prefix_group,
+    prompt_tokens_counted (by the server's /tokenize, where offered) and length_by."""
+    if args.input_tokens is None and args.output_tokens is None and args.shared_prefix_tokens is None:
+        return None
+    given = [flag for dest, flag in (('prompts', '--prompts'), ('sessions', '--sessions'), ('trace', '--trace'))
+             if getattr(args, dest) is not None]
+    if args.input_tokens is not None:
+        given += [flag for dest, flag in (('prompt', '--prompt'), ('prompt_file', '--prompt-file'))
+                  if getattr(args, dest) is not None]
+    if given:
+        raise UsageError(f'--input-tokens, --output-tokens and --shared-prefix-tokens make the prompts; they do not '
+                         f'go with {", ".join(given)}')
+    if args.shared_prefix_tokens is not None and args.input_tokens is None:
+        raise UsageError('--shared-prefix-tokens needs --input-tokens: the prompt\'s length, prefix included')
+    inputs = _mean_spread(args.input_tokens, '--input-tokens', 1, _MAX_TRACE_TOKENS) if args.input_tokens else None
+    outputs = _mean_spread(args.output_tokens, '--output-tokens', 1, 32768) if args.output_tokens else None
+    prefix, groups = _mean_spread(args.shared_prefix_tokens, '--shared-prefix-tokens', 1, _MAX_TRACE_TOKENS) \
+        if args.shared_prefix_tokens else (0, 1)
+    if prefix and inputs[0] - inputs[1] <= prefix:
+        raise UsageError(f'--shared-prefix-tokens {prefix} leaves no tokens of their own to prompts of '
+                         f'{inputs[0] - inputs[1]} (--input-tokens counts the prefix too)')
+    synthetic = _Synthetic(inputs, outputs, prefix, max(groups, 1))
+    model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
+    if model is None:
+        raise UsageError('--model is required (unless --fixture is used)')
+    prepared = _preparer(args, url, model, key_env)
+    tokenizer = _Tokenizer(prepared('x', args.max_tokens)) if inputs else None
+    requests = []
+    for run, (length, budget, group) in enumerate(synthetic.plan(min(count, _MAX_SYNTHETIC_PROMPTS), args.seed)):
+        if length is None:
+            prompt, counted = _prompt(args), None
+        else:
+            prompt, counted = _fitted(tokenizer, length, lambda words, run=run, group=group: ' '.join(
+                _synthetic_words(words, run, args.seed, prefix, group)))
+        request = prepared(prompt, budget or args.max_tokens)
+        requests.append(dataclasses.replace(request, settings={
+            **request.settings, 'input_tokens': length, 'shared_prefix_tokens': prefix or None, 'prefix_group': group,
+            'prompt_tokens_counted': counted,
+            'length_by': None if length is None else 'tokenize' if counted is not None else 'approximation'}))
+    return requests
 
 
 def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
@@ -9006,7 +9110,9 @@ def main(argv: list[str] | None = None) -> int:
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
             url = fixture.url if fixture else args.url or _DEFAULT_URL
             workload = _plan_workload(args, url)
-            requests = workload.requests if workload is not None else _requests_from_args(args, url)
+            requests = workload.requests if workload is not None else \
+                _synthetic_requests(args, url, sum(step.runs for step in steps) if steps else 1) or \
+                _requests_from_args(args, url)
             fd, capture_fd = _reserve_files(args)
             report_fd = _reserve_report(args, fd)
         except (UsageError, ValueError) as exc:

@@ -157,3 +157,54 @@ class TracePromptTests(unittest.TestCase):
 
 
 GOLDEN_PREFIX = '2f1065558aa220c6'  # sha256 of the words of blocks 0 and 1 (256 tokens each), its first 16 digits
+
+
+class SyntheticLengthTests(unittest.TestCase):
+    """--input-tokens, --output-tokens and --shared-prefix-tokens: seeded lengths, prefixes shared by groups."""
+
+    def setUp(self) -> None:
+        self.folder = tempfile.mkdtemp()
+
+    def load(self, name: str, *flags: str) -> tuple[list[dict], list[str]]:
+        with Fixture('agent', record=True) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '12', '--concurrency', '4', *flags,
+                           '--output', name, cwd=self.folder)
+            prompts = {hashlib.sha256(json.loads(a.body)['messages'][-1]['content'].encode()).hexdigest():
+                       json.loads(a.body)['messages'][-1]['content'] for a in fixture.instance.received}
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(os.path.join(self.folder, name), encoding='utf-8') as file:
+            records = sorted((json.loads(line) for line in file), key=lambda record: record['run'])
+        return records, [prompts[record['request']['prompt_sha256']] for record in records]
+
+    def test_lengths_are_drawn_with_the_seed_and_met_and_groups_share_their_prefix(self):
+        flags = ('--input-tokens', '40:5', '--output-tokens', '6:2', '--shared-prefix-tokens', '20:3', '--seed', '7')
+        records, prompts = self.load('a.jsonl', *flags)
+        for record in records:
+            asked = record['request']
+            self.assertTrue(35 <= asked['input_tokens'] <= 45 and 4 <= asked['max_tokens'] <= 8, asked)
+            self.assertEqual((record['prompt_tokens'], asked['prompt_tokens_counted'], asked['length_by']),
+                             (asked['input_tokens'], asked['input_tokens'], 'tokenize'))
+            self.assertEqual((asked['prefix_group'], asked['shared_prefix_tokens']), (record['run'] % 3, 20))
+        self.assertGreater(len({record['request']['input_tokens'] for record in records}), 1)
+        prefixes = [' '.join(prompt.split(' ')[:20]) for prompt in prompts]
+        for group in range(3):
+            self.assertEqual(len(set(prefixes[group::3])), 1)  # byte-equal within a group
+        self.assertEqual(len(set(prefixes)), 3)
+        self.assertEqual(len(set(prompts)), 12)  # each prompt has words of its own after the prefix
+        again, again_prompts = self.load('b.jsonl', *flags)
+        self.assertEqual(again_prompts, prompts)  # the same seed, the same load
+        _, other = self.load('c.jsonl', *flags[:-1], '8')
+        self.assertNotEqual(other, prompts)
+
+    def test_the_flags_are_checked(self):
+        for flags, words in ((('--input-tokens', '10:20'), 'every length (MEAN-SPREAD to MEAN+SPREAD) must be'),
+                             (('--input-tokens', 'ten'), 'expected MEAN or MEAN:SPREAD'),
+                             (('--input-tokens', '40', '--shared-prefix-tokens', '40'), 'leaves no tokens'),
+                             (('--shared-prefix-tokens', '5'), 'needs --input-tokens'),
+                             (('--input-tokens', '40', '--prompt', 'x'), 'do not go with --prompt'),
+                             (('--output-tokens', '0'), '--output-tokens')):
+            with self.subTest(flags=flags):
+                done = run_cli('--fixture', 'ok', '--runs', '2', *flags, '--output', 'never.jsonl', cwd=self.folder)
+                self.assertEqual(done.returncode, 2)
+                self.assertIn(words, done.stderr)
+                self.assertFalse(os.path.exists(os.path.join(self.folder, 'never.jsonl')))

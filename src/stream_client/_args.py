@@ -163,6 +163,13 @@ def _parser() -> _OneLineParser:
                       help='with --trace: replay X times as fast (default 1)')
     load.add_argument('--block-size', type=int, metavar='N',
                       help='with --trace: tokens per hash_ids block (default 512, as in Mooncake)')
+    load.add_argument('--input-tokens', metavar='MEAN[:SPREAD]',
+                      help='synthetic prompts of MEAN tokens (each drawn from MEAN-SPREAD to MEAN+SPREAD, seeded by '
+                           '--seed), met with the server\'s /tokenize where offered (docs/workloads.md)')
+    load.add_argument('--output-tokens', metavar='MEAN[:SPREAD]',
+                      help='each run\'s output budget drawn from MEAN-SPREAD to MEAN+SPREAD (seeded by --seed)')
+    load.add_argument('--shared-prefix-tokens', metavar='N[:K]',
+                      help='with --input-tokens: the first N tokens shared by all prompts, or by K groups of them')
     out = parser.add_argument_group('where the evidence goes')
     out.add_argument('--output', metavar='FILE',
                      help='new file for the evidence (required): one JSON record, or with many runs one record '

@@ -26,7 +26,7 @@ from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args, _terminate,
     _unchecked_line)
 from ._views import _compare_table, _LiveView, _LoadView, _settings_differ
-from ._workloads_cli import _plan_workload, _workload_load
+from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_load
 from ._exporter_cli import _exporter_command
 
 
@@ -299,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
             url = fixture.url if fixture else args.url or _DEFAULT_URL
             workload = _plan_workload(args, url)
-            requests = workload.requests if workload is not None else _requests_from_args(args, url)
+            requests = workload.requests if workload is not None else \
+                _synthetic_requests(args, url, sum(step.runs for step in steps) if steps else 1) or \
+                _requests_from_args(args, url)
             fd, capture_fd = _reserve_files(args)
             report_fd = _reserve_report(args, fd)
         except (UsageError, ValueError) as exc:

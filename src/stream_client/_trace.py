@@ -60,24 +60,27 @@ class _Tokenizer:
         return count
 
 
+def _fitted(tokenizer: _Tokenizer, length: int, build) -> tuple[str, int | None]:
+    """build(words), the text of that many words, with the word count that makes it length tokens by the
+    server's /tokenize (corrected by the difference, at most _TOKENIZE_ROUNDS asks; build takes words off
+    or on at the end, so a prefix stays); without /tokenize, length words. Also what /tokenize counted."""
+    words, counted = length, None
+    for _ in range(_TOKENIZE_ROUNDS):
+        text = build(words)
+        counted = tokenizer.count(text)
+        if counted is None or counted == length:
+            return text, counted
+        words = max(1, words + length - counted)
+    return build(words), counted
+
+
 def _trace_prompts(lines: list[_TraceLine], tokenizer: _Tokenizer, block_size: int) -> list[tuple[str, int | None]]:
-    """Each line's prompt and what /tokenize counted in it (None: the approximation, one token per word).
-    With /tokenize, the word count is corrected by the difference until the count is the line's
-    input_length (at most _TOKENIZE_ROUNDS asks); words come off or on at the end, so a prefix stays."""
-    prompts = []
-    for line in lines:
-        if line.prompt is not None:
-            prompts.append((line.prompt, tokenizer.count(line.prompt)))
-            continue
-        words, counted = line.input_length, None
-        for _ in range(_TOKENIZE_ROUNDS):
-            text = ' '.join(_prompt_words(words, line.hash_ids, block_size, f'line {line.line}'))
-            counted = tokenizer.count(text)
-            if counted is None or counted == line.input_length:
-                break
-            words = max(1, words + line.input_length - counted)
-        prompts.append((' '.join(_prompt_words(words, line.hash_ids, block_size, f'line {line.line}')), counted))
-    return prompts
+    """Each line's prompt and what /tokenize counted in it (None: the approximation, one token per word)."""
+    return [(line.prompt, tokenizer.count(line.prompt)) if line.prompt is not None else
+            _fitted(tokenizer, line.input_length,
+                    lambda words, line=line: ' '.join(_prompt_words(words, line.hash_ids, block_size,
+                                                                    f'line {line.line}')))
+            for line in lines]
 
 
 def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:

@@ -12,6 +12,7 @@ socket, no clock.
 import dataclasses
 import hashlib
 import json
+import random
 
 from ._limits import UsageError
 
@@ -345,3 +346,42 @@ def _parse_trace(path: str, text: str) -> list[_TraceLine]:
     if not lines:
         raise UsageError(f'--trace {path} has no lines')
     return lines
+
+
+def _mean_spread(text: str, flag: str, low: int, high: int) -> tuple[int, int]:
+    """MEAN or MEAN:SPREAD, whole numbers, every length MEAN-SPREAD to MEAN+SPREAD within low to high."""
+    mean, _, spread = text.partition(':')
+    try:
+        values = int(mean), int(spread or 0)
+    except ValueError:
+        raise UsageError(f'{flag} {text!r}: expected MEAN or MEAN:SPREAD, whole numbers of tokens') from None
+    if values[1] < 0 or not low <= values[0] - values[1] <= values[0] + values[1] <= high:
+        raise UsageError(f'{flag} {text!r}: every length (MEAN-SPREAD to MEAN+SPREAD) must be from {low} to {high}')
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class _Synthetic:
+    """What --input-tokens, --output-tokens and --shared-prefix-tokens ask for: lengths as (mean, spread)
+    (None: not asked), a prefix of prefix_tokens shared by groups groups (run i in group i % groups)."""
+
+    input_tokens: tuple[int, int] | None = None
+    output_tokens: tuple[int, int] | None = None
+    prefix_tokens: int = 0
+    groups: int = 1
+
+    def plan(self, count: int, seed: int) -> list[tuple[int | None, int | None, int | None]]:
+        """(input length, output length, prefix group) of each of count runs, drawn uniformly from
+        mean-spread to mean+spread by a generator seeded with seed: the same seed, the same load."""
+        rng = random.Random(seed)
+        def draw(lengths: tuple[int, int] | None) -> int | None:
+            return None if lengths is None else rng.randint(lengths[0] - lengths[1], lengths[0] + lengths[1])
+        return [(draw(self.input_tokens), draw(self.output_tokens), index % self.groups if self.prefix_tokens else None)
+                for index in range(count)]
+
+
+def _synthetic_words(count: int, run: int, seed: int, prefix_tokens: int = 0, group: int | None = None) -> list[str]:
+    """The first count words of a synthetic prompt: its group's shared prefix (prefix_tokens words drawn from
+    the group alone, as a trace's blocks are), then words of its own (from the seed and the run)."""
+    prefix = _words_of(f'prefix {group}', prefix_tokens) if group is not None else []
+    return (prefix + _words_of(f'synthetic {seed} {run}', max(0, count - len(prefix))))[:count]

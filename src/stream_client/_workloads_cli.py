@@ -19,10 +19,11 @@ from ._load import LoadSettings
 from ._load import _MAX_OPEN_LOOP_IN_FLIGHT
 from ._summary import _parse_slos, _percentiles, Summary, _summary_table
 from ._evidence import _ignore_signals, _SIGNAL_EXIT
-from ._workloads import _parse_sessions, _parse_trace, _Session
+from ._workloads import (
+    _mean_spread, _MAX_TRACE_TOKENS, _parse_sessions, _parse_trace, _Session, _Synthetic, _synthetic_words)
 from ._sessions import _run_sessions, _SessionSummary
-from ._trace import _run_trace, _Tokenizer, _trace_prompts, _TraceSummary
-from ._args import _answer_files, _extra
+from ._trace import _fitted, _run_trace, _Tokenizer, _trace_prompts, _TraceSummary
+from ._args import _answer_files, _extra, _prompt
 from ._views import _verdict_line
 
 # The flags that do not go with --sessions, and why (each session brings its own prompts and tools).
@@ -133,15 +134,7 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
     if model is None:
         raise UsageError('--model is required (unless --fixture is used)')
     lines = _parse_trace(args.trace, _read_text(args.trace, '--trace'))[:args.runs]
-    extra, (tools, json_schema) = _extra(args), _answer_files(args)
-
-    def prepared(prompt: str, max_tokens: int) -> PreparedRequest:
-        return prepare(url, model, prompt, max_tokens=max_tokens, idle=args.idle, deadline=args.deadline,
-                       ca_file=args.ca_file, token=os.environ.get(key_env), system=args.system,
-                       temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
-                       expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
-                       tools=tools, tool_choice=args.tool_choice, json_schema=json_schema,
-                       trust_env=not args.no_proxy)
+    prepared = _preparer(args, url, model, key_env)
     tokenizer = _Tokenizer(prepared('x', args.max_tokens))
     prompts = _trace_prompts(lines, tokenizer, block_size)
     requests = [prepared(prompt, line.output_length or args.max_tokens) for line, (prompt, _) in zip(lines, prompts)]
@@ -154,6 +147,69 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
     return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, in_flight,
                                                                     on_record, cancel),
                      _TraceSummary(speed), 'trace', len(lines), _parse_slos(args.slo or []), args.slo_target)
+
+
+def _preparer(args, url: str, model: str, key_env: str):
+    """prepare() with the command line's settings: a function of the prompt and the output budget. A
+    ValueError it raises names its parameter, which main() turns into the flag's name."""
+    extra, (tools, json_schema) = _extra(args), _answer_files(args)
+
+    def prepared(prompt: str, max_tokens: int) -> PreparedRequest:
+        return prepare(url, model, prompt, max_tokens=max_tokens, idle=args.idle, deadline=args.deadline,
+                       ca_file=args.ca_file, token=os.environ.get(key_env), system=args.system,
+                       temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
+                       expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
+                       tools=tools, tool_choice=args.tool_choice, json_schema=json_schema,
+                       trust_env=not args.no_proxy)
+    return prepared
+
+
+_MAX_SYNTHETIC_PROMPTS = 10_000  # distinct prompts of a synthetic load at most; its runs cycle through them
+
+
+def _synthetic_requests(args, url: str, count: int, key_env: str = 'MODEL_API_KEY') -> list[PreparedRequest] | None:
+    """The requests of --input-tokens, --output-tokens and --shared-prefix-tokens, one per run (up to
+    _MAX_SYNTHETIC_PROMPTS, then cycled), drawn with --seed; None when none of them is given. Each request's
+    settings (the record's request) say what was asked: input_tokens, shared_prefix_tokens, prefix_group,
+    prompt_tokens_counted (by the server's /tokenize, where offered) and length_by."""
+    if args.input_tokens is None and args.output_tokens is None and args.shared_prefix_tokens is None:
+        return None
+    given = [flag for dest, flag in (('prompts', '--prompts'), ('sessions', '--sessions'), ('trace', '--trace'))
+             if getattr(args, dest) is not None]
+    if args.input_tokens is not None:
+        given += [flag for dest, flag in (('prompt', '--prompt'), ('prompt_file', '--prompt-file'))
+                  if getattr(args, dest) is not None]
+    if given:
+        raise UsageError(f'--input-tokens, --output-tokens and --shared-prefix-tokens make the prompts; they do not '
+                         f'go with {", ".join(given)}')
+    if args.shared_prefix_tokens is not None and args.input_tokens is None:
+        raise UsageError('--shared-prefix-tokens needs --input-tokens: the prompt\'s length, prefix included')
+    inputs = _mean_spread(args.input_tokens, '--input-tokens', 1, _MAX_TRACE_TOKENS) if args.input_tokens else None
+    outputs = _mean_spread(args.output_tokens, '--output-tokens', 1, 32768) if args.output_tokens else None
+    prefix, groups = _mean_spread(args.shared_prefix_tokens, '--shared-prefix-tokens', 1, _MAX_TRACE_TOKENS) \
+        if args.shared_prefix_tokens else (0, 1)
+    if prefix and inputs[0] - inputs[1] <= prefix:
+        raise UsageError(f'--shared-prefix-tokens {prefix} leaves no tokens of their own to prompts of '
+                         f'{inputs[0] - inputs[1]} (--input-tokens counts the prefix too)')
+    synthetic = _Synthetic(inputs, outputs, prefix, max(groups, 1))
+    model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
+    if model is None:
+        raise UsageError('--model is required (unless --fixture is used)')
+    prepared = _preparer(args, url, model, key_env)
+    tokenizer = _Tokenizer(prepared('x', args.max_tokens)) if inputs else None
+    requests = []
+    for run, (length, budget, group) in enumerate(synthetic.plan(min(count, _MAX_SYNTHETIC_PROMPTS), args.seed)):
+        if length is None:
+            prompt, counted = _prompt(args), None
+        else:
+            prompt, counted = _fitted(tokenizer, length, lambda words, run=run, group=group: ' '.join(
+                _synthetic_words(words, run, args.seed, prefix, group)))
+        request = prepared(prompt, budget or args.max_tokens)
+        requests.append(dataclasses.replace(request, settings={
+            **request.settings, 'input_tokens': length, 'shared_prefix_tokens': prefix or None, 'prefix_group': group,
+            'prompt_tokens_counted': counted,
+            'length_by': None if length is None else 'tokenize' if counted is not None else 'approximation'}))
+    return requests
 
 
 def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
