@@ -8114,6 +8114,20 @@ def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
     return 0 if block.all_ok(workload.planned) else 1
 
 
+def _workload_blocks(paths: list[str]) -> dict:
+    """The sessions and trace blocks of saved evidence, for --summary: each recomputed from the records,
+    as the load printed it; none for files without such runs."""
+    sessions, trace = _SessionSummary(), None
+    for path in paths:
+        for record in iter_records(path):
+            sessions.add(record)
+            if 'trace' in record:
+                trace = trace or _TraceSummary((record.get('load') or {}).get('trace_speed'))
+                trace.add(record)
+    return {**({'sessions': sessions.result()} if sessions.runs else {}),
+            **({'trace': trace.result()} if trace is not None else {})}
+
+
 # ==== src/stream_client/_exporter.py ====
 # The exporter: the verdict of one run per scrape, for Prometheus.
 #
@@ -8922,7 +8936,7 @@ def _summary_command(args, prog: str) -> int:
             os.close(report_fd)
             os.unlink(args.report)
         raise
-    result = summary.result()
+    result = {**summary.result(), **_workload_blocks(args.summary)}
     if report_fd is not None:
         _write_report(report_fd, report)
     person = not args.quiet and sys.stderr.isatty()

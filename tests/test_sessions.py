@@ -79,6 +79,8 @@ class SessionLoadTests(unittest.TestCase):
                          (False, 'tool_arguments_not_json', 3, [4, 5, 6]))
         self.assertIn('turn 3 round 0 not ok', end['reason'])
         self.assertIn('session s7 turn 3 round 0: NOT OK [application]', done.stderr)
+        again = run_cli('--summary', 'cut.jsonl', cwd=self.folder)
+        self.assertEqual(json.loads(again.stdout)['sessions'], sessions)  # recomputed from the records alone
 
     def test_the_history_sent_in_turn_n_plus_1_is_the_answer_of_turn_n_byte_for_byte(self):
         path = self.sessions_file(3, turns=4)

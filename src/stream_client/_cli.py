@@ -26,7 +26,7 @@ from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args, _terminate,
     _unchecked_line)
 from ._views import _compare_table, _LiveView, _LoadView, _settings_differ
-from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_load
+from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_blocks, _workload_load
 from ._exporter_cli import _exporter_command
 
 
@@ -111,7 +111,7 @@ def _summary_command(args, prog: str) -> int:
             os.close(report_fd)
             os.unlink(args.report)
         raise
-    result = summary.result()
+    result = {**summary.result(), **_workload_blocks(args.summary)}
     if report_fd is not None:
         _write_report(report_fd, report)
     person = not args.quiet and sys.stderr.isatty()

@@ -18,7 +18,7 @@ from ._exchange import Cancel
 from ._load import LoadSettings
 from ._load import _MAX_OPEN_LOOP_IN_FLIGHT
 from ._summary import _parse_slos, _percentiles, Summary, _summary_table
-from ._evidence import _ignore_signals, _SIGNAL_EXIT
+from ._evidence import _ignore_signals, iter_records, _SIGNAL_EXIT
 from ._workloads import (
     _mean_spread, _MAX_TRACE_TOKENS, _parse_sessions, _parse_trace, _Session, _Synthetic, _synthetic_words)
 from ._sessions import _run_sessions, _SessionSummary
@@ -257,3 +257,17 @@ def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]
     return 0 if block.all_ok(workload.planned) else 1
+
+
+def _workload_blocks(paths: list[str]) -> dict:
+    """The sessions and trace blocks of saved evidence, for --summary: each recomputed from the records,
+    as the load printed it; none for files without such runs."""
+    sessions, trace = _SessionSummary(), None
+    for path in paths:
+        for record in iter_records(path):
+            sessions.add(record)
+            if 'trace' in record:
+                trace = trace or _TraceSummary((record.get('load') or {}).get('trace_speed'))
+                trace.add(record)
+    return {**({'sessions': sessions.result()} if sessions.runs else {}),
+            **({'trace': trace.result()} if trace is not None else {})}
