@@ -6743,6 +6743,55 @@ class _SessionSummary:
         return '\n'.join(lines)
 
 
+_REPORT_SESSIONS = 300  # session rows a report draws at most (the first ones to end)
+_TURN_COLOURS = {True: '#cfe8cf', False: '#f4c7c3', None: '#eee'}  # ok, not ok, not started
+
+
+class _SessionRows:
+    """The sessions of a report, a row of turns each: per turn, ok or not (and its kind), its tool rounds
+    and its time; the turns not started, greyed. The first _REPORT_SESSIONS sessions to end are drawn."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, list]] = []
+        self.more = 0
+        self._open: dict[tuple, list] = {}  # (load id, session) -> its turns so far: [turn, ok, rounds, ms, kind]
+
+    def add(self, record: dict) -> None:
+        if 'session' not in record:
+            return
+        key = ((record.get('load') or {}).get('id'), record['session'])
+        turns = self._open.setdefault(key, [])
+        if not turns or turns[-1][0] != record['turn']:
+            turns.append([record['turn'], True, 0, 0.0, None])
+        turn = turns[-1]
+        turn[1] = turn[1] and record['ok']
+        turn[2] += 1
+        turn[3] += record['duration_ms'] or 0.0
+        turn[4] = turn[4] or record.get('error_kind')
+        end = record.get('session_end')
+        if end is None:
+            return
+        del self._open[key]
+        if len(self.rows) >= _REPORT_SESSIONS:
+            self.more += 1
+            return
+        self.rows.append((record['session'], turns + [[number, None, 0, 0.0, end['reason']]
+                                                      for number in end['not_started_turns']]))
+
+    def html(self) -> str:
+        out = ['<h2>Sessions</h2><p>One row per session, one cell per turn: green ok (its runs, its time), red '
+               'not ok (the kind), grey not started.</p><table>']
+        for session, turns in self.rows:
+            cells = ''.join(
+                f'<td style="background:{_TURN_COLOURS[ok]}" title="{html.escape(str(kind or ""))}">'
+                + (f'{number}: {rounds} run{"s" if rounds != 1 else ""}, {ms:.0f} ms' if ok else
+                   f'{number}: {html.escape(str(kind))}' if ok is False else f'{number}: not started') + '</td>'
+                for number, ok, rounds, ms, kind in turns)
+            out.append(f'<tr><th>{html.escape(session)}</th>{cells}</tr>')
+        out.append('</table>' + (f'<p>and {self.more} more sessions.</p>' if self.more else ''))
+        return '\n'.join(out)
+
+
 # ==== src/stream_client/_trace.py ====
 # Timed trace replay: each request starts at its timestamp, whatever is in flight.
 #
@@ -7884,8 +7933,7 @@ class _LoadView:
 # The flags that do not go with --sessions, and why (each session brings its own prompts and tools).
 _NOT_WITH_SESSIONS = {'prompt': '--prompt', 'prompt_file': '--prompt-file', 'prompts': '--prompts', 'tools': '--tools',
                       'json_schema': '--json-schema', 'cross_check': '--cross-check', 'capture': '--capture',
-                      'rates': '--rates', 'duration': '--duration', 'processes': '--processes',
-                      'report': '--report'}
+                      'rates': '--rates', 'duration': '--duration', 'processes': '--processes'}
 _SESSION_APIS = ('chat', 'messages', 'responses')
 
 
@@ -7963,8 +8011,7 @@ def _prepare_session(args, url: str, model: str, session: _Session, extra: dict 
 # The flags that do not go with --trace: the replay's file sets the prompts, the schedule and the budgets.
 _NOT_WITH_TRACE = {'prompt': '--prompt', 'prompt_file': '--prompt-file', 'prompts': '--prompts',
                    'cross_check': '--cross-check', 'capture': '--capture', 'rate': '--rate', 'rates': '--rates',
-                   'duration': '--duration', 'processes': '--processes', 'report': '--report',
-                   'keep_alive': '--keep-alive'}
+                   'duration': '--duration', 'processes': '--processes', 'keep_alive': '--keep-alive'}
 _DEFAULT_BLOCK_SIZE = 512  # tokens per hash_ids block, as in Mooncake's traces
 
 
@@ -8067,11 +8114,29 @@ def _synthetic_requests(args, url: str, count: int, key_env: str = 'MODEL_API_KE
     return requests
 
 
-def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
+class _WorkloadReport(Report):
+    """The load's page, and for sessions a row of turns per session after the timeline."""
+
+    def __init__(self, summary: Summary) -> None:
+        super().__init__(summary)
+        self.sessions = _SessionRows()
+
+    def add(self, record: dict) -> None:
+        super().add(record)
+        self.sessions.add(record)
+
+    def html(self) -> str:
+        page = super().html()
+        return page if not self.sessions.rows else page.replace('</body></html>\n', self.sessions.html()
+                                                                  + '\n</body></html>\n')
+
+
+def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, prog: str) -> int:
     """Run the workload, appending each run's record to the reserved JSON Lines file as it ends; print the
     summary (with its block); return the exit status: 0 when every run (every session) got its record and
     was ok. SIGINT and SIGTERM cancel: nothing more starts, the runs in flight end as interrupted."""
     summary, block, cancel = Summary(workload.slos, workload.slo_target), workload.block, Cancel()
+    report = _WorkloadReport(summary) if report_fd is not None else None
     write_error: list[OSError] = []
     quiet = args.quiet
 
@@ -8084,6 +8149,8 @@ def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
             cancel.cancel('a failed write to the evidence file')
         summary.add(record)
         block.add(record)
+        if report is not None:
+            report.add(record)
         if not quiet and not record['ok']:
             where = (f'session {record["session"]} turn {record["turn"]} round {record["round"]}'
                      if 'session' in record else f'line {record["trace"]["line"]}')
@@ -8096,6 +8163,8 @@ def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         workload.run(on_record, cancel)
+    if report is not None:
+        _write_report(report_fd, report)
     _ignore_signals()
     result = {**summary.result(), workload.name: block.result()}
     if not quiet:
@@ -8105,6 +8174,8 @@ def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
         print(json.dumps(result, ensure_ascii=False), flush=True)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if report is not None and not quiet:
+        print(f'report written to {args.report}', file=sys.stderr)
     if write_error:
         print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
               file=sys.stderr)
@@ -9137,7 +9208,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if workload is not None:
-            return _workload_load(args, workload, fd, parser.prog)
+            return _workload_load(args, workload, fd, report_fd, parser.prog)
         if steps is not None:
             return _run_load(args, requests, steps, fd, report_fd, parser.prog)
         record, status = _run_command(args, requests[0], fd, capture_fd)

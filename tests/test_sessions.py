@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import unittest
 
@@ -64,7 +65,7 @@ class SessionLoadTests(unittest.TestCase):
         path = self.sessions_file(10)
         with Fixture('agent', cut_turn=3, cut_session='session 7 ') as fixture:
             done = run_cli('--url', fixture.url, '--model', 'm', '--sessions', path, '--concurrency', '4',
-                           '--output', 'cut.jsonl', cwd=self.folder, timeout=60)
+                           '--output', 'cut.jsonl', '--report', 'cut.html', cwd=self.folder, timeout=60)
         self.assertEqual(done.returncode, 1, done.stderr)
         sessions = json.loads(done.stdout)['sessions']
         self.assertEqual({key: sessions[key] for key in ('sessions', 'ok', 'not_ok', 'not_ok_by_kind', 'runs',
@@ -79,6 +80,17 @@ class SessionLoadTests(unittest.TestCase):
                          (False, 'tool_arguments_not_json', 3, [4, 5, 6]))
         self.assertIn('turn 3 round 0 not ok', end['reason'])
         self.assertIn('session s7 turn 3 round 0: NOT OK [application]', done.stderr)
+        with open(os.path.join(self.folder, 'cut.html'), encoding='utf-8') as page:
+            rows = re.findall(r'<tr><th>(s\d+)</th>(.*?)</tr>', page.read())
+        self.assertEqual(sorted(session for session, _ in rows), sorted(f's{n}' for n in range(10)))
+        for session, cells in rows:
+            texts = re.findall(r'<td[^>]*>(.*?)</td>', cells)
+            if session == 's7':
+                self.assertEqual(texts[:2], ['1: 2 runs, ' + texts[0].split(', ')[1], '2: 2 runs, ' + texts[1].split(', ')[1]])
+                self.assertEqual(texts[2:], ['3: tool_arguments_not_json', '4: not started', '5: not started',
+                                             '6: not started'])
+            else:
+                self.assertEqual([text.split(',')[0] for text in texts], [f'{turn}: 2 runs' for turn in range(1, 7)])
         again = run_cli('--summary', 'cut.jsonl', cwd=self.folder)
         self.assertEqual(json.loads(again.stdout)['sessions'], sessions)  # recomputed from the records alone
 

@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if workload is not None:
-            return _workload_load(args, workload, fd, parser.prog)
+            return _workload_load(args, workload, fd, report_fd, parser.prog)
         if steps is not None:
             return _run_load(args, requests, steps, fd, report_fd, parser.prog)
         record, status = _run_command(args, requests[0], fd, capture_fd)

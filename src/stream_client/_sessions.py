@@ -11,6 +11,7 @@ alone.
 import collections
 import dataclasses
 import hashlib
+import html
 import json
 import os
 import threading
@@ -227,3 +228,52 @@ class _SessionSummary:
                          + ('-' if first is None else f'{first["p50"]:.0f} ms')
                          + ', p50 turn ' + ('-' if whole is None else f'{whole["p50"]:.0f} ms'))
         return '\n'.join(lines)
+
+
+_REPORT_SESSIONS = 300  # session rows a report draws at most (the first ones to end)
+_TURN_COLOURS = {True: '#cfe8cf', False: '#f4c7c3', None: '#eee'}  # ok, not ok, not started
+
+
+class _SessionRows:
+    """The sessions of a report, a row of turns each: per turn, ok or not (and its kind), its tool rounds
+    and its time; the turns not started, greyed. The first _REPORT_SESSIONS sessions to end are drawn."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, list]] = []
+        self.more = 0
+        self._open: dict[tuple, list] = {}  # (load id, session) -> its turns so far: [turn, ok, rounds, ms, kind]
+
+    def add(self, record: dict) -> None:
+        if 'session' not in record:
+            return
+        key = ((record.get('load') or {}).get('id'), record['session'])
+        turns = self._open.setdefault(key, [])
+        if not turns or turns[-1][0] != record['turn']:
+            turns.append([record['turn'], True, 0, 0.0, None])
+        turn = turns[-1]
+        turn[1] = turn[1] and record['ok']
+        turn[2] += 1
+        turn[3] += record['duration_ms'] or 0.0
+        turn[4] = turn[4] or record.get('error_kind')
+        end = record.get('session_end')
+        if end is None:
+            return
+        del self._open[key]
+        if len(self.rows) >= _REPORT_SESSIONS:
+            self.more += 1
+            return
+        self.rows.append((record['session'], turns + [[number, None, 0, 0.0, end['reason']]
+                                                      for number in end['not_started_turns']]))
+
+    def html(self) -> str:
+        out = ['<h2>Sessions</h2><p>One row per session, one cell per turn: green ok (its runs, its time), red '
+               'not ok (the kind), grey not started.</p><table>']
+        for session, turns in self.rows:
+            cells = ''.join(
+                f'<td style="background:{_TURN_COLOURS[ok]}" title="{html.escape(str(kind or ""))}">'
+                + (f'{number}: {rounds} run{"s" if rounds != 1 else ""}, {ms:.0f} ms' if ok else
+                   f'{number}: {html.escape(str(kind))}' if ok is False else f'{number}: not started') + '</td>'
+                for number, ok, rounds, ms, kind in turns)
+            out.append(f'<tr><th>{html.escape(session)}</th>{cells}</tr>')
+        out.append('</table>' + (f'<p>and {self.more} more sessions.</p>' if self.more else ''))
+        return '\n'.join(out)

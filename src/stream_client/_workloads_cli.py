@@ -18,10 +18,11 @@ from ._exchange import Cancel
 from ._load import LoadSettings
 from ._load import _MAX_OPEN_LOOP_IN_FLIGHT
 from ._summary import _parse_slos, _percentiles, Summary, _summary_table
-from ._evidence import _ignore_signals, iter_records, _SIGNAL_EXIT
+from ._report import Report
+from ._evidence import _ignore_signals, iter_records, _SIGNAL_EXIT, _write_report
 from ._workloads import (
     _mean_spread, _MAX_TRACE_TOKENS, _parse_sessions, _parse_trace, _Session, _Synthetic, _synthetic_words)
-from ._sessions import _run_sessions, _SessionSummary
+from ._sessions import _run_sessions, _SessionRows, _SessionSummary
 from ._trace import _fitted, _run_trace, _Tokenizer, _trace_prompts, _TraceSummary
 from ._args import _answer_files, _extra, _prompt
 from ._views import _verdict_line
@@ -29,8 +30,7 @@ from ._views import _verdict_line
 # The flags that do not go with --sessions, and why (each session brings its own prompts and tools).
 _NOT_WITH_SESSIONS = {'prompt': '--prompt', 'prompt_file': '--prompt-file', 'prompts': '--prompts', 'tools': '--tools',
                       'json_schema': '--json-schema', 'cross_check': '--cross-check', 'capture': '--capture',
-                      'rates': '--rates', 'duration': '--duration', 'processes': '--processes',
-                      'report': '--report'}
+                      'rates': '--rates', 'duration': '--duration', 'processes': '--processes'}
 _SESSION_APIS = ('chat', 'messages', 'responses')
 
 
@@ -108,8 +108,7 @@ def _prepare_session(args, url: str, model: str, session: _Session, extra: dict 
 # The flags that do not go with --trace: the replay's file sets the prompts, the schedule and the budgets.
 _NOT_WITH_TRACE = {'prompt': '--prompt', 'prompt_file': '--prompt-file', 'prompts': '--prompts',
                    'cross_check': '--cross-check', 'capture': '--capture', 'rate': '--rate', 'rates': '--rates',
-                   'duration': '--duration', 'processes': '--processes', 'report': '--report',
-                   'keep_alive': '--keep-alive'}
+                   'duration': '--duration', 'processes': '--processes', 'keep_alive': '--keep-alive'}
 _DEFAULT_BLOCK_SIZE = 512  # tokens per hash_ids block, as in Mooncake's traces
 
 
@@ -212,11 +211,29 @@ def _synthetic_requests(args, url: str, count: int, key_env: str = 'MODEL_API_KE
     return requests
 
 
-def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
+class _WorkloadReport(Report):
+    """The load's page, and for sessions a row of turns per session after the timeline."""
+
+    def __init__(self, summary: Summary) -> None:
+        super().__init__(summary)
+        self.sessions = _SessionRows()
+
+    def add(self, record: dict) -> None:
+        super().add(record)
+        self.sessions.add(record)
+
+    def html(self) -> str:
+        page = super().html()
+        return page if not self.sessions.rows else page.replace('</body></html>\n', self.sessions.html()
+                                                                  + '\n</body></html>\n')
+
+
+def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, prog: str) -> int:
     """Run the workload, appending each run's record to the reserved JSON Lines file as it ends; print the
     summary (with its block); return the exit status: 0 when every run (every session) got its record and
     was ok. SIGINT and SIGTERM cancel: nothing more starts, the runs in flight end as interrupted."""
     summary, block, cancel = Summary(workload.slos, workload.slo_target), workload.block, Cancel()
+    report = _WorkloadReport(summary) if report_fd is not None else None
     write_error: list[OSError] = []
     quiet = args.quiet
 
@@ -229,6 +246,8 @@ def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
             cancel.cancel('a failed write to the evidence file')
         summary.add(record)
         block.add(record)
+        if report is not None:
+            report.add(record)
         if not quiet and not record['ok']:
             where = (f'session {record["session"]} turn {record["turn"]} round {record["round"]}'
                      if 'session' in record else f'line {record["trace"]["line"]}')
@@ -241,6 +260,8 @@ def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         workload.run(on_record, cancel)
+    if report is not None:
+        _write_report(report_fd, report)
     _ignore_signals()
     result = {**summary.result(), workload.name: block.result()}
     if not quiet:
@@ -250,6 +271,8 @@ def _workload_load(args, workload: _Workload, fd: int, prog: str) -> int:
         print(json.dumps(result, ensure_ascii=False), flush=True)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if report is not None and not quiet:
+        print(f'report written to {args.report}', file=sys.stderr)
     if write_error:
         print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
               file=sys.stderr)
