@@ -15,9 +15,8 @@ import typing
 from ._limits import UsageError
 from ._request import _positive_finite, prepare, PreparedRequest
 from ._exchange import Cancel
-from ._load import LoadSettings
-from ._load import _MAX_OPEN_LOOP_IN_FLIGHT
-from ._summary import _parse_slos, _percentiles, Summary, _summary_table
+from ._load import LoadSettings, _MAX_OPEN_LOOP_IN_FLIGHT
+from ._summary import _parse_slos, Summary, _summary_table
 from ._report import Report
 from ._evidence import _ignore_signals, iter_records, _SIGNAL_EXIT, _write_report
 from ._workloads import (
