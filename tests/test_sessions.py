@@ -185,6 +185,22 @@ class SessionLoadTests(unittest.TestCase):
         sessions = json.loads(done.stdout)['sessions']
         self.assertEqual((sessions['sessions'], sessions['ok'], sessions['runs'], sessions['turns']), (4, 4, 24, 12))
 
+    def test_a_turn_past_its_tool_rounds_ends_the_session_and_think_time_spaces_the_turns(self):
+        lines = [session_line(0, turns=3, max_tool_rounds=0), session_line(1, turns=2, think_time_s=0.05)]
+        path = self.write('rounds.jsonl', ''.join(json.dumps(line) + '\n' for line in lines))
+        done = run_cli('--fixture', 'agent', '--sessions', path, '--concurrency', '2', '--output', 'rounds-out.jsonl',
+                       cwd=self.folder)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertEqual(json.loads(done.stdout)['sessions']['not_ok_by_kind'], {'max_tool_rounds': 1})
+        records = self.records('rounds-out.jsonl')
+        bounded = [r for r in records if r['session'] == 's0']
+        self.assertEqual([(r['turn'], r['round'], r['ok']) for r in bounded], [(1, 0, True)])  # every run ok
+        self.assertEqual((bounded[0]['session_end']['ended_by'], bounded[0]['session_end']['not_started_turns']),
+                         ('max_tool_rounds', [2, 3]))
+        thinking = sorted((r for r in records if r['session'] == 's1'), key=lambda r: r['offset_ms'])
+        turn_one_end = thinking[1]['offset_ms'] + thinking[1]['duration_ms']
+        self.assertGreaterEqual(thinking[2]['offset_ms'] - turn_one_end, 50)  # at least the think time
+
     def test_runs_caps_the_sessions_and_rate_records_how_late_each_session_started(self):
         path = self.sessions_file(5, turns=1)
         done = run_cli('--fixture', 'agent', '--sessions', path, '--runs', '3', '--rate', '50', '--output',
