@@ -19,9 +19,10 @@ import time
 
 from ._limits import _count, _failure
 from ._request import _render_request, PreparedRequest
-from ._exchange import Cancel, KeptConnections
+from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
 from ._record import _failed_record
 from ._transport import _run, _Show
+from ._reactor import _EPOLL, _Reactor
 from ._load import _Pool, arrival_offsets, LoadSettings
 from ._summary import _percentiles
 from ._workloads import _Conversation, _Session, _ToolResults
@@ -50,8 +51,10 @@ class _SessionRun:
     session's last one carrying ``session_end`` (held back until the session knows it is the last)."""
 
     def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, kept: KeptConnections | None,
-                 emit, started: float, queued_ms: float | None) -> None:
+                 emit, started: float, queued_ms: float | None, reactor: _Reactor | None = None,
+                 gate: _Gate = _OPEN_GATE) -> None:
         self.session, self.request, self.cancel, self.kept, self.emit = session, request, cancel, kept, emit
+        self.reactor, self.gate = reactor, gate  # the load's reader thread and its gate (see _run_share)
         self.started = started       # the load's start (perf_counter), which offset_ms counts from
         self.queued_ms = queued_ms   # how late the session started (open loop), kept by its first record
         self.pending: dict | None = None
@@ -85,8 +88,9 @@ class _SessionRun:
     def _think(self) -> bool:
         """Wait the session's think time; False if the load was cancelled meanwhile."""
         end = time.perf_counter() + self.session.think_time_s
-        while self.cancel.reason is None and time.perf_counter() < end:
-            time.sleep(min(end - time.perf_counter(), 0.05))
+        with self.gate.released():
+            while self.cancel.reason is None and time.perf_counter() < end:
+                time.sleep(min(end - time.perf_counter(), 0.05))
         return self.cancel.reason is None
 
     def _one(self, request: PreparedRequest, turn: int, round_: int) -> dict:
@@ -94,7 +98,7 @@ class _SessionRun:
             self.emit(self.pending)
         begun = time.perf_counter()
         try:
-            record = _run(request, _Show(), None, self.cancel, self.kept)
+            record = _run(request, _Show(), None, self.cancel, self.kept, self.reactor, self.gate)
         except Exception as exc:  # a bug in this client: the run still has its record
             record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
                                                                       f'{type(exc).__name__}: {exc}'))
@@ -128,6 +132,8 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
     started = time.perf_counter()
     described = {**settings.described(), 'runs': None, 'sessions': settings.runs, 'id': os.urandom(8).hex()}
     lock, numbers = threading.Lock(), iter(range(2 ** 62))
+    gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
+    reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
 
     def emit(record: dict) -> None:
         with lock:
@@ -138,7 +144,8 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
         queued = None if settings.rate is None else round((time.perf_counter() - started - due) * 1000, 3)
         kept = KeptConnections() if settings.keep_alive else None
         try:
-            _SessionRun(sessions[index], requests[index], cancel, kept, emit, started, queued).run()
+            with gate:
+                _SessionRun(sessions[index], requests[index], cancel, kept, emit, started, queued, reactor, gate).run()
         finally:
             if kept is not None:
                 kept.close()
@@ -154,6 +161,8 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
             pool.submit((index, due))
     finally:
         pool.close()
+        if reactor is not None:
+            reactor.close()
 
 
 class _SessionSummary:
