@@ -8,6 +8,7 @@ import tempfile
 import unittest
 
 import fixture_server
+import stream_client
 from stream_client import _Conversation, _parse_sessions, UsageError
 from .support import Fixture, HERE, run_cli, URL_PATHS
 
@@ -203,6 +204,24 @@ class SessionLoadTests(unittest.TestCase):
         thinking = sorted((r for r in records if r['session'] == 's1'), key=lambda r: r['offset_ms'])
         turn_one_end = thinking[1]['offset_ms'] + thinking[1]['duration_ms']
         self.assertGreaterEqual(thinking[2]['offset_ms'] - turn_one_end, 50)  # at least the think time
+
+    def test_a_cancel_ends_the_sessions_in_flight_as_interrupted_and_starts_no_other(self):
+        sessions = _parse_sessions('f', ''.join(json.dumps(session_line(n, turns=3, think_time_s=30)) + '\n'
+                                                for n in range(3)))
+        cancel, records = stream_client.Cancel(), []
+
+        def on_record(record: dict) -> None:
+            records.append(record)
+            if len(records) == 2:  # each session in flight has sent its first round: stop the load
+                cancel.cancel('SIGINT')
+        with Fixture('agent') as fixture:
+            requests = [stream_client.prepare(fixture.url, 'm', session.turns[0], tools=session.tools)
+                        for session in sessions]
+            stream_client._run_sessions(sessions, requests, stream_client.LoadSettings(3, 2), on_record, cancel)
+        self.assertEqual(sorted({r['session'] for r in records}), ['s0', 's1'])  # s2 never started
+        ends = [r['session_end'] for r in records if 'session_end' in r]
+        self.assertEqual([(end['ok'], end['ended_by'], end['not_started_turns']) for end in ends],
+                         [(False, 'interrupted', [2, 3])] * 2)
 
     def test_runs_caps_the_sessions_and_rate_records_how_late_each_session_started(self):
         path = self.sessions_file(5, turns=1)
