@@ -80,6 +80,7 @@ class GuideProfile:
                  reasoning_field: str = 'reasoning', budget: int | None = None) -> None:
         self.model, self.tokens, self.reasoning_field = model, tokens, reasoning_field
         self.budget = budget  # the request's max_tokens, which a pair mode's budget cut uses up
+        self.prompt_tokens: int | None = None  # the agent mode's count of the request's prompt (prompt_tokens())
 
     def dumps(self, value: object) -> bytes:
         return json.dumps(value, ensure_ascii=False).encode()
@@ -116,7 +117,15 @@ class GuideProfile:
         return self.event(reason=reason, index=index)
 
     def usage(self, completion_tokens: int) -> bytes:
+        if self.prompt_tokens is not None:
+            return b'data: {"choices": [], "usage": {"prompt_tokens": %d, "completion_tokens": %d}}\n\n' % (
+                self.prompt_tokens, completion_tokens)
         return b'data: {"choices": [], "usage": {"completion_tokens": %d}}\n\n' % completion_tokens
+
+    @property
+    def input_tokens(self) -> int:
+        """The prompt's tokens as the usage reports them: the agent mode's count, else 9."""
+        return 9 if self.prompt_tokens is None else self.prompt_tokens
 
     def done(self) -> bytes:
         return b'data: [DONE]\n\n'
@@ -268,7 +277,8 @@ class VllmProfile(GuideProfile):
         return {'content': None, 'tool_calls': [call]}  # as vLLM 0.32 sends it (captures t6 to t8)
 
     def usage(self, completion_tokens: int) -> bytes:
-        usage = {'prompt_tokens': 9, 'total_tokens': 9 + completion_tokens, 'completion_tokens': completion_tokens}
+        usage = {'prompt_tokens': self.input_tokens, 'total_tokens': self.input_tokens + completion_tokens,
+                 'completion_tokens': completion_tokens}
         return self.chunk([], usage=usage, system_fingerprint='vllm-0.32.0-synthetic')
 
     def headers(self) -> list[tuple[str, str]]:
@@ -354,12 +364,12 @@ class _Responses:
     def response(self, status: str, reason: str | None = None, output: list | None = None) -> dict:
         tokens = (3 if self.tokens is None else self.tokens) if status != 'in_progress' else None
         usage = None if tokens is None else {
-            'input_tokens': 9, 'input_tokens_details': {'cached_tokens': 0, 'cache_write_tokens': 0,
+            'input_tokens': self.input_tokens, 'input_tokens_details': {'cached_tokens': 0, 'cache_write_tokens': 0,
                                                         'input_tokens_per_turn': [], 'cached_tokens_per_turn': []},
             'output_tokens': tokens, 'output_tokens_details': {'reasoning_tokens': 0, 'tool_output_tokens': 0,
                                                                'output_tokens_per_turn': [],
                                                                'tool_output_tokens_per_turn': []},
-            'total_tokens': 9 + tokens}
+            'total_tokens': self.input_tokens + tokens}
         return {'id': self.response_id, 'created_at': self.created_at,
                 'incomplete_details': {'reason': reason} if reason else None, 'instructions': None,
                 'metadata': None, 'model': self.model, 'object': 'response',
@@ -489,7 +499,8 @@ class _Messages:
 
     def started(self) -> list[bytes]:
         message = {'id': self.message_id, 'type': 'message', 'role': 'assistant', 'content': [], 'model': self.model,
-                   'stop_reason': None, 'stop_sequence': None, 'usage': {'input_tokens': 9, 'output_tokens': 0}}
+                   'stop_reason': None, 'stop_sequence': None,
+                   'usage': {'input_tokens': self.input_tokens, 'output_tokens': 0}}
         return self.comments() + [self.emit('message_start', {'message': message})]
 
     def block_start(self, block: dict) -> bytes:
@@ -510,7 +521,7 @@ class _Messages:
 
     def ending(self, reason: str) -> list[bytes]:
         """The message_delta with the stop_reason (end_turn, max_tokens or tool_use), then message_stop."""
-        usage = {'input_tokens': 9, 'output_tokens': 3 if self.tokens is None else self.tokens}
+        usage = {'input_tokens': self.input_tokens, 'output_tokens': 3 if self.tokens is None else self.tokens}
         return [self.emit('message_delta', {'delta': {'stop_reason': self.STOP_REASONS[reason], 'stop_sequence': None},
                                             'usage': usage}),
                 self.emit('message_stop')]
@@ -847,7 +858,7 @@ def pair_unstreamed(p: GuideProfile, pair: Pair) -> tuple[int, list[tuple[str, s
 
 # The modes whose answer is tool calls, or JSON: the client's --fixture sends TOOLS or JSON_SCHEMA with them.
 TOOL_MODES = ('tool-call', 'tool-args-cut', 'tool-args-empty', 'tool-args-array', 'tool-args-schema', 'tool-parallel',
-              'tool-args-mismatch', *(mode for mode, pair in PAIRS.items() if pair.offers_tools))
+              'tool-args-mismatch', *(mode for mode, pair in PAIRS.items() if pair.offers_tools), 'agent')
 JSON_MODES = ('json-ok', 'json-invalid')
 
 # Each mode maps a profile to a plan. Add a mode by adding a line (and to ONLY_ON if it is API-specific).
@@ -905,12 +916,137 @@ def applies(mode: str, api: str) -> bool:
     return api in ONLY_ON.get(mode, tuple(set(API_PATHS.values())))
 
 
+# The agent mode: a model in an agent's loop. It reads the request (stateless: the conversation says where
+# it is) and answers with a call of the first tool offered when the last message is a user turn, and with
+# text after a tool result; the usage counts the prompt with prompt_tokens(). Told to (cut_turn), it cuts
+# the first answer of turn N of a session: the call's arguments, or the text.
+AGENT = 'agent'
+AGENT_ARGUMENT_VALUES = {'string': 'Paris', 'integer': 1, 'number': 1.5, 'boolean': True, 'array': [], 'object': {}}
+
+
+def _strings(value: object):
+    """Every string in a JSON value, keys aside, in order."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def count_tokens(text: str) -> int:
+    """The fixture's tokenizer: one token per run of non-space characters."""
+    return len(text.split())
+
+
+def conversation(api: str, request: dict) -> list:
+    """The request's conversation, in its API's shape: the system part first (if any), then the messages
+    (chat, messages) or the input items (responses; a string input is one user message)."""
+    if api == 'responses':
+        given = request.get('input')
+        items = [{'role': 'user', 'content': given}] if isinstance(given, str) else list(given or [])
+        return ([request['instructions']] if request.get('instructions') is not None else []) + items
+    system = [request['system']] if api == 'messages' and request.get('system') is not None else []
+    return system + list(request.get('messages') or [])
+
+
+def prompt_tokens(api: str, request: dict) -> int:
+    """The prompt tokens the agent mode reports: count_tokens() of every string of the conversation
+    (roles, contents, tool calls and results alike), the tools offered left out. Tests know the truth so."""
+    return sum(count_tokens(text) for text in _strings(conversation(api, request)))
+
+
+def _is_tool_result(api: str, item: object) -> bool:
+    if not isinstance(item, dict):
+        return False
+    if api == 'chat':
+        return item.get('role') == 'tool'
+    if api == 'responses':
+        return item.get('type') == 'function_call_output'
+    content = item.get('content')
+    return item.get('role') == 'user' and isinstance(content, list) and \
+        any(isinstance(block, dict) and block.get('type') == 'tool_result' for block in content)
+
+
+def _is_user_turn(api: str, item: object) -> bool:
+    return isinstance(item, dict) and item.get('role') == 'user' and not _is_tool_result(api, item)
+
+
+def agent_turn(api: str, request: dict) -> tuple[int, bool]:
+    """(turn, answering a user): the number of user turns so far, and whether the last message is one."""
+    items = conversation(api, request)
+    turns = sum(1 for item in items if _is_user_turn(api, item))
+    return turns, bool(items) and _is_user_turn(api, items[-1])
+
+
+def first_user_text(api: str, request: dict) -> str:
+    """The text of the session's first user turn, which names the session for cut_session."""
+    first = next((item for item in conversation(api, request) if _is_user_turn(api, item)), None)
+    return ' '.join(_strings(first.get('content'))) if first else ''
+
+
+def offered_tool(request: dict) -> tuple[str, dict] | None:
+    """The first tool offered, as (name, parameters), in any API's shape; None if none is."""
+    tools = request.get('tools')
+    if not isinstance(tools, list) or not tools or not isinstance(tools[0], dict):
+        return None
+    tool = tools[0].get('function', tools[0])
+    if not isinstance(tool, dict) or not isinstance(tool.get('name'), str):
+        return None
+    parameters = tool.get('parameters', tool.get('input_schema'))
+    return tool['name'], parameters if isinstance(parameters, dict) else {}
+
+
+def call_arguments(parameters: dict) -> str:
+    """The arguments the agent mode calls a tool with: each required property, a value of its type."""
+    properties = parameters.get('properties') if isinstance(parameters.get('properties'), dict) else {}
+    required = parameters.get('required') if isinstance(parameters.get('required'), list) else []
+    return json.dumps({name: AGENT_ARGUMENT_VALUES.get((properties.get(name) or {}).get('type'), 'x')
+                       for name in required if isinstance(name, str)})
+
+
+class AgentAnswer(typing.NamedTuple):
+    """What the agent mode sent to one request (kept by a server built with record=True): the request's
+    body as received, its turn, whether it was cut, and the answer: text, or calls (id, name, arguments)."""
+
+    api: str
+    body: bytes
+    turn: int
+    cut: bool
+    text: str
+    calls: tuple[tuple[str, str, str], ...]
+
+
+def agent_plan(profile: GuideProfile, request: dict, body: bytes = b'', cut_turn: int | None = None,
+               cut_session: str | None = None) -> tuple[Plan, AgentAnswer]:
+    """The agent mode's answer to one request (see AGENT), and what it says; cut_session, if given,
+    limits the cut to the sessions whose first user turn contains it."""
+    api = profile.api
+    profile.prompt_tokens = prompt_tokens(api, request)
+    turn, answering_user = agent_turn(api, request)
+    cut = answering_user and turn == cut_turn and (cut_session is None or cut_session in first_user_text(api, request))
+    tool = offered_tool(request) if answering_user else None
+    if tool is None:
+        plan = _cut_mid_answer(profile) if cut else _complete(profile)
+        text = ANSWER[0] if cut else ''.join(ANSWER) if profile.tokens is None else \
+            ''.join(f'token{i} ' for i in range(profile.tokens))
+        return plan, AgentAnswer(api, body, turn, cut, text, ())
+    name, parameters = tool
+    arguments = call_arguments(parameters)
+    half = len(arguments) // 2
+    pieces = (arguments[:half], arguments[half:-3]) if cut else (arguments[:half], arguments[half:])
+    return Plan(profile.tool_calls([(name, pieces)])), AgentAnswer(api, body, turn, cut, '',
+                                                                  (('chatcmpl-tool-1', name, ''.join(pieces)),))
+
+
 MIXED = 'mixed'
 MIXED_OK_SHARE = 0.6
 # The failures a mixed fixture picks from: one of each layer's quick failures, all valid on every API.
 MIXED_FAILURES = ('broken', 'length', 'malformed', 'http-error', 'truncated', 'no-done', 'unterminated',
                   'after-done', 'error-event')
-CHOICES = (*MODES, MIXED)  # what --mode accepts
+CHOICES = (*MODES, MIXED, AGENT)  # what --mode accepts
 
 
 class Schedule:
@@ -1061,6 +1197,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         settings = self.server
         api = API_PATHS.get(self.path)
+        if self.path == '/tokenize' and settings.tokenize:
+            self._tokenize()
+            return
         if api is None:
             self._send_error(404, f'only {", ".join(API_PATHS)} are served', 'NotFoundError', keep_alive=False)
             return
@@ -1103,24 +1242,43 @@ class Handler(BaseHTTPRequestHandler):
         budget = next((request[key] for key in ('max_tokens', 'max_output_tokens') if type(request.get(key)) is int),
                       None)
         profile = BUILDERS[self.server.profile, api](model, self.server.tokens, self.server.reasoning_field, budget)
+        if mode == AGENT:
+            plan, answer = agent_plan(profile, request, self.body, self.server.cut_turn, self.server.cut_session)
+            if self.server.received is not None:
+                self.server.received.append(answer)
+            self._answer(plan, profile, origin)
+            return
         if request['stream'] is False:
             self._send(*pair_unstreamed(profile, PAIRS[mode]))
             return
         self._answer(MODES[mode](profile), profile, origin)
 
-    def _read_request(self) -> dict | None:
+    def _tokenize(self) -> None:
+        """POST /tokenize as vLLM answers it, with the fixture's tokenizer (count_tokens()): a "prompt", or
+        "messages" counted as the agent mode counts a chat prompt (prompt_tokens())."""
+        request = self._read_request(needs_stream=False)
+        if request is None:
+            return
+        count = (count_tokens(request['prompt']) if isinstance(request.get('prompt'), str)
+                 else prompt_tokens('chat', request))
+        body = json.dumps({'count': count, 'max_model_len': 1 << 20, 'tokens': list(range(count)),
+                           'token_strs': None}, separators=(',', ':')).encode()
+        self._send(200, GuideProfile._error_headers(len(body), 'application/json', vary=True), body)
+
+    def _read_request(self, needs_stream: bool = True) -> dict | None:
         """The JSON request, or None after answering 413 or 400."""
         length = self.headers.get('Content-Length', '')
         if not length.isdigit() or not 0 < int(length) <= MAX_REQUEST_BYTES:
             self._send_error(413, f'expected a JSON body of 1 to {MAX_REQUEST_BYTES} bytes', 'BadRequestError',
                              keep_alive=False)  # the body was not read
             return None
+        self.body = self.rfile.read(int(length))
         try:
-            request = json.loads(self.rfile.read(int(length)))
+            request = json.loads(self.body)
         except (ValueError, RecursionError):
             self._send_error(400, 'the body is not JSON', 'BadRequestError')
             return None
-        if not isinstance(request, dict) or not isinstance(request.get('stream'), bool):
+        if not isinstance(request, dict) or needs_stream and not isinstance(request.get('stream'), bool):
             self._send_error(400, 'expected a JSON object with "stream": true (or false, for a pair mode)',
                              'BadRequestError')
             return None
@@ -1186,7 +1344,8 @@ class FixtureServer(ThreadingHTTPServer):
                  api_key: str | None = None, tokens: int | None = None, reasoning_field: str = 'reasoning',
                  replay: bytes | None = None, replay_twin: bytes | None = None, tls_cert: str | None = None, tls_key: str | None = None,
                  seed: int = 0, model_name: str | None = None, idle_close: float = KEEP_ALIVE_TIMEOUT,
-                 close_notify: bool = True) -> None:
+                 close_notify: bool = True, cut_turn: int | None = None, cut_session: str | None = None,
+                 record: bool = False, tokenize: bool = True) -> None:
         if mode not in CHOICES:
             raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
         if profile not in PROFILE_NAMES:
@@ -1204,6 +1363,15 @@ class FixtureServer(ThreadingHTTPServer):
             raise ValueError('idle_close must be a positive number of seconds')
         if not close_notify and not tls_cert:
             raise ValueError('close_notify is TLS\'s closure alert: it needs tls_cert')
+        if (cut_turn is not None or cut_session is not None) and mode != AGENT:
+            raise ValueError(f'cut_turn and cut_session are for the {AGENT} mode')
+        if cut_turn is not None and (isinstance(cut_turn, bool) or not isinstance(cut_turn, int) or cut_turn < 1):
+            raise ValueError('cut_turn must be a turn number from 1')
+        if cut_session is not None and cut_turn is None:
+            raise ValueError('cut_session names the session whose cut_turn is cut: give cut_turn too')
+        self.tokenize = tokenize  # answer POST /tokenize (with count_tokens()), as vLLM does
+        self.cut_turn, self.cut_session = cut_turn, cut_session  # the agent mode cuts turn cut_turn's first answer
+        self.received: list[AgentAnswer] | None = [] if record else None  # the agent mode's answers, for tests
         self.mode, self.delay, self.profile, self.api_key = mode, delay, profile, api_key
         self.tokens, self.reasoning_field, self.model_name = tokens, reasoning_field, model_name
         self.idle_close = idle_close  # seconds a kept-alive connection waits for its next request
@@ -1253,7 +1421,10 @@ def server(port: int = 18080, mode: str = 'ok', delay: float | None = None, **se
     model_name, the one model served (others get vLLM's 404; without it any model is answered);
     idle_close, the seconds after which a kept-alive connection with no new request is closed
     without a word (default KEEP_ALIVE_TIMEOUT); close_notify False, with tls_cert, to end TLS
-    connections without their closure alert, as a cut does.
+    connections without their closure alert, as a cut does. In the agent mode: cut_turn N cuts the
+    first answer of turn N of every session, or with cut_session TEXT of the sessions whose first user
+    turn contains TEXT; record True keeps each request and its answer in ``received`` (AgentAnswer).
+    POST /tokenize is answered as vLLM does, with count_tokens(), unless tokenize is False.
     """
     return FixtureServer(port, mode=mode, delay=delay, **settings)
 
@@ -1317,6 +1488,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--tls-no-close-notify', action='store_true',
                         help='with --tls-cert: end connections without TLS\'s closure alert, as a cut does (a '
                              '--replay without Content-Length or chunking then ends unfinished)')
+    parser.add_argument('--cut-turn', type=int, metavar='N',
+                        help='agent mode: cut the first answer of turn N of each session (a tool call\'s '
+                             'arguments, or the text)')
+    parser.add_argument('--cut-session', metavar='TEXT',
+                        help='with --cut-turn: cut only the sessions whose first user turn contains TEXT')
     args = parser.parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error('--tls-cert and --tls-key go together')
@@ -1343,7 +1519,8 @@ def main(argv: list[str] | None = None) -> int:
                           replay_twin=replay_twin,
                           tls_cert=args.tls_cert, tls_key=args.tls_key, seed=args.seed,
                           model_name=args.model_name, idle_close=args.idle_close,
-                          close_notify=not args.tls_no_close_notify)
+                          close_notify=not args.tls_no_close_notify, cut_turn=args.cut_turn,
+                          cut_session=args.cut_session)
     except ValueError as exc:
         parser.error(str(exc))
     except OSError as exc:  # includes ssl.SSLError for an unusable certificate or key

@@ -32,7 +32,7 @@ class GuideContractTests(unittest.TestCase):
     ``stream()`` and ``fixture_server.server()``."""
 
     def record_of(self, mode: str = 'ok', **options) -> dict:
-        instance = fixture_server.server(0, mode, 0.002)
+        instance = fixture_server.server(0, mode, 0.02)  # 20 ms apart: the first text and the end in reads of their own
         thread = threading.Thread(target=instance.serve_forever, args=(0.01,), daemon=True)  # shutdown() within 10 ms
         thread.start()
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import dataclasses
 import html.parser
 import importlib.util
 import io
@@ -613,3 +614,31 @@ CITY = stream_client.AnswerSpec(json_schema=stream_client.JsonSchema(fixture_ser
 CHUNKED = SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n'
 STOP, DONE = chunk_json(finish_reason='stop'), '[DONE]'
 TEXT = chunk_json(delta={'content': 'hi'})
+
+
+def with_body(request: stream_client.PreparedRequest, body: dict) -> stream_client.PreparedRequest:
+    """The prepared request with another JSON body (its Content-Length and wire bytes made again)."""
+    data = json.dumps(body, ensure_ascii=False).encode()
+    head = request.wire[:request.wire.index(b'\r\n\r\n') + 4]
+    head = re.sub(rb'(?im)^content-length: \d+', b'Content-Length: %d' % len(data), head)
+    return dataclasses.replace(request, body=data, wire=head + data)
+
+
+# The conversation after one tool round, in each API's shape: a user turn, the model's get_weather call,
+# and the tool's result (the agent mode answers it with text).
+AFTER_TOOL_RESULT = {
+    'chat': {'messages': [
+        {'role': 'user', 'content': 'weather?'},
+        {'role': 'assistant', 'content': None, 'tool_calls': [
+            {'id': 'c1', 'type': 'function', 'function': {'name': 'get_weather', 'arguments': '{"city": "Paris"}'}}]},
+        {'role': 'tool', 'tool_call_id': 'c1', 'content': 'sunny'}]},
+    'messages': {'messages': [
+        {'role': 'user', 'content': 'weather?'},
+        {'role': 'assistant', 'content': [{'type': 'tool_use', 'id': 'c1', 'name': 'get_weather',
+                                           'input': {'city': 'Paris'}}]},
+        {'role': 'user', 'content': [{'type': 'tool_result', 'tool_use_id': 'c1', 'content': 'sunny'}]}]},
+    'responses': {'input': [
+        {'role': 'user', 'content': 'weather?'},
+        {'type': 'function_call', 'call_id': 'c1', 'name': 'get_weather', 'arguments': '{"city": "Paris"}'},
+        {'type': 'function_call_output', 'call_id': 'c1', 'output': 'sunny'}]},
+}

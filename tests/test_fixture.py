@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import socket
 import subprocess
@@ -20,7 +21,7 @@ from stream_client import ChatChunks, stream
 from .support import (
     ANSWER, answer, APIS, chunk_json, dechunk, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, HERE, in_threads,
     JSON_ANSWER, mode_runs, parse_all, replay, run_fixture, script_command, script_env, split_capture, SSE_HEAD,
-    sse_response, TOOLS, TRACES, URL_PATHS, Verdict)
+    sse_response, TOOLS, TRACES, URL_PATHS, Verdict, with_body, AFTER_TOOL_RESULT)
 
 
 def chunk_keys(payload: bytes) -> list[tuple]:
@@ -675,3 +676,73 @@ class ServerProfileTests(unittest.TestCase):
         self.assertEqual(record['server_error']['message'], fixture_server.ENGINE_CRASH)
         self.assertEqual(len(record['stray_lines']), 1)
         self.assertIn(fixture_server.ENGINE_CRASH, record['error'])
+
+
+class AgentModeTests(unittest.TestCase):
+    """The agent mode: a tool call after a user turn when tools are offered, text after a tool result,
+    the prompt counted with prompt_tokens(), and turn N cut on request."""
+
+    AGENT_APIS = ('chat', 'responses', 'messages')
+
+    def agent_run(self, fixture: Fixture, api: str, body: dict | None = None, prompt: str = 'weather?',
+                  tools: list | None = fixture_server.TOOLS) -> dict:
+        request = stream_client.prepare(fixture.url.replace('/v1/chat/completions', URL_PATHS[api]),
+                                        'synthetic-fixture', prompt, tools=tools, idle=2)
+        if body is not None:
+            request = with_body(request, {**json.loads(request.body), **body})
+        return stream_client.run(request)
+
+    def test_a_user_turn_with_tools_gets_a_call_and_a_tool_result_gets_text(self):
+        with Fixture('agent', profile='vllm', record=True) as fixture:
+            for api in self.AGENT_APIS:
+                with self.subTest(api=api):
+                    called = self.agent_run(fixture, api)
+                    self.assertTrue(called['ok'], called['error'])
+                    self.assertEqual([(c['name'], c['arguments']) for c in called['tool_calls']],
+                                     [('get_weather', '{"city": "Paris"}')])
+                    answered = self.agent_run(fixture, api, AFTER_TOOL_RESULT[api])
+                    self.assertTrue(answered['ok'], answered['error'])
+                    self.assertEqual((answered['text'], answered['tool_calls']), (''.join(ANSWER), []))
+                    plain = self.agent_run(fixture, api, tools=None)
+                    self.assertEqual((plain['ok'], plain['text'], plain['tool_calls']), (True, ''.join(ANSWER), []))
+            received = fixture.instance.received
+            self.assertEqual([(a.api, a.turn, a.calls != ()) for a in received],
+                             [(api, 1, called) for api in self.AGENT_APIS for called in (True, False, False)])
+
+    def test_the_usage_counts_the_prompt_deterministically(self):
+        body = AFTER_TOOL_RESULT['chat']
+        # every string of the conversation, split on spaces: roles, contents, ids, names, arguments, types
+        self.assertEqual(fixture_server.prompt_tokens('chat', body), 11)
+        for api in self.AGENT_APIS:
+            with self.subTest(api=api), Fixture('agent', profile='vllm') as fixture:
+                request = stream_client.prepare(fixture.url.replace('/v1/chat/completions', URL_PATHS[api]),
+                                                'synthetic-fixture', 'x', tools=fixture_server.TOOLS)
+                request = with_body(request, {**json.loads(request.body), **AFTER_TOOL_RESULT[api]})
+                capture = stream_client.Capture()
+                record = stream_client.run(request, capture=capture)
+                self.assertTrue(record['ok'])
+                expected = fixture_server.prompt_tokens(api, json.loads(request.body))
+                self.assertEqual(record['prompt_tokens'], expected)  # the record keeps the server's count
+                usage = re.findall(rb'"(?:prompt|input)_tokens":(\d+)', capture.data)
+                self.assertTrue(usage)
+                self.assertEqual({int(n) for n in usage}, {expected})
+
+    def test_turn_n_of_the_named_session_is_cut(self):
+        two_turns = {'chat': [{'role': 'user', 'content': 'session B: weather?'},
+                              {'role': 'assistant', 'content': 'READY'}, {'role': 'user', 'content': 'again?'}]}
+        with Fixture('agent', cut_turn=2, cut_session='session B') as fixture:
+            first = self.agent_run(fixture, 'chat', {'messages': two_turns['chat'][:1]})
+            self.assertTrue(first['ok'], first['error'])
+            cut = self.agent_run(fixture, 'chat', {'messages': two_turns['chat']})
+            self.assertEqual((cut['error_layer'], cut['error_kind']), ('application', 'tool_arguments_not_json'))
+            other = {'messages': [{**two_turns['chat'][0], 'content': 'session A'}, *two_turns['chat'][1:]]}
+            self.assertTrue(self.agent_run(fixture, 'chat', other)['ok'])
+            text_cut = self.agent_run(fixture, 'chat', {'messages': two_turns['chat']}, tools=None)
+            self.assertFalse(text_cut['ok'])
+            self.assertEqual(text_cut['error_layer'], 'transport')
+
+    def test_the_cut_settings_are_checked(self):
+        for settings, words in (({'cut_turn': 0}, 'turn number'), ({'cut_session': 'x'}, 'give cut_turn'),
+                                ({'cut_turn': 2, 'mode': 'ok'}, 'agent mode')):
+            with self.subTest(settings=settings), self.assertRaisesRegex(ValueError, words):
+                fixture_server.server(0, **{'mode': 'agent', **settings})

@@ -856,7 +856,7 @@ class SummaryReadingTests(unittest.TestCase):
             return record
         cases = {
             'a word for a number': (edited(duration_ms='fast'), '"duration_ms" must be a number or null, not "fast"'),
-            'a number as text': (edited(load__runs='3'), '"load.runs" must be an integer, not "3"'),
+            'a number as text': (edited(load__runs='3'), '"load.runs" must be an integer or null, not "3"'),
             'NaN': (b'{"ok": true, "duration_ms": NaN, ' + json.dumps(fake_record(1)).encode()[1:].replace(
                 b'"duration_ms"', b'"was"'), '"duration_ms" must be a number or null, not NaN'),
             'a gap that is text': (edited(event_gaps_ms=[1.0, 'x']), '"event_gaps_ms" must be a list of numbers'),

@@ -53,11 +53,18 @@ _transport     ``run()`` and ``stream()``: one request, read under the idle
 _reactor       ``_Reactor``: one thread per process reads every response of a load
 _load          ``run_load()``: runs from worker threads or forked processes
 _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of a load
+_workloads     workload files, sans-IO: ``_parse_sessions()`` reads a --sessions file, and
+               ``_Conversation`` is the history a session sends, in its API's shape
+_sessions      ``_run_sessions()``: multi-turn agent sessions, each request one run, a run not ok
+               ending its session; ``_SessionSummary`` counts sessions, turns and tool rounds
+_trace         ``_run_trace()``: a timed trace replayed open-loop, each run's lateness kept; the
+               prompts' lengths met with the server's /tokenize where it offers one
 _report        ``Report``: one self-contained HTML page per load
 _evidence      evidence files, each created once and never overwritten, and
                read back (``iter_records()``, ``summarize()``)
 _args          the command line's flags, and the requests and settings they give
 _views         what the terminal shows while runs go on and once they end
+_workloads_cli --sessions and --trace: the file read and every request prepared before any file, then run
 _exporter      ``Exporter``: the verdict of one run per scrape, for Prometheus
                (``parse_targets()``, ``probe_families()``, ``exposition()`` and
                ``SingleFlight`` are sans-IO), served by ``ExporterServer``

@@ -161,6 +161,26 @@ def _parser() -> _OneLineParser:
     load.add_argument('--prompts', metavar='FILE',
                       help='JSON Lines of prompts, each a string or {"prompt", "system", "max_tokens"}; '
                            'the runs cycle through them')
+    load.add_argument('--sessions', metavar='FILE',
+                      help='multi-turn agent sessions: JSON Lines, one conversation per line ({"id", "turns", '
+                           '"system", "tools", "tool_results", ...}), or a ShareGPT JSON array; each request is one '
+                           'run, the history is what came back, a run not ok ends its session. --concurrency and '
+                           '--rate count sessions, --runs caps them (docs/workloads.md)')
+    load.add_argument('--trace', metavar='FILE',
+                      help='replay a timed trace: JSON Lines of {"timestamp" (ms), "input_length", "output_length", '
+                           '"hash_ids"} (Mooncake) or {"timestamp", "prompt"}; each request starts at its timestamp '
+                           'whatever is in flight, and its record keeps how late it was (docs/workloads.md)')
+    load.add_argument('--trace-speed', type=float, metavar='X',
+                      help='with --trace: replay X times as fast (default 1)')
+    load.add_argument('--block-size', type=int, metavar='N',
+                      help='with --trace: tokens per hash_ids block (default 512, as in Mooncake)')
+    load.add_argument('--input-tokens', metavar='MEAN[:SPREAD]',
+                      help='synthetic prompts of MEAN tokens (each drawn from MEAN-SPREAD to MEAN+SPREAD, seeded by '
+                           '--seed), met with the server\'s /tokenize where offered (docs/workloads.md)')
+    load.add_argument('--output-tokens', metavar='MEAN[:SPREAD]',
+                      help='each run\'s output budget drawn from MEAN-SPREAD to MEAN+SPREAD (seeded by --seed)')
+    load.add_argument('--shared-prefix-tokens', metavar='N[:K]',
+                      help='with --input-tokens: the first N tokens shared by all prompts, or by K groups of them')
     out = parser.add_argument_group('where the evidence goes')
     out.add_argument('--output', metavar='FILE',
                      help='new file for the evidence (required): one JSON record, or with many runs one record '

@@ -7,7 +7,7 @@ import json
 
 from ._limits import _failure, _preview, _shorten
 from ._dialects import _CALLS_WITHOUT_FINISH, _detect_in_chunk
-from ._validator import _NOTHING, Pieces, StreamValidator
+from ._validator import _NOTHING, Pieces, _reported_count, StreamValidator
 
 
 def _carries_nothing(value: object) -> bool:
@@ -50,6 +50,7 @@ class _ChoiceChunks(StreamValidator):
         usage = chunk.get('usage')
         if usage is not None:
             self.completion_tokens = _token_count(usage, 'completion_tokens')
+            self.prompt_tokens = _reported_count(usage, 'prompt_tokens')
         choices = chunk.get('choices')
         if choices is None or choices == []:
             return _NOTHING

@@ -26,6 +26,7 @@ from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args,
     _served_model, _terminate, _unchecked_line, _unset_key_note)
 from ._views import _compare_table, _LiveView, _LoadView, _settings_differ
+from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_blocks, _workload_load
 from ._exporter_cli import _exporter_command
 
 
@@ -110,7 +111,7 @@ def _summary_command(args, prog: str) -> int:
             os.close(report_fd)
             os.unlink(args.report)
         raise
-    result = summary.result()
+    result = {**summary.result(), **_workload_blocks(args.summary)}
     if report_fd is not None:
         _write_report(report_fd, report)
     for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
@@ -306,16 +307,20 @@ def main(argv: list[str] | None = None) -> int:
             if args.output == '-':
                 raise UsageError('--output - is not supported: stdout carries the summary line; '
                                  'give the evidence a file name')
-            steps = _load_settings(args)
-            if args.report is not None and steps is None:
+            workload_flag = args.sessions is not None or args.trace is not None
+            steps = None if workload_flag else _load_settings(args)
+            if args.report is not None and steps is None and not workload_flag:
                 raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed,
                                    own_process=steps is not None and steps[0].processes > 1)
-            requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL,
-                                           served_model=_served_model)
+            url = fixture.url if fixture else args.url or _DEFAULT_URL
+            workload = _plan_workload(args, url)
+            requests = workload.requests if workload is not None else \
+                _synthetic_requests(args, url, sum(step.runs for step in steps) if steps else 1) or \
+                _requests_from_args(args, url, served_model=_served_model)
             fd, capture_fd = _reserve_files(args)
             report_fd = _reserve_report(args, fd)
         except (UsageError, ValueError) as exc:
@@ -328,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
                   'lists', file=sys.stderr)
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
+        if workload is not None:
+            return _workload_load(args, workload, fd, report_fd, parser.prog)
         if steps is not None:
             return _run_load(args, requests, steps, fd, report_fd, parser.prog)
         record, status = _run_command(args, requests[0], fd, capture_fd)

@@ -100,7 +100,7 @@ _RECORD_FIELDS = {
     'model': _TEXT_OR_NULL, 'url': _TEXT_OR_NULL,
     'request': _OBJECT_OR_NULL, 'load': _OBJECT_OR_NULL, 'cross_check': _OBJECT_OR_NULL,
     'connection': _OBJECT_OR_NULL, 'http': _OBJECT_OR_NULL, 'client': _OBJECT_OR_NULL,
-    'load.id': _TEXT_OR_NULL, 'load.runs': (_integer, 'an integer'), 'load.rate': _NUMBER_OR_NULL,
+    'load.id': _TEXT_OR_NULL, 'load.runs': (_or_null(_integer), 'an integer or null'), 'load.rate': _NUMBER_OR_NULL,
     'load.duration': _NUMBER_OR_NULL, 'load.step': (_or_null(_integer), 'an integer or null'),
     'load.concurrency': (_or_null(_integer), 'an integer or null'), 'load.slo_target': _NUMBER_OR_NULL,
     'load.slo': (_or_null(lambda value: isinstance(value, dict) and all(map(_number, value.values()))),

@@ -8,7 +8,7 @@ import json
 from ._limits import _failure, _shorten, StreamError
 from ._sse import TypedEvents
 from ._dialects import Dialect, _MESSAGES_BLOCKS_OVERLAP
-from ._validator import AnswerSpec, _NOTHING, Pieces, StreamValidator
+from ._validator import AnswerSpec, _NOTHING, Pieces, _reported_count, StreamValidator
 from ._chat import _token_count
 from ._responses import _Part
 
@@ -92,6 +92,8 @@ class MessagesEvents(StreamValidator):
         message = body.get('message')
         if isinstance(message, dict) and isinstance(message.get('id'), str):
             self.response_id = message['id']
+        if isinstance(message, dict):
+            self.prompt_tokens = _reported_count(message.get('usage'), 'input_tokens')
         return _NOTHING
 
     def _take_block_start(self, body: dict) -> Pieces:
@@ -189,6 +191,8 @@ class MessagesEvents(StreamValidator):
             self.stop_details = delta['stop_details']
         if body.get('usage') is not None:
             self.completion_tokens = _token_count(body['usage'], 'output_tokens')
+            reported = _reported_count(body['usage'], 'input_tokens')
+            self.prompt_tokens = self.prompt_tokens if reported is None else reported
         return _NOTHING
 
     def _take_message_stop(self, body: dict) -> Pieces:

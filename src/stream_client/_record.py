@@ -49,6 +49,7 @@ def _build_record(x: _Exchange) -> dict:
         'unchecked_schema_keywords': request.spec.unchecked(),
         'done': answer['done'],
         'completion_tokens': answer['completion_tokens'],
+        'prompt_tokens': answer['prompt_tokens'],
         'content_events': answer['content_events'],
         'data_events': answer['data_events'],
         'headers_ms': timeline.ms(timeline.headers_at),

@@ -8,7 +8,7 @@ import json
 from ._limits import _failure, _preview, _shorten
 from ._sse import TypedEvents
 from ._dialects import Dialect, _RESPONSES_UNNUMBERED, _RESPONSES_UNTYPED
-from ._validator import AnswerSpec, _NOTHING, Pieces, StreamValidator, ToolCall
+from ._validator import AnswerSpec, _NOTHING, Pieces, _reported_count, StreamValidator, ToolCall
 from ._chat import _token_count
 
 
@@ -346,6 +346,7 @@ class ResponseEvents(StreamValidator):
         self.incomplete_reason = reason if isinstance(reason, str) else None
         if response.get('usage') is not None:
             self.completion_tokens = _token_count(response['usage'], 'output_tokens')
+            self.prompt_tokens = _reported_count(response['usage'], 'input_tokens')
         output = response.get('output') if isinstance(response.get('output'), list) else []
         self._check_same(kind, _output_text(output), self.text)
         self._check_output_calls(kind, output)

@@ -152,9 +152,9 @@ class Summary:
         self.seen['models'].add(record.get('model'))
         self.seen['expected_finishes'].add((record.get('request') or {}).get('expect_finish', 'stop'))
         load = record.get('load') or {}
-        if 'id' in load:
+        if 'id' in load and load['runs'] is not None:
             self.planned[load['id']] = load['runs']
-        else:
+        else:  # a single run, or a run of --sessions (whose runs are not known ahead): planned as it comes
             self.single_runs += 1
         if record.get('cross_check'):
             self.pairs.update(_pair_outcomes(record['cross_check']))

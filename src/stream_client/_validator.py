@@ -149,6 +149,7 @@ class StreamValidator:
         self.content_events = 0
         self.done = False
         self.completion_tokens: int | None = None
+        self.prompt_tokens: int | None = None  # the usage's count of the prompt, as the server reports it
         self.response_id: str | None = None
         self.token_ids: list[int] | None = None  # the generated token ids, when the server sends them
         self.tokens_per_event: list[int] = []     # how many each event that carried any had
@@ -351,7 +352,8 @@ class StreamValidator:
     def fields(self) -> dict:
         """The record's fields that this API decides."""
         return {'text': self.text, 'reasoning_text': self.reasoning, 'done': self.done,
-                'completion_tokens': self.completion_tokens, 'content_events': self.content_events,
+                'completion_tokens': self.completion_tokens, 'prompt_tokens': self.prompt_tokens,
+                'content_events': self.content_events,
                 'data_events': self.data_events, 'response_id': self.response_id,
                 'response_status': None, 'incomplete_reason': None, 'answer_kind': self.answer_kind,
                 'tool_calls': [call.record(self.spec) for call in self.calls],
@@ -423,3 +425,10 @@ def _describe_server_error(error: dict, said: tuple[str, ...] = ()) -> str:
                     if part is not None and str(part).lower().replace(' ', '') not in repeated)
     message = error['message'] or '(empty message)'
     return f'{message!r}' + (f' ({kind})' if kind else '')
+
+
+def _reported_count(usage: object, key: str) -> int | None:
+    """A count the usage reports for the record alone (the prompt's tokens): a non-negative integer, else
+    None. Nothing is judged on it."""
+    count = usage.get(key) if isinstance(usage, dict) else None
+    return count if type(count) is int and count >= 0 else None

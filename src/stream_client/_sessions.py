@@ -1,0 +1,288 @@
+"""Multi-turn agent sessions: each request one strict run, the history exactly what came back.
+
+``_run_sessions()`` runs the sessions of a --sessions file as a load (sessions
+in flight, sessions started per second); within a session, one run after
+another: the user turn, then while the answer is tool calls that ran ok, their
+results and the next round. A run that is not ok ends its session; its record
+says which turns were not started, and why. ``_SessionSummary`` counts the
+sessions, turns, tool rounds and the latency per turn index, from the records
+alone.
+"""
+import collections
+import dataclasses
+import hashlib
+import html
+import json
+import os
+import threading
+import time
+
+from ._limits import _count, _failure
+from ._request import _render_request, PreparedRequest
+from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
+from ._record import _failed_record
+from ._transport import _run, _Show
+from ._reactor import _EPOLL, _Reactor
+from ._load import _Pool, arrival_offsets, LoadSettings
+from ._summary import _percentiles
+from ._workloads import _Conversation, _Session, _ToolResults
+
+
+def _with_conversation(request: PreparedRequest, conversation: _Conversation) -> PreparedRequest:
+    """The session's prepared request with the conversation as it stands as its body's history (the
+    record's prompt_sha256 is then that of the history's JSON)."""
+    fields = conversation.body_fields()
+    body = {**json.loads(request.body), **fields}
+    data = json.dumps(body, ensure_ascii=False).encode()
+    history = json.dumps(fields, ensure_ascii=False, sort_keys=True).encode()
+    return dataclasses.replace(request, body=data,
+                               wire=_render_request(request.scheme, request.host, request.port, request.path,
+                                                    request.headers, data),
+                               settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
+
+
+def _answer_calls(record: dict) -> list[tuple[str, str, str]]:
+    """The calls of an ok run, (id, name, arguments) as streamed."""
+    return [(call['id'] or f'call_{call["index"]}', call['name'], call['arguments']) for call in record['tool_calls']]
+
+
+class _SessionRun:
+    """One session's runs, in order, from one worker thread; emit(record) is called for each run, the
+    session's last one carrying ``session_end`` (held back until the session knows it is the last)."""
+
+    def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, kept: KeptConnections | None,
+                 emit, started: float, queued_ms: float | None, reactor: _Reactor | None = None,
+                 gate: _Gate = _OPEN_GATE) -> None:
+        self.session, self.request, self.cancel, self.kept, self.emit = session, request, cancel, kept, emit
+        self.reactor, self.gate = reactor, gate  # the load's reader thread and its gate (see _run_share)
+        self.started = started       # the load's start (perf_counter), which offset_ms counts from
+        self.queued_ms = queued_ms   # how late the session started (open loop), kept by its first record
+        self.pending: dict | None = None
+        self.tool_rounds = 0
+
+    def run(self) -> None:
+        session = self.session
+        conversation, results = _Conversation(self.request.api, session.system), _ToolResults(session)
+        for turn, text in enumerate(session.turns, 1):
+            if turn > 1 and not self._think():
+                return self._end(turn - 1, 'interrupted', f'{self.cancel.reason} before turn {turn}')
+            conversation.user(text)
+            round_ = 0
+            while True:
+                record = self._one(_with_conversation(self.request, conversation), turn, round_)
+                if not record['ok']:
+                    return self._end(turn, record['error_kind'] or 'unclassified',
+                                     f'turn {turn} round {round_} not ok: {record["error"]}')
+                calls = _answer_calls(record)
+                conversation.answer(record['text'] or '', calls)
+                if not calls:
+                    break
+                if round_ == session.max_tool_rounds:
+                    return self._end(turn, 'max_tool_rounds', f'turn {turn} still called tools after '
+                                                              f'{session.max_tool_rounds} tool rounds')
+                conversation.results([(id_, results.next(name)) for id_, name, _ in calls])
+                self.tool_rounds += 1
+                round_ += 1
+        return self._end(len(session.turns), None, None)
+
+    def _think(self) -> bool:
+        """Wait the session's think time; False if the load was cancelled meanwhile."""
+        end = time.perf_counter() + self.session.think_time_s
+        with self.gate.released():
+            while self.cancel.reason is None and time.perf_counter() < end:
+                time.sleep(min(end - time.perf_counter(), 0.05))
+        return self.cancel.reason is None
+
+    def _one(self, request: PreparedRequest, turn: int, round_: int) -> dict:
+        if self.pending is not None:
+            self.emit(self.pending)
+        begun = time.perf_counter()
+        try:
+            record = _run(request, _Show(), None, self.cancel, self.kept, self.reactor, self.gate)
+        except Exception as exc:  # a bug in this client: the run still has its record
+            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
+                                                                      f'{type(exc).__name__}: {exc}'))
+        first = self.pending is None
+        self.pending = {**record, 'session': self.session.id, 'turn': turn, 'round': round_,
+                        'offset_ms': round((begun - self.started) * 1000, 3),
+                        'queued_ms': self.queued_ms if first else None}
+        return record
+
+    def _end(self, turns_run: int, ended_by: str | None, reason: str | None) -> None:
+        """Emit the last record with the session's outcome; a session cancelled before its first run
+        has no record."""
+        if self.pending is None:
+            return
+        turns = len(self.session.turns)
+        self.pending['session_end'] = {
+            'ok': ended_by is None, 'ended_by': ended_by, 'reason': reason, 'turns': turns, 'turns_run': turns_run,
+            'tool_rounds': self.tool_rounds,
+            'not_started_turns': list(range(turns_run + 1, turns + 1))}
+        self.emit(self.pending)
+
+
+def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, on_record,
+                  cancel: Cancel) -> None:
+    """Run settings.runs sessions (sessions[i] with requests[i], its first turn prepared), at most
+    settings.in_flight at once, started closed-loop or at the open loop's arrivals; call on_record for
+    each run as it ends, one call at a time. Each record gains run (numbered as records are written),
+    session, turn, round, offset_ms, queued_ms (a session's first run, open loop: how late the session
+    started), load (with sessions, and runs None: a session's runs are not known ahead) and, on a
+    session's last run, session_end. With keep_alive, each session keeps one connection."""
+    started = time.perf_counter()
+    described = {**settings.described(), 'runs': None, 'sessions': settings.runs, 'id': os.urandom(8).hex()}
+    lock, numbers = threading.Lock(), iter(range(2 ** 62))
+    gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
+    reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
+
+    def emit(record: dict) -> None:
+        with lock:
+            on_record({'run': next(numbers), **record, 'load': described})
+
+    def one(job: tuple[int, float]) -> None:
+        index, due = job
+        queued = None if settings.rate is None else round((time.perf_counter() - started - due) * 1000, 3)
+        kept = KeptConnections() if settings.keep_alive else None
+        try:
+            with gate:
+                _SessionRun(sessions[index], requests[index], cancel, kept, emit, started, queued, reactor, gate).run()
+        finally:
+            if kept is not None:
+                kept.close()
+    pool = _Pool(settings.in_flight, one, lambda job: cancel.reason is None)
+    try:
+        for index, due in enumerate(arrival_offsets(settings)):
+            wait = started + due - time.perf_counter()
+            while wait > 0 and cancel.reason is None:
+                time.sleep(min(wait, 0.05))
+                wait = started + due - time.perf_counter()
+            if cancel.reason is not None:
+                break
+            pool.submit((index, due))
+    finally:
+        pool.close()
+        if reactor is not None:
+            reactor.close()
+
+
+class _SessionSummary:
+    """The sessions of a load, from their records alone: ok and not ok (by the kind of the first failing
+    turn, or max_tool_rounds, or interrupted), the turns run and not started, the tool rounds, and per
+    turn index the time to first text of the turn's first run and the turn's whole time (its runs' durations
+    added up), over the turns whose runs were all ok."""
+
+    def __init__(self) -> None:
+        self.sessions = self.ok = self.turns = self.not_started = self.tool_rounds = self.runs = 0
+        self.by_kind: collections.Counter = collections.Counter()
+        self.first_text: dict[int, list] = collections.defaultdict(list)
+        self.turn_ms: dict[int, list] = collections.defaultdict(list)
+        self._open: dict[tuple, list] = {}  # (load id, session) -> [turn, its time so far, all ok]
+
+    def add(self, record: dict) -> None:
+        if 'session' not in record:
+            return
+        self.runs += 1
+        key = ((record.get('load') or {}).get('id'), record['session'])
+        turn = self._open.get(key)
+        if turn is not None and turn[0] != record['turn']:
+            self._close_turn(turn)
+            turn = None
+        if turn is None:
+            turn = self._open[key] = [record['turn'], 0.0, True]
+            if record['ok'] and record['first_text_ms'] is not None:
+                self.first_text[record['turn']].append(record['first_text_ms'])
+        turn[1] += record['duration_ms'] or 0.0
+        turn[2] = turn[2] and record['ok']
+        end = record.get('session_end')
+        if end is not None:
+            self._close_turn(self._open.pop(key))
+            self.sessions += 1
+            self.ok += end['ok']
+            if not end['ok']:
+                self.by_kind[end['ended_by']] += 1
+            self.turns += end['turns_run']
+            self.not_started += len(end['not_started_turns'])
+            self.tool_rounds += end['tool_rounds']
+
+    def _close_turn(self, turn: list) -> None:
+        if turn[2]:
+            self.turn_ms[turn[0]].append(round(turn[1], 3))
+
+    def result(self) -> dict:
+        indexes = sorted(set(self.first_text) | set(self.turn_ms))
+        return {'sessions': self.sessions, 'ok': self.ok, 'not_ok': self.sessions - self.ok,
+                'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
+                'runs': self.runs, 'turns': self.turns, 'turns_not_started': self.not_started,
+                'tool_rounds': self.tool_rounds,
+                'latency_by_turn_ms': {str(index): {'turns': len(self.turn_ms[index]),
+                                                    'first_text_ms': _percentiles(self.first_text[index]),
+                                                    'turn_ms': _percentiles(self.turn_ms[index])}
+                                       for index in indexes}}
+
+    def all_ok(self, planned: int) -> bool:
+        """Every planned session ran to its end and was ok."""
+        return self.sessions == planned and self.ok == planned
+
+    def table(self) -> str:
+        """The sessions block for a person: the counts, then per turn index the p50 times."""
+        result = self.result()
+        kinds = ', '.join(f'{kind} {count}' for kind, count in result['not_ok_by_kind'].items())
+        lines = [f'{_count(result["sessions"], "session")}: ok {result["ok"]}, not ok {result["not_ok"]}'
+                 + (f' ({kinds})' if kinds else ''),
+                 f'turns {result["turns"]} (not started {result["turns_not_started"]}), tool rounds '
+                 f'{result["tool_rounds"]}, runs {result["runs"]}']
+        for index, row in result['latency_by_turn_ms'].items():
+            first, whole = row['first_text_ms'], row['turn_ms']
+            lines.append(f'  turn {index:>3}: {row["turns"]} ok, p50 first text '
+                         + ('-' if first is None else f'{first["p50"]:.0f} ms')
+                         + ', p50 turn ' + ('-' if whole is None else f'{whole["p50"]:.0f} ms'))
+        return '\n'.join(lines)
+
+
+_REPORT_SESSIONS = 300  # session rows a report draws at most (the first ones to end)
+_TURN_COLOURS = {True: '#cfe8cf', False: '#f4c7c3', None: '#eee'}  # ok, not ok, not started
+
+
+class _SessionRows:
+    """The sessions of a report, a row of turns each: per turn, ok or not (and its kind), its tool rounds
+    and its time; the turns not started, greyed. The first _REPORT_SESSIONS sessions to end are drawn."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, list]] = []
+        self.more = 0
+        self._open: dict[tuple, list] = {}  # (load id, session) -> its turns so far: [turn, ok, rounds, ms, kind]
+
+    def add(self, record: dict) -> None:
+        if 'session' not in record:
+            return
+        key = ((record.get('load') or {}).get('id'), record['session'])
+        turns = self._open.setdefault(key, [])
+        if not turns or turns[-1][0] != record['turn']:
+            turns.append([record['turn'], True, 0, 0.0, None])
+        turn = turns[-1]
+        turn[1] = turn[1] and record['ok']
+        turn[2] += 1
+        turn[3] += record['duration_ms'] or 0.0
+        turn[4] = turn[4] or record.get('error_kind')
+        end = record.get('session_end')
+        if end is None:
+            return
+        del self._open[key]
+        if len(self.rows) >= _REPORT_SESSIONS:
+            self.more += 1
+            return
+        self.rows.append((record['session'], turns + [[number, None, 0, 0.0, end['reason']]
+                                                      for number in end['not_started_turns']]))
+
+    def html(self) -> str:
+        out = ['<h2>Sessions</h2><p>One row per session, one cell per turn: green ok (its runs, its time), red '
+               'not ok (the kind), grey not started.</p><table>']
+        for session, turns in self.rows:
+            cells = ''.join(
+                f'<td style="background:{_TURN_COLOURS[ok]}" title="{html.escape(str(kind or ""))}">'
+                + (f'{number}: {rounds} run{"s" if rounds != 1 else ""}, {ms:.0f} ms' if ok else
+                   f'{number}: {html.escape(str(kind))}' if ok is False else f'{number}: not started') + '</td>'
+                for number, ok, rounds, ms, kind in turns)
+            out.append(f'<tr><th>{html.escape(session)}</th>{cells}</tr>')
+        out.append('</table>' + (f'<p>and {self.more} more sessions.</p>' if self.more else ''))
+        return '\n'.join(out)

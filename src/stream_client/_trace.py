@@ -1,0 +1,162 @@
+"""Timed trace replay: each request starts at its timestamp, whatever is in flight.
+
+``_trace_prompts()`` builds each line's prompt before the replay starts (its
+length met with the server's /tokenize where it offers one, else the
+approximation of ``_prompt_words()``); ``_run_trace()`` starts each run at its
+scheduled time and records how late it was.
+"""
+import collections
+import http.client
+import json
+import os
+import threading
+import time
+
+from ._limits import _failure
+from ._request import PreparedRequest
+from ._record import _failed_record
+from ._transport import _run, _Show
+from ._load import _Pool, LoadSettings
+from ._summary import _percentiles
+from ._workloads import _prompt_words, _TraceLine
+
+_TOKENIZE_ROUNDS = 4  # /tokenize calls per prompt at most while its length is being met
+
+
+class _Tokenizer:
+    """The server's POST /tokenize (vLLM's), asked in the shape the API's requests take (a prompt for
+    completions, chat messages otherwise, so that the chat template's tokens count); ``offered`` turns
+    False, for good, at the first answer that is not a count (a 404: not offered), and then nothing more is
+    asked. Not through a forward proxy."""
+
+    def __init__(self, request: PreparedRequest) -> None:
+        self.request = request
+        self.offered = request.proxy is None
+
+    def count(self, text: str) -> int | None:
+        if not self.offered:
+            return None
+        request = self.request
+        shape = {'prompt': text} if request.api == 'completions' else {'messages': [{'role': 'user', 'content': text}]}
+        body = json.dumps({'model': request.model, **shape}, ensure_ascii=False).encode()
+        headers = {'Content-Type': 'application/json', **{name: value for name, value in request.headers.items()
+                                                          if name == 'Authorization'}}
+        connection = (http.client.HTTPSConnection(request.host, request.port, timeout=request.idle,
+                                                  context=request.ssl_context)
+                      if request.scheme == 'https' else
+                      http.client.HTTPConnection(request.host, request.port, timeout=request.idle))
+        try:
+            connection.request('POST', '/tokenize', body, headers)
+            response = connection.getresponse()
+            answer = json.loads(response.read(1 << 24)) if response.status == 200 else None
+        except (OSError, ValueError, http.client.HTTPException):
+            answer = None
+        finally:
+            connection.close()
+        count = answer.get('count') if isinstance(answer, dict) else None
+        if type(count) is not int:
+            self.offered = False
+            return None
+        return count
+
+
+def _fitted(tokenizer: _Tokenizer, length: int, build) -> tuple[str, int | None]:
+    """build(words), the text of that many words, with the word count that makes it length tokens by the
+    server's /tokenize (corrected by the difference, at most _TOKENIZE_ROUNDS asks; build takes words off
+    or on at the end, so a prefix stays); without /tokenize, length words. Also what /tokenize counted."""
+    words, counted = length, None
+    for _ in range(_TOKENIZE_ROUNDS):
+        text = build(words)
+        counted = tokenizer.count(text)
+        if counted is None or counted == length:
+            return text, counted
+        words = max(1, words + length - counted)
+    return build(words), counted
+
+
+def _trace_prompts(lines: list[_TraceLine], tokenizer: _Tokenizer, block_size: int) -> list[tuple[str, int | None]]:
+    """Each line's prompt and what /tokenize counted in it (None: the approximation, one token per word)."""
+    return [(line.prompt, tokenizer.count(line.prompt)) if line.prompt is not None else
+            _fitted(tokenizer, line.input_length,
+                    lambda words, line=line: ' '.join(_prompt_words(words, line.hash_ids, block_size,
+                                                                    f'line {line.line}')))
+            for line in lines]
+
+
+def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
+    """Seconds after the replay's start at which each line is due: its timestamp after the first line's,
+    divided by speed."""
+    first = lines[0].timestamp_ms
+    return [(line.timestamp_ms - first) / 1000 / speed for line in lines]
+
+
+def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: list[dict], speed: float,
+               in_flight: int, on_record, cancel) -> None:
+    """Start requests[i] at lines[i]'s scheduled time, at most in_flight at once; call on_record for each
+    run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms (how late it started),
+    load, and trace: the line, its timestamp, scheduled_ms, late_ms and the facts of its prompt."""
+    settings = LoadSettings(len(lines), in_flight)
+    described = {**settings.described(), 'arrivals': 'trace', 'trace_speed': speed, 'id': os.urandom(8).hex()}
+    offsets = _trace_offsets(lines, speed)
+    lock = threading.Lock()
+    started = time.perf_counter()
+
+    def one(index: int) -> None:
+        begun = time.perf_counter()
+        request = requests[index]
+        try:
+            record = _run(request, _Show(), None, cancel, None)
+        except Exception as exc:  # a bug in this client: the run still has its record
+            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
+                                                                      f'{type(exc).__name__}: {exc}'))
+        late = round((begun - started - offsets[index]) * 1000, 3)
+        line = lines[index]
+        with lock:
+            on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3), 'queued_ms': late,
+                       'load': described,
+                       'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
+                                 'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}})
+    pool = _Pool(in_flight, one, lambda index: cancel.reason is None)
+    try:
+        for index, due in enumerate(offsets):
+            wait = started + due - time.perf_counter()
+            while wait > 0 and cancel.reason is None:
+                time.sleep(min(wait, 0.05))
+                wait = started + due - time.perf_counter()
+            if cancel.reason is not None:
+                break
+            pool.submit(index)
+    finally:
+        pool.close()
+
+
+class _TraceSummary:
+    """A replay's block of the summary, from its records alone: the lines run, how late they started
+    (late_ms percentiles, every run counted, ok or not), and how their lengths were met."""
+
+    def __init__(self, speed: float) -> None:
+        self.speed, self.runs, self.ok = speed, 0, 0
+        self.late: list[float] = []
+        self.length_by: collections.Counter = collections.Counter()
+
+    def add(self, record: dict) -> None:
+        trace = record.get('trace')
+        if trace is None:
+            return
+        self.runs += 1
+        self.ok += record['ok']
+        self.late.append(trace['late_ms'])
+        self.length_by[trace['length_by']] += 1
+
+    def result(self) -> dict:
+        return {'lines': self.runs, 'ok': self.ok, 'speed': self.speed, 'late_ms': _percentiles(self.late),
+                'length_by': dict(sorted(self.length_by.items()))}
+
+    def all_ok(self, planned: int) -> bool:
+        return self.runs == planned and self.ok == planned
+
+    def table(self) -> str:
+        late = _percentiles(self.late)
+        how = ', '.join(f'{name} {count}' for name, count in sorted(self.length_by.items()))
+        return (f'trace: {self.ok} of {self.runs} lines ok at speed {self.speed:g}; lengths by {how or "-"}; late '
+                + ('-' if late is None else f'p50 {late["p50"]:.1f} ms, p99 {late["p99"]:.1f} ms, max {late["max"]:.1f} ms'))

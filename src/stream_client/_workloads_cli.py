@@ -1,0 +1,295 @@
+"""--sessions FILE and --trace FILE from the command line.
+
+``_plan_workload()`` reads the file and prepares every request before any file
+is created (a bad file is one line and exit 2), and returns a ``_Workload``
+whose ``run()`` writes each run's record as it ends and prints the summary
+with its ``sessions`` or ``trace`` block.
+"""
+import dataclasses
+import json
+import os
+import signal
+import sys
+import typing
+
+from ._limits import UsageError
+from ._request import _positive_finite, prepare, PreparedRequest
+from ._exchange import Cancel
+from ._load import LoadSettings, _MAX_OPEN_LOOP_IN_FLIGHT
+from ._summary import _parse_slos, Summary, _summary_table
+from ._report import Report
+from ._evidence import _ignore_signals, iter_records, _SIGNAL_EXIT, _write_report
+from ._workloads import (
+    _mean_spread, _MAX_TRACE_TOKENS, _parse_sessions, _parse_trace, _Session, _Synthetic, _synthetic_words)
+from ._sessions import _run_sessions, _SessionRows, _SessionSummary
+from ._trace import _fitted, _run_trace, _Tokenizer, _trace_prompts, _TraceSummary
+from ._args import _answer_files, _extra, _prompt
+from ._views import _verdict_line
+
+# The flags that do not go with --sessions, and why (each session brings its own prompts and tools).
+_NOT_WITH_SESSIONS = {'prompt': '--prompt', 'prompt_file': '--prompt-file', 'prompts': '--prompts', 'tools': '--tools',
+                      'json_schema': '--json-schema', 'cross_check': '--cross-check', 'capture': '--capture',
+                      'rates': '--rates', 'duration': '--duration', 'processes': '--processes'}
+_SESSION_APIS = ('chat', 'messages', 'responses')
+
+
+class _Workload(typing.NamedTuple):
+    """A workload read and prepared: its requests (the first one's settings stand for all), how to run
+    it (run(on_record, cancel)), what its summary block counts (a _SessionSummary or a _TraceSummary),
+    the block's name, and whether every run of it got its record and was ok."""
+
+    requests: list
+    run: typing.Callable
+    block: typing.Any
+    name: str
+    planned: int
+    slos: tuple = ()
+    slo_target: float | None = None
+
+
+def _read_text(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding='utf-8') as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f'cannot read {flag} {path}: {getattr(exc, "strerror", None) or exc}') from None
+
+
+def _plan_workload(args, url: str, key_env: str = 'MODEL_API_KEY') -> _Workload | None:
+    """The --sessions or --trace workload, read and prepared; None when neither is given."""
+    if args.sessions is not None and args.trace is not None:
+        raise UsageError('--sessions and --trace exclude each other')
+    if args.sessions is None and args.trace is None:
+        for flag, given in (('--trace-speed', args.trace_speed is not None), ('--block-size', args.block_size is not None)):
+            if given:
+                raise UsageError(f'{flag} is for --trace')
+        return None
+    return _plan_sessions(args, url, key_env) if args.sessions is not None else _plan_trace(args, url, key_env)
+
+
+def _plan_sessions(args, url: str, key_env: str) -> _Workload:
+    """The sessions the command line asks for, checked and prepared; UsageError before anything is sent."""
+    given = [flag for dest, flag in _NOT_WITH_SESSIONS.items() if getattr(args, dest) not in (None, False)]
+    if given:
+        raise UsageError(f'--sessions does not go with {", ".join(given)}: each session brings its own turns '
+                         'and tools')
+    model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
+    if model is None:
+        raise UsageError('--model is required (unless --fixture is used)')
+    if args.runs is not None and args.runs < 1:
+        raise UsageError(f'--runs must be at least 1, not {args.runs}')
+    sessions = _parse_sessions(args.sessions, _read_text(args.sessions, '--sessions'))[:args.runs]
+    extra = _extra(args)
+    requests = [_prepare_session(args, url, model, session, extra, key_env) for session in sessions]
+    if requests[0].api not in _SESSION_APIS:
+        raise UsageError(f'--sessions runs on {", ".join(_SESSION_APIS)}; {requests[0].api} has no tools and '
+                         'no turns')
+    settings = LoadSettings(len(sessions), args.concurrency, args.rate, args.arrivals, args.seed, args.keep_alive,
+                            slos=_parse_slos(args.slo or []), slo_target=args.slo_target)
+    return _Workload(requests, lambda on_record, cancel: _run_sessions(sessions, requests, settings, on_record, cancel),
+                     _SessionSummary(), 'sessions', len(sessions), settings.slos, settings.slo_target)
+
+
+def _prepare_session(args, url: str, model: str, session: _Session, extra: dict | None,
+                     key_env: str) -> PreparedRequest:
+    try:
+        return prepare(url, model, session.turns[0], max_tokens=args.max_tokens, idle=args.idle,
+                       deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get(key_env),
+                       system=session.system if session.system is not None else args.system,
+                       temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
+                       expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
+                       tools=session.tools, tool_choice=args.tool_choice if session.tools else None,
+                       trust_env=not args.no_proxy)
+    except ValueError as exc:
+        raise UsageError(f'{session.where}: {exc}') from None
+
+
+# The flags that do not go with --trace: the replay's file sets the prompts, the schedule and the budgets.
+_NOT_WITH_TRACE = {'prompt': '--prompt', 'prompt_file': '--prompt-file', 'prompts': '--prompts',
+                   'cross_check': '--cross-check', 'capture': '--capture', 'rate': '--rate', 'rates': '--rates',
+                   'duration': '--duration', 'processes': '--processes', 'keep_alive': '--keep-alive'}
+_DEFAULT_BLOCK_SIZE = 512  # tokens per hash_ids block, as in Mooncake's traces
+
+
+def _plan_trace(args, url: str, key_env: str) -> _Workload:
+    """The --trace file read, every prompt built (its length met with the server's /tokenize when it offers
+    one), every request prepared; UsageError before anything is created."""
+    given = [flag for dest, flag in _NOT_WITH_TRACE.items() if getattr(args, dest) not in (None, False)]
+    if given:
+        raise UsageError(f'--trace does not go with {", ".join(given)}: the trace gives the prompts and the '
+                         'schedule')
+    speed = 1.0 if args.trace_speed is None else args.trace_speed
+    if not _positive_finite(speed):
+        raise UsageError(f'--trace-speed must be a positive number, not {speed}')
+    block_size = _DEFAULT_BLOCK_SIZE if args.block_size is None else args.block_size
+    if not 1 <= block_size <= 65536:
+        raise UsageError(f'--block-size must be a whole number of tokens from 1 to 65536, not {block_size}')
+    if args.runs is not None and args.runs < 1:
+        raise UsageError(f'--runs must be at least 1, not {args.runs}')
+    if args.concurrency is not None and args.concurrency < 1:
+        raise UsageError(f'--concurrency must be at least 1, not {args.concurrency}')
+    model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
+    if model is None:
+        raise UsageError('--model is required (unless --fixture is used)')
+    lines = _parse_trace(args.trace, _read_text(args.trace, '--trace'))[:args.runs]
+    prepared = _preparer(args, url, model, key_env)
+    tokenizer = _Tokenizer(prepared('x', args.max_tokens))
+    prompts = _trace_prompts(lines, tokenizer, block_size)
+    requests = [prepared(prompt, line.output_length or args.max_tokens) for line, (prompt, _) in zip(lines, prompts)]
+    facts = [{'input_length': line.input_length, 'output_length': line.output_length, 'hash_ids': list(line.hash_ids),
+              'block_size': block_size if line.prompt is None else None, 'prompt_tokens_counted': counted,
+              'length_by': 'prompt' if line.prompt is not None else 'tokenize' if counted is not None
+              else 'approximation'}
+             for line, (_, counted) in zip(lines, prompts)]
+    in_flight = min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT)
+    return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, in_flight,
+                                                                    on_record, cancel),
+                     _TraceSummary(speed), 'trace', len(lines), _parse_slos(args.slo or []), args.slo_target)
+
+
+def _preparer(args, url: str, model: str, key_env: str):
+    """prepare() with the command line's settings: a function of the prompt and the output budget. A
+    ValueError it raises names its parameter, which main() turns into the flag's name."""
+    extra, (tools, json_schema) = _extra(args), _answer_files(args)
+
+    def prepared(prompt: str, max_tokens: int) -> PreparedRequest:
+        return prepare(url, model, prompt, max_tokens=max_tokens, idle=args.idle, deadline=args.deadline,
+                       ca_file=args.ca_file, token=os.environ.get(key_env), system=args.system,
+                       temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
+                       expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
+                       tools=tools, tool_choice=args.tool_choice, json_schema=json_schema,
+                       trust_env=not args.no_proxy)
+    return prepared
+
+
+_MAX_SYNTHETIC_PROMPTS = 10_000  # distinct prompts of a synthetic load at most; its runs cycle through them
+
+
+def _synthetic_requests(args, url: str, count: int, key_env: str = 'MODEL_API_KEY') -> list[PreparedRequest] | None:
+    """The requests of --input-tokens, --output-tokens and --shared-prefix-tokens, one per run (up to
+    _MAX_SYNTHETIC_PROMPTS, then cycled), drawn with --seed; None when none of them is given. Each request's
+    settings (the record's request) say what was asked: input_tokens, shared_prefix_tokens, prefix_group,
+    prompt_tokens_counted (by the server's /tokenize, where offered) and length_by."""
+    if args.input_tokens is None and args.output_tokens is None and args.shared_prefix_tokens is None:
+        return None
+    given = [flag for dest, flag in (('prompts', '--prompts'), ('sessions', '--sessions'), ('trace', '--trace'))
+             if getattr(args, dest) is not None]
+    if args.input_tokens is not None:
+        given += [flag for dest, flag in (('prompt', '--prompt'), ('prompt_file', '--prompt-file'))
+                  if getattr(args, dest) is not None]
+    if given:
+        raise UsageError(f'--input-tokens, --output-tokens and --shared-prefix-tokens make the prompts; they do not '
+                         f'go with {", ".join(given)}')
+    if args.shared_prefix_tokens is not None and args.input_tokens is None:
+        raise UsageError('--shared-prefix-tokens needs --input-tokens: the prompt\'s length, prefix included')
+    inputs = _mean_spread(args.input_tokens, '--input-tokens', 1, _MAX_TRACE_TOKENS) if args.input_tokens else None
+    outputs = _mean_spread(args.output_tokens, '--output-tokens', 1, 32768) if args.output_tokens else None
+    prefix, groups = _mean_spread(args.shared_prefix_tokens, '--shared-prefix-tokens', 1, _MAX_TRACE_TOKENS) \
+        if args.shared_prefix_tokens else (0, 1)
+    if prefix and inputs[0] - inputs[1] <= prefix:
+        raise UsageError(f'--shared-prefix-tokens {prefix} leaves no tokens of their own to prompts of '
+                         f'{inputs[0] - inputs[1]} (--input-tokens counts the prefix too)')
+    synthetic = _Synthetic(inputs, outputs, prefix, max(groups, 1))
+    model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
+    if model is None:
+        raise UsageError('--model is required (unless --fixture is used)')
+    prepared = _preparer(args, url, model, key_env)
+    tokenizer = _Tokenizer(prepared('x', args.max_tokens)) if inputs else None
+    requests = []
+    for run, (length, budget, group) in enumerate(synthetic.plan(min(count, _MAX_SYNTHETIC_PROMPTS), args.seed)):
+        if length is None:
+            prompt, counted = _prompt(args), None
+        else:
+            prompt, counted = _fitted(tokenizer, length, lambda words, run=run, group=group: ' '.join(
+                _synthetic_words(words, run, args.seed, prefix, group)))
+        request = prepared(prompt, budget or args.max_tokens)
+        requests.append(dataclasses.replace(request, settings={
+            **request.settings, 'input_tokens': length, 'shared_prefix_tokens': prefix or None, 'prefix_group': group,
+            'prompt_tokens_counted': counted,
+            'length_by': None if length is None else 'tokenize' if counted is not None else 'approximation'}))
+    return requests
+
+
+class _WorkloadReport(Report):
+    """The load's page, and for sessions a row of turns per session after the timeline."""
+
+    def __init__(self, summary: Summary) -> None:
+        super().__init__(summary)
+        self.sessions = _SessionRows()
+
+    def add(self, record: dict) -> None:
+        super().add(record)
+        self.sessions.add(record)
+
+    def html(self) -> str:
+        page = super().html()
+        return page if not self.sessions.rows else page.replace('</body></html>\n', self.sessions.html()
+                                                                  + '\n</body></html>\n')
+
+
+def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, prog: str) -> int:
+    """Run the workload, appending each run's record to the reserved JSON Lines file as it ends; print the
+    summary (with its block); return the exit status: 0 when every run (every session) got its record and
+    was ok. SIGINT and SIGTERM cancel: nothing more starts, the runs in flight end as interrupted."""
+    summary, block, cancel = Summary(workload.slos, workload.slo_target), workload.block, Cancel()
+    report = _WorkloadReport(summary) if report_fd is not None else None
+    write_error: list[OSError] = []
+    quiet = args.quiet
+
+    def on_record(record: dict) -> None:
+        try:
+            output.write(json.dumps(record, ensure_ascii=False) + '\n')
+            output.flush()
+        except OSError as exc:
+            write_error.append(exc)
+            cancel.cancel('a failed write to the evidence file')
+        summary.add(record)
+        block.add(record)
+        if report is not None:
+            report.add(record)
+        if not quiet and not record['ok']:
+            where = (f'session {record["session"]} turn {record["turn"]} round {record["round"]}'
+                     if 'session' in record else f'line {record["trace"]["line"]}')
+            sys.stderr.write(f'{where}: {_verdict_line(record)}\n')
+            sys.stderr.flush()
+
+    def on_signal(signum, frame) -> None:
+        cancel.cancel(signal.Signals(signum).name)
+    with os.fdopen(fd, 'w', encoding='utf-8') as output:
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        workload.run(on_record, cancel)
+    if report is not None:
+        _write_report(report_fd, report)
+    _ignore_signals()
+    result = {**summary.result(), workload.name: block.result()}
+    if not quiet:
+        table = _summary_table(result) + '\n' if sys.stderr.isatty() else ''
+        print(table + block.table(), file=sys.stderr)
+    try:
+        print(json.dumps(result, ensure_ascii=False), flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    if report is not None and not quiet:
+        print(f'report written to {args.report}', file=sys.stderr)
+    if write_error:
+        print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
+              file=sys.stderr)
+        return 2
+    if cancel.reason in _SIGNAL_EXIT:
+        return _SIGNAL_EXIT[cancel.reason]
+    return 0 if block.all_ok(workload.planned) else 1
+
+
+def _workload_blocks(paths: list[str]) -> dict:
+    """The sessions and trace blocks of saved evidence, for --summary: each recomputed from the records,
+    as the load printed it; none for files without such runs."""
+    sessions, trace = _SessionSummary(), None
+    for path in paths:
+        for record in iter_records(path, []):  # a line that is not JSON: left out here as in the summary
+            sessions.add(record)
+            if 'trace' in record:
+                trace = trace or _TraceSummary((record.get('load') or {}).get('trace_speed'))
+                trace.add(record)
+    return {**({'sessions': sessions.result()} if sessions.runs else {}),
+            **({'trace': trace.result()} if trace is not None else {})}

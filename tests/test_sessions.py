@@ -1,0 +1,306 @@
+"""--sessions: multi-turn agent sessions against the fixture's agent mode, and the sessions file's checks."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import unittest
+
+import fixture_server
+import stream_client
+from stream_client import _Conversation, _parse_sessions, UsageError
+from .support import Fixture, HERE, run_cli, URL_PATHS
+
+SESSION_APIS = ('chat', 'messages', 'responses')
+RESULTS = [{'temp': 20}, 'sunny']  # get_weather's results, consumed in order (the last repeats)
+
+
+def session_line(number: int, turns: int = 6, **extra) -> dict:
+    return {'id': f's{number}', 'system': 'You are an agent.', 'tools': fixture_server.TOOLS,
+            'turns': [f'session {number} turn {turn}: weather?' for turn in range(1, turns + 1)],
+            'tool_results': {'get_weather': RESULTS}, **extra}
+
+
+class SessionLoadTests(unittest.TestCase):
+
+    def setUp(self) -> None:
+        self.folder = tempfile.mkdtemp()
+
+    def write(self, name: str, text: str) -> str:
+        path = os.path.join(self.folder, name)
+        with open(path, 'w', encoding='utf-8') as file:
+            file.write(text)
+        return path
+
+    def sessions_file(self, count: int, turns: int = 6) -> str:
+        return self.write('sessions.jsonl', ''.join(json.dumps(session_line(n, turns)) + '\n' for n in range(count)))
+
+    def records(self, name: str) -> list[dict]:
+        with open(os.path.join(self.folder, name), encoding='utf-8') as file:
+            return [json.loads(line) for line in file]
+
+    def test_fifty_sessions_of_six_turns_with_tools_give_exact_counts_on_each_api(self):
+        path = self.sessions_file(50)
+        for api in SESSION_APIS:
+            with self.subTest(api=api):
+                done = run_cli('--fixture', 'agent', '--fixture-profile', 'vllm', '--api', api, '--sessions', path,
+                               '--concurrency', '16', '--output', f'{api}.jsonl', cwd=self.folder, timeout=120)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                summary = json.loads(done.stdout)
+                sessions = summary['sessions']
+                self.assertEqual((summary['runs'], summary['ok'], summary['planned_runs']), (600, 600, 600))
+                self.assertEqual({key: sessions[key] for key in ('sessions', 'ok', 'not_ok', 'runs', 'turns',
+                                                                'turns_not_started', 'tool_rounds')},
+                                 {'sessions': 50, 'ok': 50, 'not_ok': 0, 'runs': 600, 'turns': 300,
+                                  'turns_not_started': 0, 'tool_rounds': 300})
+                self.assertEqual(sorted(sessions['latency_by_turn_ms']), ['1', '2', '3', '4', '5', '6'])
+                self.assertEqual({row['turns'] for row in sessions['latency_by_turn_ms'].values()}, {50})
+                records = self.records(f'{api}.jsonl')
+                self.assertEqual(sorted(r['run'] for r in records), list(range(600)))
+                self.assertEqual({(r['session'], r['turn'], r['round']) for r in records},
+                                 {(f's{n}', t, r) for n in range(50) for t in range(1, 7) for r in (0, 1)})
+                self.assertEqual(sum('session_end' in r for r in records), 50)
+
+    def test_a_cut_tool_call_in_turn_3_ends_that_session_there(self):
+        path = self.sessions_file(10)
+        for api in SESSION_APIS:
+            with self.subTest(api=api):
+                self.check_cut(path, api)
+
+    def check_cut(self, path: str, api: str) -> None:
+        with Fixture('agent', cut_turn=3, cut_session='session 7 ') as fixture:
+            done = run_cli('--url', fixture.url.replace('/v1/chat/completions', URL_PATHS[api]), '--model', 'm',
+                           '--sessions', path, '--concurrency', '4', '--output', f'cut-{api}.jsonl', '--report',
+                           f'cut-{api}.html', cwd=self.folder, timeout=60)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        sessions = json.loads(done.stdout)['sessions']
+        self.assertEqual({key: sessions[key] for key in ('sessions', 'ok', 'not_ok', 'not_ok_by_kind', 'runs',
+                                                        'turns', 'turns_not_started', 'tool_rounds')},
+                         {'sessions': 10, 'ok': 9, 'not_ok': 1, 'not_ok_by_kind': {'tool_arguments_not_json': 1},
+                          'runs': 9 * 12 + 5, 'turns': 9 * 6 + 3, 'turns_not_started': 3, 'tool_rounds': 9 * 6 + 2})
+        cut = [r for r in self.records(f'cut-{api}.jsonl') if r['session'] == 's7']
+        self.assertEqual([(r['turn'], r['round'], r['ok']) for r in cut],
+                         [(1, 0, True), (1, 1, True), (2, 0, True), (2, 1, True), (3, 0, False)])
+        end = cut[-1]['session_end']
+        self.assertEqual((end['ok'], end['ended_by'], end['turns_run'], end['not_started_turns']),
+                         (False, 'tool_arguments_not_json', 3, [4, 5, 6]))
+        self.assertIn('turn 3 round 0 not ok', end['reason'])
+        self.assertIn('session s7 turn 3 round 0: NOT OK [application]', done.stderr)
+        with open(os.path.join(self.folder, f'cut-{api}.html'), encoding='utf-8') as page:
+            rows = re.findall(r'<tr><th>(s\d+)</th>(.*?)</tr>', page.read())
+        self.assertEqual(sorted(session for session, _ in rows), sorted(f's{n}' for n in range(10)))
+        for session, cells in rows:
+            texts = [text.split(',')[0] for text in re.findall(r'<td[^>]*>(.*?)</td>', cells)]
+            self.assertEqual(texts, ['1: 2 runs', '2: 2 runs', '3: tool_arguments_not_json', '4: not started',
+                                     '5: not started', '6: not started'] if session == 's7' else
+                             [f'{turn}: 2 runs' for turn in range(1, 7)])
+        again = run_cli('--summary', f'cut-{api}.jsonl', cwd=self.folder)
+        self.assertEqual(json.loads(again.stdout)['sessions'], sessions)  # recomputed from the records alone
+
+    def test_the_history_sent_in_turn_n_plus_1_is_the_answer_of_turn_n_byte_for_byte(self):
+        path = self.sessions_file(3, turns=4)
+        for api in SESSION_APIS:
+            with self.subTest(api=api), Fixture('agent', profile='vllm', record=True) as fixture:
+                url = fixture.url.replace('/v1/chat/completions', URL_PATHS[api])
+                done = run_cli('--url', url, '--model', 'm', '--sessions', path, '--concurrency', '3',
+                               '--output', f'history-{api}.jsonl', cwd=self.folder, timeout=60)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                by_session: dict[str, list] = {}
+                for answer in fixture.instance.received:
+                    by_session.setdefault(fixture_server.first_user_text(api, json.loads(answer.body)), []).append(answer)
+                self.assertEqual(len(by_session), 3)
+                for answers in by_session.values():
+                    self.assertEqual(len(answers), 8)
+                    results = iter(RESULTS + RESULTS[-1:] * 8)
+                    for sent, following in zip(answers, answers[1:]):
+                        expected = self.expected_addition(api, sent, following, results)
+                        history = json.loads(sent.body)['input' if api == 'responses' else 'messages']
+                        wanted = json.dumps(history + expected, ensure_ascii=False).encode()
+                        self.assertIn(wanted, following.body)
+
+    @staticmethod
+    def expected_addition(api: str, sent, following, results) -> list:
+        """What the agent adds to the history after the answer it was sent: the answer (text, or calls), the
+        tool results, and the next user turn when there were no calls; built here from the fixture's side."""
+        user = json.loads(following.body)['input' if api == 'responses' else 'messages'][-1]
+        if api == 'chat':
+            if not sent.calls:
+                return [{'role': 'assistant', 'content': sent.text}, user]
+            return [{'role': 'assistant', 'content': None, 'tool_calls': [
+                {'id': id_, 'type': 'function', 'function': {'name': name, 'arguments': arguments}}
+                for id_, name, arguments in sent.calls]},
+                *[{'role': 'tool', 'tool_call_id': id_, 'content': fixture_result(next(results))}
+                  for id_, _, _ in sent.calls]]
+        if api == 'messages':
+            if not sent.calls:
+                return [{'role': 'assistant', 'content': [{'type': 'text', 'text': sent.text}]}, user]
+            return [{'role': 'assistant', 'content': [{'type': 'tool_use', 'id': id_, 'name': name,
+                                                      'input': json.loads(arguments)}
+                                                     for id_, name, arguments in sent.calls]},
+                    {'role': 'user', 'content': [{'type': 'tool_result', 'tool_use_id': id_,
+                                                  'content': fixture_result(next(results))}
+                                                 for id_, _, _ in sent.calls]}]
+        if not sent.calls:
+            return [{'type': 'message', 'role': 'assistant', 'content': [{'type': 'output_text', 'text': sent.text}]},
+                    user]
+        return [*[{'type': 'function_call', 'call_id': id_, 'name': name, 'arguments': arguments}
+                  for id_, name, arguments in sent.calls],
+                *[{'type': 'function_call_output', 'call_id': id_, 'output': fixture_result(next(results))}
+                  for id_, _, _ in sent.calls]]
+
+    def test_sharegpt_conversations_run_their_human_turns(self):
+        path = self.write('share.json', json.dumps([
+            {'id': 'a', 'conversations': [{'from': 'system', 'value': 'Be brief.'}, {'from': 'human', 'value': 'hi'},
+                                          {'from': 'gpt', 'value': 'hello'}, {'from': 'human', 'value': 'again'}]},
+            {'conversations': [{'from': 'human', 'value': 'one'}]}]))
+        with Fixture('agent', record=True) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--sessions', path, '--output', 'share.jsonl',
+                           cwd=self.folder)
+            bodies = [json.loads(answer.body) for answer in fixture.instance.received]
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual({(r['session'], r['turn'], r['round']) for r in self.records('share.jsonl')},
+                         {('a', 1, 0), ('a', 2, 0), ('sharegpt-2', 1, 0)})
+        second = next(body for body in bodies if len(body['messages']) == 4)
+        self.assertEqual(second['messages'], [{'role': 'system', 'content': 'Be brief.'},
+                                              {'role': 'user', 'content': 'hi'},
+                                              {'role': 'assistant', 'content': 'READY \u2713'},
+                                              {'role': 'user', 'content': 'again'}])
+
+    def test_keep_alive_keeps_one_connection_per_session(self):
+        path = self.sessions_file(3, turns=2)
+        with Fixture('agent', profile='vllm') as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--sessions', path, '--keep-alive',
+                           '--concurrency', '3', '--output', 'kept.jsonl', cwd=self.folder)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        records = self.records('kept.jsonl')
+        for number in range(3):
+            runs = sorted((r for r in records if r['session'] == f's{number}'), key=lambda r: (r['turn'], r['round']))
+            self.assertEqual([r['connection']['request_on_connection'] for r in runs], [1, 2, 3, 4])
+            self.assertEqual(len({r['connection']['local_port'] for r in runs}), 1)
+
+    def test_the_readme_session_command_runs(self):
+        line = next(line for line in (HERE / 'README.md').read_text(encoding='utf-8').splitlines()
+                    if '--sessions' in line and line.startswith('python3 stream_client.py'))
+        args = line.split()[2:]
+        args[args.index('--sessions') + 1] = str(HERE / args[args.index('--sessions') + 1])
+        done = run_cli(*args, cwd=self.folder, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        sessions = json.loads(done.stdout)['sessions']
+        self.assertEqual((sessions['sessions'], sessions['ok'], sessions['runs'], sessions['turns']), (4, 4, 24, 12))
+
+    def test_a_turn_past_its_tool_rounds_ends_the_session_and_think_time_spaces_the_turns(self):
+        lines = [session_line(0, turns=3, max_tool_rounds=0), session_line(1, turns=2, think_time_s=0.05)]
+        path = self.write('rounds.jsonl', ''.join(json.dumps(line) + '\n' for line in lines))
+        done = run_cli('--fixture', 'agent', '--sessions', path, '--concurrency', '2', '--output', 'rounds-out.jsonl',
+                       cwd=self.folder)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertEqual(json.loads(done.stdout)['sessions']['not_ok_by_kind'], {'max_tool_rounds': 1})
+        records = self.records('rounds-out.jsonl')
+        bounded = [r for r in records if r['session'] == 's0']
+        self.assertEqual([(r['turn'], r['round'], r['ok']) for r in bounded], [(1, 0, True)])  # every run ok
+        self.assertEqual((bounded[0]['session_end']['ended_by'], bounded[0]['session_end']['not_started_turns']),
+                         ('max_tool_rounds', [2, 3]))
+        thinking = sorted((r for r in records if r['session'] == 's1'), key=lambda r: r['offset_ms'])
+        turn_one_end = thinking[1]['offset_ms'] + thinking[1]['duration_ms']
+        self.assertGreaterEqual(thinking[2]['offset_ms'] - turn_one_end, 50)  # at least the think time
+
+    def test_a_cancel_ends_the_sessions_in_flight_as_interrupted_and_starts_no_other(self):
+        sessions = _parse_sessions('f', ''.join(json.dumps(session_line(n, turns=3, think_time_s=30)) + '\n'
+                                                for n in range(3)))
+        cancel, records = stream_client.Cancel(), []
+
+        def on_record(record: dict) -> None:
+            records.append(record)
+            if len(records) == 2:  # each session in flight has sent its first round: stop the load
+                cancel.cancel('SIGINT')
+        with Fixture('agent') as fixture:
+            requests = [stream_client.prepare(fixture.url, 'm', session.turns[0], tools=session.tools)
+                        for session in sessions]
+            stream_client._run_sessions(sessions, requests, stream_client.LoadSettings(3, 2), on_record, cancel)
+        self.assertEqual(sorted({r['session'] for r in records}), ['s0', 's1'])  # s2 never started
+        ends = [r['session_end'] for r in records if 'session_end' in r]
+        self.assertEqual([(end['ok'], end['ended_by'], end['not_started_turns']) for end in ends],
+                         [(False, 'interrupted', [2, 3])] * 2)
+
+    def test_runs_caps_the_sessions_and_rate_records_how_late_each_session_started(self):
+        path = self.sessions_file(5, turns=1)
+        done = run_cli('--fixture', 'agent', '--sessions', path, '--runs', '3', '--rate', '50', '--output',
+                       'capped.jsonl', cwd=self.folder)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        records = self.records('capped.jsonl')
+        self.assertEqual(sorted({r['session'] for r in records}), ['s0', 's1', 's2'])
+        self.assertEqual(json.loads(done.stdout)['sessions']['sessions'], 3)
+        firsts = [r for r in records if r['round'] == 0]
+        self.assertTrue(all(isinstance(r['queued_ms'], float) for r in firsts))
+        self.assertTrue(all(r['queued_ms'] is None for r in records if r['round'] == 1))
+
+
+def fixture_result(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+class SessionFileTests(unittest.TestCase):
+    """A malformed sessions file: one line naming the file, the line and the field; exit 2; no evidence file."""
+
+    def setUp(self) -> None:
+        self.folder = tempfile.mkdtemp()
+
+    def check_refused(self, text: str, words: str) -> None:
+        path = os.path.join(self.folder, 'bad.jsonl')
+        with open(path, 'w', encoding='utf-8') as file:
+            file.write(text)
+        done = run_cli('--fixture', 'agent', '--sessions', path, '--output', 'never.jsonl', cwd=self.folder)
+        self.assertEqual(done.returncode, 2)
+        self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+        self.assertIn(f'--sessions {path} {words}', done.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.folder, 'never.jsonl')))
+
+    def test_each_malformed_line_is_named(self):
+        good = json.dumps(session_line(0)) + '\n'
+        no_result = {k: v for k, v in session_line(1).items() if k != 'tool_results'}
+        cases = [
+            (good + '{"id": "s1", "turns": [\n', 'line 2: not JSON'),
+            (good + json.dumps({'id': 's1'}) + '\n', 'line 2: turns: missing'),
+            (json.dumps({'turns': ['x']}) + '\n', 'line 1: id: missing'),
+            (good + json.dumps(no_result) + '\n', "line 2: tool_results: no result for tool 'get_weather'"),
+            (good + json.dumps(session_line(0)) + '\n', "line 2: id: 's0' is the id of line 1 too"),
+            (json.dumps({**session_line(0), 'turns': ['x', 3]}) + '\n', 'line 1: turns[1]: must be a non-empty string'),
+            (json.dumps({**session_line(0), 'tools': [{'type': 'function', 'function': {}}]}) + '\n',
+             'line 1: tools[0].function.name: missing'),
+            (json.dumps({**session_line(0), 'max_tool_rounds': -1}) + '\n', 'line 1: max_tool_rounds'),
+            (json.dumps({**session_line(0), 'think': 1}) + '\n', 'line 1: think: unknown key'),
+            ('[{"conversations": [{"from": "robot", "value": "x"}]}]', 'item 1: conversations[0].from'),
+            ('', 'has no sessions'),
+        ]
+        for text, words in cases:
+            with self.subTest(words=words):
+                self.check_refused(text, words)
+
+    def test_a_tool_the_server_would_refuse_is_named_by_its_line(self):
+        line = {**session_line(0), 'tools': [{'type': 'function', 'function': {'name': 'f', 'parameters': 3}}],
+                'tool_results': {'f': 'x'}}
+        self.check_refused(json.dumps(line) + '\n', 'line 1: tools[0]')
+
+    def test_the_results_of_a_tool_are_consumed_in_order_and_the_last_repeats(self):
+        from stream_client import _ToolResults
+        session = _parse_sessions('f', json.dumps(session_line(0)))[0]
+        results = _ToolResults(session)
+        self.assertEqual([results.next('get_weather') for _ in range(4)], ['{"temp": 20}', 'sunny', 'sunny', 'sunny'])
+        with self.assertRaises(UsageError):
+            _parse_sessions('f', json.dumps({**session_line(0), 'tool_results': {'get_weather': []}}))
+
+    def test_the_conversation_of_each_api(self):
+        calls = [('c1', 'get_weather', '{"city": "Paris"}')]
+        shapes = {}
+        for api in SESSION_APIS:
+            conversation = _Conversation(api, 'sys')
+            conversation.user('hi')
+            conversation.answer('', calls)
+            conversation.results([('c1', 'sunny')])
+            conversation.answer('done', [])
+            shapes[api] = conversation.body_fields()
+        self.assertEqual(shapes['chat']['messages'][0], {'role': 'system', 'content': 'sys'})
+        self.assertEqual([m['role'] for m in shapes['messages']['messages']], ['user', 'assistant', 'user', 'assistant'])
+        self.assertEqual([item.get('type') for item in shapes['responses']['input']],
+                         [None, 'function_call', 'function_call_output', 'message'])

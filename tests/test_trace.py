@@ -1,0 +1,212 @@
+"""--trace: timed replay of Mooncake-format and plain traces, the prompts they build, and the file's checks."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import tempfile
+import unittest
+
+from stream_client import _parse_trace, _prompt_words, _trace_offsets
+from .support import Fixture, run_cli
+
+BLOCK = 16
+
+
+def mooncake_lines(count: int = 200, seed: int = 1) -> list[dict]:
+    """A Mooncake-format trace: timestamps 0 to 10 ms apart, prefixes that share their first block (0 or 1)."""
+    rng, lines, at = random.Random(seed), [], 0
+    for number in range(count):
+        at += rng.choice((0, 5, 10))
+        blocks = rng.randint(1, 3)
+        hash_ids = [rng.choice((0, 1))] + [100 + number * 10 + block for block in range(blocks - 1)]
+        lines.append({'timestamp': at, 'input_length': blocks * BLOCK - rng.randint(0, 8),
+                      'output_length': rng.randint(1, 4), 'hash_ids': hash_ids})
+    return lines
+
+
+class TraceReplayTests(unittest.TestCase):
+
+    def setUp(self) -> None:
+        self.folder = tempfile.mkdtemp()
+
+    def write(self, name: str, lines: list) -> str:
+        path = os.path.join(self.folder, name)
+        with open(path, 'w', encoding='utf-8') as file:
+            file.write(''.join((line if isinstance(line, str) else json.dumps(line)) + '\n' for line in lines))
+        return path
+
+    def records(self, name: str) -> list[dict]:
+        with open(os.path.join(self.folder, name), encoding='utf-8') as file:
+            return [json.loads(line) for line in file]
+
+    def test_a_200_line_mooncake_trace_replays_with_lateness_and_equal_hash_ids_send_equal_prefixes(self):
+        lines = mooncake_lines()
+        path = self.write('trace.jsonl', lines)
+        with Fixture('agent', profile='vllm', record=True) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--trace', path, '--block-size', str(BLOCK),
+                           '--trace-speed', '2', '--output', 'replay.jsonl', cwd=self.folder, timeout=120)
+            bodies = [json.loads(answer.body) for answer in fixture.instance.received]
+        self.assertEqual(done.returncode, 0, done.stderr)
+        summary = json.loads(done.stdout)
+        self.assertEqual((summary['runs'], summary['ok'], summary['planned_runs']), (200, 200, 200))
+        self.assertEqual({key: summary['trace'][key] for key in ('lines', 'ok', 'speed', 'length_by')},
+                         {'lines': 200, 'ok': 200, 'speed': 2.0, 'length_by': {'tokenize': 200}})
+        again = run_cli('--summary', 'replay.jsonl', cwd=self.folder)
+        self.assertEqual(json.loads(again.stdout)['trace'], summary['trace'])  # recomputed from the records alone
+        records = sorted(self.records('replay.jsonl'), key=lambda record: record['run'])
+        self.assertEqual([record['trace']['line'] for record in records], list(range(1, 201)))
+        for record, line in zip(records, lines):
+            trace = record['trace']
+            self.assertEqual(trace['scheduled_ms'], line['timestamp'] / 2)  # the first line is at 0
+            self.assertIsInstance(trace['late_ms'], float)
+            self.assertEqual(trace['late_ms'], record['queued_ms'])
+            self.assertEqual((trace['input_length'], trace['hash_ids'], trace['output_length']),
+                             (line['input_length'], line['hash_ids'], line['output_length']))
+            self.assertEqual(record['request']['max_tokens'], line['output_length'])
+            # the length met with /tokenize: the server's count is the requested length
+            self.assertEqual((trace['prompt_tokens_counted'], record['prompt_tokens']),
+                             (line['input_length'], line['input_length']))
+        prompts = {hashlib.sha256(body['messages'][-1]['content'].encode()).hexdigest(): body['messages'][-1]['content']
+                   for body in bodies}
+        sent = [prompts[record['request']['prompt_sha256']] for record in records]
+        heads: dict[int, list[bytes]] = {}  # per first hash id, the words of its block that each line sent
+        for text, line in zip(sent, lines):
+            heads.setdefault(line['hash_ids'][0], []).append(' '.join(text.split(' ')[:BLOCK]).encode())
+        for block, sent_heads in heads.items():
+            whole = max(sent_heads, key=len)  # a line long enough to send the whole block
+            self.assertEqual(len(whole.split(b' ')), BLOCK)
+            for head in sent_heads:
+                self.assertTrue(whole.startswith(head), (block, head, whole))  # byte-equal as far as it goes
+        self.assertFalse(max(heads[0], key=len).startswith(max(heads[1], key=len)[:20]))
+        # the same blocks and length send the same bytes; other blocks, or another length, other bytes
+        self.assertEqual(len(set(sent)), len({(tuple(line['hash_ids']), line['input_length']) for line in lines}))
+
+    def test_without_tokenize_the_words_approximate_the_length(self):
+        path = self.write('trace.jsonl', mooncake_lines(5))
+        with Fixture('agent', record=True, tokenize=False) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--trace', path, '--block-size', str(BLOCK),
+                           '--output', 'approx.jsonl', cwd=self.folder)
+            bodies = [json.loads(answer.body) for answer in fixture.instance.received]
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(json.loads(done.stdout)['trace']['length_by'], {'approximation': 5})
+        self.assertEqual(sorted(len(body['messages'][-1]['content'].split(' ')) for body in bodies),
+                         sorted(line['input_length'] for line in mooncake_lines(5)))
+        self.assertTrue(all(record['trace']['prompt_tokens_counted'] is None for record in self.records('approx.jsonl')))
+
+    def test_a_plain_trace_sends_its_prompts_at_their_times(self):
+        path = self.write('plain.jsonl', [{'timestamp': 0, 'prompt': 'first'}, {'timestamp': 30, 'prompt': 'second'},
+                                          {'timestamp': 30, 'prompt': 'third', 'output_length': 7}])
+        done = run_cli('--fixture', 'ok', '--trace', path, '--output', 'plain-out.jsonl', cwd=self.folder)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        records = sorted(self.records('plain-out.jsonl'), key=lambda record: record['run'])
+        self.assertEqual([(r['trace']['scheduled_ms'], r['trace']['length_by'], r['request']['max_tokens'])
+                          for r in records], [(0.0, 'prompt', 128), (30.0, 'prompt', 128), (30.0, 'prompt', 7)])
+        self.assertEqual([r['request']['prompt_sha256'] for r in records],
+                         [hashlib.sha256(text.encode()).hexdigest() for text in ('first', 'second', 'third')])
+
+    def test_a_malformed_trace_is_one_line_and_exit_2_with_no_evidence_file(self):
+        good = {'timestamp': 10, 'input_length': 8}
+        cases = [
+            ([good, '{"timestamp": 20,'], 'line 2: not JSON'),
+            ([good, {'input_length': 8}], 'line 2: timestamp: missing'),
+            ([good, {'timestamp': 5, 'input_length': 8}], 'line 2: timestamp: 5 goes backwards (line 1 has 10)'),
+            ([good, {'timestamp': 20}], 'line 2: input_length: missing'),
+            ([{**good, 'hash_ids': [1, 'x']}], 'line 1: hash_ids: must be a list'),
+            ([{**good, 'output_length': 0}], 'line 1: output_length: must be a whole number'),
+            ([{**good, 'prompt': 'x'}], 'line 1: prompt: a line has a prompt, or input_length'),
+            ([{**good, 'input': 3}], 'line 1: input: unknown key'),
+            ([], 'has no lines'),
+        ]
+        for lines, words in cases:
+            with self.subTest(words=words):
+                path = self.write('bad.jsonl', lines)
+                done = run_cli('--fixture', 'ok', '--trace', path, '--output', 'never.jsonl', cwd=self.folder)
+                self.assertEqual(done.returncode, 2)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertIn(f'--trace {path} {words}', done.stderr)
+                self.assertFalse(os.path.exists(os.path.join(self.folder, 'never.jsonl')))
+
+    def test_the_flags_that_do_not_go_with_a_trace(self):
+        path = self.write('trace.jsonl', [{'timestamp': 0, 'prompt': 'x'}])
+        for extra, words in ((('--rate', '5'), '--trace does not go with --rate'),
+                             (('--trace-speed', '0'), '--trace-speed must be a positive number'),
+                             (('--block-size', '0'), '--block-size must be'),
+                             (('--sessions', path), '--sessions and --trace exclude each other')):
+            with self.subTest(extra=extra):
+                done = run_cli('--fixture', 'ok', '--trace', path, *extra, '--output', 'never.jsonl', cwd=self.folder)
+                self.assertEqual(done.returncode, 2)
+                self.assertIn(words, done.stderr)
+        done = run_cli('--fixture', 'ok', '--block-size', '8', '--output', 'never.jsonl', cwd=self.folder)
+        self.assertEqual((done.returncode, done.stderr.strip().endswith('--block-size is for --trace')), (2, True))
+
+
+class TracePromptTests(unittest.TestCase):
+
+    def test_a_block_s_words_depend_on_its_id_alone_and_never_change(self):
+        self.assertEqual(_prompt_words(40, (7, 8), 16, 'a')[:32], _prompt_words(32, (7, 8, 9), 16, 'b'))
+        self.assertNotEqual(_prompt_words(16, (7,), 16), _prompt_words(16, (6,), 16))
+        self.assertEqual(len(_prompt_words(1000, (1,), 16, 'x')), 1000)
+        # a fixed value: the same trace sends the same bytes with every version of this client
+        self.assertEqual(hashlib.sha256(' '.join(_prompt_words(512, (0, 1), 256)).encode()).hexdigest()[:16],
+                         GOLDEN_PREFIX)
+
+    def test_the_schedule_is_the_timestamps_after_the_first_divided_by_the_speed(self):
+        lines = _parse_trace('t', '\n'.join(json.dumps({'timestamp': at, 'prompt': 'x'}) for at in (1000, 1000, 1500, 4000)))
+        self.assertEqual(_trace_offsets(lines, 1.0), [0.0, 0.0, 0.5, 3.0])
+        self.assertEqual(_trace_offsets(lines, 2.0), [0.0, 0.0, 0.25, 1.5])
+
+
+GOLDEN_PREFIX = '2f1065558aa220c6'  # sha256 of the words of blocks 0 and 1 (256 tokens each), its first 16 digits
+
+
+class SyntheticLengthTests(unittest.TestCase):
+    """--input-tokens, --output-tokens and --shared-prefix-tokens: seeded lengths, prefixes shared by groups."""
+
+    def setUp(self) -> None:
+        self.folder = tempfile.mkdtemp()
+
+    def load(self, name: str, *flags: str) -> tuple[list[dict], list[str]]:
+        with Fixture('agent', record=True) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '12', '--concurrency', '4', *flags,
+                           '--output', name, cwd=self.folder)
+            prompts = {hashlib.sha256(json.loads(a.body)['messages'][-1]['content'].encode()).hexdigest():
+                       json.loads(a.body)['messages'][-1]['content'] for a in fixture.instance.received}
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(os.path.join(self.folder, name), encoding='utf-8') as file:
+            records = sorted((json.loads(line) for line in file), key=lambda record: record['run'])
+        return records, [prompts[record['request']['prompt_sha256']] for record in records]
+
+    def test_lengths_are_drawn_with_the_seed_and_met_and_groups_share_their_prefix(self):
+        flags = ('--input-tokens', '40:5', '--output-tokens', '6:2', '--shared-prefix-tokens', '20:3', '--seed', '7')
+        records, prompts = self.load('a.jsonl', *flags)
+        for record in records:
+            asked = record['request']
+            self.assertTrue(35 <= asked['input_tokens'] <= 45 and 4 <= asked['max_tokens'] <= 8, asked)
+            self.assertEqual((record['prompt_tokens'], asked['prompt_tokens_counted'], asked['length_by']),
+                             (asked['input_tokens'], asked['input_tokens'], 'tokenize'))
+            self.assertEqual((asked['prefix_group'], asked['shared_prefix_tokens']), (record['run'] % 3, 20))
+        self.assertGreater(len({record['request']['input_tokens'] for record in records}), 1)
+        prefixes = [' '.join(prompt.split(' ')[:20]) for prompt in prompts]
+        for group in range(3):
+            self.assertEqual(len(set(prefixes[group::3])), 1)  # byte-equal within a group
+        self.assertEqual(len(set(prefixes)), 3)
+        self.assertEqual(len(set(prompts)), 12)  # each prompt has words of its own after the prefix
+        again, again_prompts = self.load('b.jsonl', *flags)
+        self.assertEqual(again_prompts, prompts)  # the same seed, the same load
+        _, other = self.load('c.jsonl', *flags[:-1], '8')
+        self.assertNotEqual(other, prompts)
+
+    def test_the_flags_are_checked(self):
+        for flags, words in ((('--input-tokens', '10:20'), 'every length (MEAN-SPREAD to MEAN+SPREAD) must be'),
+                             (('--input-tokens', 'ten'), 'expected MEAN or MEAN:SPREAD'),
+                             (('--input-tokens', '40', '--shared-prefix-tokens', '40'), 'leaves no tokens'),
+                             (('--shared-prefix-tokens', '5'), 'needs --input-tokens'),
+                             (('--input-tokens', '40', '--prompt', 'x'), 'do not go with --prompt'),
+                             (('--output-tokens', '0'), '--output-tokens')):
+            with self.subTest(flags=flags):
+                done = run_cli('--fixture', 'ok', '--runs', '2', *flags, '--output', 'never.jsonl', cwd=self.folder)
+                self.assertEqual(done.returncode, 2)
+                self.assertIn(words, done.stderr)
+                self.assertFalse(os.path.exists(os.path.join(self.folder, 'never.jsonl')))
