@@ -505,6 +505,40 @@ class LoadTests(unittest.TestCase):
         self.assertIn('<h1>4 of 4 runs ok  (of 251 planned)</h1>', report.html())
 
 
+    def test_warm_up_runs_are_kept_and_marked_and_left_out_of_the_summary(self):
+        with Fixture('ok') as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '7', '--warmup', '3', '--concurrency', '2',
+                           '--output', 'warm.jsonl', '--quiet', cwd=self.tmp.name)
+        records = [json.loads(line) for line in (self.dir / 'warm.jsonl').read_text().splitlines()]
+        self.assertEqual(sorted((record['run'], record['warmup']) for record in records),
+                         [(run, run < 3) for run in range(7)])
+        self.assertEqual({record['load']['warmup_runs'] for record in records}, {3})
+        summary = json.loads(done.stdout)
+        self.assertEqual((summary['runs'], summary['warmup_runs'], summary['planned_runs']), (4, 3, 4))
+        self.assertEqual(json.loads(run_cli('--summary', 'warm.jsonl', cwd=self.tmp.name).stdout), summary)
+        settings = stream_client.LoadSettings(runs=10, warmup_s=2.0)
+        self.assertEqual([settings.warms_up(9, offset) for offset in (0.0, 1.999, 2.0, 5.0)], [True, True, False, False])
+        for warmup in ('7', '0', '-1', 'x', '0s', 'nans'):
+            with self.subTest(warmup=warmup):
+                refused = run_cli('--fixture', 'ok', '--runs', '7', '--warmup', warmup, '--output', 'no.jsonl',
+                                  cwd=self.tmp.name)
+                self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
+
+    def test_warm_up_runs_are_left_out_of_the_gates_and_the_report(self):
+        records = [{**fake_record(run, ok=run >= 2, error=None if run >= 2 else 'transport: cut'),
+                    'warmup': run < 2} for run in range(6)]
+        (self.dir / 'warm.jsonl').write_text(''.join(json.dumps(record) + '\n' for record in records))
+        done = run_cli('--summary', 'warm.jsonl', '--report', 'warm.html', cwd=self.tmp.name)
+        summary = json.loads(done.stdout)
+        self.assertEqual((done.returncode, summary['runs'], summary['not_ok'], summary['warmup_runs']), (0, 4, 0, 2))
+        self.assertEqual(summary['gates'], [{'expr': 'ok_ratio < 1', 'value': 1.0, 'held': True}])
+        self.assertIn('<h1>4 of 4 runs ok</h1>', (self.dir / 'warm.html').read_text())
+        self.assertIn('and 2 warm-up runs, left out of every figure below', stream_client._summary_table(summary))
+        (self.dir / 'cold.jsonl').write_text(''.join(json.dumps({**record, 'warmup': False}) + '\n'
+                                                     for record in records))
+        self.assertEqual(run_cli('--summary', 'cold.jsonl', cwd=self.tmp.name).returncode, 1)
+
+
 class GoodputTests(unittest.TestCase):
     """Goodput: runs that are ok and within every --slo bound; sweeps of open-loop steps to saturation."""
 

@@ -50,6 +50,8 @@ _transport     ``run()`` and ``stream()``: one request, read under the idle
                timeout and the overall deadline; the cross-check's twin
 _reactor       ``_Reactor``: one thread per process reads every response of a load
 _load          ``run_load()``: runs from worker threads or forked processes
+_gates         ``--fail-if`` gates on a summary, sans-IO: parsed before anything
+               is sent, evaluated on the summary's figures
 _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of a load
 _report        ``Report``: one self-contained HTML page per load
 _evidence      evidence files, each created once and never overwritten, and

@@ -76,8 +76,8 @@ def _parser() -> _OneLineParser:
         prog=_program_name('stream_client'), allow_abbrev=False,
         description='Stream answers from vLLM or another compatible server (chat completions, completions, the '
                     'Responses API or the Anthropic Messages API) and save evidence of whether each really finished: one run, or many at '
-                    'once with a summary built from their verdicts. Exit status: 0 every run ok, 1 a run not ok, '
-                    '2 bad arguments or output path, 130/143 interrupted.',
+                    'once with a summary built from their verdicts. Exit status: 0 every run ok (or every '
+                    '--fail-if gate held), 1 a run not ok (or a gate failed), 2 bad arguments or output path, 130/143 interrupted.',
         epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
     send = parser.add_argument_group('what to send')
     send.add_argument('--url', help=f'the endpoint (default {_DEFAULT_URL}); a path ending in '
@@ -150,6 +150,14 @@ def _parser() -> _OneLineParser:
     load.add_argument('--prompts', metavar='FILE',
                       help='JSON Lines of prompts, each a string or {"prompt", "system", "max_tokens"}; '
                            'the runs cycle through them')
+    load.add_argument('--warmup', metavar='N|Ss',
+                      help='the first N runs of the load (or its first S seconds, as 5s) warm the server up: their '
+                           'records are kept and marked "warmup": true, and left out of the summary and the gates')
+    gate = parser.add_argument_group('gating a decision on the summary (docs/decisions.md)')
+    gate.add_argument('--fail-if', action='append', metavar='EXPR',
+                      help='exit 1 when EXPR, FIGURE OP NUMBER, is true of the summary, repeatable, e.g. '
+                           '"first_text_ms.p99 > 500", "ok_ratio < 0.999", "error_kind.eof_before_done > 0"; '
+                           'with a load or --summary FILE; without it, the gate is every run ok')
     out = parser.add_argument_group('where the evidence goes')
     out.add_argument('--output', metavar='FILE',
                      help='new file for the evidence (required): one JSON record, or with many runs one record '
@@ -348,7 +356,7 @@ class _Fixture:
 
 # What --compare and --summary take besides their files; every other flag is for a run.
 _READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
-                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target')}
+                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target', 'fail_if')}
 # prepare()'s and LoadSettings' parameters, by the flag a user typed.
 _FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',

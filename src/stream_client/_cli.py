@@ -3,6 +3,7 @@
 ``main()`` turns expected failures into one line and exit status 2, and
 every other path into evidence on disk and a summary on stdout.
 """
+import dataclasses
 import json
 import math
 import os
@@ -17,6 +18,7 @@ from ._verdict import _interrupted_before_sending
 from ._record import _failed_record
 from ._transport import run
 from ._load import LoadSettings, run_load, _scheduled_runs
+from ._gates import _evaluate_gates, _gates_held, _parse_gates
 from ._summary import _parse_slos, Summary, _summary_table
 from ._report import Report
 from ._evidence import (
@@ -99,7 +101,7 @@ def _compare(args, prog: str) -> int:
     return 0
 
 
-def _summary_command(args, prog: str) -> int:
+def _summary_command(args, prog: str, gates: tuple) -> int:
     report_fd = _reserve_output(args.report) if args.report else None
     try:
         summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None,
@@ -111,6 +113,7 @@ def _summary_command(args, prog: str) -> int:
             os.unlink(args.report)
         raise
     result = summary.result()
+    result['gates'] = _evaluate_gates(gates, result)
     if report_fd is not None:
         _write_report(report_fd, report)
     person = not args.quiet and sys.stderr.isatty()
@@ -118,7 +121,7 @@ def _summary_command(args, prog: str) -> int:
         print(_summary_table(result), file=sys.stderr)
     _emit_summary(result, person, None)
     _say_written(args)
-    return 0 if result['runs'] and result['ok'] == result['runs'] else 1
+    return 0 if _gates_held(result) else 1
 
 
 def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:
@@ -154,25 +157,48 @@ def _load_settings(args) -> list[LoadSettings] | None:
     if args.keep_alive and runs < 2 and args.duration is None:
         raise UsageError('--keep-alive needs --runs of 2 or more: one run uses one connection')
     slos, target = _parse_slos(args.slo or []), _slo_target(args)
+    warmup_runs, warmup_s = _warmup(args.warmup)
     if runs == 1 and args.duration is None and args.concurrency is None and args.rate is None and args.prompts is None:
-        if slos or target is not None or args.processes is not None:
-            raise UsageError('--slo, --slo-target and --processes are for a load: give --runs, --duration or --rates')
+        if slos or target is not None or args.processes is not None or args.fail_if or args.warmup is not None:
+            raise UsageError('--slo, --slo-target, --processes, --fail-if and --warmup are for a load: give --runs, '
+                             '--duration or --rates')
         return None
     processes = 1 if args.processes is None else args.processes
     if args.capture is not None:
         raise UsageError('--capture keeps the raw bytes of one run; it does not go with --runs, --concurrency, '
                          '--rate, --rates, --duration or --prompts')
     if args.duration is None:
+        if warmup_runs and warmup_runs >= runs:
+            raise UsageError(f'--warmup {args.warmup} leaves no run of the {runs} to summarise: the warm-up runs '
+                             'are the first of --runs')
         return [LoadSettings(runs, args.concurrency, args.rate, args.arrivals, args.seed, args.keep_alive,
-                             slos=slos, slo_target=target, processes=processes)]
+                             slos=slos, slo_target=target, processes=processes, warmup_runs=warmup_runs,
+                             warmup_s=warmup_s)]
     if not _positive_finite(args.duration):
         raise UsageError(f'--duration must be a positive number of seconds, not {args.duration}')
     if not _positive_finite(rates[0] if rates else args.rate):
         raise UsageError(f'--rate must be a positive number of runs per second, not {args.rate}')
-    return [LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate,
-                         args.arrivals, args.seed, args.keep_alive, args.duration, number if rates else None,
-                         slos, target, processes)
-            for number, rate in enumerate(rates or [args.rate])]
+    steps = [LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate,
+                          args.arrivals, args.seed, args.keep_alive, args.duration, number if rates else None,
+                          slos, target, processes)
+             for number, rate in enumerate(rates or [args.rate])]
+    if warmup_runs and warmup_runs >= min(step.runs for step in steps):
+        raise UsageError(f'--warmup {args.warmup} leaves no run to summarise: a step of --duration '
+                         f'{args.duration:g} s schedules {min(step.runs for step in steps)} runs')
+    return [dataclasses.replace(step, warmup_runs=warmup_runs, warmup_s=warmup_s) for step in steps]
+
+
+def _warmup(text: str | None) -> tuple[int, float | None]:
+    """--warmup N (the first N runs) or Ss (the runs that start in the first S seconds), as (runs, seconds)."""
+    if text is None:
+        return 0, None
+    try:
+        value = float(text[:-1]) if text.endswith('s') else int(text)
+    except ValueError:
+        value = math.nan
+    if not _positive_finite(value):
+        raise UsageError(f'--warmup {text!r}: give a number of runs (5) or of seconds (5s), above 0')
+    return (0, value) if text.endswith('s') else (value, None)
 
 
 def _rates(text: str) -> list[float]:
@@ -217,7 +243,7 @@ def _reserve_report(args, output_fd: int) -> int | None:
 
 
 def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], fd: int, report_fd: int | None,
-              prog: str) -> int:
+              prog: str, gates: tuple) -> int:
     """Run the load, its steps one after another, appending each record to the reserved JSON Lines file
     as its run ends; print the summary (and write the report); return the exit status. SIGINT and
     SIGTERM cancel the load: no new run or step starts, the runs in flight end as interrupted and keep
@@ -251,6 +277,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
         _write_report(report_fd, report)
     _ignore_signals()  # the records are on disk: what is left is to report them
     result = summary.result()
+    result['gates'] = _evaluate_gates(gates, result)
     view.clear()
     view.finish(result)
     _emit_summary(result, view.live, [args.output])
@@ -261,7 +288,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
         return 2
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]
-    return 0 if result['ok'] == result['runs'] else 1
+    return 0 if _gates_held(result) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,13 +303,17 @@ def main(argv: list[str] | None = None) -> int:
             if args.compare and args.summary:
                 raise UsageError('--compare and --summary exclude each other: compare single records side '
                                  'by side, or summarise loads')
+            if args.compare and args.fail_if:
+                raise UsageError('--fail-if gates the summary of a load (or of --summary FILE...); --compare of '
+                                 'single records has no summary to gate')
+            gates = _parse_gates(args.fail_if)
             command = 'compare' if args.compare else 'summary' if args.summary else None
             if command is not None:
                 extra = _given_flags(parser, args, _READING_FLAGS[command])
                 if extra:
                     raise UsageError(f'--{command} only reads saved evidence; {", ".join(extra)} '
                                      f'{"is" if len(extra) == 1 else "are"} for runs that send requests')
-                return (_compare if args.compare else _summary_command)(args, parser.prog)
+                return _compare(args, parser.prog) if args.compare else _summary_command(args, parser.prog, gates)
             if args.output is None:
                 raise UsageError('--output is required')
             if args.output == '-':
@@ -306,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if steps is not None:
-            return _run_load(args, requests, steps, fd, report_fd, parser.prog)
+            return _run_load(args, requests, steps, fd, report_fd, parser.prog, gates)
         record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:

@@ -13,6 +13,7 @@ import time
 
 from ._limits import _count, FAILURE_KINDS, _shorten, UsageError
 from ._request import _positive_finite
+from ._gates import _gate_lines, _LATENCY_FIELDS, _UNCLASSIFIED
 
 
 def _percentiles(values) -> dict | None:
@@ -56,8 +57,6 @@ class _GapHistogram:
         return {'p50': rank(50), 'p90': rank(90), 'p99': rank(99), 'max': self.max, 'count': self.count}
 
 
-_LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
-_UNCLASSIFIED = 'unclassified'  # the kind of a failure in a record older than error_kind
 
 # The per-run figures a service-level objective (--slo NAME=MS) may bound, named as the record names them.
 _SLO_FIGURES = {'first_text_ms': 'time to the first content event',
@@ -117,6 +116,7 @@ class Summary:
         self.good = self.first_chunk_good = 0
         self.steps: dict[float, _Step] | None = {} if by_step else None  # by rate
         self.runs = self.ok = 0
+        self.warmup_runs = 0               # warm-up runs: their records are kept, their figures left out
         self.by_layer: collections.Counter = collections.Counter()
         self.by_kind: collections.Counter = collections.Counter()
         self.latency = {field: array.array('d') for field in _LATENCY_FIELDS}
@@ -140,6 +140,9 @@ class Summary:
         return self._second[1] + int(started_at[20:23]) / 1000
 
     def add(self, record: dict) -> None:
+        if record.get('warmup'):
+            self.warmup_runs += 1
+            return
         self.runs += 1
         start = self.epoch(record['started_at'])
         end = start + (record['duration_ms'] or 0) / 1000
@@ -212,7 +215,9 @@ class Summary:
             return round(count / wall, 3) if wall > 0 else None
         return {
             'runs': self.runs, 'ok': self.ok, 'not_ok': self.runs - self.ok,
-            'planned_runs': sum(self.planned.values()) + self.single_runs,
+            'ok_ratio': self.ok / self.runs if self.runs else None,  # not rounded: 1 only when every run is ok
+            'planned_runs': sum(self.planned.values()) + self.single_runs - self.warmup_runs,
+            'warmup_runs': self.warmup_runs,
             'stale_connection_failures': self.stale,
             'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
             'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
@@ -313,6 +318,8 @@ _TERMINAL_COLUMNS = 80  # the width the tables for a person fit in
 def _summary_table(result: dict) -> str:
     """The summary for a person, within TERMINAL_COLUMNS: counts, kinds of failure, the latency of ok runs."""
     lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)]
+    if result['warmup_runs']:
+        lines.append(f'  and {_count(result["warmup_runs"], "warm-up run")}, left out of every figure below')
     if result['stale_connection_failures']:
         lines.append(f'stale connections: {result["stale_connection_failures"]} runs on a kept connection that was '
                      'closed while idle')
@@ -344,7 +351,7 @@ def _summary_table(result: dict) -> str:
     lines.append(f'wall {result["wall_s"]} s: ' + ', '.join(runs))
     if tokens:
         lines.append('  ' + ', '.join(tokens))
-    return '\n'.join(lines + _goodput_lines(result))
+    return '\n'.join(lines + _goodput_lines(result) + _gate_lines(result.get('gates') or []))
 
 def _goodput_lines(result: dict) -> list[str]:
     """Goodput against what a first-chunk tool would count, and a sweep's steps and saturation."""
