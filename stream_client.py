@@ -5622,7 +5622,8 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     run as it ends, one call at a time, from the worker threads.
 
     Each record gains ``run`` (its index), ``offset_ms`` (its start after the load's), ``queued_ms``
-    (open loop: how late it started after it was due) and ``load`` (the settings, and an ``id`` of the
+    and ``scheduled_ms`` (open loop: how late it started after it was due, and when it was due, after the
+    load's start), ``warmup`` (a warm-up run) and ``load`` (the settings, and an ``id`` of the
     load). With ``settings.keep_alive`` each worker thread keeps its connections between its runs (see
     run()) and closes them when the load ends. Once ``cancel`` is cancelled, no run starts and the runs
     in flight end as interrupted; this returns when every run that started has its record. With
@@ -5671,6 +5672,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
                                                                       f'{type(exc).__name__}: {exc}'))
         record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
+                  'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
                   'warmup': settings.warms_up(index, begun - started), 'load': described}
         with lock:
             on_record(record)
@@ -5789,6 +5791,8 @@ def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, sta
 # a missing figure cannot show that the load was good.
 # The per-run latency figures whose percentiles a summary reports under latency_ms, by the record's names.
 _LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
+# The same figures counted from the time an open loop's schedule had the run due, not from its send.
+_SCHEDULE_FIELDS = ('first_text_from_schedule_ms', 'duration_from_schedule_ms')
 _PERCENTILES = ('p50', 'p90', 'p99', 'max')
 # The summary's own figures a gate may read, by the name the summary's JSON gives them.
 _PLAIN_FIGURES = ('runs', 'ok', 'not_ok', 'ok_ratio', 'good', 'goodput_per_s', 'slo_attainment', 'first_chunk_good',
@@ -5820,7 +5824,7 @@ def _figure_problem(figure: str) -> str | None:
     if figure in _PLAIN_FIGURES:
         return None
     name, dot, part = figure.partition('.')
-    if name in _LATENCY_FIELDS + ('event_gaps_ms',):
+    if name in _LATENCY_FIELDS + _SCHEDULE_FIELDS + ('event_gaps_ms',):
         if part in _PERCENTILES:
             return None
         return f'{name} has the percentiles {", ".join(_PERCENTILES)}, as in {name}.p99'
@@ -5829,7 +5833,7 @@ def _figure_problem(figure: str) -> str | None:
             return None
         return f'error_kind.KIND needs a failure kind of docs/failures.md, not {part!r}'
     return (f'no figure {figure!r}; a gate reads one of {", ".join(_PLAIN_FIGURES)}, a percentile of a latency '
-            f'figure ({", ".join(_LATENCY_FIELDS)}, event_gaps_ms; e.g. first_text_ms.p99) '
+            f'figure ({", ".join(_LATENCY_FIELDS + _SCHEDULE_FIELDS)}, event_gaps_ms; e.g. first_text_ms.p99) '
             'or error_kind.KIND')
 
 
@@ -5940,6 +5944,8 @@ class _GapHistogram:
 # The per-run figures a service-level objective (--slo NAME=MS) may bound, named as the record names them.
 _SLO_FIGURES = {'first_text_ms': 'time to the first content event',
                'duration_ms': 'time from the start of the run to its end',
+               'first_text_from_schedule_ms': 'time from when an open loop had the run due to its first content event',
+               'duration_from_schedule_ms': 'time from when an open loop had the run due to its end',
                'mean_event_gap_ms': 'the mean gap between content events',
                'max_event_gap_ms': 'the largest gap between content events'}
 _DEFAULT_SLO_TARGET = 0.99   # the attainment a sweep step needs to be under capacity
@@ -5966,11 +5972,23 @@ def _parse_slos(texts: list[str]) -> tuple:
     return tuple(sorted(slos.items()))
 
 
+def _from_schedule(record: dict) -> dict:
+    """The run's first text and duration counted from when its open loop's schedule had it due (its send
+    was queued_ms later, the offset_ms of its start less its scheduled_ms), by SCHEDULE_FIELDS; None for
+    a run that has no schedule (a closed loop, a single run) or no such figure."""
+    scheduled, late = record.get('scheduled_ms'), None
+    if scheduled is not None:
+        late = record['offset_ms'] - scheduled
+    return {name: None if late is None or record.get(field) is None else round(late + record[field], 3)
+            for name, field in zip(_SCHEDULE_FIELDS, ('first_text_ms', 'duration_ms'))}
+
+
 def _meets_slos(record: dict, slos) -> bool:
     """Whether the run's figures are within every bound; a figure the run does not have fails its
     bound, except a gap bound of a run with fewer than two content events, which has no gap."""
+    schedule = _from_schedule(record) if any(name in _SCHEDULE_FIELDS for name, _ in slos) else {}
     for name, bound in slos:
-        value = record.get(name)
+        value = schedule[name] if name in _SCHEDULE_FIELDS else record.get(name)
         if value is None and not (name.endswith('_event_gap_ms') and record.get('first_text_ms') is not None):
             return False
         if value is not None and value > bound:
@@ -5998,7 +6016,7 @@ class Summary:
         self.warmup_runs = 0               # warm-up runs: their records are kept, their figures left out
         self.by_layer: collections.Counter = collections.Counter()
         self.by_kind: collections.Counter = collections.Counter()
-        self.latency = {field: array.array('d') for field in _LATENCY_FIELDS}
+        self.latency = {field: array.array('d') for field in _LATENCY_FIELDS + _SCHEDULE_FIELDS}
         self.gaps = _GapHistogram()
         self.completion_tokens = self.token_runs = self.content_events = 0
         self.first_start: float | None = None
@@ -6048,6 +6066,9 @@ class Summary:
         self.ok += 1
         for field in _LATENCY_FIELDS:
             self.latency[field].append(record[field])
+        for field, value in _from_schedule(record).items():
+            if value is not None:
+                self.latency[field].append(value)
         self.gaps.add(record['event_gaps_ms'])
         self.content_events += record['content_events']
         if record['completion_tokens'] is not None:
@@ -6100,7 +6121,7 @@ class Summary:
             'stale_connection_failures': self.stale,
             'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
             'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
-            'latency_ms': {field: _percentiles(self.latency[field]) for field in _LATENCY_FIELDS},
+            'latency_ms': {field: _percentiles(self.latency[field]) for field in _LATENCY_FIELDS + _SCHEDULE_FIELDS},
             'latency_runs': self.ok, 'latency_excludes': self.runs - self.ok,
             'event_gaps_ms': self.gaps.result(),
             'wall_s': round(wall, 3), 'runs_per_s': per_second(self.runs), 'ok_runs_per_s': per_second(self.ok),
@@ -6212,6 +6233,8 @@ def _summary_table(result: dict) -> str:
                  f'({_count(result["latency_excludes"], "not ok run")} excluded):')
     gaps = result['event_gaps_ms']
     rows = [(field, result['latency_ms'][field]) for field in _LATENCY_FIELDS]
+    rows += [(field, result['latency_ms'].get(field)) for field in _SCHEDULE_FIELDS
+             if result['latency_ms'].get(field)]  # an open loop's: from when each run was due
     rows.append((f'content-event gaps ({gaps["count"] if gaps else 0})', gaps))
     width = max(len(name) for name, _ in rows) + 2
     lines.append(' ' * width + ''.join(f'{key:>9}' for key in ('p50', 'p90', 'p99', 'max')))
@@ -8081,6 +8104,10 @@ def _load_settings(args) -> list[LoadSettings] | None:
         raise UsageError('--keep-alive needs --runs of 2 or more: one run uses one connection')
     slos, target = _parse_slos(args.slo or []), _slo_target(args)
     warmup_runs, warmup_s = _warmup(args.warmup)
+    scheduled = [name for name, _ in slos if name in _SCHEDULE_FIELDS]
+    if scheduled and args.rate is None and rates is None:
+        raise UsageError(f'--slo {scheduled[0]} counts from an open loop\'s schedule: give --rate or --rates (a '
+                         'closed loop sends each run when a slot frees, and has no schedule)')
     if runs == 1 and args.duration is None and args.concurrency is None and args.rate is None and args.prompts is None:
         if slos or target is not None or args.processes is not None or args.fail_if or args.warmup is not None:
             raise UsageError('--slo, --slo-target, --processes, --fail-if and --warmup are for a load: give --runs, '

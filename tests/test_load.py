@@ -659,6 +659,43 @@ class GoodputTests(unittest.TestCase):
         self.assertIn('<h2>Sweep</h2>', page)
         self.assertIn('up to 2 runs/s', page)
 
+    def test_latency_from_the_schedule_shows_a_stall_that_latency_from_the_send_hides(self):
+        # The server stalls once, its first request for 1 s; one run in flight at a time, due every 50 ms.
+        # From their sends, 29 of the 30 runs are fast and p90 hides the stall; from the schedule, run k (due
+        # at 50k ms) cannot start before run 0 ends, after at least 1,000 ms: runs 1 to 3 are at least 850 ms
+        # late, so p90 (the 4th largest of 30) is at least 850 ms.
+        stalled = threading.Event()
+        answer = fixture_server.Handler._answer
+
+        def stall_once(handler, *plan) -> None:
+            if not stalled.is_set():
+                stalled.set()
+                time.sleep(1.0)
+            answer(handler, *plan)
+        with mock.patch.object(fixture_server.Handler, '_answer', stall_once), Fixture('ok') as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--rate', '20', '--runs', '30', '--concurrency', '1',
+                           '--arrivals', 'constant', '--slo', 'first_text_from_schedule_ms=500',
+                           '--fail-if', 'first_text_from_schedule_ms.p90 > 500', '--fail-if', 'first_text_ms.p90 > 500',
+                           '--output', 'stall.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+        summary, records = json.loads(done.stdout), self.records('stall.jsonl')
+        self.assertEqual(sorted(record['scheduled_ms'] for record in records), [50.0 * run for run in range(30)])
+        self.assertTrue(all(record['ok'] for record in records))
+        first = next(record for record in records if record['run'] == 0)
+        self.assertGreaterEqual(first['first_text_ms'], 1000)
+        from_send = sorted(record['first_text_ms'] for record in records)
+        from_schedule = sorted(record['offset_ms'] - record['scheduled_ms'] + record['first_text_ms']
+                               for record in records)
+        latency = summary['latency_ms']
+        self.assertEqual(latency['first_text_ms']['p90'], from_send[26])
+        self.assertAlmostEqual(latency['first_text_from_schedule_ms']['p90'], from_schedule[26], places=2)
+        self.assertLess(latency['first_text_ms']['p90'], first['first_text_ms'])  # the stall is one run of 30
+        self.assertGreaterEqual(latency['first_text_from_schedule_ms']['p90'], 850)
+        self.assertEqual(summary['good'], sum(value <= 500 for value in from_schedule))
+        self.assertEqual([gate['held'] for gate in summary['gates']], [False, True])
+        self.assertEqual(done.returncode, 1)
+        self.assertEqual(json.loads(run_cli('--summary', 'stall.jsonl', cwd=self.tmp.name).stdout)['latency_ms'],
+                         latency)
+
     def test_a_step_whose_runs_cannot_start_on_time_is_past_capacity(self):
         # One run in flight at a time, each at least 7 fixture delays of 10 ms long: at most about 14 starts
         # per second, under 95% of the 20 per second scheduled, however fast the machine.

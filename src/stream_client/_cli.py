@@ -18,7 +18,7 @@ from ._verdict import _interrupted_before_sending
 from ._record import _failed_record
 from ._transport import run
 from ._load import LoadSettings, run_load, _scheduled_runs
-from ._gates import _evaluate_gates, _gates_held, _parse_gates
+from ._gates import _evaluate_gates, _gates_held, _parse_gates, _SCHEDULE_FIELDS
 from ._summary import _parse_slos, Summary, _summary_table
 from ._report import Report
 from ._evidence import (
@@ -158,6 +158,10 @@ def _load_settings(args) -> list[LoadSettings] | None:
         raise UsageError('--keep-alive needs --runs of 2 or more: one run uses one connection')
     slos, target = _parse_slos(args.slo or []), _slo_target(args)
     warmup_runs, warmup_s = _warmup(args.warmup)
+    scheduled = [name for name, _ in slos if name in _SCHEDULE_FIELDS]
+    if scheduled and args.rate is None and rates is None:
+        raise UsageError(f'--slo {scheduled[0]} counts from an open loop\'s schedule: give --rate or --rates (a '
+                         'closed loop sends each run when a slot frees, and has no schedule)')
     if runs == 1 and args.duration is None and args.concurrency is None and args.rate is None and args.prompts is None:
         if slos or target is not None or args.processes is not None or args.fail_if or args.warmup is not None:
             raise UsageError('--slo, --slo-target, --processes, --fail-if and --warmup are for a load: give --runs, '

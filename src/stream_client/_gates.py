@@ -16,6 +16,8 @@ from ._limits import FAILURE_KINDS, UsageError
 
 # The per-run latency figures whose percentiles a summary reports under latency_ms, by the record's names.
 _LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
+# The same figures counted from the time an open loop's schedule had the run due, not from its send.
+_SCHEDULE_FIELDS = ('first_text_from_schedule_ms', 'duration_from_schedule_ms')
 _PERCENTILES = ('p50', 'p90', 'p99', 'max')
 # The summary's own figures a gate may read, by the name the summary's JSON gives them.
 _PLAIN_FIGURES = ('runs', 'ok', 'not_ok', 'ok_ratio', 'good', 'goodput_per_s', 'slo_attainment', 'first_chunk_good',
@@ -47,7 +49,7 @@ def _figure_problem(figure: str) -> str | None:
     if figure in _PLAIN_FIGURES:
         return None
     name, dot, part = figure.partition('.')
-    if name in _LATENCY_FIELDS + ('event_gaps_ms',):
+    if name in _LATENCY_FIELDS + _SCHEDULE_FIELDS + ('event_gaps_ms',):
         if part in _PERCENTILES:
             return None
         return f'{name} has the percentiles {", ".join(_PERCENTILES)}, as in {name}.p99'
@@ -56,7 +58,7 @@ def _figure_problem(figure: str) -> str | None:
             return None
         return f'error_kind.KIND needs a failure kind of docs/failures.md, not {part!r}'
     return (f'no figure {figure!r}; a gate reads one of {", ".join(_PLAIN_FIGURES)}, a percentile of a latency '
-            f'figure ({", ".join(_LATENCY_FIELDS)}, event_gaps_ms; e.g. first_text_ms.p99) '
+            f'figure ({", ".join(_LATENCY_FIELDS + _SCHEDULE_FIELDS)}, event_gaps_ms; e.g. first_text_ms.p99) '
             'or error_kind.KIND')
 
 

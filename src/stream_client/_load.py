@@ -163,7 +163,8 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     run as it ends, one call at a time, from the worker threads.
 
     Each record gains ``run`` (its index), ``offset_ms`` (its start after the load's), ``queued_ms``
-    (open loop: how late it started after it was due) and ``load`` (the settings, and an ``id`` of the
+    and ``scheduled_ms`` (open loop: how late it started after it was due, and when it was due, after the
+    load's start), ``warmup`` (a warm-up run) and ``load`` (the settings, and an ``id`` of the
     load). With ``settings.keep_alive`` each worker thread keeps its connections between its runs (see
     run()) and closes them when the load ends. Once ``cancel`` is cancelled, no run starts and the runs
     in flight end as interrupted; this returns when every run that started has its record. With
@@ -212,6 +213,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
                                                                       f'{type(exc).__name__}: {exc}'))
         record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
+                  'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
                   'warmup': settings.warms_up(index, begun - started), 'load': described}
         with lock:
             on_record(record)

@@ -13,7 +13,7 @@ import time
 
 from ._limits import _count, FAILURE_KINDS, _shorten, UsageError
 from ._request import _positive_finite
-from ._gates import _gate_lines, _LATENCY_FIELDS, _UNCLASSIFIED
+from ._gates import _gate_lines, _LATENCY_FIELDS, _SCHEDULE_FIELDS, _UNCLASSIFIED
 
 
 def _percentiles(values) -> dict | None:
@@ -61,6 +61,8 @@ class _GapHistogram:
 # The per-run figures a service-level objective (--slo NAME=MS) may bound, named as the record names them.
 _SLO_FIGURES = {'first_text_ms': 'time to the first content event',
                'duration_ms': 'time from the start of the run to its end',
+               'first_text_from_schedule_ms': 'time from when an open loop had the run due to its first content event',
+               'duration_from_schedule_ms': 'time from when an open loop had the run due to its end',
                'mean_event_gap_ms': 'the mean gap between content events',
                'max_event_gap_ms': 'the largest gap between content events'}
 _DEFAULT_SLO_TARGET = 0.99   # the attainment a sweep step needs to be under capacity
@@ -87,11 +89,23 @@ def _parse_slos(texts: list[str]) -> tuple:
     return tuple(sorted(slos.items()))
 
 
+def _from_schedule(record: dict) -> dict:
+    """The run's first text and duration counted from when its open loop's schedule had it due (its send
+    was queued_ms later, the offset_ms of its start less its scheduled_ms), by SCHEDULE_FIELDS; None for
+    a run that has no schedule (a closed loop, a single run) or no such figure."""
+    scheduled, late = record.get('scheduled_ms'), None
+    if scheduled is not None:
+        late = record['offset_ms'] - scheduled
+    return {name: None if late is None or record.get(field) is None else round(late + record[field], 3)
+            for name, field in zip(_SCHEDULE_FIELDS, ('first_text_ms', 'duration_ms'))}
+
+
 def _meets_slos(record: dict, slos) -> bool:
     """Whether the run's figures are within every bound; a figure the run does not have fails its
     bound, except a gap bound of a run with fewer than two content events, which has no gap."""
+    schedule = _from_schedule(record) if any(name in _SCHEDULE_FIELDS for name, _ in slos) else {}
     for name, bound in slos:
-        value = record.get(name)
+        value = schedule[name] if name in _SCHEDULE_FIELDS else record.get(name)
         if value is None and not (name.endswith('_event_gap_ms') and record.get('first_text_ms') is not None):
             return False
         if value is not None and value > bound:
@@ -119,7 +133,7 @@ class Summary:
         self.warmup_runs = 0               # warm-up runs: their records are kept, their figures left out
         self.by_layer: collections.Counter = collections.Counter()
         self.by_kind: collections.Counter = collections.Counter()
-        self.latency = {field: array.array('d') for field in _LATENCY_FIELDS}
+        self.latency = {field: array.array('d') for field in _LATENCY_FIELDS + _SCHEDULE_FIELDS}
         self.gaps = _GapHistogram()
         self.completion_tokens = self.token_runs = self.content_events = 0
         self.first_start: float | None = None
@@ -169,6 +183,9 @@ class Summary:
         self.ok += 1
         for field in _LATENCY_FIELDS:
             self.latency[field].append(record[field])
+        for field, value in _from_schedule(record).items():
+            if value is not None:
+                self.latency[field].append(value)
         self.gaps.add(record['event_gaps_ms'])
         self.content_events += record['content_events']
         if record['completion_tokens'] is not None:
@@ -221,7 +238,7 @@ class Summary:
             'stale_connection_failures': self.stale,
             'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
             'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
-            'latency_ms': {field: _percentiles(self.latency[field]) for field in _LATENCY_FIELDS},
+            'latency_ms': {field: _percentiles(self.latency[field]) for field in _LATENCY_FIELDS + _SCHEDULE_FIELDS},
             'latency_runs': self.ok, 'latency_excludes': self.runs - self.ok,
             'event_gaps_ms': self.gaps.result(),
             'wall_s': round(wall, 3), 'runs_per_s': per_second(self.runs), 'ok_runs_per_s': per_second(self.ok),
@@ -333,6 +350,8 @@ def _summary_table(result: dict) -> str:
                  f'({_count(result["latency_excludes"], "not ok run")} excluded):')
     gaps = result['event_gaps_ms']
     rows = [(field, result['latency_ms'][field]) for field in _LATENCY_FIELDS]
+    rows += [(field, result['latency_ms'].get(field)) for field in _SCHEDULE_FIELDS
+             if result['latency_ms'].get(field)]  # an open loop's: from when each run was due
     rows.append((f'content-event gaps ({gaps["count"] if gaps else 0})', gaps))
     width = max(len(name) for name, _ in rows) + 2
     lines.append(' ' * width + ''.join(f'{key:>9}' for key in ('p50', 'p90', 'p99', 'max')))
