@@ -53,6 +53,8 @@ _load          ``run_load()``: runs from worker threads or forked processes
 _gates         ``--fail-if`` gates on a summary, sans-IO: parsed before anything
                is sent, evaluated on the summary's figures
 _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of a load
+_comparison    two loads side by side, sans-IO: the differences of their figures,
+               with seeded bootstrap intervals for latency (``--compare BASE CANDIDATE``)
 _report        ``Report``: one self-contained HTML page per load
 _evidence      evidence files, each created once and never overwritten, and
                read back (``iter_records()``, ``summarize()``)

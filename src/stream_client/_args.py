@@ -180,7 +180,14 @@ def _parser() -> _OneLineParser:
     fix.add_argument('--fixture-profile', choices=_FIXTURE_PROFILES, default='guide',
                      help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide)")
     read = parser.add_argument_group('reading saved evidence (nothing is sent)')
-    read.add_argument('--compare', nargs='+', metavar='RECORD', help='print saved records side by side')
+    read.add_argument('--compare', nargs='+', metavar='RECORD',
+                      help='print saved records side by side; given two loads (JSON Lines files), BASE CANDIDATE: '
+                           'their verdicts, each latency figure\'s p50, p90 and p99 with a bootstrap 95%% interval '
+                           'of the difference (seeded by --seed), goodput and attainment; --fail-if can gate on a '
+                           'difference, as "delta.first_text_ms.p99 > 10%%"')
+    read.add_argument('--format', choices=('json', 'markdown'), default='json',
+                      help='what stdout gets from --compare of two loads: the JSON line (default) or a Markdown '
+                           'table for a pull-request comment')
     read.add_argument('--summary', nargs='+', metavar='FILE',
                       help='the summary of saved runs (JSON Lines or single records), as a load prints it')
     read.add_argument('--mixed-sources', action='store_true',
@@ -355,7 +362,7 @@ class _Fixture:
 
 
 # What --compare and --summary take besides their files; every other flag is for a run.
-_READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
+_READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources', 'fail_if', 'format', 'seed', 'slo', 'slo_target'),
                  'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target', 'fail_if')}
 # prepare()'s and LoadSettings' parameters, by the flag a user typed.
 _FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',

@@ -4,6 +4,7 @@
 every other path into evidence on disk and a summary on stdout.
 """
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -20,9 +21,10 @@ from ._transport import run
 from ._load import LoadSettings, run_load, _scheduled_runs
 from ._gates import _evaluate_gates, _gates_held, _parse_gates, _SCHEDULE_FIELDS
 from ._summary import _parse_slos, Summary, _summary_table
+from ._comparison import _compare_loads, _comparison_markdown
 from ._report import Report
 from ._evidence import (
-    _default_signals, _ignore_signals, _load_records, _reserve_output, _save_capture, _SIGNAL_EXIT, summarize,
+    _check_sources, _default_signals, _ignore_signals, iter_records, _load_records, _reserve_output, _save_capture, _SIGNAL_EXIT, summarize,
     _write_record, _write_report)
 from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args, _terminate,
@@ -91,7 +93,12 @@ def _emit(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush cannot fail
 
 
-def _compare(args, prog: str) -> int:
+def _compare(args, prog: str, gates: tuple) -> int:
+    if _holds_loads(args.compare):
+        return _compare_two_loads(args, prog, gates)
+    if args.fail_if or args.format != 'json' or args.slo or args.slo_target is not None or args.seed != 0:
+        raise UsageError('--fail-if, --format, --slo, --slo-target and --seed compare two loads (JSON Lines files); '
+                         'single records are only printed side by side')
     records = _load_records(args.compare, args.mixed_sources)
     differ = _settings_differ(records)
     if differ:
@@ -99,6 +106,38 @@ def _compare(args, prog: str) -> int:
               'runs made with the same request settings and model', file=sys.stderr)
     _emit(_compare_table(args.compare, records))
     return 0
+
+
+def _holds_loads(paths: list[str]) -> bool:
+    """Whether a file among paths holds the records of a load (several, or one with its load's settings)."""
+    for path in paths:
+        reading = iter_records(path)
+        found = list(itertools.islice(reading, 2))
+        reading.close()
+        if len(found) > 1 or any('load' in record for record in found):
+            return True
+    return False
+
+
+def _compare_two_loads(args, prog: str, gates: tuple) -> int:
+    """--compare BASE CANDIDATE of two loads: the comparison's JSON line (or Markdown table) on stdout,
+    the exit status what the gates say (0 without --fail-if)."""
+    if len(args.compare) != 2:
+        raise UsageError(f'--compare of loads takes two files, BASE CANDIDATE, not {len(args.compare)}')
+    slos = _parse_slos(args.slo) if args.slo else None
+    summaries = [summarize([path], args.mixed_sources, slos=slos, slo_target=_slo_target(args))[0]
+                 for path in args.compare]
+    _check_sources(summaries[0].seen['sources'] | summaries[1].seen['sources'], args.mixed_sources, 'compare')
+    comparison = _compare_loads(*summaries, args.seed)
+    comparison['gates'] = _evaluate_gates(gates, comparison)
+    table = _comparison_markdown(comparison, tuple(os.path.basename(path) for path in args.compare))
+    if args.format == 'markdown':
+        _emit(table)
+    else:
+        if not args.quiet and sys.stderr.isatty():
+            print(table, file=sys.stderr)
+        _emit(json.dumps(comparison, ensure_ascii=False))
+    return 0 if _gates_held(comparison) else 1
 
 
 def _summary_command(args, prog: str, gates: tuple) -> int:
@@ -307,17 +346,19 @@ def main(argv: list[str] | None = None) -> int:
             if args.compare and args.summary:
                 raise UsageError('--compare and --summary exclude each other: compare single records side '
                                  'by side, or summarise loads')
-            if args.compare and args.fail_if:
-                raise UsageError('--fail-if gates the summary of a load (or of --summary FILE...); --compare of '
-                                 'single records has no summary to gate')
-            gates = _parse_gates(args.fail_if)
+            gates = _parse_gates(args.fail_if) if args.fail_if or not args.compare else ()
+            if any(gate.compares for gate in gates) and not args.compare:
+                raise UsageError(f'--fail-if {next(gate.text for gate in gates if gate.compares)!r}: a delta. '
+                                 'figure compares two loads: give --compare BASE CANDIDATE')
+            if args.format != 'json' and not args.compare:
+                raise UsageError('--format is for --compare of two loads')
             command = 'compare' if args.compare else 'summary' if args.summary else None
             if command is not None:
                 extra = _given_flags(parser, args, _READING_FLAGS[command])
                 if extra:
                     raise UsageError(f'--{command} only reads saved evidence; {", ".join(extra)} '
                                      f'{"is" if len(extra) == 1 else "are"} for runs that send requests')
-                return _compare(args, parser.prog) if args.compare else _summary_command(args, parser.prog, gates)
+                return _compare(args, parser.prog, gates) if args.compare else _summary_command(args, parser.prog, gates)
             if args.output is None:
                 raise UsageError('--output is required')
             if args.output == '-':

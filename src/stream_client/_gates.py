@@ -25,7 +25,8 @@ _PLAIN_FIGURES = ('runs', 'ok', 'not_ok', 'ok_ratio', 'good', 'goodput_per_s', '
 _UNCLASSIFIED = 'unclassified'  # the kind of a failure in a record older than error_kind
 _OPERATORS = {'<=': operator.le, '>=': operator.ge, '==': operator.eq, '!=': operator.ne, '<': operator.lt,
               '>': operator.gt}
-_EXPRESSION = re.compile(r'\s*([A-Za-z_][\w.-]*)\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$')
+_EXPRESSION = re.compile(r'\s*([A-Za-z_][\w.-]*)\s*(<=|>=|==|!=|<|>)\s*(\S+?)(%?)\s*$')
+_DELTA = 'delta.'  # a figure's difference between two loads (--compare BASE CANDIDATE): candidate less base
 # The gate a load is held to without --fail-if: every run ok (a summary without runs has no ratio, and fails).
 _DEFAULT_GATE = 'ok_ratio < 1'
 
@@ -38,6 +39,12 @@ class _FailIf:
     figure: str
     operator: str
     bound: float
+    relative: bool = False  # a delta. figure's bound in % of the base's figure
+
+    @property
+    def compares(self) -> bool:
+        """Whether the gate reads a difference between two loads."""
+        return self.figure.startswith(_DELTA)
 
     def failed_by(self, value: float | None) -> bool:
         """Whether value fails the gate: the expression is true of it, or there is no value."""
@@ -68,8 +75,10 @@ def _parse_gate(text: str) -> _FailIf:
     if match is None:
         raise UsageError(f'--fail-if {text!r}: expected FIGURE OP NUMBER, e.g. "first_text_ms.p99 > 500", with OP '
                          f'one of {" ".join(sorted(_OPERATORS, key=len))}')
-    figure, op, number = match.groups()
-    problem = _figure_problem(figure)
+    figure, op, number, percent = match.groups()
+    problem = _figure_problem(figure.removeprefix(_DELTA))
+    if not problem and percent and not figure.startswith(_DELTA):
+        problem = f'a bound in % is for a difference between two loads, as in delta.{figure} > 10%'
     if problem:
         raise UsageError(f'--fail-if {text!r}: {problem}')
     try:
@@ -78,7 +87,7 @@ def _parse_gate(text: str) -> _FailIf:
         bound = math.nan
     if not math.isfinite(bound):
         raise UsageError(f'--fail-if {text!r}: the bound must be a finite number, not {number!r}')
-    return _FailIf(text.strip(), figure, op, bound)
+    return _FailIf(text.strip(), figure, op, bound, bool(percent))
 
 
 def _parse_gates(texts: list[str] | None) -> tuple:
@@ -86,9 +95,15 @@ def _parse_gates(texts: list[str] | None) -> tuple:
     return tuple(_parse_gate(text) for text in texts or [_DEFAULT_GATE])
 
 
-def _figure_value(result: dict, figure: str) -> float | None:
-    """The figure a gate reads from a summary, or None when the summary does not have it."""
-    name, _, part = figure.partition('.')
+def _figure_value(result: dict, gate: _FailIf) -> float | None:
+    """The figure a gate reads from a summary, or None when the summary does not have it. From a
+    comparison of two loads, a delta. figure reads the difference (in % of the base's figure with a bound
+    in %), and any other figure reads the candidate's summary."""
+    if gate.compares:
+        entry = result.get('delta', {}).get(gate.figure.removeprefix(_DELTA))
+        return entry and entry['relative_pct' if gate.relative else 'difference']
+    result = result.get('candidate', result)
+    name, _, part = gate.figure.partition('.')
     if name == 'error_kind':
         return result['not_ok_by_kind'].get(part, 0)
     if name == 'event_gaps_ms':
@@ -101,8 +116,9 @@ def _figure_value(result: dict, figure: str) -> float | None:
 
 
 def _evaluate_gates(gates: tuple, result: dict) -> list[dict]:
-    """Each gate as the summary's JSON gives it: its expression, the figure's value and whether it held."""
-    values = [_figure_value(result, gate.figure) for gate in gates]
+    """Each gate as the summary's JSON (or a comparison's) gives it: its expression, the figure's value
+    and whether it held."""
+    values = [_figure_value(result, gate) for gate in gates]
     return [{'expr': gate.text, 'value': value, 'held': not gate.failed_by(value)} for gate, value in zip(gates, values)]
 
 
