@@ -82,6 +82,7 @@ import calendar
 import codecs
 import collections
 import contextlib
+import csv
 import dataclasses
 import difflib
 import encodings.idna  # noqa: F401 -- the first connect() of a process needs it; imported here, not in the timed run
@@ -93,6 +94,7 @@ import html
 import http.client
 import http.server
 import importlib.util
+import io
 import ipaddress
 import itertools
 import json
@@ -6729,6 +6731,63 @@ def _save_capture(fd: int, path: str, capture: Capture, secrets: tuple[str, ...]
     return path
 
 
+# The flat figures of a record, one CSV column each, by the record's names (load.* and http.status from
+# their objects; the two schedule figures computed as the summary computes them).
+_CSV_COLUMNS = ('run', 'ok', 'error_layer', 'error_kind', 'warmup', 'load.step', 'load.rate', 'load.concurrency',
+                'started_at', 'offset_ms', 'scheduled_ms', 'queued_ms', 'http.status', 'headers_ms', 'first_event_ms',
+                'first_text_ms', 'duration_ms', 'first_text_from_schedule_ms', 'duration_from_schedule_ms',
+                'content_events', 'completion_tokens', 'mean_event_gap_ms', 'max_event_gap_ms', 'finish_reason',
+                'api', 'model', 'source', 'error')
+
+
+def _csv_row(record: dict) -> list:
+    """A record's CSV row, in CSV_COLUMNS' order; a figure the record lacks is an empty cell."""
+    flat = {**record, **_from_schedule(record),
+            **{f'load.{key}': value for key, value in (record.get('load') or {}).items()},
+            'http.status': (record.get('http') or {}).get('status')}
+    return ['' if flat.get(column) is None else flat[column] for column in _CSV_COLUMNS]
+
+
+class _CsvFile:
+    """The --csv file of a load: its header, then a row per record, flushed as each run ends."""
+
+    def __init__(self, fd: int) -> None:
+        self.file = os.fdopen(fd, 'w', encoding='utf-8', newline='')
+        self.writer = csv.writer(self.file)
+        self.writer.writerow(_CSV_COLUMNS)
+
+    def add(self, record: dict) -> None:
+        self.writer.writerow(_csv_row(record))
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _summary_csv(result: dict) -> str:
+    """The summary as CSV, figure,value: nested objects flattened to dotted names (latency_ms.first_text_ms.p99,
+    not_ok_by_kind.KIND, gates.0.held), lists of names joined by spaces; null is an empty cell."""
+    rows: list[tuple[str, object]] = []
+
+    def flatten(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                flatten(f'{prefix}.{key}' if prefix else str(key), item)
+        elif isinstance(value, list) and all(isinstance(item, dict) for item in value) and value:
+            for number, item in enumerate(value):
+                flatten(f'{prefix}.{number}', item)
+        elif isinstance(value, list):
+            rows.append((prefix, ' '.join('' if item is None else str(item) for item in value)))
+        else:
+            rows.append((prefix, '' if value is None else value))
+    flatten('', result)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator='\n')
+    writer.writerow(('figure', 'value'))
+    writer.writerows(rows)
+    return text.getvalue().rstrip('\n')
+
+
 def _write_report(fd: int, report: Report) -> None:
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
         output.write(report.html())
@@ -6746,10 +6805,8 @@ def _load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
         reading = iter_records(path)
         found = list(itertools.islice(reading, 2))
         reading.close()
-        if len(found) != 1:
-            raise UsageError(f'{path} holds the records of a load, one per line: --compare takes files of one '
-                             f'record each; use --summary {path} to read a load' if found
-                             else f'{path} holds no record')
+        if len(found) != 1:  # a file of a load is compared as a load (_holds_loads), before this
+            raise UsageError(f'{path} holds no record')
         records.append(found[0])
     _check_sources({record.get('source', 'endpoint') for record in records}, mixed_sources, 'compare')
     return records
@@ -6978,6 +7035,9 @@ def _parser() -> _OneLineParser:
     out.add_argument('--report', metavar='FILE',
                      help='new file for an HTML page of the load (with --runs, or from --summary files): summary, '
                           'settings, a timeline of every run, distributions, errors; static, no script')
+    out.add_argument('--csv', metavar='FILE',
+                     help='new file for a CSV table of the load: a header, then one row per run of its flat figures '
+                          '(verdict, timings, schedule, step), for spreadsheets and pandas')
     out.add_argument('--quiet', action='store_true',
                      help='nothing on stderr: no live text, verdict, progress or table (stdout keeps its JSON line)')
     fix = parser.add_argument_group('the built-in fixture')
@@ -6995,9 +7055,9 @@ def _parser() -> _OneLineParser:
                            'their verdicts, each latency figure\'s p50, p90 and p99 with a bootstrap 95%% interval '
                            'of the difference (seeded by --seed), goodput and attainment; --fail-if can gate on a '
                            'difference, as "delta.first_text_ms.p99 > 10%%"')
-    read.add_argument('--format', choices=('json', 'markdown'), default='json',
-                      help='what stdout gets from --compare of two loads: the JSON line (default) or a Markdown '
-                           'table for a pull-request comment')
+    read.add_argument('--format', choices=('json', 'markdown', 'csv'), default='json',
+                      help='what stdout gets instead of the JSON line (json, the default): markdown, a table of '
+                           '--compare of two loads for a pull-request comment; csv, the --summary as figure,value rows')
     read.add_argument('--summary', nargs='+', metavar='FILE',
                       help='the summary of saved runs (JSON Lines or single records), as a load prints it')
     read.add_argument('--mixed-sources', action='store_true',
@@ -7173,7 +7233,7 @@ class _Fixture:
 
 # What --compare and --summary take besides their files; every other flag is for a run.
 _READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources', 'fail_if', 'format', 'seed', 'slo', 'slo_target'),
-                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target', 'fail_if')}
+                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target', 'fail_if', 'format')}
 # prepare()'s and LoadSettings' parameters, by the flag a user typed.
 _FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',
@@ -8187,7 +8247,8 @@ def _compare_two_loads(args, prog: str, gates: tuple) -> int:
     """--compare BASE CANDIDATE of two loads: the comparison's JSON line (or Markdown table) on stdout,
     the exit status what the gates say (0 without --fail-if)."""
     if len(args.compare) != 2:
-        raise UsageError(f'--compare of loads takes two files, BASE CANDIDATE, not {len(args.compare)}')
+        one = f'; use --summary {args.compare[0]} to read one load' if len(args.compare) == 1 else ''
+        raise UsageError(f'--compare of loads takes two files, BASE CANDIDATE, not {len(args.compare)}{one}')
     slos = _parse_slos(args.slo) if args.slo else None
     summaries = [summarize([path], args.mixed_sources, slos=slos, slo_target=_slo_target(args))[0]
                  for path in args.compare]
@@ -8222,7 +8283,10 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
     person = not args.quiet and sys.stderr.isatty()
     if person:
         print(_summary_table(result), file=sys.stderr)
-    _emit_summary(result, person, None)
+    if args.format == 'csv':
+        _emit(_summary_csv(result))
+    else:
+        _emit_summary(result, person, None)
     _say_written(args)
     return 0 if _gates_held(result) else 1
 
@@ -8333,30 +8397,35 @@ def _slo_target(args) -> float | None:
     return target
 
 
-def _reserve_report(args, output_fd: int) -> int | None:
-    """Create the --report file beside the reserved output; if that fails, undo the output too."""
-    if args.report is None:
+def _reserve_beside(path: str | None, flag: str, reserved: list[tuple[int, str]]) -> int | None:
+    """Create the file of flag (--report, --csv) beside the files reserved already; if that fails, undo
+    those too. Adds it to reserved."""
+    if path is None:
         return None
-    if os.path.abspath(args.report) == os.path.abspath(args.output):
-        error: UsageError | None = UsageError('--report and --output must be different files')
+    if any(os.path.abspath(path) == os.path.abspath(other) for _, other in reserved):
+        error: UsageError | None = UsageError(f'{flag} must be a file of its own, not one of --output, --report '
+                                              'and --csv')
     else:
         try:
-            return _reserve_output(args.report)
+            reserved.append((_reserve_output(path), path))
+            return reserved[-1][0]
         except UsageError as exc:
             error = exc
-    os.close(output_fd)
-    os.unlink(args.output)
+    for fd, other in reserved:
+        os.close(fd)
+        os.unlink(other)
     raise error
 
 
 def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], fd: int, report_fd: int | None,
-              prog: str, gates: tuple) -> int:
+              prog: str, gates: tuple, csv_fd: int | None) -> int:
     """Run the load, its steps one after another, appending each record to the reserved JSON Lines file
     as its run ends; print the summary (and write the report); return the exit status. SIGINT and
     SIGTERM cancel the load: no new run or step starts, the runs in flight end as interrupted and keep
     their records; a second signal changes nothing."""
     summary, cancel = Summary(steps[0].slos, steps[0].slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
+    table = _CsvFile(csv_fd) if csv_fd is not None else None
     view = _LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
     write_error: list[OSError] = []
 
@@ -8364,6 +8433,8 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
         try:
             output.write(json.dumps(record, ensure_ascii=False) + '\n')
             output.flush()
+            if table is not None:
+                table.add(record)
         except OSError as exc:
             write_error.append(exc)
             cancel.cancel('a failed write to the evidence file')
@@ -8382,6 +8453,8 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
                 run_load(requests, settings, on_record, cancel)
     if report is not None:
         _write_report(report_fd, report)
+    if table is not None:
+        table.close()
     _ignore_signals()  # the records are on disk: what is left is to report them
     result = summary.result()
     result['gates'] = _evaluate_gates(gates, result)
@@ -8414,8 +8487,10 @@ def main(argv: list[str] | None = None) -> int:
             if any(gate.compares for gate in gates) and not args.compare:
                 raise UsageError(f'--fail-if {next(gate.text for gate in gates if gate.compares)!r}: a delta. '
                                  'figure compares two loads: give --compare BASE CANDIDATE')
-            if args.format != 'json' and not args.compare:
-                raise UsageError('--format is for --compare of two loads')
+            if args.format == 'markdown' and not args.compare:
+                raise UsageError('--format markdown is for --compare of two loads')
+            if args.format == 'csv' and not args.summary:
+                raise UsageError('--format csv is for --summary FILE...; a load writes its rows with --csv FILE')
             command = 'compare' if args.compare else 'summary' if args.summary else None
             if command is not None:
                 extra = _given_flags(parser, args, _READING_FLAGS[command])
@@ -8431,13 +8506,17 @@ def main(argv: list[str] | None = None) -> int:
             steps = _load_settings(args)
             if args.report is not None and steps is None:
                 raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
+            if args.csv is not None and steps is None:
+                raise UsageError('--csv writes a row per run of a load: give --runs, --duration or --rates')
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
             requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL)
             fd, capture_fd = _reserve_files(args)
-            report_fd = _reserve_report(args, fd)
+            reserved = [(fd, args.output)]
+            report_fd = _reserve_beside(args.report, '--report', reserved)
+            csv_fd = _reserve_beside(args.csv, '--csv', reserved)
         except (UsageError, ValueError) as exc:
             _default_signals()
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
@@ -8446,7 +8525,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if steps is not None:
-            return _run_load(args, requests, steps, fd, report_fd, parser.prog, gates)
+            return _run_load(args, requests, steps, fd, report_fd, parser.prog, gates, csv_fd)
         record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:

@@ -94,9 +94,9 @@ class CompareCommandTests(unittest.TestCase):
         self.dir = Path(self.tmp.name)
 
     def test_two_loads_that_differ_only_in_pacing_differ_significantly_in_first_text(self):
-        # The fixture writes the events of an answer DELAY apart, the first text after several of them: 2 ms
-        # apart against 20 ms apart.
-        for name, delay in (('fast.jsonl', 0.002), ('slow.jsonl', 0.02)):
+        # The fixture writes the events of an answer DELAY apart, the first text three of them in: 2 ms apart
+        # against 50 ms apart, so every slow run's first text is at least 150 ms.
+        for name, delay in (('fast.jsonl', 0.002), ('slow.jsonl', 0.05)):
             with Fixture('ok', delay=delay) as fixture:
                 done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '12', '--concurrency', '4',
                                '--output', name, '--quiet', cwd=self.tmp.name, timeout=60)
@@ -105,7 +105,7 @@ class CompareCommandTests(unittest.TestCase):
                        '--fail-if', 'delta.ok_ratio < 0', cwd=self.tmp.name)
         comparison = json.loads(done.stdout)
         entry = comparison['delta']['first_text_ms.p50']
-        self.assertTrue(entry['significant'])
+        self.assertTrue(entry['significant'], entry)
         self.assertGreater(entry['ci95'][0], 0)
         self.assertEqual([(gate['held'], gate['value']) for gate in comparison['gates']],
                          [(False, entry['relative_pct']), (True, 0.0)])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import csv
 import dataclasses
 import io
 import json
@@ -537,6 +538,45 @@ class LoadTests(unittest.TestCase):
         (self.dir / 'cold.jsonl').write_text(''.join(json.dumps({**record, 'warmup': False}) + '\n'
                                                      for record in records))
         self.assertEqual(run_cli('--summary', 'cold.jsonl', cwd=self.tmp.name).returncode, 1)
+
+
+    def test_csv_has_a_row_of_flat_figures_per_run_and_the_summary_as_figure_value_rows(self):
+        with Fixture('mixed', seed=4) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--rate', '200', '--runs', '10', '--warmup', '2',
+                           '--output', 'load.jsonl', '--csv', 'load.csv', '--quiet', cwd=self.tmp.name, timeout=60)
+        records = {record['run']: record for record in map(json.loads, (self.dir / 'load.jsonl').read_text().splitlines())}
+        with open(self.dir / 'load.csv', newline='', encoding='utf-8') as file:
+            rows = list(csv.DictReader(file))
+        self.assertEqual(list(rows[0]), list(stream_client._CSV_COLUMNS))
+        self.assertEqual(sorted(int(row['run']) for row in rows), list(range(10)))
+        for row in rows:
+            record = records[int(row['run'])]
+            self.assertEqual((row['ok'], row['warmup'], row['error_kind']),
+                             (str(record['ok']), str(record['warmup']), record['error_kind'] or ''))
+            self.assertEqual((float(row['scheduled_ms']), float(row['load.rate'])), (record['scheduled_ms'], 200.0))
+            if record['first_text_ms'] is not None:
+                self.assertAlmostEqual(float(row['first_text_from_schedule_ms']),
+                                       record['offset_ms'] - record['scheduled_ms'] + record['first_text_ms'], places=2)
+        summary = json.loads(done.stdout)
+        table = run_cli('--summary', 'load.jsonl', '--format', 'csv', cwd=self.tmp.name)
+        self.assertEqual(table.returncode, done.returncode)
+        figures = dict(csv.reader(io.StringIO(table.stdout)))
+        self.assertEqual(figures['figure'], 'value')
+        self.assertEqual((figures['runs'], figures['warmup_runs']), ('8', '2'))
+        self.assertEqual(figures['latency_ms.first_text_ms.p50'], str(summary['latency_ms']['first_text_ms']['p50']))
+        self.assertEqual(figures['gates.0.expr'], 'ok_ratio < 1')
+        self.assertEqual(figures['gates.0.held'], str(summary['gates'][0]['held']))
+        for kind, count in summary['not_ok_by_kind'].items():
+            self.assertEqual(figures[f'not_ok_by_kind.{kind}'], str(count))
+        for args in (('--fixture', 'ok', '--runs', '2', '--output', 'x.jsonl', '--csv', 'x.jsonl'),
+                     ('--fixture', 'ok', '--runs', '2', '--output', 'y.jsonl', '--report', 'y.html', '--csv', 'y.html'),
+                     ('--fixture', 'ok', '--output', 'one.json', '--csv', 'one.csv'),
+                     ('--fixture', 'ok', '--runs', '2', '--output', 'z.jsonl', '--format', 'csv'),
+                     ('--summary', 'load.jsonl', '--format', 'markdown')):
+            with self.subTest(args=args):
+                refused = run_cli(*args, cwd=self.tmp.name)
+                self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
+        self.assertEqual(sorted(path.name for path in self.dir.iterdir()), ['load.csv', 'load.jsonl'])
 
 
 class GoodputTests(unittest.TestCase):

@@ -168,6 +168,9 @@ def _parser() -> _OneLineParser:
     out.add_argument('--report', metavar='FILE',
                      help='new file for an HTML page of the load (with --runs, or from --summary files): summary, '
                           'settings, a timeline of every run, distributions, errors; static, no script')
+    out.add_argument('--csv', metavar='FILE',
+                     help='new file for a CSV table of the load: a header, then one row per run of its flat figures '
+                          '(verdict, timings, schedule, step), for spreadsheets and pandas')
     out.add_argument('--quiet', action='store_true',
                      help='nothing on stderr: no live text, verdict, progress or table (stdout keeps its JSON line)')
     fix = parser.add_argument_group('the built-in fixture')
@@ -185,9 +188,9 @@ def _parser() -> _OneLineParser:
                            'their verdicts, each latency figure\'s p50, p90 and p99 with a bootstrap 95%% interval '
                            'of the difference (seeded by --seed), goodput and attainment; --fail-if can gate on a '
                            'difference, as "delta.first_text_ms.p99 > 10%%"')
-    read.add_argument('--format', choices=('json', 'markdown'), default='json',
-                      help='what stdout gets from --compare of two loads: the JSON line (default) or a Markdown '
-                           'table for a pull-request comment')
+    read.add_argument('--format', choices=('json', 'markdown', 'csv'), default='json',
+                      help='what stdout gets instead of the JSON line (json, the default): markdown, a table of '
+                           '--compare of two loads for a pull-request comment; csv, the --summary as figure,value rows')
     read.add_argument('--summary', nargs='+', metavar='FILE',
                       help='the summary of saved runs (JSON Lines or single records), as a load prints it')
     read.add_argument('--mixed-sources', action='store_true',
@@ -363,7 +366,7 @@ class _Fixture:
 
 # What --compare and --summary take besides their files; every other flag is for a run.
 _READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources', 'fail_if', 'format', 'seed', 'slo', 'slo_target'),
-                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target', 'fail_if')}
+                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target', 'fail_if', 'format')}
 # prepare()'s and LoadSettings' parameters, by the flag a user typed.
 _FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',

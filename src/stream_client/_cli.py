@@ -24,7 +24,7 @@ from ._summary import _parse_slos, Summary, _summary_table
 from ._comparison import _compare_loads, _comparison_markdown
 from ._report import Report
 from ._evidence import (
-    _check_sources, _default_signals, _ignore_signals, iter_records, _load_records, _reserve_output, _save_capture, _SIGNAL_EXIT, summarize,
+    _check_sources, _CsvFile, _default_signals, _summary_csv, _ignore_signals, iter_records, _load_records, _reserve_output, _save_capture, _SIGNAL_EXIT, summarize,
     _write_record, _write_report)
 from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args, _terminate,
@@ -123,7 +123,8 @@ def _compare_two_loads(args, prog: str, gates: tuple) -> int:
     """--compare BASE CANDIDATE of two loads: the comparison's JSON line (or Markdown table) on stdout,
     the exit status what the gates say (0 without --fail-if)."""
     if len(args.compare) != 2:
-        raise UsageError(f'--compare of loads takes two files, BASE CANDIDATE, not {len(args.compare)}')
+        one = f'; use --summary {args.compare[0]} to read one load' if len(args.compare) == 1 else ''
+        raise UsageError(f'--compare of loads takes two files, BASE CANDIDATE, not {len(args.compare)}{one}')
     slos = _parse_slos(args.slo) if args.slo else None
     summaries = [summarize([path], args.mixed_sources, slos=slos, slo_target=_slo_target(args))[0]
                  for path in args.compare]
@@ -158,7 +159,10 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
     person = not args.quiet and sys.stderr.isatty()
     if person:
         print(_summary_table(result), file=sys.stderr)
-    _emit_summary(result, person, None)
+    if args.format == 'csv':
+        _emit(_summary_csv(result))
+    else:
+        _emit_summary(result, person, None)
     _say_written(args)
     return 0 if _gates_held(result) else 1
 
@@ -269,30 +273,35 @@ def _slo_target(args) -> float | None:
     return target
 
 
-def _reserve_report(args, output_fd: int) -> int | None:
-    """Create the --report file beside the reserved output; if that fails, undo the output too."""
-    if args.report is None:
+def _reserve_beside(path: str | None, flag: str, reserved: list[tuple[int, str]]) -> int | None:
+    """Create the file of flag (--report, --csv) beside the files reserved already; if that fails, undo
+    those too. Adds it to reserved."""
+    if path is None:
         return None
-    if os.path.abspath(args.report) == os.path.abspath(args.output):
-        error: UsageError | None = UsageError('--report and --output must be different files')
+    if any(os.path.abspath(path) == os.path.abspath(other) for _, other in reserved):
+        error: UsageError | None = UsageError(f'{flag} must be a file of its own, not one of --output, --report '
+                                              'and --csv')
     else:
         try:
-            return _reserve_output(args.report)
+            reserved.append((_reserve_output(path), path))
+            return reserved[-1][0]
         except UsageError as exc:
             error = exc
-    os.close(output_fd)
-    os.unlink(args.output)
+    for fd, other in reserved:
+        os.close(fd)
+        os.unlink(other)
     raise error
 
 
 def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], fd: int, report_fd: int | None,
-              prog: str, gates: tuple) -> int:
+              prog: str, gates: tuple, csv_fd: int | None) -> int:
     """Run the load, its steps one after another, appending each record to the reserved JSON Lines file
     as its run ends; print the summary (and write the report); return the exit status. SIGINT and
     SIGTERM cancel the load: no new run or step starts, the runs in flight end as interrupted and keep
     their records; a second signal changes nothing."""
     summary, cancel = Summary(steps[0].slos, steps[0].slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
+    table = _CsvFile(csv_fd) if csv_fd is not None else None
     view = _LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
     write_error: list[OSError] = []
 
@@ -300,6 +309,8 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
         try:
             output.write(json.dumps(record, ensure_ascii=False) + '\n')
             output.flush()
+            if table is not None:
+                table.add(record)
         except OSError as exc:
             write_error.append(exc)
             cancel.cancel('a failed write to the evidence file')
@@ -318,6 +329,8 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
                 run_load(requests, settings, on_record, cancel)
     if report is not None:
         _write_report(report_fd, report)
+    if table is not None:
+        table.close()
     _ignore_signals()  # the records are on disk: what is left is to report them
     result = summary.result()
     result['gates'] = _evaluate_gates(gates, result)
@@ -350,8 +363,10 @@ def main(argv: list[str] | None = None) -> int:
             if any(gate.compares for gate in gates) and not args.compare:
                 raise UsageError(f'--fail-if {next(gate.text for gate in gates if gate.compares)!r}: a delta. '
                                  'figure compares two loads: give --compare BASE CANDIDATE')
-            if args.format != 'json' and not args.compare:
-                raise UsageError('--format is for --compare of two loads')
+            if args.format == 'markdown' and not args.compare:
+                raise UsageError('--format markdown is for --compare of two loads')
+            if args.format == 'csv' and not args.summary:
+                raise UsageError('--format csv is for --summary FILE...; a load writes its rows with --csv FILE')
             command = 'compare' if args.compare else 'summary' if args.summary else None
             if command is not None:
                 extra = _given_flags(parser, args, _READING_FLAGS[command])
@@ -367,13 +382,17 @@ def main(argv: list[str] | None = None) -> int:
             steps = _load_settings(args)
             if args.report is not None and steps is None:
                 raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
+            if args.csv is not None and steps is None:
+                raise UsageError('--csv writes a row per run of a load: give --runs, --duration or --rates')
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
             requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL)
             fd, capture_fd = _reserve_files(args)
-            report_fd = _reserve_report(args, fd)
+            reserved = [(fd, args.output)]
+            report_fd = _reserve_beside(args.report, '--report', reserved)
+            csv_fd = _reserve_beside(args.csv, '--csv', reserved)
         except (UsageError, ValueError) as exc:
             _default_signals()
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
@@ -382,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if steps is not None:
-            return _run_load(args, requests, steps, fd, report_fd, parser.prog, gates)
+            return _run_load(args, requests, steps, fd, report_fd, parser.prog, gates, csv_fd)
         record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:
