@@ -129,15 +129,16 @@ def _parser() -> _OneLineParser:
                       help='spread the load\'s runs and its --concurrency over P forked worker processes '
                            '(default 1), so that at hundreds of streams the client\'s own work does not delay '
                            'the timestamps; this process still writes the one evidence file')
-    load.add_argument('--rates', metavar='R1,R2,...',
+    sweep = parser.add_argument_group('goodput and sweeps (docs/goodput.md)')
+    sweep.add_argument('--rates', metavar='R1,R2,...',
                       help='a sweep: one open-loop step per rate, each for --duration seconds, to find the rate '
                            'at which the server saturates (see --slo)')
     load.add_argument('--duration', type=float, metavar='S',
                       help='bound an open loop (--rate, or each step of --rates) by time instead of --runs')
-    load.add_argument('--slo', action='append', metavar='NAME=MS',
+    sweep.add_argument('--slo', action='append', metavar='NAME=MS',
                       help='a bound a good run meets, repeatable: ' + ', '.join(_SLO_FIGURES) + '; goodput counts '
                            'the runs that are ok and within every bound')
-    load.add_argument('--slo-target', type=float, metavar='F',
+    sweep.add_argument('--slo-target', type=float, metavar='F',
                       help=f'the attainment (good runs over all) a sweep step needs to count as under capacity '
                            f'(default {_DEFAULT_SLO_TARGET})')
     load.add_argument('--arrivals', choices=_ARRIVALS, default='poisson',
@@ -157,7 +158,8 @@ def _parser() -> _OneLineParser:
     gate.add_argument('--fail-if', action='append', metavar='EXPR',
                       help='exit 1 when EXPR, FIGURE OP NUMBER, is true of the summary, repeatable, e.g. '
                            '"first_text_ms.p99 > 500", "ok_ratio < 0.999", "error_kind.eof_before_done > 0"; '
-                           'with a load or --summary FILE; without it, the gate is every run ok')
+                           'with a load or --summary FILE; without it, the gate is every run ok. With --compare '
+                           'BASE CANDIDATE, "delta.FIGURE" reads a difference, in %% of the base with NUMBER%%')
     out = parser.add_argument_group('where the evidence goes')
     out.add_argument('--output', metavar='FILE',
                      help='new file for the evidence (required): one JSON record, or with many runs one record '
