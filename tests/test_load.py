@@ -736,6 +736,38 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual(json.loads(run_cli('--summary', 'stall.jsonl', cwd=self.tmp.name).stdout)['latency_ms'],
                          latency)
 
+    def test_a_concurrency_sweep_names_the_knee_of_a_server_that_answers_four_at_a_time(self):
+        # The server answers at most 4 requests at once, each in at least 7 fixture delays of 10 ms: 4 in
+        # flight serve about 4 times what 1 does, and 16 in flight only wait longer for the same 4 slots.
+        four_at_a_time = threading.Semaphore(4)
+        answer = fixture_server.Handler._answer
+
+        def answer_four(handler, *plan) -> None:
+            with four_at_a_time:
+                answer(handler, *plan)
+        with mock.patch.object(fixture_server.Handler, '_answer', answer_four), Fixture('ok', delay=0.01) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--concurrencies', '16,1,4', '--runs', '16',
+                           '--output', 'knee.jsonl', '--quiet', cwd=self.tmp.name, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        summary, records = json.loads(done.stdout), self.records('knee.jsonl')
+        self.assertEqual({(r['load']['step'], r['load']['concurrency']) for r in records}, {(0, 1), (1, 4), (2, 16)})
+        levels = summary['concurrency_steps']
+        self.assertEqual([(level['concurrency'], level['runs']) for level in levels], [(1, 16), (4, 16), (16, 16)])
+        self.assertEqual((summary['knee']['concurrency'], summary['knee']['past']), (4, 16))
+        self.assertIn('from 4 to 16 runs in flight goodput grew', summary['knee']['why'])
+        self.assertGreater(levels[2]['latency_ms']['first_text_ms']['p50'], levels[1]['latency_ms']['first_text_ms']['p50'])
+        self.assertEqual(json.loads(run_cli('--summary', 'knee.jsonl', cwd=self.tmp.name).stdout), summary)
+        self.assertIn('knee at 4 in flight; from 4 to 16', stream_client._summary_table(summary))
+        grows = [{'concurrency': c, 'goodput_per_s': g, 'latency_ms': {'first_text_ms': None}} for c, g in ((1, 1.0), (2, 1.9))]
+        self.assertEqual(stream_client._knee(grows)['concurrency'], 2)
+        self.assertIn('the knee lies above', stream_client._knee(grows)['why'])
+        for args in (('--concurrencies', '1,4'), ('--concurrencies', '1,x', '--runs', '2'),
+                     ('--concurrencies', '1,1', '--runs', '2'), ('--concurrencies', '1,2', '--runs', '2', '--rate', '3'),
+                     ('--concurrencies', '1,2', '--runs', '2', '--concurrency', '3')):
+            with self.subTest(args=args):
+                refused = run_cli('--fixture', 'ok', *args, '--output', 'no.jsonl', cwd=self.tmp.name)
+                self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
+
     def test_a_step_whose_runs_cannot_start_on_time_is_past_capacity(self):
         # One run in flight at a time, each at least 7 fixture delays of 10 ms long: at most about 14 starts
         # per second, under 95% of the 20 per second scheduled, however fast the machine.

@@ -135,6 +135,9 @@ def _parser() -> _OneLineParser:
                            'at which the server saturates (see --slo)')
     load.add_argument('--duration', type=float, metavar='S',
                       help='bound an open loop (--rate, or each step of --rates) by time instead of --runs')
+    sweep.add_argument('--concurrencies', metavar='C1,C2,...',
+                       help='a closed-loop sweep: one step of --runs runs per concurrency, to find the knee, the '
+                            'highest concurrency whose goodput still grew by 10%% over the step before')
     sweep.add_argument('--slo', action='append', metavar='NAME=MS',
                       help='a bound a good run meets, repeatable: ' + ', '.join(_SLO_FIGURES) + '; goodput counts '
                            'the runs that are ok and within every bound')

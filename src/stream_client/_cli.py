@@ -188,6 +188,8 @@ def _load_settings(args) -> list[LoadSettings] | None:
     """The load the command line asks for, as its steps (one, or one per rate of --rates), or None for a
     single run as before (--runs 1, no load flags)."""
     rates = _rates(args.rates) if args.rates is not None else None
+    if args.concurrencies is not None:
+        return _concurrency_steps(args)
     if rates is not None and args.rate is not None:
         raise UsageError('--rates runs one step per rate: it replaces --rate')
     if args.duration is not None and args.runs is not None:
@@ -246,6 +248,33 @@ def _warmup(text: str | None) -> tuple[int, float | None]:
     if not _positive_finite(value):
         raise UsageError(f'--warmup {text!r}: give a number of runs (5) or of seconds (5s), above 0')
     return (0, value) if text.endswith('s') else (value, None)
+
+
+def _concurrency_steps(args) -> list[LoadSettings]:
+    """--concurrencies C1,C2,...: one closed-loop step of --runs runs per concurrency, ascending."""
+    for flag, given in (('--rate', args.rate), ('--rates', args.rates), ('--duration', args.duration),
+                        ('--concurrency', args.concurrency)):
+        if given is not None:
+            raise UsageError(f'--concurrencies runs closed-loop steps of --runs runs, one per concurrency: it does '
+                             f'not go with {flag}')
+    if args.runs is None:
+        raise UsageError('--concurrencies needs --runs: how many runs each step makes')
+    levels = []
+    for part in args.concurrencies.split(','):
+        level = int(part) if part.strip().isdigit() else 0
+        if level < 1:
+            raise UsageError(f'--concurrencies {args.concurrencies!r}: each must be a whole number above 0, not '
+                             f'{part.strip()!r}')
+        if level in levels:
+            raise UsageError(f'--concurrencies {args.concurrencies!r} lists {level} twice')
+        levels.append(level)
+    slos, target = _parse_slos(args.slo or []), _slo_target(args)
+    warmup_runs, warmup_s = _warmup(args.warmup)
+    if warmup_runs >= args.runs:
+        raise UsageError(f'--warmup {args.warmup} leaves no run of the {args.runs} of a step to summarise')
+    return [LoadSettings(args.runs, level, None, args.arrivals, args.seed, args.keep_alive, None, number, slos, target,
+                         1 if args.processes is None else args.processes, warmup_runs, warmup_s)
+            for number, level in enumerate(sorted(levels))]
 
 
 def _rates(text: str) -> list[float]:

@@ -67,6 +67,7 @@ _SLO_FIGURES = {'first_text_ms': 'time to the first content event',
                'max_event_gap_ms': 'the largest gap between content events'}
 _DEFAULT_SLO_TARGET = 0.99   # the attainment a sweep step needs to be under capacity
 _RATE_TOLERANCE = 0.05       # a step also needs its achieved start rate within 5% of its schedule's
+_KNEE_GAIN = 0.10            # a closed-loop step pays when its goodput is at least 10% above the step before's
 
 
 def _parse_slos(texts: list[str]) -> tuple:
@@ -129,6 +130,7 @@ class Summary:
         self.slos_seen: set = set()        # the distinct --slo of the loads added, to refuse a mix
         self.good = self.first_chunk_good = 0
         self.steps: dict[float, _Step] | None = {} if by_step else None  # by rate
+        self.levels: dict[int, Summary] | None = {} if by_step else None  # a --concurrencies sweep's, by concurrency
         self.runs = self.ok = 0
         self.warmup_runs = 0               # warm-up runs: their records are kept, their figures left out
         self.by_layer: collections.Counter = collections.Counter()
@@ -202,7 +204,12 @@ class Summary:
         within = _meets_slos(record, slos)
         self.good += record['ok'] and within
         self.first_chunk_good += _first_chunk_success(record) and within
-        if self.steps is not None and load.get('step') is not None:
+        if self.levels is not None and load.get('step') is not None and load.get('rate') is None:
+            level = self.levels.get(load['concurrency'])
+            if level is None:
+                level = self.levels[load['concurrency']] = Summary(self.slos, self.slo_target, by_step=False)
+            level.add(record)
+        elif self.steps is not None and load.get('step') is not None:
             step = self.steps.get(load['rate'])  # a sweep's steps differ in rate, also across merged files
             if step is None:
                 step = self.steps[load['rate']] = _Step(load['rate'], load['duration'],
@@ -255,10 +262,13 @@ class Summary:
         saturation rate."""
         steps = [step.result(number) for number, (_, step) in enumerate(sorted((self.steps or {}).items()))]
         saturation = _saturation_step(steps, self.target())
+        levels = [_level(number, concurrency, summary.result())
+                  for number, (concurrency, summary) in enumerate(sorted((self.levels or {}).items()))]
         return {'slo': dict(self.slo_bounds()) or None, 'good': self.good, 'goodput_per_s': per_second(self.good),
                 'slo_attainment': round(self.good / self.runs, 4) if self.runs else None,
                 'first_chunk_good': self.first_chunk_good, 'slo_target': self.target(), 'steps': steps,
-                'saturation_rate': saturation['rate'], 'saturation': saturation if steps else None}
+                'saturation_rate': saturation['rate'], 'saturation': saturation if steps else None,
+                'concurrency_steps': levels, 'knee': _knee(levels) if levels else None}
 
 
 class _Step:
@@ -283,6 +293,40 @@ class _Step:
                 'first_chunk_good': whole['first_chunk_good'],
                 'latency_ms': {field: whole['latency_ms'][field] for field in ('first_text_ms', 'duration_ms')},
                 'event_gaps_ms': whole['event_gaps_ms']}
+
+
+def _level(number: int, concurrency: int, whole: dict) -> dict:
+    """One step of a --concurrencies sweep: its runs in flight, throughput, goodput and first text."""
+    return {'step': number, 'concurrency': concurrency, 'runs': whole['runs'], 'ok': whole['ok'], 'good': whole['good'],
+            'wall_s': whole['wall_s'], 'runs_per_s': whole['runs_per_s'], 'goodput_per_s': whole['goodput_per_s'],
+            'slo_attainment': whole['slo_attainment'],
+            'latency_ms': {field: whole['latency_ms'][field] for field in ('first_text_ms', 'duration_ms')}}
+
+
+def _knee(levels: list[dict]) -> dict:
+    """The knee of a closed-loop sweep: walking up the concurrencies, the last one whose goodput was at
+    least KNEE_GAIN above the step before's (the first step always counts); past it, more runs in flight
+    add waiting, not answers. Says what the step past it showed."""
+    knee, past, why = levels[0], None, None
+    for before, level in zip(levels, levels[1:]):
+        gain = None if not before['goodput_per_s'] or level['goodput_per_s'] is None else \
+            level['goodput_per_s'] / before['goodput_per_s'] - 1
+        if gain is not None and gain >= _KNEE_GAIN:
+            knee = level
+            continue
+        past = level
+        first = [(step['latency_ms']['first_text_ms'] or {}).get('p50') for step in (before, level)]
+        grew = 'no goodput to compare' if gain is None else f'goodput grew {100 * gain:.1f}%'
+        why = (f'from {before["concurrency"]} to {level["concurrency"]} runs in flight {grew}, under '
+               f'{100 * _KNEE_GAIN:.0f}%, while first text p50 went from {_ms(first[0])} to {_ms(first[1])}')
+        break
+    if past is None:
+        why = f'goodput grew {100 * _KNEE_GAIN:.0f}% or more at every step: the knee lies above the highest concurrency'
+    return {'concurrency': knee['concurrency'], 'past': past and past['concurrency'], 'why': why}
+
+
+def _ms(value: float | None) -> str:
+    return '-' if value is None else f'{value:.1f} ms'
 
 
 def _saturation_step(steps: list[dict], target: float) -> dict:
@@ -372,12 +416,33 @@ def _summary_table(result: dict) -> str:
         lines.append('  ' + ', '.join(tokens))
     return '\n'.join(lines + _goodput_lines(result) + _gate_lines(result.get('gates') or []))
 
+def _knee_lines(result: dict) -> list[str]:
+    """A --concurrencies sweep's steps and its knee."""
+    if not result.get('concurrency_steps'):
+        return []
+    lines = [f'{"in flight":>10}{"runs":>6}{"ok":>6}{"good":>6}{"runs/s":>9}{"good/s":>9}{"first text p50":>15}{"p99":>8}']
+    for level in result['concurrency_steps']:
+        first = level['latency_ms']['first_text_ms']
+        cells = f'{first["p50"]:15.1f}{first["p99"]:8.1f}' if first else f'{"-":>15}{"-":>8}'
+        lines.append(f'{level["concurrency"]:10d}{level["runs"]:6d}{level["ok"]:6d}{level["good"]:6d}'
+                     f'{_figure_text(level["runs_per_s"]):>9}{_figure_text(level["goodput_per_s"]):>9}' + cells)
+    knee = result['knee']
+    lines += textwrap.wrap(f'knee at {knee["concurrency"]} in flight; {knee["why"]}', _TERMINAL_COLUMNS,
+                           subsequent_indent='  ')
+    return lines
+
+
+def _figure_text(value: float | None) -> str:
+    return '-' if value is None else f'{value:g}'
+
+
 def _goodput_lines(result: dict) -> list[str]:
     """Goodput against what a first-chunk tool would count, and a sweep's steps and saturation."""
     bounds = ', '.join(f'{name} <= {bound:g} ms' for name, bound in (result['slo'] or {}).items())
     within = f'ok and {bounds}' if bounds else 'ok; no --slo bounds'
     lines = [f'good {result["good"]} of {result["runs"]} ({within}): {result["goodput_per_s"]} good runs/s',
              f'  a tool that counts a first chunk as success would report {result["first_chunk_good"]} good']
+    lines += _knee_lines(result)
     if not result['steps']:
         return lines
     lines.append(f'{"rate/s":>8}{"started/s":>10}{"runs":>6}{"ok":>6}{"good":>6}{"good/s":>8}{"attain":>8}'
