@@ -5509,6 +5509,7 @@ class LoadSettings:
     processes: int = 1             # worker processes the runs are spread over (Linux: forked)
     warmup_runs: int = 0           # the first runs (by index) are warm-up: kept, marked, left out of the summary
     warmup_s: float | None = None  # or the runs that start within this many seconds of the load's start
+    search: tuple | None = None    # (LO, HI) of the --find-capacity search the step is a probe of
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
@@ -5544,7 +5545,8 @@ class LoadSettings:
                 'arrivals': self.arrivals if self.rate is not None else None, 'seed': self.seed,
                 'keep_alive': self.keep_alive, 'duration': self.duration, 'step': self.step,
                 'slo': dict(self.slos) or None, 'slo_target': self.slo_target, 'processes': self.processes,
-                'warmup_runs': self.warmup_runs, 'warmup_s': self.warmup_s}
+                'warmup_runs': self.warmup_runs, 'warmup_s': self.warmup_s,
+                'search': list(self.search) if self.search else None}
 
     def warms_up(self, index: int, offset_s: float) -> bool:
         """Whether run index, started offset_s after the load's start, is a warm-up run."""
@@ -5552,11 +5554,16 @@ class LoadSettings:
 
 
 def _open_loop_offsets(rate: float, arrivals: str, seed: int):
-    """The endless seeded schedule of an open loop: evenly spaced or Poisson arrivals, from 0 s."""
+    """The endless seeded schedule of an open loop: evenly spaced or Poisson arrivals, from 0 s. Even
+    arrivals are computed from their index (n / rate), not summed, so that no rounding adds a run at the
+    end of a duration (ten 0.1 s steps add up to 0.9999999999999999 s)."""
+    if arrivals == 'constant':
+        yield from (index / rate for index in itertools.count())
+        return
     rng, at = random.Random(seed), 0.0
     while True:
         yield at
-        at += 1 / rate if arrivals == 'constant' else rng.expovariate(rate)
+        at += rng.expovariate(rate)
 
 
 def _scheduled_runs(rate: float, arrivals: str, seed: int, duration: float) -> int:
@@ -6033,6 +6040,7 @@ class Summary:
         self.slos_seen: set = set()        # the distinct --slo of the loads added, to refuse a mix
         self.good = self.first_chunk_good = 0
         self.steps: dict[float, _Step] | None = {} if by_step else None  # by rate
+        self.searched = False              # the steps are the probes of a --find-capacity search
         self.levels: dict[int, Summary] | None = {} if by_step else None  # a --concurrencies sweep's, by concurrency
         self.runs = self.ok = 0
         self.warmup_runs = 0               # warm-up runs: their records are kept, their figures left out
@@ -6113,6 +6121,7 @@ class Summary:
                 level = self.levels[load['concurrency']] = Summary(self.slos, self.slo_target, by_step=False)
             level.add(record)
         elif self.steps is not None and load.get('step') is not None:
+            self.searched = self.searched or bool(load.get('search'))
             step = self.steps.get(load['rate'])  # a sweep's steps differ in rate, also across merged files
             if step is None:
                 step = self.steps[load['rate']] = _Step(load['rate'], load['duration'],
@@ -6171,6 +6180,8 @@ class Summary:
                 'slo_attainment': round(self.good / self.runs, 4) if self.runs else None,
                 'first_chunk_good': self.first_chunk_good, 'slo_target': self.target(), 'steps': steps,
                 'saturation_rate': saturation['rate'], 'saturation': saturation if steps else None,
+                'capacity': {'rate': saturation['rate'], 'bracket': [saturation['rate'], saturation['exceeded_at']],
+                             'probes': len(steps)} if self.searched else None,
                 'concurrency_steps': levels, 'knee': _knee(levels) if levels else None}
 
 
@@ -6360,6 +6371,11 @@ def _goodput_lines(result: dict) -> list[str]:
     under = 'at no step' if saturation['rate'] is None else f'up to {saturation["rate"]:g} runs/s'
     past = '' if saturation['exceeded_at'] is None else f'at {saturation["exceeded_at"]:g} runs/s '
     lines.append(f'under capacity {under}; {past}{saturation["why"]}')
+    capacity = result.get('capacity')
+    if capacity:
+        low, high = (_figure_text(rate) for rate in capacity['bracket'])
+        lines.append(f'capacity {_figure_text(capacity["rate"])} runs/s at the target, bracket {low} to {high} runs/s, '
+                     f'{capacity["probes"]} probes')
     return lines
 
 
@@ -7070,6 +7086,10 @@ def _parser() -> _OneLineParser:
     sweep.add_argument('--concurrencies', metavar='C1,C2,...',
                        help='a closed-loop sweep: one step of --runs runs per concurrency, to find the knee, the '
                             'highest concurrency whose goodput still grew by 10%% over the step before')
+    sweep.add_argument('--find-capacity', metavar='LO:HI',
+                       help='bisect on the open-loop rate between LO and HI runs/s, each probe a step of --duration '
+                            'seconds, until the bracket is within 5%%: the capacity is the highest rate whose '
+                            'probe met --slo-target (and started its runs on time)')
     sweep.add_argument('--slo', action='append', metavar='NAME=MS',
                       help='a bound a good run meets, repeatable: ' + ', '.join(_SLO_FIGURES) + '; goodput counts '
                            'the runs that are ok and within every bound')
@@ -7465,7 +7485,7 @@ class _LoadView:
     """What stderr shows during a load: on a terminal one status line updated in place, then the summary
     table; elsewhere one line per run that is not ok. --quiet shows nothing."""
 
-    def __init__(self, out, quiet: bool, runs: int) -> None:
+    def __init__(self, out, quiet: bool, runs: int | None) -> None:
         self.out, self.quiet, self.runs = out, quiet, runs
         self.live = not quiet and out.isatty()
         self.started = time.monotonic()
@@ -7480,7 +7500,8 @@ class _LoadView:
             if now - self.shown >= 0.1 or self.ended == self.runs:
                 self.shown = now
                 p50 = summary.p50_first_text()
-                self.out.write(f'\r\x1b[Kruns {self.ended}/{self.runs}  ok {summary.ok}  '
+                planned = '' if self.runs is None else f'/{self.runs}'
+                self.out.write(f'\r\x1b[Kruns {self.ended}{planned}  ok {summary.ok}  '
                                f'not ok {summary.runs - summary.ok}  {now - self.started:.1f} s  p50 first text '
                                + ('-' if p50 is None else f'{p50:.0f} ms'))
                 self.out.flush()
@@ -8384,6 +8405,8 @@ def _load_settings(args) -> list[LoadSettings] | None:
     rates = _rates(args.rates) if args.rates is not None else None
     if args.concurrencies is not None:
         return _concurrency_steps(args)
+    if args.find_capacity is not None:
+        return _CapacitySearch(args)
     if rates is not None and args.rate is not None:
         raise UsageError('--rates runs one step per rate: it replaces --rate')
     if args.duration is not None and args.runs is not None:
@@ -8444,10 +8467,70 @@ def _warmup(text: str | None) -> tuple[int, float | None]:
     return (0, value) if text.endswith('s') else (value, None)
 
 
+class _CapacitySearch:
+    """--find-capacity LO:HI: open-loop probes of --duration seconds, bisecting on the rate. A probe
+    passes when it is under capacity as a sweep's step is (attainment at the target, runs started on
+    time); LO is probed first (failing it, the capacity is below LO), then HI (passing it, above HI),
+    then the middle of the bracket until the bracket is within TOLERANCE of its top."""
+
+    TOLERANCE = 0.05
+
+    def __init__(self, args) -> None:
+        for flag, given in (('--rate', args.rate), ('--rates', args.rates), ('--runs', args.runs)):
+            if given is not None:
+                raise UsageError(f'--find-capacity probes rates of its own, each for --duration seconds: it does not '
+                                 f'go with {flag}')
+        low, colon, high = args.find_capacity.partition(':')
+        try:
+            self.low, self.high = float(low), float(high)
+        except ValueError:
+            self.low = self.high = math.nan
+        if not (colon and _positive_finite(self.low) and _positive_finite(self.high) and self.low < self.high):
+            raise UsageError(f'--find-capacity {args.find_capacity!r}: give LO:HI, two rates in runs per second with '
+                             'LO below HI, e.g. 1:64')
+        if args.duration is None or not _positive_finite(args.duration):
+            raise UsageError('--find-capacity needs --duration: how many seconds each probe runs')
+        self.args = args
+        self.slos, self.slo_target = _parse_slos(args.slo or []), _slo_target(args)
+        self.warmup = _warmup(args.warmup)
+        fewest = _scheduled_runs(self.low, args.arrivals, args.seed, args.duration)  # more runs at a higher rate
+        if self.warmup[0] and self.warmup[0] >= fewest:
+            raise UsageError(f'--warmup {args.warmup} leaves no run to summarise: a probe at {self.low:g} runs/s '
+                             f'for {args.duration:g} s schedules {fewest}')
+
+    def probe(self, number: int, rate: float) -> LoadSettings:
+        args = self.args
+        return LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate, args.arrivals, args.seed, args.keep_alive, args.duration,
+                            number, self.slos, self.slo_target, 1 if args.processes is None else args.processes,
+                            *self.warmup, search=(self.low, self.high))
+
+    def probes(self, summary: Summary):
+        """The probes in turn, each chosen from the summary of the ones before."""
+        def passed(rate: float) -> bool | None:
+            step = (summary.steps or {}).get(rate)
+            return None if step is None else \
+                _saturation_step([step.result(0)], summary.target())['rate'] is not None
+        low, high, number = self.low, self.high, 0
+        for rate in (low, high):
+            yield self.probe(number, rate)
+            number += 1
+            verdict = passed(rate)
+            if verdict is None or verdict == (rate == high):  # none ran, LO failed or HI passed: nothing between
+                return
+        while high - low > self.TOLERANCE * high:
+            middle = round((low + high) / 2, 3)
+            yield self.probe(number, middle)
+            number += 1
+            verdict = passed(middle)
+            if verdict is None:
+                return
+            low, high = (middle, high) if verdict else (low, middle)
+
+
 def _concurrency_steps(args) -> list[LoadSettings]:
     """--concurrencies C1,C2,...: one closed-loop step of --runs runs per concurrency, ascending."""
     for flag, given in (('--rate', args.rate), ('--rates', args.rates), ('--duration', args.duration),
-                        ('--concurrency', args.concurrency)):
+                        ('--concurrency', args.concurrency), ('--find-capacity', args.find_capacity)):
         if given is not None:
             raise UsageError(f'--concurrencies runs closed-loop steps of --runs runs, one per concurrency: it does '
                              f'not go with {flag}')
@@ -8522,10 +8605,12 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     as its run ends; print the summary (and write the report); return the exit status. SIGINT and
     SIGTERM cancel the load: no new run or step starts, the runs in flight end as interrupted and keep
     their records; a second signal changes nothing."""
-    summary, cancel = Summary(steps[0].slos, steps[0].slo_target), Cancel()
+    first = steps if isinstance(steps, _CapacitySearch) else steps[0]
+    summary, cancel = Summary(first.slos, first.slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
     table = _CsvFile(csv_fd) if csv_fd is not None else None
-    view = _LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
+    searching = isinstance(steps, _CapacitySearch)
+    view = _LoadView(sys.stderr, args.quiet, None if searching else sum(step.runs for step in steps))
     write_error: list[OSError] = []
 
     def on_record(record: dict) -> None:
@@ -8547,9 +8632,10 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-        for settings in steps:
-            if cancel.reason is None:
-                run_load(requests, settings, on_record, cancel)
+        for settings in steps.probes(summary) if searching else steps:
+            if cancel.reason is not None:
+                break
+            run_load(requests, settings, on_record, cancel)
     if report is not None:
         _write_report(report_fd, report)
     if table is not None:

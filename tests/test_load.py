@@ -768,6 +768,35 @@ class GoodputTests(unittest.TestCase):
                 refused = run_cli('--fixture', 'ok', *args, '--output', 'no.jsonl', cwd=self.tmp.name)
                 self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
 
+    def test_a_capacity_search_finds_a_server_of_known_capacity_within_10_percent(self):
+        # The capacity mode starts at most 40 answers per second, each in its turn. At a constant rate r above
+        # 40, run k (due at k/r s) waits for its turn at k/40 s: at 42/s run 29 on waits over 34 ms, so a
+        # third of the runs miss the 40 ms bound and the probe fails its 0.9 target; at or under 40/s no run
+        # waits. The bisection stops when its bracket is within 5%, so the capacity is within 10% of 40.
+        with Fixture('capacity', capacity=40.0) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--find-capacity', '10:80', '--duration', '1',
+                           '--arrivals', 'constant', '--slo', 'first_text_ms=40', '--slo-target', '0.9',
+                           '--output', 'capacity.jsonl', '--quiet', cwd=self.tmp.name, timeout=120)
+        summary, records = json.loads(done.stdout), self.records('capacity.jsonl')
+        self.assertEqual(stream_client._scheduled_runs(10, 'constant', 0, 1.0), 10)  # not 11: no summed rounding
+        capacity = summary['capacity']
+        self.assertTrue(36 <= capacity['rate'] <= 44, capacity)
+        low, high = capacity['bracket']
+        self.assertEqual(low, capacity['rate'])
+        self.assertLessEqual(high - low, 0.05 * high)
+        probes = sorted({(r['load']['step'], r['load']['rate']) for r in records})
+        self.assertEqual([rate for _, rate in probes[:2]], [10.0, 80.0])  # LO, then HI, then the middles
+        self.assertEqual(len(probes), capacity['probes'])
+        self.assertEqual({tuple(r['load']['search']) for r in records}, {(10.0, 80.0)})
+        self.assertEqual(json.loads(run_cli('--summary', 'capacity.jsonl', cwd=self.tmp.name).stdout), summary)
+        self.assertIn(f'capacity {capacity["rate"]:g} runs/s at the target', stream_client._summary_table(summary))
+        for args in (('--find-capacity', '10:80'), ('--find-capacity', '80:10', '--duration', '1'),
+                     ('--find-capacity', '10', '--duration', '1'), ('--find-capacity', '1:8', '--duration', '1',
+                                                                   '--rate', '3')):
+            with self.subTest(args=args):
+                refused = run_cli('--fixture', 'ok', *args, '--output', 'no.jsonl', cwd=self.tmp.name)
+                self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
+
     def test_a_step_whose_runs_cannot_start_on_time_is_past_capacity(self):
         # One run in flight at a time, each at least 7 fixture delays of 10 ms long: at most about 14 starts
         # per second, under 95% of the 20 per second scheduled, however fast the machine.

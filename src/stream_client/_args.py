@@ -138,6 +138,10 @@ def _parser() -> _OneLineParser:
     sweep.add_argument('--concurrencies', metavar='C1,C2,...',
                        help='a closed-loop sweep: one step of --runs runs per concurrency, to find the knee, the '
                             'highest concurrency whose goodput still grew by 10%% over the step before')
+    sweep.add_argument('--find-capacity', metavar='LO:HI',
+                       help='bisect on the open-loop rate between LO and HI runs/s, each probe a step of --duration '
+                            'seconds, until the bracket is within 5%%: the capacity is the highest rate whose '
+                            'probe met --slo-target (and started its runs on time)')
     sweep.add_argument('--slo', action='append', metavar='NAME=MS',
                       help='a bound a good run meets, repeatable: ' + ', '.join(_SLO_FIGURES) + '; goodput counts '
                            'the runs that are ok and within every bound')

@@ -20,7 +20,7 @@ from ._record import _failed_record
 from ._transport import run
 from ._load import LoadSettings, run_load, _scheduled_runs
 from ._gates import _evaluate_gates, _gates_held, _parse_gates, _SCHEDULE_FIELDS
-from ._summary import _parse_slos, Summary, _summary_table
+from ._summary import _parse_slos, _saturation_step, Summary, _summary_table
 from ._comparison import _compare_loads, _comparison_markdown
 from ._report import Report
 from ._evidence import (
@@ -190,6 +190,8 @@ def _load_settings(args) -> list[LoadSettings] | None:
     rates = _rates(args.rates) if args.rates is not None else None
     if args.concurrencies is not None:
         return _concurrency_steps(args)
+    if args.find_capacity is not None:
+        return _CapacitySearch(args)
     if rates is not None and args.rate is not None:
         raise UsageError('--rates runs one step per rate: it replaces --rate')
     if args.duration is not None and args.runs is not None:
@@ -250,10 +252,70 @@ def _warmup(text: str | None) -> tuple[int, float | None]:
     return (0, value) if text.endswith('s') else (value, None)
 
 
+class _CapacitySearch:
+    """--find-capacity LO:HI: open-loop probes of --duration seconds, bisecting on the rate. A probe
+    passes when it is under capacity as a sweep's step is (attainment at the target, runs started on
+    time); LO is probed first (failing it, the capacity is below LO), then HI (passing it, above HI),
+    then the middle of the bracket until the bracket is within TOLERANCE of its top."""
+
+    TOLERANCE = 0.05
+
+    def __init__(self, args) -> None:
+        for flag, given in (('--rate', args.rate), ('--rates', args.rates), ('--runs', args.runs)):
+            if given is not None:
+                raise UsageError(f'--find-capacity probes rates of its own, each for --duration seconds: it does not '
+                                 f'go with {flag}')
+        low, colon, high = args.find_capacity.partition(':')
+        try:
+            self.low, self.high = float(low), float(high)
+        except ValueError:
+            self.low = self.high = math.nan
+        if not (colon and _positive_finite(self.low) and _positive_finite(self.high) and self.low < self.high):
+            raise UsageError(f'--find-capacity {args.find_capacity!r}: give LO:HI, two rates in runs per second with '
+                             'LO below HI, e.g. 1:64')
+        if args.duration is None or not _positive_finite(args.duration):
+            raise UsageError('--find-capacity needs --duration: how many seconds each probe runs')
+        self.args = args
+        self.slos, self.slo_target = _parse_slos(args.slo or []), _slo_target(args)
+        self.warmup = _warmup(args.warmup)
+        fewest = _scheduled_runs(self.low, args.arrivals, args.seed, args.duration)  # more runs at a higher rate
+        if self.warmup[0] and self.warmup[0] >= fewest:
+            raise UsageError(f'--warmup {args.warmup} leaves no run to summarise: a probe at {self.low:g} runs/s '
+                             f'for {args.duration:g} s schedules {fewest}')
+
+    def probe(self, number: int, rate: float) -> LoadSettings:
+        args = self.args
+        return LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate, args.arrivals, args.seed, args.keep_alive, args.duration,
+                            number, self.slos, self.slo_target, 1 if args.processes is None else args.processes,
+                            *self.warmup, search=(self.low, self.high))
+
+    def probes(self, summary: Summary):
+        """The probes in turn, each chosen from the summary of the ones before."""
+        def passed(rate: float) -> bool | None:
+            step = (summary.steps or {}).get(rate)
+            return None if step is None else \
+                _saturation_step([step.result(0)], summary.target())['rate'] is not None
+        low, high, number = self.low, self.high, 0
+        for rate in (low, high):
+            yield self.probe(number, rate)
+            number += 1
+            verdict = passed(rate)
+            if verdict is None or verdict == (rate == high):  # none ran, LO failed or HI passed: nothing between
+                return
+        while high - low > self.TOLERANCE * high:
+            middle = round((low + high) / 2, 3)
+            yield self.probe(number, middle)
+            number += 1
+            verdict = passed(middle)
+            if verdict is None:
+                return
+            low, high = (middle, high) if verdict else (low, middle)
+
+
 def _concurrency_steps(args) -> list[LoadSettings]:
     """--concurrencies C1,C2,...: one closed-loop step of --runs runs per concurrency, ascending."""
     for flag, given in (('--rate', args.rate), ('--rates', args.rates), ('--duration', args.duration),
-                        ('--concurrency', args.concurrency)):
+                        ('--concurrency', args.concurrency), ('--find-capacity', args.find_capacity)):
         if given is not None:
             raise UsageError(f'--concurrencies runs closed-loop steps of --runs runs, one per concurrency: it does '
                              f'not go with {flag}')
@@ -328,10 +390,12 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     as its run ends; print the summary (and write the report); return the exit status. SIGINT and
     SIGTERM cancel the load: no new run or step starts, the runs in flight end as interrupted and keep
     their records; a second signal changes nothing."""
-    summary, cancel = Summary(steps[0].slos, steps[0].slo_target), Cancel()
+    first = steps if isinstance(steps, _CapacitySearch) else steps[0]
+    summary, cancel = Summary(first.slos, first.slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
     table = _CsvFile(csv_fd) if csv_fd is not None else None
-    view = _LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
+    searching = isinstance(steps, _CapacitySearch)
+    view = _LoadView(sys.stderr, args.quiet, None if searching else sum(step.runs for step in steps))
     write_error: list[OSError] = []
 
     def on_record(record: dict) -> None:
@@ -353,9 +417,10 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-        for settings in steps:
-            if cancel.reason is None:
-                run_load(requests, settings, on_record, cancel)
+        for settings in steps.probes(summary) if searching else steps:
+            if cancel.reason is not None:
+                break
+            run_load(requests, settings, on_record, cancel)
     if report is not None:
         _write_report(report_fd, report)
     if table is not None:

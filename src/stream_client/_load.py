@@ -46,6 +46,7 @@ class LoadSettings:
     processes: int = 1             # worker processes the runs are spread over (Linux: forked)
     warmup_runs: int = 0           # the first runs (by index) are warm-up: kept, marked, left out of the summary
     warmup_s: float | None = None  # or the runs that start within this many seconds of the load's start
+    search: tuple | None = None    # (LO, HI) of the --find-capacity search the step is a probe of
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
@@ -81,7 +82,8 @@ class LoadSettings:
                 'arrivals': self.arrivals if self.rate is not None else None, 'seed': self.seed,
                 'keep_alive': self.keep_alive, 'duration': self.duration, 'step': self.step,
                 'slo': dict(self.slos) or None, 'slo_target': self.slo_target, 'processes': self.processes,
-                'warmup_runs': self.warmup_runs, 'warmup_s': self.warmup_s}
+                'warmup_runs': self.warmup_runs, 'warmup_s': self.warmup_s,
+                'search': list(self.search) if self.search else None}
 
     def warms_up(self, index: int, offset_s: float) -> bool:
         """Whether run index, started offset_s after the load's start, is a warm-up run."""
@@ -89,11 +91,16 @@ class LoadSettings:
 
 
 def _open_loop_offsets(rate: float, arrivals: str, seed: int):
-    """The endless seeded schedule of an open loop: evenly spaced or Poisson arrivals, from 0 s."""
+    """The endless seeded schedule of an open loop: evenly spaced or Poisson arrivals, from 0 s. Even
+    arrivals are computed from their index (n / rate), not summed, so that no rounding adds a run at the
+    end of a duration (ten 0.1 s steps add up to 0.9999999999999999 s)."""
+    if arrivals == 'constant':
+        yield from (index / rate for index in itertools.count())
+        return
     rng, at = random.Random(seed), 0.0
     while True:
         yield at
-        at += 1 / rate if arrivals == 'constant' else rng.expovariate(rate)
+        at += rng.expovariate(rate)
 
 
 def _scheduled_runs(rate: float, arrivals: str, seed: int, duration: float) -> int:

@@ -130,6 +130,7 @@ class Summary:
         self.slos_seen: set = set()        # the distinct --slo of the loads added, to refuse a mix
         self.good = self.first_chunk_good = 0
         self.steps: dict[float, _Step] | None = {} if by_step else None  # by rate
+        self.searched = False              # the steps are the probes of a --find-capacity search
         self.levels: dict[int, Summary] | None = {} if by_step else None  # a --concurrencies sweep's, by concurrency
         self.runs = self.ok = 0
         self.warmup_runs = 0               # warm-up runs: their records are kept, their figures left out
@@ -210,6 +211,7 @@ class Summary:
                 level = self.levels[load['concurrency']] = Summary(self.slos, self.slo_target, by_step=False)
             level.add(record)
         elif self.steps is not None and load.get('step') is not None:
+            self.searched = self.searched or bool(load.get('search'))
             step = self.steps.get(load['rate'])  # a sweep's steps differ in rate, also across merged files
             if step is None:
                 step = self.steps[load['rate']] = _Step(load['rate'], load['duration'],
@@ -268,6 +270,8 @@ class Summary:
                 'slo_attainment': round(self.good / self.runs, 4) if self.runs else None,
                 'first_chunk_good': self.first_chunk_good, 'slo_target': self.target(), 'steps': steps,
                 'saturation_rate': saturation['rate'], 'saturation': saturation if steps else None,
+                'capacity': {'rate': saturation['rate'], 'bracket': [saturation['rate'], saturation['exceeded_at']],
+                             'probes': len(steps)} if self.searched else None,
                 'concurrency_steps': levels, 'knee': _knee(levels) if levels else None}
 
 
@@ -457,4 +461,9 @@ def _goodput_lines(result: dict) -> list[str]:
     under = 'at no step' if saturation['rate'] is None else f'up to {saturation["rate"]:g} runs/s'
     past = '' if saturation['exceeded_at'] is None else f'at {saturation["exceeded_at"]:g} runs/s '
     lines.append(f'under capacity {under}; {past}{saturation["why"]}')
+    capacity = result.get('capacity')
+    if capacity:
+        low, high = (_figure_text(rate) for rate in capacity['bracket'])
+        lines.append(f'capacity {_figure_text(capacity["rate"])} runs/s at the target, bracket {low} to {high} runs/s, '
+                     f'{capacity["probes"]} probes')
     return lines
