@@ -737,27 +737,28 @@ class GoodputTests(unittest.TestCase):
                          latency)
 
     def test_a_concurrency_sweep_names_the_knee_of_a_server_that_answers_four_at_a_time(self):
-        # The server answers at most 4 requests at once, each in at least 7 fixture delays of 10 ms: 4 in
-        # flight serve about 4 times what 1 does, and 16 in flight only wait longer for the same 4 slots.
+        # The server answers at most 4 requests at once, each in at least 7 fixture delays of 50 ms: 4 in
+        # flight serve about 4 times what 1 does; 8 in flight wait for the same 4 slots, the two steps' 8 runs
+        # both taking two rounds of at least 350 ms.
         four_at_a_time = threading.Semaphore(4)
         answer = fixture_server.Handler._answer
 
         def answer_four(handler, *plan) -> None:
             with four_at_a_time:
                 answer(handler, *plan)
-        with mock.patch.object(fixture_server.Handler, '_answer', answer_four), Fixture('ok', delay=0.01) as fixture:
-            done = run_cli('--url', fixture.url, '--model', 'm', '--concurrencies', '16,1,4', '--runs', '16',
+        with mock.patch.object(fixture_server.Handler, '_answer', answer_four), Fixture('ok', delay=0.05) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--concurrencies', '8,1,4', '--runs', '8',
                            '--output', 'knee.jsonl', '--quiet', cwd=self.tmp.name, timeout=120)
         self.assertEqual(done.returncode, 0, done.stderr)
         summary, records = json.loads(done.stdout), self.records('knee.jsonl')
-        self.assertEqual({(r['load']['step'], r['load']['concurrency']) for r in records}, {(0, 1), (1, 4), (2, 16)})
+        self.assertEqual({(r['load']['step'], r['load']['concurrency']) for r in records}, {(0, 1), (1, 4), (2, 8)})
         levels = summary['concurrency_steps']
-        self.assertEqual([(level['concurrency'], level['runs']) for level in levels], [(1, 16), (4, 16), (16, 16)])
-        self.assertEqual((summary['knee']['concurrency'], summary['knee']['past']), (4, 16))
-        self.assertIn('from 4 to 16 runs in flight goodput grew', summary['knee']['why'])
+        self.assertEqual([(level['concurrency'], level['runs']) for level in levels], [(1, 8), (4, 8), (8, 8)])
+        self.assertEqual((summary['knee']['concurrency'], summary['knee']['past']), (4, 8))
+        self.assertIn('from 4 to 8 runs in flight goodput grew', summary['knee']['why'])
         self.assertGreater(levels[2]['latency_ms']['first_text_ms']['p50'], levels[1]['latency_ms']['first_text_ms']['p50'])
         self.assertEqual(json.loads(run_cli('--summary', 'knee.jsonl', cwd=self.tmp.name).stdout), summary)
-        self.assertIn('knee at 4 in flight; from 4 to 16', stream_client._summary_table(summary))
+        self.assertIn('knee at 4 in flight; from 4 to 8', stream_client._summary_table(summary))
         grows = [{'concurrency': c, 'goodput_per_s': g, 'latency_ms': {'first_text_ms': None}} for c, g in ((1, 1.0), (2, 1.9))]
         self.assertEqual(stream_client._knee(grows)['concurrency'], 2)
         self.assertIn('the knee lies above', stream_client._knee(grows)['why'])
@@ -770,12 +771,12 @@ class GoodputTests(unittest.TestCase):
 
     def test_a_capacity_search_finds_a_server_of_known_capacity_within_10_percent(self):
         # The capacity mode starts at most 40 answers per second, each in its turn. At a constant rate r above
-        # 40, run k (due at k/r s) waits for its turn at k/40 s: at 42/s run 29 on waits over 34 ms, so a
-        # third of the runs miss the 40 ms bound and the probe fails its 0.9 target; at or under 40/s no run
-        # waits. The bisection stops when its bracket is within 5%, so the capacity is within 10% of 40.
+        # 40, run k (due at k/r s) waits for its turn at k/40 s: at 43/s (7.5% over) run 37 on waits over 64 ms,
+        # so 40% of the 1.5 s probe's runs miss the 70 ms bound (first text takes a few ms here) and it fails
+        # its 0.8 target; at or under 40/s no run waits. The bisection stops when its bracket is within 5%.
         with Fixture('capacity', capacity=40.0) as fixture:
-            done = run_cli('--url', fixture.url, '--model', 'm', '--find-capacity', '10:80', '--duration', '1',
-                           '--arrivals', 'constant', '--slo', 'first_text_ms=40', '--slo-target', '0.9',
+            done = run_cli('--url', fixture.url, '--model', 'm', '--find-capacity', '10:80', '--duration', '1.5',
+                           '--arrivals', 'constant', '--slo', 'first_text_ms=70', '--slo-target', '0.8',
                            '--output', 'capacity.jsonl', '--quiet', cwd=self.tmp.name, timeout=120)
         summary, records = json.loads(done.stdout), self.records('capacity.jsonl')
         self.assertEqual(stream_client._scheduled_runs(10, 'constant', 0, 1.0), 10)  # not 11: no summed rounding
