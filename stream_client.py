@@ -107,6 +107,7 @@ import select
 import signal
 import socket
 import ssl
+import statistics
 import struct
 import textwrap
 import threading
@@ -5510,6 +5511,7 @@ class LoadSettings:
     warmup_runs: int = 0           # the first runs (by index) are warm-up: kept, marked, left out of the summary
     warmup_s: float | None = None  # or the runs that start within this many seconds of the load's start
     search: tuple | None = None    # (LO, HI) of the --find-capacity search the step is a probe of
+    repeat: int | None = None      # which of --repeat K loads this is, from 0
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
@@ -5546,7 +5548,7 @@ class LoadSettings:
                 'keep_alive': self.keep_alive, 'duration': self.duration, 'step': self.step,
                 'slo': dict(self.slos) or None, 'slo_target': self.slo_target, 'processes': self.processes,
                 'warmup_runs': self.warmup_runs, 'warmup_s': self.warmup_s,
-                'search': list(self.search) if self.search else None}
+                'search': list(self.search) if self.search else None, 'repeat': self.repeat}
 
     def warms_up(self, index: int, offset_s: float) -> bool:
         """Whether run index, started offset_s after the load's start, is a warm-up run."""
@@ -6041,6 +6043,7 @@ class Summary:
         self.good = self.first_chunk_good = 0
         self.steps: dict[float, _Step] | None = {} if by_step else None  # by rate
         self.searched = False              # the steps are the probes of a --find-capacity search
+        self.repeats: dict[int, Summary] | None = {} if by_step else None  # --repeat's loads, by repeat
         self.levels: dict[int, Summary] | None = {} if by_step else None  # a --concurrencies sweep's, by concurrency
         self.runs = self.ok = 0
         self.warmup_runs = 0               # warm-up runs: their records are kept, their figures left out
@@ -6115,6 +6118,11 @@ class Summary:
         within = _meets_slos(record, slos)
         self.good += record['ok'] and within
         self.first_chunk_good += _first_chunk_success(record) and within
+        if self.repeats is not None and load.get('repeat') is not None:
+            repeat = self.repeats.get(load['repeat'])
+            if repeat is None:
+                repeat = self.repeats[load['repeat']] = Summary(self.slos, self.slo_target, by_step=False)
+            repeat.add(record)
         if self.levels is not None and load.get('step') is not None and load.get('rate') is None:
             level = self.levels.get(load['concurrency'])
             if level is None:
@@ -6182,7 +6190,9 @@ class Summary:
                 'saturation_rate': saturation['rate'], 'saturation': saturation if steps else None,
                 'capacity': {'rate': saturation['rate'], 'bracket': [saturation['rate'], saturation['exceeded_at']],
                              'probes': len(steps)} if self.searched else None,
-                'concurrency_steps': levels, 'knee': _knee(levels) if levels else None}
+                'concurrency_steps': levels, 'knee': _knee(levels) if levels else None,
+                'repeats': _spread([summary.result() for _, summary in sorted(self.repeats.items())])
+                if self.repeats else None}
 
 
 class _Step:
@@ -6207,6 +6217,25 @@ class _Step:
                 'first_chunk_good': whole['first_chunk_good'],
                 'latency_ms': {field: whole['latency_ms'][field] for field in ('first_text_ms', 'duration_ms')},
                 'event_gaps_ms': whole['event_gaps_ms']}
+
+
+# The figures whose spread across --repeat's loads the summary gives, by their gate names.
+_SPREAD_FIGURES = ('ok_ratio', 'slo_attainment', 'goodput_per_s', 'runs_per_s',
+                   *(f'{field}.{p}' for field in _LATENCY_FIELDS for p in ('p50', 'p90', 'p99')))
+
+
+def _spread(results: list[dict]) -> dict:
+    """Each SPREAD_FIGURE across the repeats' summaries: its value in each (null where a repeat lacks it),
+    and the min, max, mean and standard deviation of the values there are."""
+    spread = {}
+    for figure in _SPREAD_FIGURES:
+        field, _, part = figure.partition('.')
+        values = [(result['latency_ms'][field] or {}).get(part) if part else result[field] for result in results]
+        known = [value for value in values if value is not None]
+        spread[figure] = {'values': values, 'min': min(known, default=None), 'max': max(known, default=None),
+                          'mean': round(statistics.fmean(known), 3) if known else None,
+                          'stdev': round(statistics.stdev(known), 3) if len(known) > 1 else None}
+    return {'count': len(results), 'spread': spread}
 
 
 def _level(number: int, concurrency: int, whole: dict) -> dict:
@@ -6330,6 +6359,19 @@ def _summary_table(result: dict) -> str:
         lines.append('  ' + ', '.join(tokens))
     return '\n'.join(lines + _goodput_lines(result) + _gate_lines(result.get('gates') or []))
 
+def _repeat_lines(result: dict) -> list[str]:
+    """The spread of a few figures across --repeat's loads."""
+    repeats = result.get('repeats')
+    if not repeats:
+        return []
+    lines = [f'across {repeats["count"]} repeats:{"min":>20}{"mean":>10}{"max":>10}{"stdev":>10}']
+    for figure in ('ok_ratio', 'goodput_per_s', 'first_text_ms.p50', 'first_text_ms.p99', 'duration_ms.p99'):
+        values = repeats['spread'][figure]
+        lines.append(f'  {figure:<29}' + ''.join(f'{_figure_text(values[key]):>10}'
+                                                  for key in ('min', 'mean', 'max', 'stdev')))
+    return lines
+
+
 def _knee_lines(result: dict) -> list[str]:
     """A --concurrencies sweep's steps and its knee."""
     if not result.get('concurrency_steps'):
@@ -6356,7 +6398,7 @@ def _goodput_lines(result: dict) -> list[str]:
     within = f'ok and {bounds}' if bounds else 'ok; no --slo bounds'
     lines = [f'good {result["good"]} of {result["runs"]} ({within}): {result["goodput_per_s"]} good runs/s',
              f'  a tool that counts a first chunk as success would report {result["first_chunk_good"]} good']
-    lines += _knee_lines(result)
+    lines += _knee_lines(result) + _repeat_lines(result)
     if not result['steps']:
         return lines
     lines.append(f'{"rate/s":>8}{"started/s":>10}{"runs":>6}{"ok":>6}{"good":>6}{"good/s":>8}{"attain":>8}'
@@ -7106,6 +7148,11 @@ def _parser() -> _OneLineParser:
     load.add_argument('--prompts', metavar='FILE',
                       help='JSON Lines of prompts, each a string or {"prompt", "system", "max_tokens"}; '
                            'the runs cycle through them')
+    load.add_argument('--repeat', type=int, metavar='K',
+                      help='run the same load K times, one after another (fresh seeds of the arrivals: --seed, '
+                           '--seed + 1, ...; see --repeat-seeds); the summary gives each figure\'s spread across them')
+    load.add_argument('--repeat-seeds', choices=('fresh', 'same'), default='fresh',
+                      help='the arrivals\' seed of each --repeat: fresh (default) or the same --seed every time')
     load.add_argument('--warmup', metavar='N|Ss',
                       help='the first N runs of the load (or its first S seconds, as 5s) warm the server up: their '
                            'records are kept and marked "warmup": true, and left out of the summary and the gates')
@@ -8656,6 +8703,22 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     return 0 if _gates_held(result) else 1
 
 
+def _repeated(args, steps):
+    """The load --repeat K asks for: its one step K times, with fresh seeds or the same one."""
+    if args.repeat is None:
+        if args.repeat_seeds != 'fresh':
+            raise UsageError('--repeat-seeds goes with --repeat K')
+        return steps
+    if args.repeat < 2:
+        raise UsageError(f'--repeat must be 2 or more loads, not {args.repeat}')
+    if steps is None or isinstance(steps, _CapacitySearch) or len(steps) > 1:
+        raise UsageError('--repeat repeats one load (--runs, or --rate with --duration): not a single run, a sweep or '
+                         'a search')
+    fresh = args.repeat_seeds == 'fresh'
+    return [dataclasses.replace(steps[0], seed=steps[0].seed + repeat * fresh, repeat=repeat)
+            for repeat in range(args.repeat)]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = _parser()
@@ -8688,7 +8751,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.output == '-':
                 raise UsageError('--output - is not supported: stdout carries the summary line; '
                                  'give the evidence a file name')
-            steps = _load_settings(args)
+            steps = _repeated(args, _load_settings(args))
             if args.report is not None and steps is None:
                 raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
             if args.csv is not None and steps is None:

@@ -579,6 +579,38 @@ class LoadTests(unittest.TestCase):
         self.assertEqual(sorted(path.name for path in self.dir.iterdir()), ['load.csv', 'load.jsonl'])
 
 
+    def test_a_repeated_load_gives_each_figures_spread_across_its_repeats(self):
+        with Fixture('ok') as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '4', '--rate', '50', '--repeat', '3',
+                           '--seed', '7', '--output', 'fresh.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+            same = run_cli('--url', fixture.url, '--model', 'm', '--runs', '2', '--repeat', '2', '--repeat-seeds',
+                           'same', '--output', 'same.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+        self.assertEqual((done.returncode, same.returncode), (0, 0), done.stderr + same.stderr)
+        records = [json.loads(line) for line in (self.dir / 'fresh.jsonl').read_text().splitlines()]
+        self.assertEqual(sorted((r['load']['repeat'], r['load']['seed'], r['run']) for r in records),
+                         [(repeat, 7 + repeat, run) for repeat in range(3) for run in range(4)])
+        self.assertEqual(len({r['load']['id'] for r in records}), 3)
+        summary = json.loads(done.stdout)
+        self.assertEqual((summary['runs'], summary['repeats']['count']), (12, 3))
+        spread = summary['repeats']['spread']
+        for repeat in range(3):
+            firsts = sorted(r['first_text_ms'] for r in records if r['load']['repeat'] == repeat)
+            self.assertEqual(spread['first_text_ms.p50']['values'][repeat], firsts[1])  # the nearest rank of 4
+        values = spread['first_text_ms.p50']['values']
+        self.assertEqual((spread['first_text_ms.p50']['min'], spread['first_text_ms.p50']['max']), (min(values), max(values)))
+        self.assertAlmostEqual(spread['first_text_ms.p50']['stdev'], statistics.stdev(values), places=2)
+        self.assertEqual(spread['ok_ratio'], {'values': [1.0] * 3, 'min': 1.0, 'max': 1.0, 'mean': 1.0, 'stdev': 0.0})
+        self.assertEqual(json.loads(run_cli('--summary', 'fresh.jsonl', cwd=self.tmp.name).stdout), summary)
+        self.assertIn('across 3 repeats:', stream_client._summary_table(summary))
+        seeds = {json.loads(line)['load']['seed'] for line in (self.dir / 'same.jsonl').read_text().splitlines()}
+        self.assertEqual(seeds, {0})
+        for args in (('--runs', '2', '--repeat', '1'), ('--repeat', '2'), ('--runs', '2', '--repeat-seeds', 'same'),
+                     ('--rates', '1,2', '--duration', '1', '--repeat', '2')):
+            with self.subTest(args=args):
+                refused = run_cli('--fixture', 'ok', *args, '--output', 'no.jsonl', cwd=self.tmp.name)
+                self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
+
+
 class GoodputTests(unittest.TestCase):
     """Goodput: runs that are ok and within every --slo bound; sweeps of open-loop steps to saturation."""
 

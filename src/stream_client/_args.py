@@ -158,6 +158,11 @@ def _parser() -> _OneLineParser:
     load.add_argument('--prompts', metavar='FILE',
                       help='JSON Lines of prompts, each a string or {"prompt", "system", "max_tokens"}; '
                            'the runs cycle through them')
+    load.add_argument('--repeat', type=int, metavar='K',
+                      help='run the same load K times, one after another (fresh seeds of the arrivals: --seed, '
+                           '--seed + 1, ...; see --repeat-seeds); the summary gives each figure\'s spread across them')
+    load.add_argument('--repeat-seeds', choices=('fresh', 'same'), default='fresh',
+                      help='the arrivals\' seed of each --repeat: fresh (default) or the same --seed every time')
     load.add_argument('--warmup', metavar='N|Ss',
                       help='the first N runs of the load (or its first S seconds, as 5s) warm the server up: their '
                            'records are kept and marked "warmup": true, and left out of the summary and the gates')

@@ -441,6 +441,22 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     return 0 if _gates_held(result) else 1
 
 
+def _repeated(args, steps):
+    """The load --repeat K asks for: its one step K times, with fresh seeds or the same one."""
+    if args.repeat is None:
+        if args.repeat_seeds != 'fresh':
+            raise UsageError('--repeat-seeds goes with --repeat K')
+        return steps
+    if args.repeat < 2:
+        raise UsageError(f'--repeat must be 2 or more loads, not {args.repeat}')
+    if steps is None or isinstance(steps, _CapacitySearch) or len(steps) > 1:
+        raise UsageError('--repeat repeats one load (--runs, or --rate with --duration): not a single run, a sweep or '
+                         'a search')
+    fresh = args.repeat_seeds == 'fresh'
+    return [dataclasses.replace(steps[0], seed=steps[0].seed + repeat * fresh, repeat=repeat)
+            for repeat in range(args.repeat)]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = _parser()
@@ -473,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.output == '-':
                 raise UsageError('--output - is not supported: stdout carries the summary line; '
                                  'give the evidence a file name')
-            steps = _load_settings(args)
+            steps = _repeated(args, _load_settings(args))
             if args.report is not None and steps is None:
                 raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
             if args.csv is not None and steps is None:

@@ -47,6 +47,7 @@ class LoadSettings:
     warmup_runs: int = 0           # the first runs (by index) are warm-up: kept, marked, left out of the summary
     warmup_s: float | None = None  # or the runs that start within this many seconds of the load's start
     search: tuple | None = None    # (LO, HI) of the --find-capacity search the step is a probe of
+    repeat: int | None = None      # which of --repeat K loads this is, from 0
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
@@ -83,7 +84,7 @@ class LoadSettings:
                 'keep_alive': self.keep_alive, 'duration': self.duration, 'step': self.step,
                 'slo': dict(self.slos) or None, 'slo_target': self.slo_target, 'processes': self.processes,
                 'warmup_runs': self.warmup_runs, 'warmup_s': self.warmup_s,
-                'search': list(self.search) if self.search else None}
+                'search': list(self.search) if self.search else None, 'repeat': self.repeat}
 
     def warms_up(self, index: int, offset_s: float) -> bool:
         """Whether run index, started offset_s after the load's start, is a warm-up run."""

@@ -8,6 +8,7 @@ import array
 import calendar
 import collections
 import math
+import statistics
 import textwrap
 import time
 
@@ -131,6 +132,7 @@ class Summary:
         self.good = self.first_chunk_good = 0
         self.steps: dict[float, _Step] | None = {} if by_step else None  # by rate
         self.searched = False              # the steps are the probes of a --find-capacity search
+        self.repeats: dict[int, Summary] | None = {} if by_step else None  # --repeat's loads, by repeat
         self.levels: dict[int, Summary] | None = {} if by_step else None  # a --concurrencies sweep's, by concurrency
         self.runs = self.ok = 0
         self.warmup_runs = 0               # warm-up runs: their records are kept, their figures left out
@@ -205,6 +207,11 @@ class Summary:
         within = _meets_slos(record, slos)
         self.good += record['ok'] and within
         self.first_chunk_good += _first_chunk_success(record) and within
+        if self.repeats is not None and load.get('repeat') is not None:
+            repeat = self.repeats.get(load['repeat'])
+            if repeat is None:
+                repeat = self.repeats[load['repeat']] = Summary(self.slos, self.slo_target, by_step=False)
+            repeat.add(record)
         if self.levels is not None and load.get('step') is not None and load.get('rate') is None:
             level = self.levels.get(load['concurrency'])
             if level is None:
@@ -272,7 +279,9 @@ class Summary:
                 'saturation_rate': saturation['rate'], 'saturation': saturation if steps else None,
                 'capacity': {'rate': saturation['rate'], 'bracket': [saturation['rate'], saturation['exceeded_at']],
                              'probes': len(steps)} if self.searched else None,
-                'concurrency_steps': levels, 'knee': _knee(levels) if levels else None}
+                'concurrency_steps': levels, 'knee': _knee(levels) if levels else None,
+                'repeats': _spread([summary.result() for _, summary in sorted(self.repeats.items())])
+                if self.repeats else None}
 
 
 class _Step:
@@ -297,6 +306,25 @@ class _Step:
                 'first_chunk_good': whole['first_chunk_good'],
                 'latency_ms': {field: whole['latency_ms'][field] for field in ('first_text_ms', 'duration_ms')},
                 'event_gaps_ms': whole['event_gaps_ms']}
+
+
+# The figures whose spread across --repeat's loads the summary gives, by their gate names.
+_SPREAD_FIGURES = ('ok_ratio', 'slo_attainment', 'goodput_per_s', 'runs_per_s',
+                   *(f'{field}.{p}' for field in _LATENCY_FIELDS for p in ('p50', 'p90', 'p99')))
+
+
+def _spread(results: list[dict]) -> dict:
+    """Each SPREAD_FIGURE across the repeats' summaries: its value in each (null where a repeat lacks it),
+    and the min, max, mean and standard deviation of the values there are."""
+    spread = {}
+    for figure in _SPREAD_FIGURES:
+        field, _, part = figure.partition('.')
+        values = [(result['latency_ms'][field] or {}).get(part) if part else result[field] for result in results]
+        known = [value for value in values if value is not None]
+        spread[figure] = {'values': values, 'min': min(known, default=None), 'max': max(known, default=None),
+                          'mean': round(statistics.fmean(known), 3) if known else None,
+                          'stdev': round(statistics.stdev(known), 3) if len(known) > 1 else None}
+    return {'count': len(results), 'spread': spread}
 
 
 def _level(number: int, concurrency: int, whole: dict) -> dict:
@@ -420,6 +448,19 @@ def _summary_table(result: dict) -> str:
         lines.append('  ' + ', '.join(tokens))
     return '\n'.join(lines + _goodput_lines(result) + _gate_lines(result.get('gates') or []))
 
+def _repeat_lines(result: dict) -> list[str]:
+    """The spread of a few figures across --repeat's loads."""
+    repeats = result.get('repeats')
+    if not repeats:
+        return []
+    lines = [f'across {repeats["count"]} repeats:{"min":>20}{"mean":>10}{"max":>10}{"stdev":>10}']
+    for figure in ('ok_ratio', 'goodput_per_s', 'first_text_ms.p50', 'first_text_ms.p99', 'duration_ms.p99'):
+        values = repeats['spread'][figure]
+        lines.append(f'  {figure:<29}' + ''.join(f'{_figure_text(values[key]):>10}'
+                                                  for key in ('min', 'mean', 'max', 'stdev')))
+    return lines
+
+
 def _knee_lines(result: dict) -> list[str]:
     """A --concurrencies sweep's steps and its knee."""
     if not result.get('concurrency_steps'):
@@ -446,7 +487,7 @@ def _goodput_lines(result: dict) -> list[str]:
     within = f'ok and {bounds}' if bounds else 'ok; no --slo bounds'
     lines = [f'good {result["good"]} of {result["runs"]} ({within}): {result["goodput_per_s"]} good runs/s',
              f'  a tool that counts a first chunk as success would report {result["first_chunk_good"]} good']
-    lines += _knee_lines(result)
+    lines += _knee_lines(result) + _repeat_lines(result)
     if not result['steps']:
         return lines
     lines.append(f'{"rate/s":>8}{"started/s":>10}{"runs":>6}{"ok":>6}{"good":>6}{"good/s":>8}{"attain":>8}'
