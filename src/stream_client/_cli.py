@@ -396,17 +396,21 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     table = _CsvFile(csv_fd) if csv_fd is not None else None
     searching = isinstance(steps, _CapacitySearch)
     view = _LoadView(sys.stderr, args.quiet, None if searching else sum(step.runs for step in steps))
-    write_error: list[OSError] = []
+    write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
 
     def on_record(record: dict) -> None:
         try:
             output.write(json.dumps(record, ensure_ascii=False) + '\n')
             output.flush()
-            if table is not None:
-                table.add(record)
         except OSError as exc:
-            write_error.append(exc)
+            write_error.append((args.output, exc))
             cancel.cancel('a failed write to the evidence file')
+        if table is not None:
+            try:
+                table.add(record)
+            except OSError as exc:
+                write_error.append((args.csv, exc))
+                cancel.cancel('a failed write to the --csv file')
         summary.add(record)
         if report is not None:
             report.add(record)
@@ -433,7 +437,8 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     _emit_summary(result, view.live, [args.output])
     _say_written(args)
     if write_error:
-        print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
+        path, exc = write_error[0]
+        print(f'{prog}: error: cannot write {path}: {exc.strerror or exc}',
               file=sys.stderr)
         return 2
     if cancel.reason in _SIGNAL_EXIT:
