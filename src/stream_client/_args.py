@@ -137,7 +137,7 @@ def _parser() -> _OneLineParser:
                       help='bound an open loop (--rate, or each step of --rates) by time instead of --runs')
     sweep.add_argument('--concurrencies', metavar='C1,C2,...',
                        help='a closed-loop sweep: one step of --runs runs per concurrency, to find the knee, the '
-                            'highest concurrency whose goodput still grew by 10%% over the step before')
+                            'highest concurrency whose goodput still grew by half as much as its concurrency did')
     sweep.add_argument('--find-capacity', metavar='LO:HI',
                        help='bisect on the open-loop rate between LO and HI runs/s, each probe a step of --duration '
                             'seconds, until the bracket is within 5%%: the capacity is the highest rate whose '

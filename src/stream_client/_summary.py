@@ -68,7 +68,8 @@ _SLO_FIGURES = {'first_text_ms': 'time to the first content event',
                'max_event_gap_ms': 'the largest gap between content events'}
 _DEFAULT_SLO_TARGET = 0.99   # the attainment a sweep step needs to be under capacity
 _RATE_TOLERANCE = 0.05       # a step also needs its achieved start rate within 5% of its schedule's
-_KNEE_GAIN = 0.10            # a closed-loop step pays when its goodput is at least 10% above the step before's
+_KNEE_SHARE = 0.5            # a closed-loop step pays when its goodput grew by half what its added concurrency
+                             # would give if goodput grew in proportion to it
 
 
 def _parse_slos(texts: list[str]) -> tuple:
@@ -336,24 +337,26 @@ def _level(number: int, concurrency: int, whole: dict) -> dict:
 
 
 def _knee(levels: list[dict]) -> dict:
-    """The knee of a closed-loop sweep: walking up the concurrencies, the last one whose goodput was at
-    least KNEE_GAIN above the step before's (the first step always counts); past it, more runs in flight
-    add waiting, not answers. Says what the step past it showed."""
+    """The knee of a closed-loop sweep: walking up the concurrencies, the last one whose goodput grew by at
+    least KNEE_SHARE of what its added concurrency would give in proportion (from 4 to 8 in flight, by
+    half of 100%: 50%; the first step always counts). Past it, more runs in flight add waiting, not
+    answers. Says what the step past it showed."""
     knee, past, why = levels[0], None, None
     for before, level in zip(levels, levels[1:]):
         gain = None if not before['goodput_per_s'] or level['goodput_per_s'] is None else \
             level['goodput_per_s'] / before['goodput_per_s'] - 1
-        if gain is not None and gain >= _KNEE_GAIN:
+        proportional = level['concurrency'] / before['concurrency'] - 1
+        if gain is not None and gain >= _KNEE_SHARE * proportional:
             knee = level
             continue
         past = level
         first = [(step['latency_ms']['first_text_ms'] or {}).get('p50') for step in (before, level)]
         grew = 'no goodput to compare' if gain is None else f'goodput grew {100 * gain:.1f}%'
-        why = (f'from {before["concurrency"]} to {level["concurrency"]} runs in flight {grew}, under '
-               f'{100 * _KNEE_GAIN:.0f}%, while first text p50 went from {_ms(first[0])} to {_ms(first[1])}')
+        why = (f'from {before["concurrency"]} to {level["concurrency"]} runs in flight {grew}, under half of '
+               f'{100 * proportional:.0f}%, while first text p50 went from {_ms(first[0])} to {_ms(first[1])}')
         break
     if past is None:
-        why = f'goodput grew {100 * _KNEE_GAIN:.0f}% or more at every step: the knee lies above the highest concurrency'
+        why = 'goodput grew by half its concurrency\'s growth or more at every step: the knee lies above the highest'
     return {'concurrency': knee['concurrency'], 'past': past and past['concurrency'], 'why': why}
 
 
