@@ -40,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MAX_REQUEST_BYTES = 65_536
 DELAY = 0.05               # seconds before each write unless the caller says: slow enough to watch an answer arrive
+CAPACITY = 20.0           # streams the capacity mode starts per second at most, unless the caller says
 KEEP_ALIVE_TIMEOUT = 5.0   # seconds a kept-alive connection may wait for its next request (uvicorn's default)
 HOLD_LIMIT = 60.0          # seconds a held, stalled or dripping response lasts at most
 DRIP_INTERVAL = 0.1        # seconds between keepalive comments in drip mode
@@ -864,6 +865,7 @@ JSON_MODES = ('json-ok', 'json-invalid')
 # Each mode maps a profile to a plan. Add a mode by adding a line (and to ONLY_ON if it is API-specific).
 MODES = {
     'ok': _complete,
+    'capacity': _complete,  # ok, each answer started in its turn: at most the server's capacity per second
     'broken': lambda p: Plan(p.opening()),
     'length': lambda p: Plan(p.opening() + p.closing('length')),
     'malformed': lambda p: Plan(p.opening() + [b'data: {invalid}\n\n']),
@@ -1251,6 +1253,8 @@ class Handler(BaseHTTPRequestHandler):
         if request['stream'] is False:
             self._send(*pair_unstreamed(profile, PAIRS[mode]))
             return
+        if mode == 'capacity':
+            self.server.turns.wait()
         self._answer(MODES[mode](profile), profile, origin)
 
     def _tokenize(self) -> None:
@@ -1334,6 +1338,23 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
+class Turns:
+    """The capacity mode's admission: answers start at least 1/capacity seconds apart, each request in
+    its turn in arrival order, so that the server serves at most capacity streams per second; a request
+    that arrives while the server is behind waits, and its first text comes that much later."""
+
+    def __init__(self, capacity: float) -> None:
+        self.spacing = 1 / capacity
+        self.lock = threading.Lock()
+        self.next_turn = 0.0
+
+    def wait(self) -> None:
+        with self.lock:
+            turn = max(time.monotonic(), self.next_turn)
+            self.next_turn = turn + self.spacing
+        time.sleep(max(0.0, turn - time.monotonic()))
+
+
 class FixtureServer(ThreadingHTTPServer):
     """The fixture's HTTP server on 127.0.0.1, its settings given when it is built (see server()).
     A client that drops the connection or fails the TLS handshake is not an error here."""
@@ -1345,7 +1366,7 @@ class FixtureServer(ThreadingHTTPServer):
                  replay: bytes | None = None, replay_twin: bytes | None = None, tls_cert: str | None = None, tls_key: str | None = None,
                  seed: int = 0, model_name: str | None = None, idle_close: float = KEEP_ALIVE_TIMEOUT,
                  close_notify: bool = True, cut_turn: int | None = None, cut_session: str | None = None,
-                 record: bool = False, tokenize: bool = True) -> None:
+                 record: bool = False, tokenize: bool = True, capacity: float = CAPACITY) -> None:
         if mode not in CHOICES:
             raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
         if profile not in PROFILE_NAMES:
@@ -1361,6 +1382,8 @@ class FixtureServer(ThreadingHTTPServer):
             raise ValueError('model_name must not be empty')
         if not idle_close > 0:
             raise ValueError('idle_close must be a positive number of seconds')
+        if not 0 < capacity < float('inf'):
+            raise ValueError('capacity must be a positive number of streams per second')
         if not close_notify and not tls_cert:
             raise ValueError('close_notify is TLS\'s closure alert: it needs tls_cert')
         if (cut_turn is not None or cut_session is not None) and mode != AGENT:
@@ -1382,6 +1405,7 @@ class FixtureServer(ThreadingHTTPServer):
         # the answer to an unstreamed request (stream false) while replaying: a capture of its own
         self.replay_twin = mark_replay(*parse_capture(replay_twin)) if replay_twin is not None else None
         self.schedule = Schedule(seed)  # the mixed mode's modes, and what it served
+        self.turns = Turns(capacity)    # the capacity mode's start times
         self.last_request = None  # (headers, JSON body) of the last request answered, for tests
         self.scheme = 'https' if tls_cert else 'http'
         super().__init__(('127.0.0.1', port), Handler)
@@ -1424,7 +1448,8 @@ def server(port: int = 18080, mode: str = 'ok', delay: float | None = None, **se
     connections without their closure alert, as a cut does. In the agent mode: cut_turn N cuts the
     first answer of turn N of every session, or with cut_session TEXT of the sessions whose first user
     turn contains TEXT; record True keeps each request and its answer in ``received`` (AgentAnswer).
-    POST /tokenize is answered as vLLM does, with count_tokens(), unless tokenize is False.
+    POST /tokenize is answered as vLLM does, with count_tokens(), unless tokenize is False. capacity,
+    the streams per second the capacity mode starts at most (default CAPACITY).
     """
     return FixtureServer(port, mode=mode, delay=delay, **settings)
 
@@ -1485,6 +1510,9 @@ def main(argv: list[str] | None = None) -> int:
                              'disconnected" on a reused connection')
     parser.add_argument('--tls-cert', metavar='PEM', help='serve HTTPS with this certificate (chain)')
     parser.add_argument('--tls-key', metavar='PEM', help='the private key of --tls-cert')
+    parser.add_argument('--capacity', type=float, default=CAPACITY, metavar='R',
+                        help=f'the capacity mode starts at most R answers per second, each in its turn (default '
+                             f'{CAPACITY:g})')
     parser.add_argument('--tls-no-close-notify', action='store_true',
                         help='with --tls-cert: end connections without TLS\'s closure alert, as a cut does (a '
                              '--replay without Content-Length or chunking then ends unfinished)')
@@ -1520,7 +1548,7 @@ def main(argv: list[str] | None = None) -> int:
                           tls_cert=args.tls_cert, tls_key=args.tls_key, seed=args.seed,
                           model_name=args.model_name, idle_close=args.idle_close,
                           close_notify=not args.tls_no_close_notify, cut_turn=args.cut_turn,
-                          cut_session=args.cut_session)
+                          cut_session=args.cut_session, capacity=args.capacity)
     except ValueError as exc:
         parser.error(str(exc))
     except OSError as exc:  # includes ssl.SSLError for an unusable certificate or key

@@ -295,6 +295,7 @@ def in_threads(work, items: list, threads: int = 8) -> list:
 # The verdict of every fixture mode: what the fixture tests, loads and the reactor expect.
 FIXTURE_EXPECTED = {
     'ok': row(True, True, True, None, None, ANSWER),
+    'capacity': row(True, True, True, None, None, ANSWER),
     'broken': row(True, True, False, 'application',
                   {'': 'EOF before [DONE] after 2 content events',
                    'responses': 'EOF before a terminal event (response.completed) after 2 content events',

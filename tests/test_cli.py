@@ -117,8 +117,8 @@ class CommandLineTests(unittest.TestCase):
                 '--compare only reads saved evidence; --capture is for runs that send requests',
             ('--summary', 'load.jsonl', '--compare', 'load.jsonl'): '--compare and --summary exclude each other',
             ('--fixture', 'ok', '--keep-alive', '--output', 'a.jsonl'): '--keep-alive needs --runs of 2 or more',
-            ('--compare', 'load.jsonl'): 'load.jsonl holds the records of a load, one per line: --compare takes '
-                                         'files of one record each; use --summary load.jsonl to read a load',
+            ('--compare', 'load.jsonl'): '--compare of loads takes two files, BASE CANDIDATE, not 1; use --summary '
+                                         'load.jsonl to read one load',
         }
         results = [run_cli(*args, cwd=self.tmp.name) for args in cases]
         for (args, words), done in zip(cases.items(), results):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import csv
 import dataclasses
 import io
 import json
@@ -506,6 +507,111 @@ class LoadTests(unittest.TestCase):
         self.assertIn('<h1>4 of 4 runs ok  (of 251 planned)</h1>', report.html())
 
 
+    def test_warm_up_runs_are_kept_and_marked_and_left_out_of_the_summary(self):
+        with Fixture('ok') as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '7', '--warmup', '3', '--concurrency', '2',
+                           '--output', 'warm.jsonl', '--quiet', cwd=self.tmp.name)
+        records = [json.loads(line) for line in (self.dir / 'warm.jsonl').read_text().splitlines()]
+        self.assertEqual(sorted((record['run'], record['warmup']) for record in records),
+                         [(run, run < 3) for run in range(7)])
+        self.assertEqual({record['load']['warmup_runs'] for record in records}, {3})
+        summary = json.loads(done.stdout)
+        self.assertEqual((summary['runs'], summary['warmup_runs'], summary['planned_runs']), (4, 3, 4))
+        self.assertEqual(json.loads(run_cli('--summary', 'warm.jsonl', cwd=self.tmp.name).stdout), summary)
+        settings = stream_client.LoadSettings(runs=10, warmup_s=2.0)
+        self.assertEqual([settings.warms_up(9, offset) for offset in (0.0, 1.999, 2.0, 5.0)], [True, True, False, False])
+        for warmup in ('7', '0', '-1', 'x', '0s', 'nans'):
+            with self.subTest(warmup=warmup):
+                refused = run_cli('--fixture', 'ok', '--runs', '7', '--warmup', warmup, '--output', 'no.jsonl',
+                                  cwd=self.tmp.name)
+                self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
+
+    def test_warm_up_runs_are_left_out_of_the_gates_and_the_report(self):
+        records = [{**fake_record(run, ok=run >= 2, error=None if run >= 2 else 'transport: cut'),
+                    'warmup': run < 2} for run in range(6)]
+        (self.dir / 'warm.jsonl').write_text(''.join(json.dumps(record) + '\n' for record in records))
+        done = run_cli('--summary', 'warm.jsonl', '--report', 'warm.html', cwd=self.tmp.name)
+        summary = json.loads(done.stdout)
+        self.assertEqual((done.returncode, summary['runs'], summary['not_ok'], summary['warmup_runs']), (0, 4, 0, 2))
+        self.assertEqual(summary['gates'], [{'expr': 'ok_ratio < 1', 'value': 1.0, 'held': True}])
+        self.assertIn('<h1>4 of 4 runs ok</h1>', (self.dir / 'warm.html').read_text())
+        self.assertIn('and 2 warm-up runs, left out of every figure below', stream_client._summary_table(summary))
+        (self.dir / 'cold.jsonl').write_text(''.join(json.dumps({**record, 'warmup': False}) + '\n'
+                                                     for record in records))
+        self.assertEqual(run_cli('--summary', 'cold.jsonl', cwd=self.tmp.name).returncode, 1)
+
+
+    def test_csv_has_a_row_of_flat_figures_per_run_and_the_summary_as_figure_value_rows(self):
+        with Fixture('mixed', seed=4) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--rate', '200', '--runs', '10', '--warmup', '2',
+                           '--output', 'load.jsonl', '--csv', 'load.csv', '--quiet', cwd=self.tmp.name, timeout=60)
+        records = {record['run']: record for record in map(json.loads, (self.dir / 'load.jsonl').read_text().splitlines())}
+        with open(self.dir / 'load.csv', newline='', encoding='utf-8') as file:
+            rows = list(csv.DictReader(file))
+        self.assertEqual(list(rows[0]), list(stream_client._CSV_COLUMNS))
+        self.assertEqual(sorted(int(row['run']) for row in rows), list(range(10)))
+        for row in rows:
+            record = records[int(row['run'])]
+            self.assertEqual((row['ok'], row['warmup'], row['error_kind']),
+                             (str(record['ok']), str(record['warmup']), record['error_kind'] or ''))
+            self.assertEqual((float(row['scheduled_ms']), float(row['load.rate'])), (record['scheduled_ms'], 200.0))
+            if record['first_text_ms'] is not None:
+                self.assertAlmostEqual(float(row['first_text_from_schedule_ms']),
+                                       record['offset_ms'] - record['scheduled_ms'] + record['first_text_ms'], places=2)
+        summary = json.loads(done.stdout)
+        table = run_cli('--summary', 'load.jsonl', '--format', 'csv', cwd=self.tmp.name)
+        self.assertEqual(table.returncode, done.returncode)
+        figures = dict(csv.reader(io.StringIO(table.stdout)))
+        self.assertEqual(figures['figure'], 'value')
+        self.assertEqual((figures['runs'], figures['warmup_runs']), ('8', '2'))
+        self.assertEqual(figures['latency_ms.first_text_ms.p50'], str(summary['latency_ms']['first_text_ms']['p50']))
+        self.assertEqual(figures['gates.0.expr'], 'ok_ratio < 1')
+        self.assertEqual(figures['gates.0.held'], str(summary['gates'][0]['held']))
+        for kind, count in summary['not_ok_by_kind'].items():
+            self.assertEqual(figures[f'not_ok_by_kind.{kind}'], str(count))
+        for args in (('--fixture', 'ok', '--runs', '2', '--output', 'x.jsonl', '--csv', 'x.jsonl'),
+                     ('--fixture', 'ok', '--runs', '2', '--output', 'y.jsonl', '--report', 'y.html', '--csv', 'y.html'),
+                     ('--fixture', 'ok', '--output', 'one.json', '--csv', 'one.csv'),
+                     ('--fixture', 'ok', '--runs', '2', '--output', 'z.jsonl', '--format', 'csv'),
+                     ('--summary', 'load.jsonl', '--format', 'markdown')):
+            with self.subTest(args=args):
+                refused = run_cli(*args, cwd=self.tmp.name)
+                self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
+        self.assertEqual(sorted(path.name for path in self.dir.iterdir()), ['load.csv', 'load.jsonl'])
+
+
+    def test_a_repeated_load_gives_each_figures_spread_across_its_repeats(self):
+        with Fixture('ok') as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '4', '--rate', '50', '--repeat', '3',
+                           '--seed', '7', '--output', 'fresh.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+            same = run_cli('--url', fixture.url, '--model', 'm', '--runs', '2', '--repeat', '2', '--repeat-seeds',
+                           'same', '--output', 'same.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+        self.assertEqual((done.returncode, same.returncode), (0, 0), done.stderr + same.stderr)
+        records = [json.loads(line) for line in (self.dir / 'fresh.jsonl').read_text().splitlines()]
+        self.assertEqual(sorted((r['load']['repeat'], r['load']['seed'], r['run']) for r in records),
+                         [(repeat, 7 + repeat, run) for repeat in range(3) for run in range(4)])
+        self.assertEqual(len({r['load']['id'] for r in records}), 3)
+        summary = json.loads(done.stdout)
+        self.assertEqual((summary['runs'], summary['repeats']['count']), (12, 3))
+        spread = summary['repeats']['spread']
+        for repeat in range(3):
+            firsts = sorted(r['first_text_ms'] for r in records if r['load']['repeat'] == repeat)
+            self.assertEqual(spread['first_text_ms.p50']['values'][repeat], firsts[1])  # the nearest rank of 4
+        values = spread['first_text_ms.p50']['values']
+        self.assertEqual((spread['first_text_ms.p50']['min'], spread['first_text_ms.p50']['max']), (min(values), max(values)))
+        self.assertAlmostEqual(spread['first_text_ms.p50']['stdev'], statistics.stdev(values), places=2)
+        self.assertEqual(spread['ok_ratio'], {'values': [1.0] * 3, 'min': 1.0, 'max': 1.0, 'mean': 1.0, 'stdev': 0.0})
+        self.assertEqual(json.loads(run_cli('--summary', 'fresh.jsonl', cwd=self.tmp.name).stdout), summary)
+        self.assertIn('across 3 repeats:', stream_client._summary_table(summary))
+        seeds = {json.loads(line)['load']['seed'] for line in (self.dir / 'same.jsonl').read_text().splitlines()}
+        self.assertEqual(seeds, {0})
+        for args in (('--runs', '2', '--repeat', '1'), ('--repeat', '2'), ('--runs', '2', '--repeat-seeds', 'same'),
+                     ('--rates', '1,2', '--duration', '1', '--repeat', '2')):
+            with self.subTest(args=args):
+                refused = run_cli('--fixture', 'ok', *args, '--output', 'no.jsonl', cwd=self.tmp.name)
+                self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
+
+
 class GoodputTests(unittest.TestCase):
     """Goodput: runs that are ok and within every --slo bound; sweeps of open-loop steps to saturation."""
 
@@ -633,6 +739,106 @@ class GoodputTests(unittest.TestCase):
         self.assertIn('<h2>Sweep</h2>', page)
         self.assertIn('up to 2 runs/s', page)
 
+    def test_latency_from_the_schedule_shows_a_stall_that_latency_from_the_send_hides(self):
+        # The server stalls once, its first request for 1 s; one run in flight at a time, due every 50 ms.
+        # From their sends, 29 of the 30 runs are fast and p90 hides the stall; from the schedule, run k (due
+        # at 50k ms) cannot start before run 0 ends, after at least 1,000 ms: runs 1 to 3 are at least 850 ms
+        # late, so p90 (the 4th largest of 30) is at least 850 ms.
+        stalled = threading.Event()
+        answer = fixture_server.Handler._answer
+
+        def stall_once(handler, *plan) -> None:
+            if not stalled.is_set():
+                stalled.set()
+                time.sleep(1.0)
+            answer(handler, *plan)
+        with mock.patch.object(fixture_server.Handler, '_answer', stall_once), Fixture('ok') as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--rate', '20', '--runs', '30', '--concurrency', '1',
+                           '--arrivals', 'constant', '--slo', 'first_text_from_schedule_ms=500',
+                           '--fail-if', 'first_text_from_schedule_ms.p90 > 500', '--fail-if', 'first_text_ms.p90 > 500',
+                           '--output', 'stall.jsonl', '--quiet', cwd=self.tmp.name, timeout=60)
+        summary, records = json.loads(done.stdout), self.records('stall.jsonl')
+        self.assertEqual(sorted(record['scheduled_ms'] for record in records), [50.0 * run for run in range(30)])
+        self.assertTrue(all(record['ok'] for record in records))
+        first = next(record for record in records if record['run'] == 0)
+        self.assertGreaterEqual(first['first_text_ms'], 1000)
+        from_send = sorted(record['first_text_ms'] for record in records)
+        from_schedule = sorted(record['offset_ms'] - record['scheduled_ms'] + record['first_text_ms']
+                               for record in records)
+        latency = summary['latency_ms']
+        self.assertEqual(latency['first_text_ms']['p90'], from_send[26])
+        self.assertAlmostEqual(latency['first_text_from_schedule_ms']['p90'], from_schedule[26], places=2)
+        self.assertLess(latency['first_text_ms']['p90'], first['first_text_ms'])  # the stall is one run of 30
+        self.assertGreaterEqual(latency['first_text_from_schedule_ms']['p90'], 850)
+        self.assertEqual(summary['good'], sum(value <= 500 for value in from_schedule))
+        self.assertEqual([gate['held'] for gate in summary['gates']], [False, True])
+        self.assertEqual(done.returncode, 1)
+        self.assertEqual(json.loads(run_cli('--summary', 'stall.jsonl', cwd=self.tmp.name).stdout)['latency_ms'],
+                         latency)
+
+    def test_a_concurrency_sweep_names_the_knee_of_a_server_that_answers_four_at_a_time(self):
+        # The server answers at most 4 requests at once, each in at least 7 fixture delays of 50 ms: 4 in
+        # flight serve about 4 times what 1 does; 8 in flight wait for the same 4 slots, the two steps' 8 runs
+        # both taking two rounds of at least 350 ms.
+        four_at_a_time = threading.Semaphore(4)
+        answer = fixture_server.Handler._answer
+
+        def answer_four(handler, *plan) -> None:
+            with four_at_a_time:
+                answer(handler, *plan)
+        with mock.patch.object(fixture_server.Handler, '_answer', answer_four), Fixture('ok', delay=0.05) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--concurrencies', '8,1,4', '--runs', '8',
+                           '--output', 'knee.jsonl', '--quiet', cwd=self.tmp.name, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        summary, records = json.loads(done.stdout), self.records('knee.jsonl')
+        self.assertEqual({(r['load']['step'], r['load']['concurrency']) for r in records}, {(0, 1), (1, 4), (2, 8)})
+        levels = summary['concurrency_steps']
+        self.assertEqual([(level['concurrency'], level['runs']) for level in levels], [(1, 8), (4, 8), (8, 8)])
+        self.assertEqual((summary['knee']['concurrency'], summary['knee']['past']), (4, 8))
+        self.assertIn('from 4 to 8 runs in flight goodput grew', summary['knee']['why'])
+        # at 8 in flight, 4 runs wait a round (at least 350 ms) for a slot before their first text
+        self.assertGreater(levels[2]['latency_ms']['first_text_ms']['p90'], levels[1]['latency_ms']['first_text_ms']['p90'])
+        self.assertEqual(json.loads(run_cli('--summary', 'knee.jsonl', cwd=self.tmp.name).stdout), summary)
+        self.assertIn('knee at 4 in flight; from 4 to 8', stream_client._summary_table(summary))
+        grows = [{'concurrency': c, 'goodput_per_s': g, 'latency_ms': {'first_text_ms': None}} for c, g in ((1, 1.0), (2, 1.9))]
+        self.assertEqual(stream_client._knee(grows)['concurrency'], 2)
+        self.assertIn('the knee lies above', stream_client._knee(grows)['why'])
+        for args in (('--concurrencies', '1,4'), ('--concurrencies', '1,x', '--runs', '2'),
+                     ('--concurrencies', '1,1', '--runs', '2'), ('--concurrencies', '1,2', '--runs', '2', '--rate', '3'),
+                     ('--concurrencies', '1,2', '--runs', '2', '--concurrency', '3')):
+            with self.subTest(args=args):
+                refused = run_cli('--fixture', 'ok', *args, '--output', 'no.jsonl', cwd=self.tmp.name)
+                self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
+
+    def test_a_capacity_search_finds_a_server_of_known_capacity_within_10_percent(self):
+        # The capacity mode starts at most 40 answers per second, each in its turn. At a constant rate r above
+        # 40, run k (due at k/r s) waits for its turn at k/40 s: at 43/s (7.5% over) run 37 on waits over 64 ms,
+        # so 40% of the 1.5 s probe's runs miss the 70 ms bound (first text takes a few ms here) and it fails
+        # its 0.8 target; at or under 40/s no run waits. The bisection stops when its bracket is within 5%.
+        with Fixture('capacity', capacity=40.0) as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--find-capacity', '10:80', '--duration', '1.5',
+                           '--arrivals', 'constant', '--slo', 'first_text_ms=70', '--slo-target', '0.8',
+                           '--output', 'capacity.jsonl', '--quiet', cwd=self.tmp.name, timeout=120)
+        summary, records = json.loads(done.stdout), self.records('capacity.jsonl')
+        self.assertEqual(stream_client._scheduled_runs(10, 'constant', 0, 1.0), 10)  # not 11: no summed rounding
+        capacity = summary['capacity']
+        self.assertTrue(36 <= capacity['rate'] <= 44, capacity)
+        low, high = capacity['bracket']
+        self.assertEqual(low, capacity['rate'])
+        self.assertLessEqual(high - low, 0.05 * high)
+        probes = sorted({(r['load']['step'], r['load']['rate']) for r in records})
+        self.assertEqual([rate for _, rate in probes[:2]], [10.0, 80.0])  # LO, then HI, then the middles
+        self.assertEqual(len(probes), capacity['probes'])
+        self.assertEqual({tuple(r['load']['search']) for r in records}, {(10.0, 80.0)})
+        self.assertEqual(json.loads(run_cli('--summary', 'capacity.jsonl', cwd=self.tmp.name).stdout), summary)
+        self.assertIn(f'capacity {capacity["rate"]:g} runs/s at the target', stream_client._summary_table(summary))
+        for args in (('--find-capacity', '10:80'), ('--find-capacity', '80:10', '--duration', '1'),
+                     ('--find-capacity', '10', '--duration', '1'), ('--find-capacity', '1:8', '--duration', '1',
+                                                                   '--rate', '3')):
+            with self.subTest(args=args):
+                refused = run_cli('--fixture', 'ok', *args, '--output', 'no.jsonl', cwd=self.tmp.name)
+                self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
+
     def test_a_step_whose_runs_cannot_start_on_time_is_past_capacity(self):
         # One run in flight at a time, each at least 7 fixture delays of 10 ms long: at most about 14 starts
         # per second, under 95% of the 20 per second scheduled, however fast the machine.
@@ -662,8 +868,9 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual(json.loads(again.stdout), summary)
         self.assertIn(['4 (cut)'], [cells[:1] for cells in PageReader((self.dir / 'sweep.html').read_text()).cells])
         table = stream_client._summary_table(summary).splitlines()
-        self.assertTrue(table[-2].startswith('       4') and table[-2].endswith('  cut'), table)
-        self.assertLessEqual(len(table[-2]), stream_client._TERMINAL_COLUMNS)
+        step = next(line for line in table if line.startswith('       4'))  # the step's row
+        self.assertTrue(step.endswith('  cut'), table)
+        self.assertLessEqual(len(step), stream_client._TERMINAL_COLUMNS)
 
     def test_a_cancel_calls_its_hooks_once_at_once(self):
         cancel, called = stream_client.Cancel(), []

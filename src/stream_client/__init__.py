@@ -52,7 +52,11 @@ _transport     ``run()`` and ``stream()``: one request, read under the idle
                timeout and the overall deadline; the cross-check's twin
 _reactor       ``_Reactor``: one thread per process reads every response of a load
 _load          ``run_load()``: runs from worker threads or forked processes
+_gates         ``--fail-if`` gates on a summary, sans-IO: parsed before anything
+               is sent, evaluated on the summary's figures
 _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of a load
+_comparison    two loads side by side, sans-IO: the differences of their figures,
+               with seeded bootstrap intervals for latency (``--compare BASE CANDIDATE``)
 _workloads     workload files, sans-IO: ``_parse_sessions()`` reads a --sessions file, and
                ``_Conversation`` is the history a session sends, in its API's shape
 _sessions      ``_run_sessions()``: multi-turn agent sessions, each request one run, a run not ok

@@ -81,8 +81,8 @@ def _parser() -> _OneLineParser:
         prog=_program_name('stream_client'), allow_abbrev=False,
         description='Stream answers from vLLM or another compatible server (chat completions, completions, the '
                     'Responses API or the Anthropic Messages API) and save evidence of whether each really finished: one run, or many at '
-                    'once with a summary built from their verdicts. Exit status: 0 every run ok, 1 a run not ok, '
-                    '2 bad arguments or output path, 130/143 interrupted.',
+                    'once with a summary built from their verdicts. Exit status: 0 every run ok (or every '
+                    '--fail-if gate held), 1 a run not ok (or a gate failed), 2 bad arguments or output path, 130/143 interrupted.',
         epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
     send = parser.add_argument_group('what to send')
     send.add_argument('--url', help=f'the endpoint (default {_DEFAULT_URL}); a path ending in '
@@ -140,15 +140,23 @@ def _parser() -> _OneLineParser:
                       help='spread the load\'s runs and its --concurrency over P forked worker processes '
                            '(default 1), so that at hundreds of streams the client\'s own work does not delay '
                            'the timestamps; this process still writes the one evidence file')
-    load.add_argument('--rates', metavar='R1,R2,...',
+    sweep = parser.add_argument_group('goodput and sweeps (docs/goodput.md)')
+    sweep.add_argument('--rates', metavar='R1,R2,...',
                       help='a sweep: one open-loop step per rate, each for --duration seconds, to find the rate '
                            'at which the server saturates (see --slo)')
     load.add_argument('--duration', type=float, metavar='S',
                       help='bound an open loop (--rate, or each step of --rates) by time instead of --runs')
-    load.add_argument('--slo', action='append', metavar='NAME=MS',
+    sweep.add_argument('--concurrencies', metavar='C1,C2,...',
+                       help='a closed-loop sweep: one step of --runs runs per concurrency, to find the knee, the '
+                            'highest concurrency whose goodput still grew by half as much as its concurrency did')
+    sweep.add_argument('--find-capacity', metavar='LO:HI',
+                       help='bisect on the open-loop rate between LO and HI runs/s, each probe a step of --duration '
+                            'seconds, until the bracket is within 5%%: the capacity is the highest rate whose '
+                            'probe met --slo-target (and started its runs on time)')
+    sweep.add_argument('--slo', action='append', metavar='NAME=MS',
                       help='a bound a good run meets, repeatable: ' + ', '.join(_SLO_FIGURES) + '; goodput counts '
                            'the runs that are ok and within every bound')
-    load.add_argument('--slo-target', type=float, metavar='F',
+    sweep.add_argument('--slo-target', type=float, metavar='F',
                       help=f'the attainment (good runs over all) a sweep step needs to count as under capacity '
                            f'(default {_DEFAULT_SLO_TARGET})')
     load.add_argument('--arrivals', choices=_ARRIVALS, default='poisson',
@@ -181,6 +189,20 @@ def _parser() -> _OneLineParser:
                       help='each run\'s output budget drawn from MEAN-SPREAD to MEAN+SPREAD (seeded by --seed)')
     load.add_argument('--shared-prefix-tokens', metavar='N[:K]',
                       help='with --input-tokens: the first N tokens shared by all prompts, or by K groups of them')
+    load.add_argument('--repeat', type=int, metavar='K',
+                      help='run the same load K times, one after another (fresh seeds of the arrivals: --seed, '
+                           '--seed + 1, ...; see --repeat-seeds); the summary gives each figure\'s spread across them')
+    load.add_argument('--repeat-seeds', choices=('fresh', 'same'), default='fresh',
+                      help='the arrivals\' seed of each --repeat: fresh (default) or the same --seed every time')
+    load.add_argument('--warmup', metavar='N|Ss',
+                      help='the first N runs of the load (or its first S seconds, as 5s) warm the server up: their '
+                           'records are kept and marked "warmup": true, and left out of the summary and the gates')
+    gate = parser.add_argument_group('gating a decision on the summary (docs/decisions.md)')
+    gate.add_argument('--fail-if', action='append', metavar='EXPR',
+                      help='exit 1 when EXPR, FIGURE OP NUMBER, is true of the summary, repeatable, e.g. '
+                           '"first_text_ms.p99 > 500", "ok_ratio < 0.999", "error_kind.eof_before_done > 0"; '
+                           'with a load or --summary FILE; without it, the gate is every run ok. With --compare '
+                           'BASE CANDIDATE, "delta.FIGURE" reads a difference, in %% of the base with NUMBER%%')
     out = parser.add_argument_group('where the evidence goes')
     out.add_argument('--output', metavar='FILE',
                      help='new file for the evidence (required): one JSON record, or with many runs one record '
@@ -191,6 +213,9 @@ def _parser() -> _OneLineParser:
     out.add_argument('--report', metavar='FILE',
                      help='new file for an HTML page of the load (with --runs, or from --summary files): summary, '
                           'settings, a timeline of every run, distributions, errors; static, no script')
+    out.add_argument('--csv', metavar='FILE',
+                     help='new file for a CSV table of the load: a header, then one row per run of its flat figures '
+                          '(verdict, timings, schedule, step), for spreadsheets and pandas')
     out.add_argument('--quiet', action='store_true',
                      help='nothing on stderr: no live text, verdict, progress or table (stdout keeps its JSON line)')
     fix = parser.add_argument_group('the built-in fixture')
@@ -204,7 +229,14 @@ def _parser() -> _OneLineParser:
                      help="the bytes --fixture speaks: the guide's fixture or vLLM 0.32's (default guide), or "
                           "a server beside vLLM in its own bytes: llama.cpp, tgi, sglang or ollama")
     read = parser.add_argument_group('reading saved evidence (nothing is sent)')
-    read.add_argument('--compare', nargs='+', metavar='RECORD', help='print saved records side by side')
+    read.add_argument('--compare', nargs='+', metavar='RECORD',
+                      help='print saved records side by side; given two loads (JSON Lines files), BASE CANDIDATE: '
+                           'their verdicts, each latency figure\'s p50, p90 and p99 with a bootstrap 95%% interval '
+                           'of the difference (seeded by --seed), goodput and attainment; --fail-if can gate on a '
+                           'difference, as "delta.first_text_ms.p99 > 10%%"')
+    read.add_argument('--format', choices=('json', 'markdown', 'csv'), default='json',
+                      help='what stdout gets instead of the JSON line (json, the default): markdown, a table of '
+                           '--compare of two loads for a pull-request comment; csv, the --summary as figure,value rows')
     read.add_argument('--summary', nargs='+', metavar='FILE',
                       help='the summary of saved runs (JSON Lines or single records), as a load prints it')
     read.add_argument('--mixed-sources', action='store_true',
@@ -444,8 +476,8 @@ class _Fixture:
 
 
 # What --compare and --summary take besides their files; every other flag is for a run.
-_READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
-                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target')}
+_READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources', 'fail_if', 'format', 'seed', 'slo', 'slo_target'),
+                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target', 'fail_if', 'format')}
 # prepare()'s and LoadSettings' parameters, by the flag a user typed.
 _FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',

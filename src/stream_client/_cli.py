@@ -3,6 +3,8 @@
 ``main()`` turns expected failures into one line and exit status 2, and
 every other path into evidence on disk and a summary on stdout.
 """
+import dataclasses
+import itertools
 import json
 import math
 import os
@@ -17,10 +19,12 @@ from ._verdict import _interrupted_before_sending
 from ._record import _failed_record
 from ._transport import run
 from ._load import LoadSettings, run_load, _scheduled_runs
-from ._summary import _parse_slos, Summary, _summary_table
+from ._gates import _evaluate_gates, _gates_held, _parse_gates, _SCHEDULE_FIELDS
+from ._summary import _parse_slos, _saturation_step, Summary, _summary_table
+from ._comparison import _compare_loads, _comparison_markdown
 from ._report import Report
 from ._evidence import (
-    _default_signals, _ignore_signals, _load_records, _reserve_output, _save_capture, _SIGNAL_EXIT, summarize,
+    _check_sources, _CsvFile, _default_signals, _summary_csv, _ignore_signals, iter_records, _load_records, _reserve_output, _save_capture, _SIGNAL_EXIT, summarize,
     _write_record, _write_report)
 from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args,
@@ -90,7 +94,12 @@ def _emit(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush cannot fail
 
 
-def _compare(args, prog: str) -> int:
+def _compare(args, prog: str, gates: tuple) -> int:
+    if _holds_loads(args.compare):
+        return _compare_two_loads(args, prog, gates)
+    if args.fail_if or args.format != 'json' or args.slo or args.slo_target is not None or args.seed != 0:
+        raise UsageError('--fail-if, --format, --slo, --slo-target and --seed compare two loads (JSON Lines files); '
+                         'single records are only printed side by side')
     records = _load_records(args.compare, args.mixed_sources)
     differ = _settings_differ(records)
     if differ:
@@ -100,7 +109,40 @@ def _compare(args, prog: str) -> int:
     return 0
 
 
-def _summary_command(args, prog: str) -> int:
+def _holds_loads(paths: list[str]) -> bool:
+    """Whether a file among paths holds the records of a load (several, or one with its load's settings)."""
+    for path in paths:
+        reading = iter_records(path)
+        found = list(itertools.islice(reading, 2))
+        reading.close()
+        if len(found) > 1 or any('load' in record for record in found):
+            return True
+    return False
+
+
+def _compare_two_loads(args, prog: str, gates: tuple) -> int:
+    """--compare BASE CANDIDATE of two loads: the comparison's JSON line (or Markdown table) on stdout,
+    the exit status what the gates say (0 without --fail-if)."""
+    if len(args.compare) != 2:
+        one = f'; use --summary {args.compare[0]} to read one load' if len(args.compare) == 1 else ''
+        raise UsageError(f'--compare of loads takes two files, BASE CANDIDATE, not {len(args.compare)}{one}')
+    slos = _parse_slos(args.slo) if args.slo else None
+    summaries = [summarize([path], args.mixed_sources, slos=slos, slo_target=_slo_target(args))[0]
+                 for path in args.compare]
+    _check_sources(summaries[0].seen['sources'] | summaries[1].seen['sources'], args.mixed_sources, 'compare')
+    comparison = _compare_loads(*summaries, args.seed)
+    comparison['gates'] = _evaluate_gates(gates, comparison)
+    table = _comparison_markdown(comparison, tuple(os.path.basename(path) for path in args.compare))
+    if args.format == 'markdown':
+        _emit(table)
+    else:
+        if not args.quiet and sys.stderr.isatty():
+            print(table, file=sys.stderr)
+        _emit(json.dumps(comparison, ensure_ascii=False))
+    return 0 if _gates_held(comparison) else 1
+
+
+def _summary_command(args, prog: str, gates: tuple) -> int:
     report_fd = _reserve_output(args.report) if args.report else None
     try:
         summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None,
@@ -112,6 +154,7 @@ def _summary_command(args, prog: str) -> int:
             os.unlink(args.report)
         raise
     result = {**summary.result(), **_workload_blocks(args.summary)}
+    result['gates'] = _evaluate_gates(gates, result)
     if report_fd is not None:
         _write_report(report_fd, report)
     for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
@@ -127,9 +170,12 @@ def _summary_command(args, prog: str) -> int:
     elif not result['runs']:
         print(f'{prog}: warning: no runs: {" and ".join(args.summary)} hold{"s" * (len(args.summary) == 1)} no record',
               file=sys.stderr)
-    _emit_summary(result, person, None)
+    if args.format == 'csv':
+        _emit(_summary_csv(result))
+    else:
+        _emit_summary(result, person, None)
     _say_written(args)
-    return 0 if result['runs'] and result['ok'] == result['runs'] and not summary.skipped else 1
+    return 0 if _gates_held(result) and not summary.skipped else 1
 
 
 _MAX_SKIPPED_SHOWN = 10  # lines of broken JSON --summary names one by one; it counts the rest
@@ -156,6 +202,10 @@ def _load_settings(args) -> list[LoadSettings] | None:
     """The load the command line asks for, as its steps (one, or one per rate of --rates), or None for a
     single run as before (--runs 1, no load flags)."""
     rates = _rates(args.rates) if args.rates is not None else None
+    if args.concurrencies is not None:
+        return _concurrency_steps(args)
+    if args.find_capacity is not None:
+        return _CapacitySearch(args)
     if rates is not None and args.rate is not None:
         raise UsageError('--rates runs one step per rate: it replaces --rate')
     if args.duration is not None and args.runs is not None:
@@ -168,25 +218,139 @@ def _load_settings(args) -> list[LoadSettings] | None:
     if args.keep_alive and runs < 2 and args.duration is None:
         raise UsageError('--keep-alive needs --runs of 2 or more: one run uses one connection')
     slos, target = _parse_slos(args.slo or []), _slo_target(args)
+    warmup_runs, warmup_s = _warmup(args.warmup)
+    scheduled = [name for name, _ in slos if name in _SCHEDULE_FIELDS]
+    if scheduled and args.rate is None and rates is None:
+        raise UsageError(f'--slo {scheduled[0]} counts from an open loop\'s schedule: give --rate or --rates (a '
+                         'closed loop sends each run when a slot frees, and has no schedule)')
     if runs == 1 and args.duration is None and args.concurrency is None and args.rate is None and args.prompts is None:
-        if slos or target is not None or args.processes is not None:
-            raise UsageError('--slo, --slo-target and --processes are for a load: give --runs, --duration or --rates')
+        if slos or target is not None or args.processes is not None or args.fail_if or args.warmup is not None:
+            raise UsageError('--slo, --slo-target, --processes, --fail-if and --warmup are for a load: give --runs, '
+                             '--duration or --rates')
         return None
     processes = 1 if args.processes is None else args.processes
     if args.capture is not None:
         raise UsageError('--capture keeps the raw bytes of one run; it does not go with --runs, --concurrency, '
                          '--rate, --rates, --duration or --prompts')
     if args.duration is None:
+        if warmup_runs and warmup_runs >= runs:
+            raise UsageError(f'--warmup {args.warmup} leaves no run of the {runs} to summarise: the warm-up runs '
+                             'are the first of --runs')
         return [LoadSettings(runs, args.concurrency, args.rate, args.arrivals, args.seed, args.keep_alive,
-                             slos=slos, slo_target=target, processes=processes)]
+                             slos=slos, slo_target=target, processes=processes, warmup_runs=warmup_runs,
+                             warmup_s=warmup_s)]
     if not _positive_finite(args.duration):
         raise UsageError(f'--duration must be a positive number of seconds, not {args.duration}')
     if not _positive_finite(rates[0] if rates else args.rate):
         raise UsageError(f'--rate must be a positive number of runs per second, not {args.rate}')
-    return [LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate,
-                         args.arrivals, args.seed, args.keep_alive, args.duration, number if rates else None,
-                         slos, target, processes)
-            for number, rate in enumerate(rates or [args.rate])]
+    steps = [LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate,
+                          args.arrivals, args.seed, args.keep_alive, args.duration, number if rates else None,
+                          slos, target, processes)
+             for number, rate in enumerate(rates or [args.rate])]
+    if warmup_runs and warmup_runs >= min(step.runs for step in steps):
+        raise UsageError(f'--warmup {args.warmup} leaves no run to summarise: a step of --duration '
+                         f'{args.duration:g} s schedules {min(step.runs for step in steps)} runs')
+    return [dataclasses.replace(step, warmup_runs=warmup_runs, warmup_s=warmup_s) for step in steps]
+
+
+def _warmup(text: str | None) -> tuple[int, float | None]:
+    """--warmup N (the first N runs) or Ss (the runs that start in the first S seconds), as (runs, seconds)."""
+    if text is None:
+        return 0, None
+    try:
+        value = float(text[:-1]) if text.endswith('s') else int(text)
+    except ValueError:
+        value = math.nan
+    if not _positive_finite(value):
+        raise UsageError(f'--warmup {text!r}: give a number of runs (5) or of seconds (5s), above 0')
+    return (0, value) if text.endswith('s') else (value, None)
+
+
+class _CapacitySearch:
+    """--find-capacity LO:HI: open-loop probes of --duration seconds, bisecting on the rate. A probe
+    passes when it is under capacity as a sweep's step is (attainment at the target, runs started on
+    time); LO is probed first (failing it, the capacity is below LO), then HI (passing it, above HI),
+    then the middle of the bracket until the bracket is within TOLERANCE of its top."""
+
+    TOLERANCE = 0.05
+
+    def __init__(self, args) -> None:
+        for flag, given in (('--rate', args.rate), ('--rates', args.rates), ('--runs', args.runs)):
+            if given is not None:
+                raise UsageError(f'--find-capacity probes rates of its own, each for --duration seconds: it does not '
+                                 f'go with {flag}')
+        low, colon, high = args.find_capacity.partition(':')
+        try:
+            self.low, self.high = float(low), float(high)
+        except ValueError:
+            self.low = self.high = math.nan
+        if not (colon and _positive_finite(self.low) and _positive_finite(self.high) and self.low < self.high):
+            raise UsageError(f'--find-capacity {args.find_capacity!r}: give LO:HI, two rates in runs per second with '
+                             'LO below HI, e.g. 1:64')
+        if args.duration is None or not _positive_finite(args.duration):
+            raise UsageError('--find-capacity needs --duration: how many seconds each probe runs')
+        self.args = args
+        self.slos, self.slo_target = _parse_slos(args.slo or []), _slo_target(args)
+        self.warmup = _warmup(args.warmup)
+        fewest = _scheduled_runs(self.low, args.arrivals, args.seed, args.duration)  # more runs at a higher rate
+        if self.warmup[0] and self.warmup[0] >= fewest:
+            raise UsageError(f'--warmup {args.warmup} leaves no run to summarise: a probe at {self.low:g} runs/s '
+                             f'for {args.duration:g} s schedules {fewest}')
+
+    def probe(self, number: int, rate: float) -> LoadSettings:
+        args = self.args
+        return LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate, args.arrivals, args.seed, args.keep_alive, args.duration,
+                            number, self.slos, self.slo_target, 1 if args.processes is None else args.processes,
+                            *self.warmup, search=(self.low, self.high))
+
+    def probes(self, summary: Summary):
+        """The probes in turn, each chosen from the summary of the ones before."""
+        def passed(rate: float) -> bool | None:
+            step = (summary.steps or {}).get(rate)
+            return None if step is None else \
+                _saturation_step([step.result(0)], summary.target())['rate'] is not None
+        low, high, number = self.low, self.high, 0
+        for rate in (low, high):
+            yield self.probe(number, rate)
+            number += 1
+            verdict = passed(rate)
+            if verdict is None or verdict == (rate == high):  # none ran, LO failed or HI passed: nothing between
+                return
+        while high - low > self.TOLERANCE * high:
+            middle = round((low + high) / 2, 3)
+            yield self.probe(number, middle)
+            number += 1
+            verdict = passed(middle)
+            if verdict is None:
+                return
+            low, high = (middle, high) if verdict else (low, middle)
+
+
+def _concurrency_steps(args) -> list[LoadSettings]:
+    """--concurrencies C1,C2,...: one closed-loop step of --runs runs per concurrency, ascending."""
+    for flag, given in (('--rate', args.rate), ('--rates', args.rates), ('--duration', args.duration),
+                        ('--concurrency', args.concurrency), ('--find-capacity', args.find_capacity)):
+        if given is not None:
+            raise UsageError(f'--concurrencies runs closed-loop steps of --runs runs, one per concurrency: it does '
+                             f'not go with {flag}')
+    if args.runs is None:
+        raise UsageError('--concurrencies needs --runs: how many runs each step makes')
+    levels = []
+    for part in args.concurrencies.split(','):
+        level = int(part) if part.strip().isdigit() else 0
+        if level < 1:
+            raise UsageError(f'--concurrencies {args.concurrencies!r}: each must be a whole number above 0, not '
+                             f'{part.strip()!r}')
+        if level in levels:
+            raise UsageError(f'--concurrencies {args.concurrencies!r} lists {level} twice')
+        levels.append(level)
+    slos, target = _parse_slos(args.slo or []), _slo_target(args)
+    warmup_runs, warmup_s = _warmup(args.warmup)
+    if warmup_runs >= args.runs:
+        raise UsageError(f'--warmup {args.warmup} leaves no run of the {args.runs} of a step to summarise')
+    return [LoadSettings(args.runs, level, None, args.arrivals, args.seed, args.keep_alive, None, number, slos, target,
+                         1 if args.processes is None else args.processes, warmup_runs, warmup_s)
+            for number, level in enumerate(sorted(levels))]
 
 
 def _rates(text: str) -> list[float]:
@@ -214,32 +378,39 @@ def _slo_target(args) -> float | None:
     return target
 
 
-def _reserve_report(args, output_fd: int) -> int | None:
-    """Create the --report file beside the reserved output; if that fails, undo the output too."""
-    if args.report is None:
+def _reserve_beside(path: str | None, flag: str, reserved: list[tuple[int, str]]) -> int | None:
+    """Create the file of flag (--report, --csv) beside the files reserved already; if that fails, undo
+    those too. Adds it to reserved."""
+    if path is None:
         return None
-    if os.path.abspath(args.report) == os.path.abspath(args.output):
-        error: UsageError | None = UsageError('--report and --output must be different files')
+    if any(os.path.abspath(path) == os.path.abspath(other) for _, other in reserved):
+        error: UsageError | None = UsageError(f'{flag} must be a file of its own, not one of --output, --report '
+                                              'and --csv')
     else:
         try:
-            return _reserve_output(args.report)
+            reserved.append((_reserve_output(path), path))
+            return reserved[-1][0]
         except UsageError as exc:
             error = exc
-    os.close(output_fd)
-    os.unlink(args.output)
+    for fd, other in reserved:
+        os.close(fd)
+        os.unlink(other)
     raise error
 
 
 def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], fd: int, report_fd: int | None,
-              prog: str) -> int:
+              prog: str, gates: tuple, csv_fd: int | None) -> int:
     """Run the load, its steps one after another, appending each record to the reserved JSON Lines file
     as its run ends; print the summary (and write the report); return the exit status. SIGINT and
     SIGTERM cancel the load: no new run or step starts, the runs in flight end as interrupted and keep
     their records; a second signal changes nothing."""
-    summary, cancel = Summary(steps[0].slos, steps[0].slo_target), Cancel()
+    first = steps if isinstance(steps, _CapacitySearch) else steps[0]
+    summary, cancel = Summary(first.slos, first.slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
-    view = _LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
-    write_error: list[OSError] = []
+    table = _CsvFile(csv_fd) if csv_fd is not None else None
+    searching = isinstance(steps, _CapacitySearch)
+    view = _LoadView(sys.stderr, args.quiet, None if searching else sum(step.runs for step in steps))
+    write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
     statuses: set = set()  # the HTTP statuses the runs got
 
     def on_record(record: dict) -> None:
@@ -248,8 +419,14 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
             output.write(json.dumps(record, ensure_ascii=False) + '\n')
             output.flush()
         except OSError as exc:
-            write_error.append(exc)
+            write_error.append((args.output, exc))
             cancel.cancel('a failed write to the evidence file')
+        if table is not None:
+            try:
+                table.add(record)
+            except OSError as exc:
+                write_error.append((args.csv, exc))
+                cancel.cancel('a failed write to the --csv file')
         summary.add(record)
         if report is not None:
             report.add(record)
@@ -260,13 +437,17 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-        for settings in steps:
-            if cancel.reason is None:
-                run_load(requests, settings, on_record, cancel)
+        for settings in steps.probes(summary) if searching else steps:
+            if cancel.reason is not None:
+                break
+            run_load(requests, settings, on_record, cancel)
     if report is not None:
         _write_report(report_fd, report)
+    if table is not None:
+        table.close()
     _ignore_signals()  # the records are on disk: what is left is to report them
     result = summary.result()
+    result['gates'] = _evaluate_gates(gates, result)
     view.clear()
     view.finish(result)
     _emit_summary(result, view.live, [args.output])
@@ -275,12 +456,29 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     if unset_key and not args.quiet:
         print(f'{prog}: note: {unset_key}', file=sys.stderr)
     if write_error:
-        print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
+        path, exc = write_error[0]
+        print(f'{prog}: error: cannot write {path}: {exc.strerror or exc}',
               file=sys.stderr)
         return 2
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]
-    return 0 if result['ok'] == result['runs'] else 1
+    return 0 if _gates_held(result) else 1
+
+
+def _repeated(args, steps):
+    """The load --repeat K asks for: its one step K times, with fresh seeds or the same one."""
+    if args.repeat is None:
+        if args.repeat_seeds != 'fresh':
+            raise UsageError('--repeat-seeds goes with --repeat K')
+        return steps
+    if args.repeat < 2:
+        raise UsageError(f'--repeat must be 2 or more loads, not {args.repeat}')
+    if steps is None or isinstance(steps, _CapacitySearch) or len(steps) > 1:
+        raise UsageError('--repeat repeats one load (--runs, or --rate with --duration): not a single run, a sweep or '
+                         'a search')
+    fresh = args.repeat_seeds == 'fresh'
+    return [dataclasses.replace(steps[0], seed=steps[0].seed + repeat * fresh, repeat=repeat)
+            for repeat in range(args.repeat)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,22 +493,32 @@ def main(argv: list[str] | None = None) -> int:
             if args.compare and args.summary:
                 raise UsageError('--compare and --summary exclude each other: compare single records side '
                                  'by side, or summarise loads')
+            gates = _parse_gates(args.fail_if) if args.fail_if or not args.compare else ()
+            if any(gate.compares for gate in gates) and not args.compare:
+                raise UsageError(f'--fail-if {next(gate.text for gate in gates if gate.compares)!r}: a delta. '
+                                 'figure compares two loads: give --compare BASE CANDIDATE')
+            if args.format == 'markdown' and not args.compare:
+                raise UsageError('--format markdown is for --compare of two loads')
+            if args.format == 'csv' and not args.summary:
+                raise UsageError('--format csv is for --summary FILE...; a load writes its rows with --csv FILE')
             command = 'compare' if args.compare else 'summary' if args.summary else None
             if command is not None:
                 extra = _given_flags(parser, args, _READING_FLAGS[command])
                 if extra:
                     raise UsageError(f'--{command} only reads saved evidence; {", ".join(extra)} '
                                      f'{"is" if len(extra) == 1 else "are"} for runs that send requests')
-                return (_compare if args.compare else _summary_command)(args, parser.prog)
+                return _compare(args, parser.prog, gates) if args.compare else _summary_command(args, parser.prog, gates)
             if args.output is None:
                 raise UsageError('--output is required')
             if args.output == '-':
                 raise UsageError('--output - is not supported: stdout carries the summary line; '
                                  'give the evidence a file name')
             workload_flag = args.sessions is not None or args.trace is not None
-            steps = None if workload_flag else _load_settings(args)
+            steps = None if workload_flag else _repeated(args, _load_settings(args))
             if args.report is not None and steps is None and not workload_flag:
                 raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
+            if args.csv is not None and steps is None:
+                raise UsageError('--csv writes a row per run of a load: give --runs, --duration or --rates')
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
@@ -319,10 +527,12 @@ def main(argv: list[str] | None = None) -> int:
             url = fixture.url if fixture else args.url or _DEFAULT_URL
             workload = _plan_workload(args, url)
             requests = workload.requests if workload is not None else \
-                _synthetic_requests(args, url, sum(step.runs for step in steps) if steps else 1) or \
+                _synthetic_requests(args, url, sum(step.runs for step in steps) if isinstance(steps, list) else 1) or \
                 _requests_from_args(args, url, served_model=_served_model)
             fd, capture_fd = _reserve_files(args)
-            report_fd = _reserve_report(args, fd)
+            reserved = [(fd, args.output)]
+            report_fd = _reserve_beside(args.report, '--report', reserved)
+            csv_fd = _reserve_beside(args.csv, '--csv', reserved)
         except (UsageError, ValueError) as exc:
             _default_signals()
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
@@ -336,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         if workload is not None:
             return _workload_load(args, workload, fd, report_fd, parser.prog)
         if steps is not None:
-            return _run_load(args, requests, steps, fd, report_fd, parser.prog)
+            return _run_load(args, requests, steps, fd, report_fd, parser.prog, gates, csv_fd)
         record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:

@@ -4,6 +4,8 @@
 and ``summarize()`` read saved records back. A signal never leaves a reserved
 file without a valid record.
 """
+import csv
+import io
 import itertools
 import json
 import math
@@ -14,7 +16,7 @@ import signal
 from ._limits import UsageError
 from ._json import _seen
 from ._reader import Capture
-from ._summary import Summary
+from ._summary import _from_schedule, Summary
 from ._report import Report
 
 
@@ -55,6 +57,63 @@ def _save_capture(fd: int, path: str, capture: Capture, secrets: tuple[str, ...]
     with os.fdopen(fd, 'wb') as output:
         output.write(data)
     return path
+
+
+# The flat figures of a record, one CSV column each, by the record's names (load.* and http.status from
+# their objects; the two schedule figures computed as the summary computes them).
+_CSV_COLUMNS = ('run', 'ok', 'error_layer', 'error_kind', 'warmup', 'load.step', 'load.rate', 'load.concurrency',
+                'started_at', 'offset_ms', 'scheduled_ms', 'queued_ms', 'http.status', 'headers_ms', 'first_event_ms',
+                'first_text_ms', 'duration_ms', 'first_text_from_schedule_ms', 'duration_from_schedule_ms',
+                'content_events', 'completion_tokens', 'mean_event_gap_ms', 'max_event_gap_ms', 'finish_reason',
+                'api', 'model', 'source', 'error')
+
+
+def _csv_row(record: dict) -> list:
+    """A record's CSV row, in CSV_COLUMNS' order; a figure the record lacks is an empty cell."""
+    flat = {**record, **_from_schedule(record),
+            **{f'load.{key}': value for key, value in (record.get('load') or {}).items()},
+            'http.status': (record.get('http') or {}).get('status')}
+    return ['' if flat.get(column) is None else flat[column] for column in _CSV_COLUMNS]
+
+
+class _CsvFile:
+    """The --csv file of a load: its header, then a row per record, flushed as each run ends."""
+
+    def __init__(self, fd: int) -> None:
+        self.file = os.fdopen(fd, 'w', encoding='utf-8', newline='')
+        self.writer = csv.writer(self.file)
+        self.writer.writerow(_CSV_COLUMNS)
+
+    def add(self, record: dict) -> None:
+        self.writer.writerow(_csv_row(record))
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _summary_csv(result: dict) -> str:
+    """The summary as CSV, figure,value: nested objects flattened to dotted names (latency_ms.first_text_ms.p99,
+    not_ok_by_kind.KIND, gates.0.held), lists of names joined by spaces; null is an empty cell."""
+    rows: list[tuple[str, object]] = []
+
+    def flatten(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                flatten(f'{prefix}.{key}' if prefix else str(key), item)
+        elif isinstance(value, list) and all(isinstance(item, dict) for item in value) and value:
+            for number, item in enumerate(value):
+                flatten(f'{prefix}.{number}', item)
+        elif isinstance(value, list):
+            rows.append((prefix, ' '.join('' if item is None else str(item) for item in value)))
+        else:
+            rows.append((prefix, '' if value is None else value))
+    flatten('', result)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator='\n')
+    writer.writerow(('figure', 'value'))
+    writer.writerows(rows)
+    return text.getvalue().rstrip('\n')
 
 
 def _write_report(fd: int, report: Report) -> None:
@@ -145,10 +204,8 @@ def _load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
         reading = iter_records(path)
         found = list(itertools.islice(reading, 2))
         reading.close()
-        if len(found) != 1:
-            raise UsageError(f'{path} holds the records of a load, one per line: --compare takes files of one '
-                             f'record each; use --summary {path} to read a load' if found
-                             else f'{path} holds no record')
+        if len(found) != 1:  # a file of a load is compared as a load (_holds_loads), before this
+            raise UsageError(f'{path} holds no record')
         records.append(found[0])
     _check_sources({record.get('source', 'endpoint') for record in records}, mixed_sources, 'compare')
     return records

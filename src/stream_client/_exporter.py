@@ -25,7 +25,7 @@ from ._limits import _failure, _host_port, LAYERS, _preview, _shorten, UsageErro
 from ._json import _seen
 from ._request import _DEFAULT_URL, PreparedRequest
 from ._record import _failed_record
-from ._summary import _UNCLASSIFIED
+from ._gates import _UNCLASSIFIED
 from ._report import _e
 from ._args import _FIXTURE_FILE, _fixture_server, _in_flag_terms, _requests_from_args
 from ._views import _verdict_line

@@ -44,6 +44,10 @@ class LoadSettings:
     slos: tuple = ()               # (name, ms) pairs that a good run meets: see SLO_FIGURES
     slo_target: float | None = None  # a sweep's attainment under capacity (None: DEFAULT_SLO_TARGET)
     processes: int = 1             # worker processes the runs are spread over (Linux: forked)
+    warmup_runs: int = 0           # the first runs (by index) are warm-up: kept, marked, left out of the summary
+    warmup_s: float | None = None  # or the runs that start within this many seconds of the load's start
+    search: tuple | None = None    # (LO, HI) of the --find-capacity search the step is a probe of
+    repeat: int | None = None      # which of --repeat K loads this is, from 0
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
@@ -61,6 +65,12 @@ class LoadSettings:
         if self.duration is not None and (self.rate is None or not _positive_finite(self.duration)):
             raise ValueError(f'duration bounds an open loop: a positive number of seconds with a rate, '
                              f'got {self.duration!r}')
+        if isinstance(self.warmup_runs, bool) or not isinstance(self.warmup_runs, int) or \
+                not 0 <= self.warmup_runs < self.runs:
+            raise ValueError(f'warmup_runs must be a whole number from 0 to runs - 1 ({self.runs - 1}), '
+                             f'got {self.warmup_runs!r}')
+        if self.warmup_s is not None and not _positive_finite(self.warmup_s):
+            raise ValueError(f'warmup_s must be a positive number of seconds, got {self.warmup_s!r}')
 
     @property
     def in_flight(self) -> int:
@@ -72,15 +82,26 @@ class LoadSettings:
         return {'runs': self.runs, 'concurrency': self.in_flight, 'rate': self.rate,
                 'arrivals': self.arrivals if self.rate is not None else None, 'seed': self.seed,
                 'keep_alive': self.keep_alive, 'duration': self.duration, 'step': self.step,
-                'slo': dict(self.slos) or None, 'slo_target': self.slo_target, 'processes': self.processes}
+                'slo': dict(self.slos) or None, 'slo_target': self.slo_target, 'processes': self.processes,
+                'warmup_runs': self.warmup_runs, 'warmup_s': self.warmup_s,
+                'search': list(self.search) if self.search else None, 'repeat': self.repeat}
+
+    def warms_up(self, index: int, offset_s: float) -> bool:
+        """Whether run index, started offset_s after the load's start, is a warm-up run."""
+        return index < self.warmup_runs or (self.warmup_s is not None and offset_s < self.warmup_s)
 
 
 def _open_loop_offsets(rate: float, arrivals: str, seed: int):
-    """The endless seeded schedule of an open loop: evenly spaced or Poisson arrivals, from 0 s."""
+    """The endless seeded schedule of an open loop: evenly spaced or Poisson arrivals, from 0 s. Even
+    arrivals are computed from their index (n / rate), not summed, so that no rounding adds a run at the
+    end of a duration (ten 0.1 s steps add up to 0.9999999999999999 s)."""
+    if arrivals == 'constant':
+        yield from (index / rate for index in itertools.count())
+        return
     rng, at = random.Random(seed), 0.0
     while True:
         yield at
-        at += 1 / rate if arrivals == 'constant' else rng.expovariate(rate)
+        at += rng.expovariate(rate)
 
 
 def _scheduled_runs(rate: float, arrivals: str, seed: int, duration: float) -> int:
@@ -150,7 +171,8 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     run as it ends, one call at a time, from the worker threads.
 
     Each record gains ``run`` (its index), ``offset_ms`` (its start after the load's), ``queued_ms``
-    (open loop: how late it started after it was due) and ``load`` (the settings, and an ``id`` of the
+    and ``scheduled_ms`` (open loop: how late it started after it was due, and when it was due, after the
+    load's start), ``warmup`` (a warm-up run) and ``load`` (the settings, and an ``id`` of the
     load). With ``settings.keep_alive`` each worker thread keeps its connections between its runs (see
     run()) and closes them when the load ends. Once ``cancel`` is cancelled, no run starts and the runs
     in flight end as interrupted; this returns when every run that started has its record. With
@@ -199,7 +221,8 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
                                                                       f'{type(exc).__name__}: {exc}'))
         record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
-                  'load': described}
+                  'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
+                  'warmup': settings.warms_up(index, begun - started), 'load': described}
         with lock:
             on_record(record)
     pool = _Pool(slots, one, lambda job: cancel.reason is None)  # a run cancelled before it was taken has no record

@@ -9,7 +9,8 @@ import math
 import typing
 
 from ._limits import _count
-from ._summary import _LATENCY_FIELDS, _meaning, Summary, _UNCLASSIFIED, _unplanned
+from ._gates import _LATENCY_FIELDS, _UNCLASSIFIED
+from ._summary import _meaning, Summary, _unplanned
 
 
 _REPORT_TIMELINE_ROWS = 2000  # runs drawn in the timeline at most (a bounded sample beyond)
@@ -58,6 +59,8 @@ class Report:
         self.settings: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
     def add(self, record: dict) -> None:
+        if record.get('warmup'):  # left out of the page as of the summary it draws
+            return
         self.rows.append(_Row(self.summary.epoch(record['started_at']), record['duration_ms'] or 0.0,
                               record.get('run', 0), record['headers_ms'], record['first_text_ms'],
                               record['error'] or '', record['error_layer']))

@@ -8,11 +8,13 @@ import array
 import calendar
 import collections
 import math
+import statistics
 import textwrap
 import time
 
 from ._limits import _count, FAILURE_KINDS, _shorten, UsageError
 from ._request import _positive_finite
+from ._gates import _gate_lines, _LATENCY_FIELDS, _SCHEDULE_FIELDS, _UNCLASSIFIED
 
 
 def _percentiles(values) -> dict | None:
@@ -56,16 +58,18 @@ class _GapHistogram:
         return {'p50': rank(50), 'p90': rank(90), 'p99': rank(99), 'max': self.max, 'count': self.count}
 
 
-_LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
-_UNCLASSIFIED = 'unclassified'  # the kind of a failure in a record older than error_kind
 
 # The per-run figures a service-level objective (--slo NAME=MS) may bound, named as the record names them.
 _SLO_FIGURES = {'first_text_ms': 'time to the first content event',
                'duration_ms': 'time from the start of the run to its end',
+               'first_text_from_schedule_ms': 'time from when an open loop had the run due to its first content event',
+               'duration_from_schedule_ms': 'time from when an open loop had the run due to its end',
                'mean_event_gap_ms': 'the mean gap between content events',
                'max_event_gap_ms': 'the largest gap between content events'}
 _DEFAULT_SLO_TARGET = 0.99   # the attainment a sweep step needs to be under capacity
 _RATE_TOLERANCE = 0.05       # a step also needs its achieved start rate within 5% of its schedule's
+_KNEE_SHARE = 0.5            # a closed-loop step pays when its goodput grew by half what its added concurrency
+                             # would give if goodput grew in proportion to it
 
 
 def _parse_slos(texts: list[str]) -> tuple:
@@ -88,11 +92,23 @@ def _parse_slos(texts: list[str]) -> tuple:
     return tuple(sorted(slos.items()))
 
 
+def _from_schedule(record: dict) -> dict:
+    """The run's first text and duration counted from when its open loop's schedule had it due (its send
+    was queued_ms later, the offset_ms of its start less its scheduled_ms), by SCHEDULE_FIELDS; None for
+    a run that has no schedule (a closed loop, a single run) or no such figure."""
+    scheduled, late = record.get('scheduled_ms'), None
+    if scheduled is not None:
+        late = record['offset_ms'] - scheduled
+    return {name: None if late is None or record.get(field) is None else round(late + record[field], 3)
+            for name, field in zip(_SCHEDULE_FIELDS, ('first_text_ms', 'duration_ms'))}
+
+
 def _meets_slos(record: dict, slos) -> bool:
     """Whether the run's figures are within every bound; a figure the run does not have fails its
     bound, except a gap bound of a run with fewer than two content events, which has no gap."""
+    schedule = _from_schedule(record) if any(name in _SCHEDULE_FIELDS for name, _ in slos) else {}
     for name, bound in slos:
-        value = record.get(name)
+        value = schedule[name] if name in _SCHEDULE_FIELDS else record.get(name)
         if value is None and not (name.endswith('_event_gap_ms') and record.get('first_text_ms') is not None):
             return False
         if value is not None and value > bound:
@@ -116,10 +132,14 @@ class Summary:
         self.slos_seen: set = set()        # the distinct --slo of the loads added, to refuse a mix
         self.good = self.first_chunk_good = 0
         self.steps: dict[float, _Step] | None = {} if by_step else None  # by rate
+        self.searched = False              # the steps are the probes of a --find-capacity search
+        self.repeats: dict[int, Summary] | None = {} if by_step else None  # --repeat's loads, by repeat
+        self.levels: dict[int, Summary] | None = {} if by_step else None  # a --concurrencies sweep's, by concurrency
         self.runs = self.ok = 0
+        self.warmup_runs = 0               # warm-up runs: their records are kept, their figures left out
         self.by_layer: collections.Counter = collections.Counter()
         self.by_kind: collections.Counter = collections.Counter()
-        self.latency = {field: array.array('d') for field in _LATENCY_FIELDS}
+        self.latency = {field: array.array('d') for field in _LATENCY_FIELDS + _SCHEDULE_FIELDS}
         self.gaps = _GapHistogram()
         self.completion_tokens = self.token_runs = self.content_events = 0
         self.first_start: float | None = None
@@ -141,6 +161,9 @@ class Summary:
         return self._second[1] + int(started_at[20:23]) / 1000
 
     def add(self, record: dict) -> None:
+        if record.get('warmup'):
+            self.warmup_runs += 1
+            return
         self.runs += 1
         start = self.epoch(record['started_at'])
         end = start + (record['duration_ms'] or 0) / 1000
@@ -167,6 +190,9 @@ class Summary:
         self.ok += 1
         for field in _LATENCY_FIELDS:
             self.latency[field].append(record[field])
+        for field, value in _from_schedule(record).items():
+            if value is not None:
+                self.latency[field].append(value)
         self.gaps.add(record['event_gaps_ms'])
         self.content_events += record['content_events']
         if record['completion_tokens'] is not None:
@@ -183,7 +209,18 @@ class Summary:
         within = _meets_slos(record, slos)
         self.good += record['ok'] and within
         self.first_chunk_good += _first_chunk_success(record) and within
-        if self.steps is not None and load.get('step') is not None:
+        if self.repeats is not None and load.get('repeat') is not None:
+            repeat = self.repeats.get(load['repeat'])
+            if repeat is None:
+                repeat = self.repeats[load['repeat']] = Summary(self.slos, self.slo_target, by_step=False)
+            repeat.add(record)
+        if self.levels is not None and load.get('step') is not None and load.get('rate') is None:
+            level = self.levels.get(load['concurrency'])
+            if level is None:
+                level = self.levels[load['concurrency']] = Summary(self.slos, self.slo_target, by_step=False)
+            level.add(record)
+        elif self.steps is not None and load.get('step') is not None:
+            self.searched = self.searched or bool(load.get('search'))
             step = self.steps.get(load['rate'])  # a sweep's steps differ in rate, also across merged files
             if step is None:
                 step = self.steps[load['rate']] = _Step(load['rate'], load['duration'],
@@ -213,11 +250,13 @@ class Summary:
             return round(count / wall, 3) if wall > 0 else None
         return {
             'runs': self.runs, 'ok': self.ok, 'not_ok': self.runs - self.ok,
-            'planned_runs': sum(self.planned.values()) + self.single_runs, 'skipped_lines': len(self.skipped),
+            'ok_ratio': self.ok / self.runs if self.runs else None,  # not rounded: 1 only when every run is ok
+            'planned_runs': sum(self.planned.values()) + self.single_runs - self.warmup_runs,
+            'warmup_runs': self.warmup_runs, 'skipped_lines': len(self.skipped),
             'stale_connection_failures': self.stale,
             'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
             'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
-            'latency_ms': {field: _percentiles(self.latency[field]) for field in _LATENCY_FIELDS},
+            'latency_ms': {field: _percentiles(self.latency[field]) for field in _LATENCY_FIELDS + _SCHEDULE_FIELDS},
             'latency_runs': self.ok, 'latency_excludes': self.runs - self.ok,
             'event_gaps_ms': self.gaps.result(),
             'wall_s': round(wall, 3), 'runs_per_s': per_second(self.runs), 'ok_runs_per_s': per_second(self.ok),
@@ -234,10 +273,17 @@ class Summary:
         saturation rate."""
         steps = [step.result(number) for number, (_, step) in enumerate(sorted((self.steps or {}).items()))]
         saturation = _saturation_step(steps, self.target())
+        levels = [_level(number, concurrency, summary.result())
+                  for number, (concurrency, summary) in enumerate(sorted((self.levels or {}).items()))]
         return {'slo': dict(self.slo_bounds()) or None, 'good': self.good, 'goodput_per_s': per_second(self.good),
                 'slo_attainment': round(self.good / self.runs, 4) if self.runs else None,
                 'first_chunk_good': self.first_chunk_good, 'slo_target': self.target(), 'steps': steps,
-                'saturation_rate': saturation['rate'], 'saturation': saturation if steps else None}
+                'saturation_rate': saturation['rate'], 'saturation': saturation if steps else None,
+                'capacity': {'rate': saturation['rate'], 'bracket': [saturation['rate'], saturation['exceeded_at']],
+                             'probes': len(steps)} if self.searched else None,
+                'concurrency_steps': levels, 'knee': _knee(levels) if levels else None,
+                'repeats': _spread([summary.result() for _, summary in sorted(self.repeats.items())])
+                if self.repeats else None}
 
 
 class _Step:
@@ -265,6 +311,61 @@ class _Step:
                 'first_chunk_good': whole['first_chunk_good'],
                 'latency_ms': {field: whole['latency_ms'][field] for field in ('first_text_ms', 'duration_ms')},
                 'event_gaps_ms': whole['event_gaps_ms']}
+
+
+# The figures whose spread across --repeat's loads the summary gives, by their gate names.
+_SPREAD_FIGURES = ('ok_ratio', 'slo_attainment', 'goodput_per_s', 'runs_per_s',
+                   *(f'{field}.{p}' for field in _LATENCY_FIELDS for p in ('p50', 'p90', 'p99')))
+
+
+def _spread(results: list[dict]) -> dict:
+    """Each SPREAD_FIGURE across the repeats' summaries: its value in each (null where a repeat lacks it),
+    and the min, max, mean and standard deviation of the values there are."""
+    spread = {}
+    for figure in _SPREAD_FIGURES:
+        field, _, part = figure.partition('.')
+        values = [(result['latency_ms'][field] or {}).get(part) if part else result[field] for result in results]
+        known = [value for value in values if value is not None]
+        spread[figure] = {'values': values, 'min': min(known, default=None), 'max': max(known, default=None),
+                          'mean': round(statistics.fmean(known), 3) if known else None,
+                          'stdev': round(statistics.stdev(known), 3) if len(known) > 1 else None}
+    return {'count': len(results), 'spread': spread}
+
+
+def _level(number: int, concurrency: int, whole: dict) -> dict:
+    """One step of a --concurrencies sweep: its runs in flight, throughput, goodput and first text."""
+    return {'step': number, 'concurrency': concurrency, 'runs': whole['runs'], 'ok': whole['ok'], 'good': whole['good'],
+            'wall_s': whole['wall_s'], 'runs_per_s': whole['runs_per_s'], 'goodput_per_s': whole['goodput_per_s'],
+            'slo_attainment': whole['slo_attainment'],
+            'latency_ms': {field: whole['latency_ms'][field] for field in ('first_text_ms', 'duration_ms')}}
+
+
+def _knee(levels: list[dict]) -> dict:
+    """The knee of a closed-loop sweep: walking up the concurrencies, the last one whose goodput grew by at
+    least KNEE_SHARE of what its added concurrency would give in proportion (from 4 to 8 in flight, by
+    half of 100%: 50%; the first step always counts). Past it, more runs in flight add waiting, not
+    answers. Says what the step past it showed."""
+    knee, past, why = levels[0], None, None
+    for before, level in zip(levels, levels[1:]):
+        gain = None if not before['goodput_per_s'] or level['goodput_per_s'] is None else \
+            level['goodput_per_s'] / before['goodput_per_s'] - 1
+        proportional = level['concurrency'] / before['concurrency'] - 1
+        if gain is not None and gain >= _KNEE_SHARE * proportional:
+            knee = level
+            continue
+        past = level
+        first = [(step['latency_ms']['first_text_ms'] or {}).get('p50') for step in (before, level)]
+        grew = 'no goodput to compare' if gain is None else f'goodput grew {100 * gain:.1f}%'
+        why = (f'from {before["concurrency"]} to {level["concurrency"]} runs in flight {grew}, under half of '
+               f'{100 * proportional:.0f}%, while first text p50 went from {_ms(first[0])} to {_ms(first[1])}')
+        break
+    if past is None:
+        why = 'goodput grew by half its concurrency\'s growth or more at every step: the knee lies above the highest'
+    return {'concurrency': knee['concurrency'], 'past': past and past['concurrency'], 'why': why}
+
+
+def _ms(value: float | None) -> str:
+    return '-' if value is None else f'{value:.1f} ms'
 
 
 def _saturation_step(steps: list[dict], target: float) -> dict:
@@ -326,6 +427,8 @@ def _summary_table(result: dict) -> str:
     if not result['runs']:
         return '\n'.join(['no runs: no record to summarize'] + skipped)
     lines = [f'runs {result["runs"]}  ok {result["ok"]}  not ok {result["not_ok"]}' + _unplanned(result)] + skipped
+    if result['warmup_runs']:
+        lines.append(f'  and {_count(result["warmup_runs"], "warm-up run")}, left out of every figure below')
     if result['stale_connection_failures']:
         lines.append(f'stale connections: {result["stale_connection_failures"]} runs on a kept connection that was '
                      'closed while idle')
@@ -339,6 +442,8 @@ def _summary_table(result: dict) -> str:
                  f'({_count(result["latency_excludes"], "not ok run")} excluded):')
     gaps = result['event_gaps_ms']
     rows = [(field, result['latency_ms'][field]) for field in _LATENCY_FIELDS]
+    rows += [(field, result['latency_ms'].get(field)) for field in _SCHEDULE_FIELDS
+             if result['latency_ms'].get(field)]  # an open loop's: from when each run was due
     rows.append((f'content-event gaps ({gaps["count"] if gaps else 0})', gaps))
     width = max(len(name) for name, _ in rows) + 2
     lines.append(' ' * width + ''.join(f'{key:>9}' for key in ('p50', 'p90', 'p99', 'max')))
@@ -357,7 +462,40 @@ def _summary_table(result: dict) -> str:
     lines.append(f'wall {result["wall_s"]} s: ' + ', '.join(runs))
     if tokens:
         lines.append('  ' + ', '.join(tokens))
-    return '\n'.join(lines + _goodput_lines(result))
+    return '\n'.join(lines + _goodput_lines(result) + _gate_lines(result.get('gates') or []))
+
+def _repeat_lines(result: dict) -> list[str]:
+    """The spread of a few figures across --repeat's loads."""
+    repeats = result.get('repeats')
+    if not repeats:
+        return []
+    lines = [f'across {repeats["count"]} repeats:{"min":>20}{"mean":>10}{"max":>10}{"stdev":>10}']
+    for figure in ('ok_ratio', 'goodput_per_s', 'first_text_ms.p50', 'first_text_ms.p99', 'duration_ms.p99'):
+        values = repeats['spread'][figure]
+        lines.append(f'  {figure:<29}' + ''.join(f'{_figure_text(values[key]):>10}'
+                                                  for key in ('min', 'mean', 'max', 'stdev')))
+    return lines
+
+
+def _knee_lines(result: dict) -> list[str]:
+    """A --concurrencies sweep's steps and its knee."""
+    if not result.get('concurrency_steps'):
+        return []
+    lines = [f'{"in flight":>10}{"runs":>6}{"ok":>6}{"good":>6}{"runs/s":>9}{"good/s":>9}{"first text p50":>15}{"p99":>8}']
+    for level in result['concurrency_steps']:
+        first = level['latency_ms']['first_text_ms']
+        cells = f'{first["p50"]:15.1f}{first["p99"]:8.1f}' if first else f'{"-":>15}{"-":>8}'
+        lines.append(f'{level["concurrency"]:10d}{level["runs"]:6d}{level["ok"]:6d}{level["good"]:6d}'
+                     f'{_figure_text(level["runs_per_s"]):>9}{_figure_text(level["goodput_per_s"]):>9}' + cells)
+    knee = result['knee']
+    lines += textwrap.wrap(f'knee at {knee["concurrency"]} in flight; {knee["why"]}', _TERMINAL_COLUMNS,
+                           subsequent_indent='  ')
+    return lines
+
+
+def _figure_text(value: float | None) -> str:
+    return '-' if value is None else f'{value:g}'
+
 
 def _goodput_lines(result: dict) -> list[str]:
     """Goodput against what a first-chunk tool would count, and a sweep's steps and saturation."""
@@ -365,6 +503,7 @@ def _goodput_lines(result: dict) -> list[str]:
     within = f'ok and {bounds}' if bounds else 'ok; no --slo bounds'
     lines = [f'good {result["good"]} of {result["runs"]} ({within}): {result["goodput_per_s"]} good runs/s',
              f'  a tool that counts a first chunk as success would report {result["first_chunk_good"]} good']
+    lines += _knee_lines(result) + _repeat_lines(result)
     if not result['steps']:
         return lines
     lines.append(f'{"rate/s":>8}{"started/s":>10}{"runs":>6}{"ok":>6}{"good":>6}{"good/s":>8}{"attain":>8}'
@@ -379,4 +518,9 @@ def _goodput_lines(result: dict) -> list[str]:
     under = 'at no step' if saturation['rate'] is None else f'up to {saturation["rate"]:g} runs/s'
     past = '' if saturation['exceeded_at'] is None else f'at {saturation["exceeded_at"]:g} runs/s '
     lines.append(f'under capacity {under}; {past}{saturation["why"]}')
+    capacity = result.get('capacity')
+    if capacity:
+        low, high = (_figure_text(rate) for rate in capacity['bracket'])
+        lines.append(f'capacity {_figure_text(capacity["rate"])} runs/s at the target, bracket {low} to {high} runs/s, '
+                     f'{capacity["probes"]} probes')
     return lines

@@ -148,20 +148,23 @@ class _LoadView:
     """What stderr shows during a load: on a terminal one status line updated in place, then the summary
     table; elsewhere one line per run that is not ok. --quiet shows nothing."""
 
-    def __init__(self, out, quiet: bool, runs: int) -> None:
+    def __init__(self, out, quiet: bool, runs: int | None) -> None:
         self.out, self.quiet, self.runs = out, quiet, runs
         self.live = not quiet and out.isatty()
         self.started = time.monotonic()
         self.shown = 0.0
+        self.ended = 0  # runs ended, warm-up runs too
 
     def record(self, record: dict, summary: Summary) -> None:
         """Called for each record as its run ends (one call at a time)."""
+        self.ended += 1
         if self.live:
             now = time.monotonic()
-            if now - self.shown >= 0.1 or summary.runs == self.runs:
+            if now - self.shown >= 0.1 or self.ended == self.runs:
                 self.shown = now
                 p50 = summary.p50_first_text()
-                self.out.write(f'\r\x1b[Kruns {summary.runs}/{self.runs}  ok {summary.ok}  '
+                planned = '' if self.runs is None else f'/{self.runs}'
+                self.out.write(f'\r\x1b[Kruns {self.ended}{planned}  ok {summary.ok}  '
                                f'not ok {summary.runs - summary.ok}  {now - self.started:.1f} s  p50 first text '
                                + ('-' if p50 is None else f'{p50:.0f} ms'))
                 self.out.flush()

@@ -1,0 +1,134 @@
+"""Gates on a summary: ``--fail-if FIGURE OP NUMBER``, parsed and evaluated without I/O.
+
+``_parse_gate()`` turns one expression into a ``_FailIf`` (or a UsageError that
+names what is wrong), before anything is sent; ``_evaluate_gates()`` reads
+each gate's figure from a summary (the JSON object ``Summary.result()``
+gives) and says whether it held. A gate fails when its expression is true,
+and also when the summary lacks its figure (no ok run has no percentile):
+a missing figure cannot show that the load was good.
+"""
+import dataclasses
+import math
+import operator
+import re
+
+from ._limits import FAILURE_KINDS, UsageError
+
+# The per-run latency figures whose percentiles a summary reports under latency_ms, by the record's names.
+_LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
+# The same figures counted from the time an open loop's schedule had the run due, not from its send.
+_SCHEDULE_FIELDS = ('first_text_from_schedule_ms', 'duration_from_schedule_ms')
+_PERCENTILES = ('p50', 'p90', 'p99', 'max')
+# The summary's own figures a gate may read, by the name the summary's JSON gives them.
+_PLAIN_FIGURES = ('runs', 'ok', 'not_ok', 'ok_ratio', 'good', 'goodput_per_s', 'slo_attainment', 'first_chunk_good',
+                  'runs_per_s', 'ok_runs_per_s', 'stale_connection_failures')
+_UNCLASSIFIED = 'unclassified'  # the kind of a failure in a record older than error_kind
+_OPERATORS = {'<=': operator.le, '>=': operator.ge, '==': operator.eq, '!=': operator.ne, '<': operator.lt,
+              '>': operator.gt}
+_EXPRESSION = re.compile(r'\s*([A-Za-z_][\w.-]*)\s*(<=|>=|==|!=|<|>)\s*(\S+?)(%?)\s*$')
+_DELTA = 'delta.'  # a figure's difference between two loads (--compare BASE CANDIDATE): candidate less base
+# The gate a load is held to without --fail-if: every run ok (a summary without runs has no ratio, and fails).
+_DEFAULT_GATE = 'ok_ratio < 1'
+
+
+@dataclasses.dataclass(frozen=True)
+class _FailIf:
+    """One --fail-if expression: the figure it reads, its operator and its bound."""
+
+    text: str
+    figure: str
+    operator: str
+    bound: float
+    relative: bool = False  # a delta. figure's bound in % of the base's figure
+
+    @property
+    def compares(self) -> bool:
+        """Whether the gate reads a difference between two loads."""
+        return self.figure.startswith(_DELTA)
+
+    def failed_by(self, value: float | None) -> bool:
+        """Whether value fails the gate: the expression is true of it, or there is no value."""
+        return value is None or _OPERATORS[self.operator](value, self.bound)
+
+
+def _figure_problem(figure: str) -> str | None:
+    """Why figure is not one a gate can read, or None."""
+    if figure in _PLAIN_FIGURES:
+        return None
+    name, dot, part = figure.partition('.')
+    if name in _LATENCY_FIELDS + _SCHEDULE_FIELDS + ('event_gaps_ms',):
+        if part in _PERCENTILES:
+            return None
+        return f'{name} has the percentiles {", ".join(_PERCENTILES)}, as in {name}.p99'
+    if name == 'error_kind':
+        if part in FAILURE_KINDS or part == _UNCLASSIFIED:
+            return None
+        return f'error_kind.KIND needs a failure kind of docs/failures.md, not {part!r}'
+    return (f'no figure {figure!r}; a gate reads one of {", ".join(_PLAIN_FIGURES)}, a percentile of a latency '
+            f'figure ({", ".join(_LATENCY_FIELDS + _SCHEDULE_FIELDS)}, event_gaps_ms; e.g. first_text_ms.p99) '
+            'or error_kind.KIND')
+
+
+def _parse_gate(text: str) -> _FailIf:
+    """One --fail-if expression, FIGURE OP NUMBER; UsageError in one line naming what is wrong."""
+    match = _EXPRESSION.match(text)
+    if match is None:
+        raise UsageError(f'--fail-if {text!r}: expected FIGURE OP NUMBER, e.g. "first_text_ms.p99 > 500", with OP '
+                         f'one of {" ".join(sorted(_OPERATORS, key=len))}')
+    figure, op, number, percent = match.groups()
+    problem = _figure_problem(figure.removeprefix(_DELTA))
+    if not problem and percent and not figure.startswith(_DELTA):
+        problem = f'a bound in % is for a difference between two loads, as in delta.{figure} > 10%'
+    if problem:
+        raise UsageError(f'--fail-if {text!r}: {problem}')
+    try:
+        bound = float(number)
+    except ValueError:
+        bound = math.nan
+    if not math.isfinite(bound):
+        raise UsageError(f'--fail-if {text!r}: the bound must be a finite number, not {number!r}')
+    return _FailIf(text.strip(), figure, op, bound, bool(percent))
+
+
+def _parse_gates(texts: list[str] | None) -> tuple:
+    """The --fail-if expressions given, parsed; without any, the default gate (every run ok)."""
+    return tuple(_parse_gate(text) for text in texts or [_DEFAULT_GATE])
+
+
+def _figure_value(result: dict, gate: _FailIf) -> float | None:
+    """The figure a gate reads from a summary, or None when the summary does not have it. From a
+    comparison of two loads, a delta. figure reads the difference (in % of the base's figure with a bound
+    in %), and any other figure reads the candidate's summary."""
+    if gate.compares:
+        entry = result.get('delta', {}).get(gate.figure.removeprefix(_DELTA))
+        return entry and entry['relative_pct' if gate.relative else 'difference']
+    result = result.get('candidate', result)
+    name, _, part = gate.figure.partition('.')
+    if name == 'error_kind':
+        return result['not_ok_by_kind'].get(part, 0)
+    if name == 'event_gaps_ms':
+        values = result.get('event_gaps_ms')
+    elif part:
+        values = (result.get('latency_ms') or {}).get(name)
+    else:
+        return result.get(name)
+    return values and values[part]
+
+
+def _evaluate_gates(gates: tuple, result: dict) -> list[dict]:
+    """Each gate as the summary's JSON (or a comparison's) gives it: its expression, the figure's value
+    and whether it held."""
+    values = [_figure_value(result, gate) for gate in gates]
+    return [{'expr': gate.text, 'value': value, 'held': not gate.failed_by(value)} for gate, value in zip(gates, values)]
+
+
+def _gates_held(result: dict) -> bool:
+    """Whether every gate of a summary held (its exit status is 0 then, 1 otherwise)."""
+    return all(gate['held'] for gate in result['gates'])
+
+
+def _gate_lines(gates: list[dict]) -> list[str]:
+    """A line per gate for the summary's table."""
+    return [f'gate {"held  " if gate["held"] else "FAILED"} fail if {gate["expr"]}: '
+            + ('no such figure in this summary' if gate['value'] is None else f'{gate["value"]:g}')
+            for gate in gates]
