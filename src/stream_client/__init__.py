@@ -38,6 +38,7 @@ _http          HTTP/1.x, sans-IO: the response head and one reader per body fram
 _reader        the whole response, sans-IO: ``ResponseReader`` composes HTTP,
                SSE and the grammar (bytes in through ``feed()`` and ``eof()``);
                ``UnstreamedReader`` reads the twin
+_headers       the headers a user adds (--header), checked; only their names are ever kept
 _request       ``prepare()`` checks a request before any connection and returns
                the frozen ``PreparedRequest`` a run sends
 _exchange      what one run owns: ``_Exchange``, its ``_Timeline`` (kernel

@@ -14,6 +14,7 @@ import threading
 
 from ._limits import _and_list, _DEFAULT_EXPORTER_IN_FLIGHT, Interrupted, UsageError, __version__
 from ._validator import AnswerSpec
+from ._headers import _parse_header
 from ._answer import _seeded, VALIDATORS
 from ._request import _API_PATHS, _DEFAULT_PROMPT, _DEFAULT_URL, _FINISHES, prepare, PreparedRequest
 from ._load import _ARRIVALS, _MAX_OPEN_LOOP_IN_FLIGHT
@@ -111,6 +112,10 @@ def _parser() -> _OneLineParser:
                            'the answers; on chat and completions both ask for "return_token_ids": true, and when the '
                            'token ids agree a different answer is a failure at layer cross-check. Needs --temperature '
                            '0 or a "seed" in --extra')
+    send.add_argument('--header', action='append', metavar="'NAME: VALUE'",
+                      help='a header sent on every request, repeatable (routing, tenant, session); not Host, '
+                           'Content-Length, Transfer-Encoding, Connection or Authorization (the key comes from '
+                           'MODEL_API_KEY). Only its name is ever saved or shown, never its value')
     send.add_argument('--idle', type=float, default=10.0, metavar='S',
                       help='seconds to wait for the next bytes (default 10)')
     send.add_argument('--deadline', type=float, default=60.0, metavar='S',
@@ -216,7 +221,7 @@ def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY') -
                     api=args.api, expect_finish=args.expect_finish,
                     source='endpoint' if args.fixture is None else 'fixture', tools=tools,
                     tool_choice=args.tool_choice, json_schema=json_schema, trust_env=not args.no_proxy,
-                    cross_check=args.cross_check)
+                    cross_check=args.cross_check, headers=[_parse_header(text) for text in args.header or ()])
             for line in prompts]
 
 
@@ -353,7 +358,7 @@ _READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources'),
 _FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',
                      'runs': '--runs', 'concurrency': '--concurrency', 'rate': '--rate', 'tools': '--tools',
-                     'processes': '--processes',
+                     'processes': '--processes', 'header': '--header',
                      'tool_choice': '--tool-choice', 'json_schema': '--json-schema', 'cross_check': '--cross-check'}
 
 
