@@ -50,6 +50,7 @@ _record        ``_build_record()``: the evidence record of one run
 _transport     ``run()`` and ``stream()``: one request, read under the idle
                timeout and the overall deadline; the cross-check's twin
 _reactor       ``_Reactor``: one thread per process reads every response of a load
+_plan          a load's plan: its id, ``--shard I/N`` and ``--start-at``; which shard is missing
 _load          ``run_load()``: runs from worker threads or forked processes
 _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of a load
 _report        ``Report``: one self-contained HTML page per load

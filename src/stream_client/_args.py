@@ -155,6 +155,14 @@ def _parser() -> _OneLineParser:
     load.add_argument('--prompts', metavar='FILE',
                       help='JSON Lines of prompts, each a string or {"prompt", "system", "max_tokens"}; '
                            'the runs cycle through them')
+    load.add_argument('--shard', metavar='I/N',
+                      help='send shard I (from 0) of N of the load: the runs i with i %% N == I, at their planned '
+                           'times, so that N processes (on N machines) send the one seeded load between them, '
+                           'each writing its own evidence; --summary of the N files checks that none is '
+                           'missing or given twice')
+    load.add_argument('--start-at', metavar='UTC',
+                      help='start the load\'s schedule at this UTC time (2026-12-01T23:50:00Z), so that the '
+                           'shards start together')
     out = parser.add_argument_group('where the evidence goes')
     out.add_argument('--output', metavar='FILE',
                      help='new file for the evidence (required): one JSON record, or with many runs one record '

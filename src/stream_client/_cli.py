@@ -16,6 +16,7 @@ from ._exchange import Cancel
 from ._verdict import _interrupted_before_sending
 from ._record import _failed_record
 from ._transport import run
+from ._plan import _planned_steps
 from ._load import LoadSettings, run_load, _scheduled_runs
 from ._summary import _parse_slos, Summary, _summary_table
 from ._report import Report
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.output == '-':
                 raise UsageError('--output - is not supported: stdout carries the summary line; '
                                  'give the evidence a file name')
-            steps = _load_settings(args)
+            steps = _planned_steps(args, _load_settings(args))
             if args.report is not None and steps is None:
                 raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
             if args.fixture is not None:

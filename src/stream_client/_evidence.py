@@ -11,6 +11,7 @@ import signal
 
 from ._limits import UsageError
 from ._reader import Capture
+from ._plan import _ShardCheck
 from ._summary import Summary
 from ._report import Report
 
@@ -120,14 +121,16 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
     """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
     (default: the bounds their loads were run with); UsageError for unreadable files, mixed sources
     or loads run with different bounds."""
-    summary = Summary(slos, slo_target)
+    summary, shards = Summary(slos, slo_target), _ShardCheck()
     drawing = Report(summary) if report else None
     for path in paths:
         for record in iter_records(path):
+            shards.add(record)
             summary.add(record)
             if drawing is not None:
                 drawing.add(record)
     _check_sources(summary.seen['sources'], mixed_sources, 'summarize')
+    shards.check()
     summary.slo_bounds()
     return summary, drawing
 

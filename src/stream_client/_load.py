@@ -18,9 +18,10 @@ import traceback
 from ._limits import _failure
 from ._request import _positive_finite, PreparedRequest
 from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
-from ._record import _failed_record
+from ._record import _failed_record, _utc_iso
 from ._transport import _run, _Show
 from ._reactor import _EPOLL, _Reactor
+from ._plan import _plan_id, _shard_runs
 
 
 _ARRIVALS = ('poisson', 'constant')
@@ -44,6 +45,8 @@ class LoadSettings:
     slos: tuple = ()               # (name, ms) pairs that a good run meets: see SLO_FIGURES
     slo_target: float | None = None  # a sweep's attainment under capacity (None: DEFAULT_SLO_TARGET)
     processes: int = 1             # worker processes the runs are spread over (Linux: forked)
+    shard: tuple = (0, 1)          # (I, N): this process sends the runs i with i % N == I (see _plan)
+    start_at: float | None = None  # the epoch time the schedule starts at (None: now)
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
@@ -158,12 +161,25 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     _spread_load), and on_record is still called here, in this process. On Linux one _Reactor thread
     per process reads the responses, and the workers pass through a _Gate.
     """
-    started = time.perf_counter()
-    described = {**settings.described(), 'id': os.urandom(8).hex()}  # the id tells merged loads apart
+    started = time.perf_counter() + (0.0 if settings.start_at is None else settings.start_at - time.time())
+    described = settings.described()
+    index, shards = settings.shard
+    plan = _plan_id(requests, described, shards, settings.start_at)
+    described = {**described, 'runs': _shard_runs(settings.runs, settings.shard),
+                 'id': f'{plan}.{index}' if shards > 1 else os.urandom(8).hex(),  # the id tells merged loads apart
+                 'plan': {'id': plan, 'shard': index, 'shards': shards, 'runs': settings.runs,
+                          'start_at': None if settings.start_at is None else _utc_iso(settings.start_at)}}
     if settings.processes > 1:
         _spread_load(requests, settings, on_record, cancel, started, described)
     else:
-        _run_share(requests, settings, on_record, cancel, started, described, (0, 1))
+        _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0))
+
+
+def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
+    """(number, workers) of a worker process of a shard: run i is its when i % workers == number (i % N is
+    the shard, and i // N % processes the process within it), and it takes that share of the slots."""
+    index, shards = settings.shard
+    return process * shards + index, settings.processes * shards
 
 
 def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
@@ -252,7 +268,7 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
             if pid == 0:  # the worker
                 for fd in parent_fds + [record_read]:
                     os.close(fd)
-                _worker_process(requests, settings, started, described, (number, settings.processes),
+                _worker_process(requests, settings, started, described, _share(settings, number),
                                 control_read, record_write)
             os.close(record_write)
             parent_fds.append(record_read)
