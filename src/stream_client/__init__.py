@@ -56,6 +56,8 @@ _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of 
 _report        ``Report``: one self-contained HTML page per load
 _evidence      evidence files, each created once and never overwritten, and
                read back (``iter_records()``, ``summarize()``)
+_server_metrics --server-metrics: the server's Prometheus metrics during a load, scraped on a thread
+               of their own, kept, and summarized per step
 _args          the command line's flags, and the requests and settings they give
 _views         what the terminal shows while runs go on and once they end
 _exporter      ``Exporter``: the verdict of one run per scrape, for Prometheus

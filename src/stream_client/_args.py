@@ -163,6 +163,13 @@ def _parser() -> _OneLineParser:
     load.add_argument('--start-at', metavar='UTC',
                       help='start the load\'s schedule at this UTC time (2026-12-01T23:50:00Z), so that the '
                            'shards start together')
+    load.add_argument('--server-metrics', nargs='?', const='', metavar='URL',
+                      help='scrape the server\'s Prometheus metrics during the load (at the start and end of each '
+                           'step and every --metrics-interval seconds) on a thread of their own, keep every scrape '
+                           'in OUTPUT-without-extension.server-metrics.jsonl, and summarize them per step; URL '
+                           'defaults to /metrics at the origin of --url, where vLLM serves them')
+    load.add_argument('--metrics-interval', type=float, metavar='S',
+                      help='seconds between scrapes of --server-metrics (default 1)')
     out = parser.add_argument_group('where the evidence goes')
     out.add_argument('--output', metavar='FILE',
                      help='new file for the evidence (required): one JSON record, or with many runs one record '

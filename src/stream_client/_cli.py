@@ -27,6 +27,7 @@ from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args, _terminate,
     _unchecked_line)
 from ._views import _compare_table, _LiveView, _LoadView, _settings_differ
+from ._server_metrics import _metrics_lines, _metrics_settings, _Scraper
 from ._exporter_cli import _exporter_command
 
 
@@ -217,8 +218,22 @@ def _reserve_report(args, output_fd: int) -> int | None:
     raise error
 
 
+def _reserve_metrics(args, metrics: dict | None, output_fd: int, report_fd: int | None) -> int | None:
+    """Create the --server-metrics file beside the reserved output; if that fails, undo the others too."""
+    if metrics is None:
+        return None
+    try:
+        return _reserve_output(metrics['file'])
+    except UsageError:
+        for fd, path in ((output_fd, args.output), (report_fd, args.report)):
+            if fd is not None:
+                os.close(fd)
+                os.unlink(path)
+        raise
+
+
 def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], fd: int, report_fd: int | None,
-              prog: str) -> int:
+              prog: str, scraper: _Scraper | None = None) -> int:
     """Run the load, its steps one after another, appending each record to the reserved JSON Lines file
     as its run ends; print the summary (and write the report); return the exit status. SIGINT and
     SIGTERM cancel the load: no new run or step starts, the runs in flight end as interrupted and keep
@@ -247,13 +262,21 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
         signal.signal(signal.SIGTERM, on_signal)
         for settings in steps:
             if cancel.reason is None:
+                if scraper is not None:
+                    scraper.begin(settings.step)
                 run_load(requests, settings, on_record, cancel)
+                if scraper is not None:
+                    scraper.end()
     if report is not None:
         _write_report(report_fd, report)
     _ignore_signals()  # the records are on disk: what is left is to report them
     result = summary.result()
+    if scraper is not None:
+        result['server_metrics'] = scraper.close()
     view.clear()
     view.finish(result)
+    if scraper is not None and not args.quiet and (view.live or result['server_metrics']['failed']):
+        print('\n'.join(_metrics_lines(result['server_metrics'])), file=sys.stderr)
     _emit_summary(result, view.live, [args.output])
     _say_written(args)
     if write_error:
@@ -297,8 +320,10 @@ def main(argv: list[str] | None = None) -> int:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed)
             requests = _requests_from_args(args, fixture.url if fixture else args.url or _DEFAULT_URL)
+            metrics = _metrics_settings(args, steps, requests[0])
             fd, capture_fd = _reserve_files(args)
             report_fd = _reserve_report(args, fd)
+            metrics_fd = _reserve_metrics(args, metrics, fd, report_fd)
         except (UsageError, ValueError) as exc:
             _default_signals()
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
@@ -307,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if steps is not None:
-            return _run_load(args, requests, steps, fd, report_fd, parser.prog)
+            return _run_load(args, requests, steps, fd, report_fd, parser.prog,
+                             _Scraper(metrics, metrics_fd) if metrics else None)
         record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:

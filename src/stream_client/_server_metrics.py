@@ -1,0 +1,351 @@
+"""The server's own metrics during a load (``--server-metrics``): scraped, kept, summarized.
+
+``_parse_exposition()`` reads the Prometheus text format (0.0.4) strictly, sans-IO: any line that is not
+a comment, a HELP or TYPE line or a well-formed sample fails the whole scrape, naming the line. A
+``_Scraper`` thread scrapes at the start of each step of a load, every ``--metrics-interval`` seconds,
+and at its end, each scrape bounded in time and size, and appends each one (its samples, or why it
+failed) to its own evidence file; it never touches the load, whose runs go on whatever the endpoint
+does. ``_MetricsSummary`` gives, per step, the increase of each counter and the max and mean of each gauge.
+"""
+import http.client
+import json
+import math
+import os
+import re
+import threading
+import time
+from urllib.parse import urlsplit
+
+from ._limits import _shorten, UsageError
+from ._request import _check_url, _positive_finite, _ssl_context
+from ._record import _utc_iso
+
+_METRIC_NAME = re.compile(r'[a-zA-Z_:][a-zA-Z0-9_:]*')
+_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\[\\"n])*)"[ \t]*')
+_TYPES = ('counter', 'gauge', 'histogram', 'summary', 'untyped')
+_SUFFIXES = {'counter': ('', '_total', '_created'), 'gauge': ('',), 'untyped': ('',),
+             'histogram': ('_bucket', '_sum', '_count', '_created'), 'summary': ('', '_sum', '_count', '_created')}
+_NUMBER = re.compile(r'[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|[Ii]nf|NaN)')
+_MAX_SCRAPE_BYTES = 8 * 1024 * 1024
+_SCRAPE_DEADLINE_S = 5.0        # a scrape takes at most this long, or the interval if that is shorter
+_MIN_INTERVAL_S = 0.1
+
+
+class _ExpositionError(ValueError):
+    """A scrape that is not the Prometheus text format; the message names the line."""
+
+
+def _value(text: str, number: int) -> float:
+    if not _NUMBER.fullmatch(text):
+        raise _ExpositionError(f'line {number}: {_shorten(repr(text), 40)} is not a sample value')
+    return float(text)
+
+
+def _parse_exposition(text: str) -> dict[str, dict]:
+    """The families of a scrape in the text format 0.0.4: {name: {"type": ..., "samples": [[sample name,
+    {label: value}, value], ...]}}, in order. _ExpositionError for anything else: a malformed line, a
+    TYPE given twice or after its samples, a family split in two groups, a series given twice."""
+    families: dict[str, dict] = {}
+    owner: dict[str, str] = {}   # sample name -> its family, for the suffixes of typed families
+    series: set = set()
+    current = None
+    for number, line in enumerate(text.split('\n'), 1):
+        if not line.strip():
+            continue
+        if line.startswith('#'):
+            parts = line[1:].strip(' \t').split(None, 2)
+            if len(parts) >= 2 and parts[0] in ('HELP', 'TYPE'):
+                if not _METRIC_NAME.fullmatch(parts[1]):
+                    raise _ExpositionError(f'line {number}: {parts[0]} of {_shorten(repr(parts[1]), 40)}, not a metric name')
+                if parts[0] == 'TYPE':
+                    kind = parts[2].strip() if len(parts) == 3 else ''
+                    if kind not in _TYPES:
+                        raise _ExpositionError(f'line {number}: TYPE {_shorten(repr(kind), 20)} is not one of {", ".join(_TYPES)}')
+                    if parts[1] in families or parts[1] in owner:
+                        raise _ExpositionError(f'line {number}: TYPE of {parts[1]} after its samples or twice')
+                    families[parts[1]] = {'type': kind, 'samples': []}
+                    for suffix in _SUFFIXES[kind]:
+                        owner.setdefault(parts[1] + suffix, parts[1])
+            continue
+        name_match = _METRIC_NAME.match(line)
+        if name_match is None:
+            raise _ExpositionError(f'line {number}: a sample must start with a metric name: {_shorten(repr(line), 60)}')
+        name, rest = name_match[0], line[name_match.end():]
+        labels = {}
+        if rest.startswith('{'):
+            rest = rest[1:]
+            while not rest.lstrip(' \t').startswith('}'):
+                label = _LABEL.match(rest)
+                if label is None:
+                    raise _ExpositionError(f'line {number}: malformed labels: {_shorten(repr(line), 60)}')
+                if label[1] in labels:
+                    raise _ExpositionError(f'line {number}: label {label[1]} given twice')
+                labels[label[1]] = re.sub(r'\\(.)', lambda m: '\n' if m[1] == 'n' else m[1], label[2])
+                rest = rest[label.end():]
+                if rest.startswith(','):
+                    rest = rest[1:]
+                elif not rest.startswith('}'):
+                    raise _ExpositionError(f'line {number}: malformed labels: {_shorten(repr(line), 60)}')
+            rest = rest.lstrip(' \t')[1:]
+        fields = rest.split()
+        if not rest[:1] in (' ', '\t') or not 1 <= len(fields) <= 2:
+            raise _ExpositionError(f'line {number}: expected a value (and a timestamp) after the series: '
+                                  f'{_shorten(repr(line), 60)}')
+        value = _value(fields[0], number)
+        if len(fields) == 2 and not re.fullmatch(r'-?\d+', fields[1]):
+            raise _ExpositionError(f'line {number}: the timestamp {_shorten(repr(fields[1]), 30)} is not an integer')
+        family = owner.get(name, name)
+        if family not in families:
+            families[family] = {'type': 'untyped', 'samples': []}
+            owner[name] = family
+        if current != family and families[family]['samples']:
+            raise _ExpositionError(f'line {number}: the samples of {family} are not in one group')
+        current = family
+        key = (name, tuple(sorted(labels.items())))
+        if key in series:
+            raise _ExpositionError(f'line {number}: the series {name}{labels or ""} is given twice')
+        series.add(key)
+        families[family]['samples'].append([name, labels, value])
+    return families
+
+
+def _default_url(request_url: str) -> str:
+    """vLLM's metrics: /metrics at the origin of the endpoint."""
+    parts = urlsplit(request_url)
+    return f'{parts.scheme}://{parts.netloc}/metrics'
+
+
+def _metrics_settings(args, steps, request) -> dict | None:
+    """--server-metrics and --metrics-interval, checked, with the file the scrapes go to; None without them."""
+    if args.server_metrics is None:
+        if args.metrics_interval is not None:
+            raise UsageError('--metrics-interval needs --server-metrics')
+        return None
+    if steps is None:
+        raise UsageError('--server-metrics watches a load: give --runs, --duration or --rates')
+    interval = 1.0 if args.metrics_interval is None else args.metrics_interval
+    if not _positive_finite(interval) or interval < _MIN_INTERVAL_S:
+        raise UsageError(f'--metrics-interval must be at least {_MIN_INTERVAL_S} seconds, not {interval}')
+    url = args.server_metrics or _default_url(request.url)
+    try:
+        parts, port = _check_url(url)
+    except ValueError as exc:
+        raise UsageError(f'--server-metrics: {exc}') from None
+    path = os.path.splitext(args.output)[0] + '.server-metrics.jsonl'
+    if os.path.abspath(path) in {os.path.abspath(name) for name in (args.output, args.report) if name}:
+        raise UsageError(f'--server-metrics writes {path}, which is --output or --report: name them apart')
+    context = _ssl_context(args.ca_file) if parts.scheme == 'https' else None
+    return {'url': url, 'scheme': parts.scheme, 'host': parts.hostname, 'port': port,
+            'path': parts.path or '/', 'interval': interval, 'file': path, 'context': context}
+
+
+def _scrape(settings: dict, deadline_s: float) -> dict:
+    """One GET of the metrics, bounded by deadline_s in all (each wait on the socket too) and by
+    _MAX_SCRAPE_BYTES: the families, or why it failed (connect, timeout, status, too_large, format)."""
+    begun = time.perf_counter()
+    ends = begun + deadline_s
+    cls = http.client.HTTPSConnection if settings['scheme'] == 'https' else http.client.HTTPConnection
+    extra = {'context': settings['context']} if settings['scheme'] == 'https' else {}
+    conn = cls(settings['host'], settings['port'], timeout=deadline_s, **extra)
+    outcome: dict = {'ok': False, 'status': None, 'error_kind': None, 'error': None, 'families': None}
+    try:
+        conn.request('GET', settings['path'], headers={'Accept': 'text/plain;version=0.0.4',
+                                                       'Accept-Encoding': 'identity'})
+        response = conn.getresponse()
+        outcome['status'] = response.status
+        body = bytearray()
+        while True:
+            left = ends - time.perf_counter()
+            if left <= 0:
+                raise TimeoutError
+            conn.sock.settimeout(left)
+            piece = response.read1(65536)
+            if not piece:
+                break
+            body += piece
+            if len(body) > _MAX_SCRAPE_BYTES:
+                outcome.update(error_kind='too_large', error=f'more than {_MAX_SCRAPE_BYTES} bytes')
+                return outcome
+        if response.status != 200:
+            outcome.update(error_kind='status', error=f'status {response.status} {response.reason}')
+            return outcome
+        outcome.update(ok=True, families=_parse_exposition(body.decode('utf-8')))
+    except (TimeoutError, OSError, http.client.HTTPException) as exc:
+        timeout = isinstance(exc, TimeoutError) or 'timed out' in str(exc)
+        outcome.update(error_kind='timeout' if timeout else 'connect',
+                       error=f'no answer within {deadline_s:g} s' if timeout else f'{type(exc).__name__}: {exc}')
+    except (_ExpositionError, UnicodeDecodeError) as exc:
+        outcome.update(ok=False, families=None, error_kind='format', error=f'not the Prometheus text format: {exc}')
+    finally:
+        conn.close()
+        outcome['duration_ms'] = round((time.perf_counter() - begun) * 1000, 3)
+    return outcome
+
+
+def _finite(value: float):
+    """A sample value as JSON holds it: non-finite values as the strings the format writes."""
+    return value if math.isfinite(value) else ('NaN' if math.isnan(value) else '+Inf' if value > 0 else '-Inf')
+
+
+class _Scraper:
+    """The scraping thread of a load: a scrape at begin(step), every interval, and at end(); each appended
+    to the evidence file as one JSON line as it ends. Its failures are noted there and counted, never raised."""
+
+    def __init__(self, settings: dict, fd: int) -> None:
+        self.settings = settings
+        self.deadline_s = min(_SCRAPE_DEADLINE_S, settings['interval'])
+        self.out = os.fdopen(fd, 'w', encoding='utf-8')
+        self.summary = _MetricsSummary()
+        self.condition = threading.Condition()
+        self.step: int | None = None      # the step being watched (None: a load of one step)
+        self.watching = False             # inside a step: scrape every interval
+        self.asked: list[str] = []        # phases asked for and not yet scraped
+        self.closing = False
+        self.number = 0
+        self.started = time.perf_counter()
+        self.thread = threading.Thread(target=self._loop, name='server-metrics', daemon=True)
+        self.thread.start()
+
+    def begin(self, step: int) -> None:
+        with self.condition:
+            self.step, self.watching = step, True
+            self.asked.append('start')
+            self.condition.notify()
+
+    def end(self) -> None:
+        """Ask for the step's last scrape and wait for it, at most one scrape's deadline and a second."""
+        with self.condition:
+            self.asked.append('end')
+            self.condition.notify()
+            self.condition.wait_for(lambda: not self.asked, len(self.asked) * self.deadline_s + 1)
+            self.watching = False
+
+    def close(self) -> dict:
+        """Stop the thread (waiting at most one scrape's deadline and a second), close the file; the summary."""
+        with self.condition:
+            self.closing = True
+            self.condition.notify()
+        self.thread.join(self.deadline_s + 1)
+        with self.condition:
+            self.out.close()
+            self.out = None
+        return self.summary.result(self.settings)
+
+    def _loop(self) -> None:
+        next_at = None
+        while True:
+            with self.condition:
+                while not self.closing and not self.asked and (not self.watching or next_at is None or
+                                                               time.perf_counter() < next_at):
+                    self.condition.wait(None if not self.watching or next_at is None
+                                        else max(0.0, next_at - time.perf_counter()))
+                if self.closing:
+                    return
+                phase = self.asked[0] if self.asked else 'every'
+                step = self.step
+            outcome = _scrape(self.settings, self.deadline_s)
+            now = time.perf_counter()
+            interval = self.settings['interval']
+            if phase == 'start' or next_at is None:
+                next_at = now + interval
+            else:
+                while next_at <= now:  # a slow scrape skips the times it overran
+                    next_at += interval
+            self._keep(phase, step, now, outcome)
+            with self.condition:
+                if self.asked and self.asked[0] == phase:
+                    self.asked.pop(0)
+                if phase == 'end':
+                    next_at = None
+                self.condition.notify_all()
+
+    def _keep(self, phase: str, step: int, now: float, outcome: dict) -> None:
+        self.number += 1
+        line = {'scrape': self.number, 'step': step, 'phase': phase,
+                'at': _utc_iso(time.time()), 'offset_ms': round((now - self.started) * 1000, 3),
+                'url': self.settings['url'], **outcome}
+        if outcome['families'] is not None:
+            line['families'] = {name: {'type': family['type'],
+                                       'samples': [[name_, labels, _finite(value)] for name_, labels, value
+                                                   in family['samples']]}
+                                for name, family in outcome['families'].items()}
+        self.summary.add(step, outcome)
+        with self.condition:
+            if self.out is None:
+                return
+            try:
+                self.out.write(json.dumps(line, ensure_ascii=False) + '\n')
+                self.out.flush()
+            except OSError as exc:
+                self.summary.write_error = exc.strerror or str(exc)
+
+
+class _MetricsSummary:
+    """Per step: each counter's increase (over its series, a decrease read as a restart from 0) and each
+    gauge's max and mean over the scrapes (a scrape's value is the sum over its series, or their max for
+    a *_perc gauge, a share)."""
+
+    def __init__(self) -> None:
+        self.steps: dict = {}
+        self.scrapes = self.failed = 0
+        self.failures: dict[str, int] = {}
+        self.write_error: str | None = None
+
+    def add(self, step: int, outcome: dict) -> None:
+        self.scrapes += 1
+        if not outcome['ok']:
+            self.failed += 1
+            self.failures[outcome['error_kind']] = self.failures.get(outcome['error_kind'], 0) + 1
+        state = self.steps.setdefault(step, {'scrapes': 0, 'failed': 0, 'counters': {}, 'last': {}, 'gauges': {}})
+        state['scrapes'] += 1
+        if not outcome['ok']:
+            state['failed'] += 1
+            return
+        for name, family in outcome['families'].items():
+            if family['type'] == 'counter':
+                name = name if name.endswith('_total') else name + '_total'  # as the samples name it
+                total = state['counters'].setdefault(name, 0.0)
+                for sample_name, labels, value in family['samples']:
+                    if sample_name.endswith('_created') or not math.isfinite(value):
+                        continue
+                    key = (sample_name, tuple(sorted(labels.items())))
+                    before = state['last'].get(key)
+                    total += 0.0 if before is None else value - before if value >= before else value
+                    state['last'][key] = value
+                state['counters'][name] = total
+            elif family['type'] == 'gauge' and not name.endswith('_created'):
+                values = [value for _, _, value in family['samples'] if math.isfinite(value)]
+                if values:
+                    state['gauges'].setdefault(name, []).append(max(values) if name.endswith('_perc') else sum(values))
+
+    def result(self, settings: dict) -> dict:
+        steps = [{'step': step, 'scrapes': state['scrapes'], 'failed': state['failed'],
+                  'counters': {name: round(value, 6) for name, value in sorted(state['counters'].items())},
+                  'gauges': {name: {'max': max(values), 'mean': round(sum(values) / len(values), 6),
+                                    'scrapes': len(values)} for name, values in sorted(state['gauges'].items())}}
+                 for step, state in sorted(self.steps.items(), key=lambda item: item[0])]
+        return {'url': settings['url'], 'file': settings['file'], 'interval_s': settings['interval'],
+                'scrapes': self.scrapes, 'failed': self.failed, 'failures': dict(sorted(self.failures.items())),
+                'write_error': self.write_error, 'steps': steps}
+
+
+# The families a person reads first, in the terminal's table.
+_SHOWN_GAUGES = ('vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc')
+_SHOWN_COUNTERS = ('vllm:num_preemptions_total', 'vllm:prompt_tokens_total', 'vllm:generation_tokens_total')
+
+
+def _metrics_lines(result: dict) -> list[str]:
+    """The server's metrics per step, for a person: the vLLM gauges' max and mean, the counters' increase."""
+    lines = [f'server metrics from {result["url"]}: {result["scrapes"]} scrapes'
+             + (f', {result["failed"]} failed (' + ', '.join(f'{kind} {count}' for kind, count
+                                                            in result['failures'].items()) + ')'
+                if result['failed'] else '') + f'; kept in {result["file"]}']
+    for step in result['steps']:
+        label = '' if step['step'] is None else f'step {step["step"]}: '
+        gauges = [f'{name.split(":")[-1]} max {step["gauges"][name]["max"]:g} mean {step["gauges"][name]["mean"]:g}'
+                  for name in _SHOWN_GAUGES if name in step['gauges']]
+        counters = [f'{name.split(":")[-1]} +{step["counters"][name]:g}' for name in _SHOWN_COUNTERS
+                    if name in step['counters']]
+        if gauges or counters:
+            lines.append(f'  {label}' + '; '.join(gauges + counters))
+    return lines

@@ -1,0 +1,206 @@
+"""--server-metrics: the server's Prometheus metrics during a load, parsed strictly, kept, summarized (_server_metrics)."""
+from __future__ import annotations
+
+import json
+import socket
+import tempfile
+import threading
+import unittest
+from pathlib import Path
+
+import fixture_server
+from stream_client import _ExpositionError, _parse_exposition, _MetricsSummary
+from .support import Fixture, LoopbackServer, run_cli
+
+VLLM_LIKE = '''# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 2.0
+# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 5.0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 3.0
+vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 4.0
+vllm:time_to_first_token_seconds_count{model_name="m"} 4.0
+vllm:time_to_first_token_seconds_sum{model_name="m"} 0.52
+# TYPE python_gc_objects_collected counter
+python_gc_objects_collected_total{generation="0"} 1.0e+03
+python_gc_objects_collected_created{generation="0"} 1.7e9
+escaped{path="a\\\\b \\"q\\"\\n",} NaN 1700000000000
+no_labels +Inf
+'''
+
+
+def scrape_lines(folder: str, name: str = 'load.server-metrics.jsonl') -> list[dict]:
+    return [json.loads(line) for line in Path(folder, name).read_text().splitlines()]
+
+
+class ExpositionTests(unittest.TestCase):
+    def test_the_text_format_is_read_with_its_types_labels_escapes_and_special_values(self):
+        families = _parse_exposition(VLLM_LIKE)
+        self.assertEqual(list(families), ['vllm:num_requests_running', 'vllm:num_preemptions_total',
+                                          'vllm:time_to_first_token_seconds', 'python_gc_objects_collected',
+                                          'escaped', 'no_labels'])
+        self.assertEqual(families['vllm:num_requests_running'],
+                         {'type': 'gauge', 'samples': [['vllm:num_requests_running', {'engine': '0', 'model_name': 'm'}, 2.0]]})
+        self.assertEqual(len(families['vllm:time_to_first_token_seconds']['samples']), 4)
+        self.assertEqual(families['python_gc_objects_collected']['type'], 'counter')
+        name, labels, value = families['escaped']['samples'][0]
+        self.assertEqual((families['escaped']['type'], labels), ('untyped', {'path': 'a\\b "q"\n'}))
+        self.assertNotEqual(value, value)  # NaN
+        self.assertEqual(families['no_labels']['samples'][0][2], float('inf'))
+
+    def test_each_breach_of_the_format_fails_the_scrape_naming_its_line(self):
+        cases = {
+            'html': ('<html>oops</html>\n', 'line 1: a sample must start with a metric name'),
+            'no value': ('up\n', 'line 1: expected a value'),
+            'a word for a value': ('up one\n', "line 1: 'one' is not a sample value"),
+            'three fields': ('up 1 2 3\n', 'line 1: expected a value'),
+            'a timestamp that is not an integer': ('up 1 2.5\n', 'line 1: the timestamp'),
+            'labels not closed': ('up{a="b" 1\n', 'line 1: malformed labels'),
+            'a label without quotes': ('up{a=b} 1\n', 'line 1: malformed labels'),
+            'a label twice': ('up{a="1",a="2"} 1\n', 'line 1: label a given twice'),
+            'a bad escape': ('up{a="\\x"} 1\n', 'line 1: malformed labels'),
+            'a series twice': ('up 1\nup 2\n', 'line 2: the series up is given twice'),
+            'a type after the samples': ('up 1\n# TYPE up gauge\n', 'line 2: TYPE of up after its samples'),
+            'an unknown type': ('# TYPE up meter\n', "line 1: TYPE 'meter' is not one of"),
+            'a family in two groups': ('a 1\nb 1\na{x="1"} 2\n', 'line 3: the samples of a are not in one group'),
+            'no space before the value': ('up{a="b"}1\n', 'line 1: expected a value'),
+        }
+        for case, (text, message) in cases.items():
+            with self.subTest(case=case), self.assertRaises(_ExpositionError) as caught:
+                _parse_exposition(text)
+            self.assertIn(message, str(caught.exception))
+
+    def test_counters_give_their_increase_and_gauges_their_max_and_mean_per_step(self):
+        def scrape(preemptions: float, running: list[float], usage: list[float]) -> dict:
+            return {'ok': True, 'error_kind': None, 'families': {
+                'vllm:num_preemptions_total': {'type': 'counter', 'samples': [
+                    ['vllm:num_preemptions_total', {'engine': '0'}, preemptions]]},
+                'vllm:num_requests_running': {'type': 'gauge', 'samples': [
+                    ['vllm:num_requests_running', {'engine': str(n)}, value] for n, value in enumerate(running)]},
+                'vllm:kv_cache_usage_perc': {'type': 'gauge', 'samples': [
+                    ['vllm:kv_cache_usage_perc', {'engine': str(n)}, value] for n, value in enumerate(usage)]}}}
+        summary = _MetricsSummary()
+        for step, preemptions, running, usage in ((0, 10, [1, 2], [0.1, 0.3]), (0, 12, [3, 3], [0.5, 0.2]),
+                                                  (0, 3, [0, 1], [0.0, 0.1]),  # a restart: counted from 0
+                                                  (1, 3, [4, 4], [0.9, 0.8]), (1, 7, [2, 0], [0.2, 0.1])):
+            summary.add(step, scrape(preemptions, running, usage))
+        summary.add(1, {'ok': False, 'error_kind': 'timeout', 'families': None})
+        result = summary.result({'url': 'u', 'file': 'f', 'interval': 1.0})
+        first, second = result['steps']
+        self.assertEqual(first['counters'], {'vllm:num_preemptions_total': 5.0})  # +2, then 3 after the restart
+        self.assertEqual(first['gauges']['vllm:num_requests_running'], {'max': 6, 'mean': 3.333333, 'scrapes': 3})
+        self.assertEqual(first['gauges']['vllm:kv_cache_usage_perc']['max'], 0.5)  # a share: the max of the engines
+        self.assertEqual((second['counters'], second['scrapes'], second['failed']),
+                         ({'vllm:num_preemptions_total': 4.0}, 3, 1))
+        self.assertEqual((result['scrapes'], result['failed'], result['failures']), (6, 1, {'timeout': 1}))
+
+
+class BrokenMetrics(LoopbackServer):
+    """A metrics endpoint that stalls (reads the request, never answers), answers garbage, or answers 500."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how, self.held = how, []
+        self.url = self.url.replace('/v1/chat/completions', '/metrics')
+
+    def serve(self, sock: socket.socket) -> None:
+        sock.recv(65536)
+        if self.how == 'stall':
+            self.held.append(sock)
+            return
+        body = b'<html><body>Gateway says hello</body></html>\n' if self.how == 'garbage' else b'oops\n'
+        status = b'200 OK' if self.how == 'garbage' else b'500 Internal Server Error'
+        sock.sendall(b'HTTP/1.1 %s\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n%s' % (status, len(body), body))
+        sock.close()
+
+    def close(self) -> None:
+        super().close()
+        for sock in self.held:
+            sock.close()
+
+
+class ServerMetricsTests(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def test_the_fixtures_gauges_recorded_during_a_load_are_its_truth(self):
+        with Fixture('stall') as fixture:
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '3', '--concurrency', '3', '--idle', '1',
+                           '--server-metrics', '--metrics-interval', '0.1', '--output', 'load.jsonl', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 1, done.stderr)  # three stalls, cut at --idle
+        scrapes = scrape_lines(self.tmp.name)
+        self.assertTrue(all(scrape['ok'] for scrape in scrapes), scrapes)
+        self.assertEqual([scrape['phase'] for scrape in scrapes][0], 'start')
+        self.assertEqual([scrape['phase'] for scrape in scrapes][-1], 'end')
+        self.assertEqual([scrape['scrape'] for scrape in scrapes], list(range(1, len(scrapes) + 1)))
+
+        def value(scrape: dict, name: str) -> float:
+            return scrape['families'][name]['samples'][0][2]
+        running = [value(scrape, 'vllm:num_requests_running') for scrape in scrapes]
+        self.assertLessEqual(set(running), {0.0, 1.0, 2.0, 3.0})
+        self.assertEqual(max(running), 3)  # the three stalled streams, all in flight at once
+        for scrape in scrapes:
+            self.assertEqual(value(scrape, 'vllm:kv_cache_usage_perc'),
+                             value(scrape, 'vllm:num_requests_running') / fixture_server.KV_CACHE_SLOTS)
+            self.assertEqual(value(scrape, 'vllm:num_requests_waiting'), 0)
+        self.assertEqual(value(scrapes[-1], 'vllm:prompt_tokens_total'), 3 * 6)  # 'Reply with exactly the word READY.'
+        summary = json.loads(done.stdout)['server_metrics']
+        step, = summary['steps']
+        self.assertEqual(step['gauges']['vllm:num_requests_running']['max'], 3)
+        self.assertEqual(step['gauges']['vllm:kv_cache_usage_perc']['max'], 3 / fixture_server.KV_CACHE_SLOTS)
+        self.assertEqual(step['counters']['vllm:num_preemptions_total'], 0)
+        self.assertEqual((summary['scrapes'], summary['failed'], summary['file']),
+                         (len(scrapes), 0, 'load.server-metrics.jsonl'))
+
+    def test_a_broken_metrics_endpoint_leaves_the_loads_verdicts_unchanged_and_is_noted(self):
+        load = ('--fixture', 'mixed', '--seed', '5', '--runs', '12', '--idle', '2', '--metrics-interval', '0.2')
+
+        def verdicts(name: str) -> list[tuple]:
+            return sorted((record['run'], record['ok'], record['error_layer'], record['error_kind'])
+                          for record in map(json.loads, Path(self.tmp.name, name).read_text().splitlines()))
+        healthy = run_cli(*load, '--server-metrics', '--output', 'healthy.jsonl', cwd=self.tmp.name)
+        self.assertEqual(json.loads(healthy.stdout)['server_metrics']['failed'], 0)
+        expected = verdicts('healthy.jsonl')
+        self.assertIn(False, {ok for _, ok, _, _ in expected})
+        for how, kind in (('stall', 'timeout'), ('garbage', 'format'), ('500', 'status')):
+            with self.subTest(endpoint=how):
+                server = BrokenMetrics(how)
+                server.start()
+                try:
+                    done = run_cli(*load, '--server-metrics', server.url, '--output', f'{how}.jsonl', cwd=self.tmp.name)
+                finally:
+                    server.close()
+                self.assertEqual(done.returncode, healthy.returncode)
+                self.assertEqual(verdicts(f'{how}.jsonl'), expected)
+                summary = json.loads(done.stdout)
+                self.assertEqual((summary['runs'], summary['ok'], summary['not_ok_by_kind']),
+                                 tuple(json.loads(healthy.stdout)[key] for key in ('runs', 'ok', 'not_ok_by_kind')))
+                metrics = summary['server_metrics']
+                self.assertGreaterEqual(metrics['failed'], 2)  # the start and the end at least
+                self.assertEqual((metrics['failed'], metrics['failures']), (metrics['scrapes'], {kind: metrics['scrapes']}))
+                scrapes = scrape_lines(self.tmp.name, f'{how}.server-metrics.jsonl')
+                self.assertEqual({(scrape['ok'], scrape['error_kind']) for scrape in scrapes}, {(False, kind)})
+                self.assertIn(f'failed ({kind} {metrics["scrapes"]})', done.stderr)
+
+    def test_server_metrics_that_cannot_be_kept_are_refused_before_anything_is_sent(self):
+        Path(self.tmp.name, 'taken.server-metrics.jsonl').write_text('')
+        cases = {('--server-metrics',): '--server-metrics watches a load',
+                 ('--runs', '2', '--metrics-interval', '1'): '--metrics-interval needs --server-metrics',
+                 ('--runs', '2', '--server-metrics', '--metrics-interval', '0.01'): '--metrics-interval must be at least',
+                 ('--runs', '2', '--server-metrics', 'http://192.0.2.1/metrics'): '--server-metrics: plain http is allowed only',
+                 ('--runs', '2', '--server-metrics', '--output', 'taken.jsonl'): 'taken.server-metrics.jsonl'}
+        for flags, message in cases.items():
+            with self.subTest(flags=flags):
+                output = () if '--output' in flags else ('--output', 'load.jsonl')
+                done = run_cli('--fixture', 'ok', *flags, *output, cwd=self.tmp.name)
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertIn(message, done.stderr)
+                self.assertEqual(sorted(path.name for path in Path(self.tmp.name).iterdir()),
+                                 ['taken.server-metrics.jsonl'])
+
+
+if __name__ == '__main__':
+    unittest.main()
