@@ -185,6 +185,19 @@ class ServerMetricsTests(unittest.TestCase):
                 self.assertEqual({(scrape['ok'], scrape['error_kind']) for scrape in scrapes}, {(False, kind)})
                 self.assertIn(f'failed ({kind} {metrics["scrapes"]})', done.stderr)
 
+    def test_each_step_of_a_sweep_is_scraped_from_its_start_to_its_end_and_summarized_apart(self):
+        done = run_cli('--fixture', 'ok', '--rates', '5,10', '--duration', '0.6', '--server-metrics',
+                       '--metrics-interval', '0.2', '--output', 'load.jsonl', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        scrapes = scrape_lines(self.tmp.name)
+        for step in (0, 1):
+            phases = [scrape['phase'] for scrape in scrapes if scrape['step'] == step]
+            self.assertEqual((phases[0], phases[-1], set(phases[1:-1]) <= {'every'}), ('start', 'end', True))
+        steps = json.loads(done.stdout)['server_metrics']['steps']
+        self.assertEqual([step['step'] for step in steps], [0, 1])
+        self.assertEqual([step['scrapes'] for step in steps],
+                         [sum(scrape['step'] == number for scrape in scrapes) for number in (0, 1)])
+
     def test_server_metrics_that_cannot_be_kept_are_refused_before_anything_is_sent(self):
         Path(self.tmp.name, 'taken.server-metrics.jsonl').write_text('')
         cases = {('--server-metrics',): '--server-metrics watches a load',

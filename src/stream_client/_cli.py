@@ -264,7 +264,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
             if cancel.reason is None:
                 if scraper is not None:
                     scraper.begin(settings.step)
-                run_load(requests, settings, on_record, cancel)
+                run_load(requests, settings, on_record, cancel, scraper and scraper.started)
                 if scraper is not None:
                     scraper.end()
     if report is not None:

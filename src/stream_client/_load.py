@@ -148,7 +148,8 @@ class _Pool:
                 thread.join(0.1)
 
 
-def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel) -> None:
+def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
+             on_started=None) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
     run as it ends, one call at a time, from the worker threads.
 
@@ -159,7 +160,8 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     in flight end as interrupted; this returns when every run that started has its record. With
     ``settings.processes`` above 1 the runs are spread over that many forked processes (see
     _spread_load), and on_record is still called here, in this process. On Linux one _Reactor thread
-    per process reads the responses, and the workers pass through a _Gate.
+    per process reads the responses, and the workers pass through a _Gate. on_started(), if given, is
+    called here once the worker processes are forked (at once without them), before any run starts.
     """
     started = time.perf_counter() + (0.0 if settings.start_at is None else settings.start_at - time.time())
     described = settings.described()
@@ -170,8 +172,10 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
                  'plan': {'id': plan, 'shard': index, 'shards': shards, 'runs': settings.runs,
                           'start_at': None if settings.start_at is None else _utc_iso(settings.start_at)}}
     if settings.processes > 1:
-        _spread_load(requests, settings, on_record, cancel, started, described)
+        _spread_load(requests, settings, on_record, cancel, started, described, on_started)
     else:
+        if on_started is not None:
+            on_started()
         _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0))
 
 
@@ -242,7 +246,7 @@ _CANCEL_MESSAGE = 16  # bytes a cancelled load writes per worker process: the re
 
 
 def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
-                 described: dict) -> None:
+                 described: dict, on_started=None) -> None:
     """Fork settings.processes worker processes, each running its share of the runs (_run_share) and
     writing each record as one JSON line to its own pipe; call on_record for every line here, one at a
     time, so that this process stays the one owner of the evidence. The clock (perf_counter) is the
@@ -274,6 +278,8 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
             parent_fds.append(record_read)
             pids.append(pid)
         os.close(control_read)
+        if on_started is not None:
+            on_started()
         readers = [threading.Thread(target=relay, args=(fd,), daemon=True) for fd in parent_fds[1:]]
         for reader in readers:
             reader.start()

@@ -188,81 +188,87 @@ def _finite(value: float):
 
 
 class _Scraper:
-    """The scraping thread of a load: a scrape at begin(step), every interval, and at end(); each appended
-    to the evidence file as one JSON line as it ends. Its failures are noted there and counted, never raised."""
+    """The scraping of a load: for each step, a thread of its own that scrapes at its start, every interval
+    and at end(), each scrape appended to the evidence file as one JSON line as it ends. Its failures are
+    noted there and counted, never raised. The thread starts at started(), which run_load() calls once its
+    worker processes are forked, so that no fork happens while it runs."""
 
     def __init__(self, settings: dict, fd: int) -> None:
         self.settings = settings
-        self.deadline_s = min(_SCRAPE_DEADLINE_S, settings['interval'])
+        self.deadline_s = min(_SCRAPE_DEADLINE_S, max(1.0, settings['interval']))
         self.out = os.fdopen(fd, 'w', encoding='utf-8')
         self.summary = _MetricsSummary()
         self.condition = threading.Condition()
         self.step: int | None = None      # the step being watched (None: a load of one step)
-        self.watching = False             # inside a step: scrape every interval
+        self.generation = 0               # the step's number here: a thread left from an earlier one stops
         self.asked: list[str] = []        # phases asked for and not yet scraped
-        self.closing = False
+        self.thread: threading.Thread | None = None
         self.number = 0
-        self.started = time.perf_counter()
-        self.thread = threading.Thread(target=self._loop, name='server-metrics', daemon=True)
+        self.started_at = time.perf_counter()
+
+    def begin(self, step: int | None) -> None:
+        """A step begins: its first scrape comes once started() is called."""
+        with self.condition:
+            self.step, self.asked = step, ['start']
+            self.generation += 1
+
+    def started(self) -> None:
+        self.thread = threading.Thread(target=self._loop, args=(self.step, self.generation), name='server-metrics',
+                                       daemon=True)
         self.thread.start()
 
-    def begin(self, step: int) -> None:
-        with self.condition:
-            self.step, self.watching = step, True
-            self.asked.append('start')
-            self.condition.notify()
-
     def end(self) -> None:
-        """Ask for the step's last scrape and wait for it, at most one scrape's deadline and a second."""
+        """Ask for the step's last scrape and wait for it: at most a scrape's deadline for each scrape asked
+        and not yet done, and a second. A thread still waiting on its endpoint then stops after that scrape."""
+        if self.thread is None:
+            return  # the step was cancelled before it started
         with self.condition:
             self.asked.append('end')
-            self.condition.notify()
-            self.condition.wait_for(lambda: not self.asked, len(self.asked) * self.deadline_s + 1)
-            self.watching = False
+            waiting = len(self.asked) * self.deadline_s + 1
+            self.condition.notify_all()
+        self.thread.join(waiting)
+        with self.condition:
+            self.generation += 1
+            self.condition.notify_all()
+        self.thread = None
 
     def close(self) -> dict:
-        """Stop the thread (waiting at most one scrape's deadline and a second), close the file; the summary."""
+        """Close the evidence file (a scrape still under way is not kept); the summary."""
         with self.condition:
-            self.closing = True
-            self.condition.notify()
-        self.thread.join(self.deadline_s + 1)
-        with self.condition:
+            self.generation += 1
             self.out.close()
             self.out = None
         return self.summary.result(self.settings)
 
-    def _loop(self) -> None:
+    def _loop(self, step: int | None, generation: int) -> None:
         next_at = None
         while True:
             with self.condition:
-                while not self.closing and not self.asked and (not self.watching or next_at is None or
-                                                               time.perf_counter() < next_at):
-                    self.condition.wait(None if not self.watching or next_at is None
-                                        else max(0.0, next_at - time.perf_counter()))
-                if self.closing:
+                while self.generation == generation and not self.asked and (next_at is None or
+                                                                            time.perf_counter() < next_at):
+                    self.condition.wait(None if next_at is None else max(0.0, next_at - time.perf_counter()))
+                if self.generation != generation:
                     return
                 phase = self.asked[0] if self.asked else 'every'
-                step = self.step
             outcome = _scrape(self.settings, self.deadline_s)
             now = time.perf_counter()
             interval = self.settings['interval']
-            if phase == 'start' or next_at is None:
+            if next_at is None:
                 next_at = now + interval
-            else:
-                while next_at <= now:  # a slow scrape skips the times it overran
-                    next_at += interval
+            while next_at <= now:  # a slow scrape skips the times it overran
+                next_at += interval
             self._keep(phase, step, now, outcome)
             with self.condition:
                 if self.asked and self.asked[0] == phase:
                     self.asked.pop(0)
-                if phase == 'end':
-                    next_at = None
                 self.condition.notify_all()
+            if phase == 'end':
+                return
 
     def _keep(self, phase: str, step: int, now: float, outcome: dict) -> None:
         self.number += 1
         line = {'scrape': self.number, 'step': step, 'phase': phase,
-                'at': _utc_iso(time.time()), 'offset_ms': round((now - self.started) * 1000, 3),
+                'at': _utc_iso(time.time()), 'offset_ms': round((now - self.started_at) * 1000, 3),
                 'url': self.settings['url'], **outcome}
         if outcome['families'] is not None:
             line['families'] = {name: {'type': family['type'],
