@@ -198,6 +198,22 @@ class ServerMetricsTests(unittest.TestCase):
         self.assertEqual([step['scrapes'] for step in steps],
                          [sum(scrape['step'] == number for scrape in scrapes) for number in (0, 1)])
 
+    def test_summary_of_the_saved_load_reads_its_scrapes_and_gives_what_the_load_printed(self):
+        done = run_cli('--fixture', 'ok', '--runs', '6', '--concurrency', '2', '--server-metrics', '--metrics-interval',
+                       '0.2', '--output', 'load.jsonl', cwd=self.tmp.name)
+        again = run_cli('--summary', 'load.jsonl', cwd=self.tmp.name)
+        self.assertEqual(json.loads(again.stdout), json.loads(done.stdout))
+        self.assertEqual(json.loads(again.stdout)['server_metrics']['file'], 'load.server-metrics.jsonl')
+        run_cli('--fixture', 'ok', '--runs', '2', '--server-metrics', '--output', 'other.jsonl', cwd=self.tmp.name)
+        both = run_cli('--summary', 'load.jsonl', 'other.jsonl', '--report', 'both.html', cwd=self.tmp.name)
+        self.assertEqual(both.returncode, 2)
+        self.assertIn('the server metrics of several loads are not merged', both.stderr)
+        self.assertFalse(Path(self.tmp.name, 'both.html').exists())
+        Path(self.tmp.name, 'load.server-metrics.jsonl').write_text('{"scrape": 1}\n')
+        broken = run_cli('--summary', 'load.jsonl', cwd=self.tmp.name)
+        self.assertEqual(broken.returncode, 2)
+        self.assertIn('load.server-metrics.jsonl line 1 is not a scrape of --server-metrics', broken.stderr)
+
     def test_server_metrics_that_cannot_be_kept_are_refused_before_anything_is_sent(self):
         Path(self.tmp.name, 'taken.server-metrics.jsonl').write_text('')
         cases = {('--server-metrics',): '--server-metrics watches a load',

@@ -27,7 +27,7 @@ from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args, _terminate,
     _unchecked_line)
 from ._views import _compare_table, _LiveView, _LoadView, _settings_differ
-from ._server_metrics import _metrics_lines, _metrics_settings, _Scraper
+from ._server_metrics import _metrics_lines, _metrics_settings, _saved_metrics, _Scraper
 from ._exporter_cli import _exporter_command
 
 
@@ -107,17 +107,20 @@ def _summary_command(args, prog: str) -> int:
         summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None,
                                     slos=_parse_slos(args.slo) if args.slo else None,
                                     slo_target=_slo_target(args))
+        metrics = _saved_metrics(args.summary)
     except UsageError:
         if report_fd is not None:  # nothing to draw: free the name again
             os.close(report_fd)
             os.unlink(args.report)
         raise
     result = summary.result()
+    if metrics is not None:
+        result['server_metrics'] = metrics
     if report_fd is not None:
         _write_report(report_fd, report)
     person = not args.quiet and sys.stderr.isatty()
     if person:
-        print(_summary_table(result), file=sys.stderr)
+        print('\n'.join([_summary_table(result)] + (_metrics_lines(metrics) if metrics else [])), file=sys.stderr)
     _emit_summary(result, person, None)
     _say_written(args)
     return 0 if result['runs'] and result['ok'] == result['runs'] else 1

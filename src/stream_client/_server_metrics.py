@@ -131,7 +131,7 @@ def _metrics_settings(args, steps, request) -> dict | None:
         parts, port = _check_url(url)
     except ValueError as exc:
         raise UsageError(f'--server-metrics: {exc}') from None
-    path = os.path.splitext(args.output)[0] + '.server-metrics.jsonl'
+    path = _metrics_file(args.output)
     if os.path.abspath(path) in {os.path.abspath(name) for name in (args.output, args.report) if name}:
         raise UsageError(f'--server-metrics writes {path}, which is --output or --report: name them apart')
     context = _ssl_context(args.ca_file) if parts.scheme == 'https' else None
@@ -269,7 +269,7 @@ class _Scraper:
         self.number += 1
         line = {'scrape': self.number, 'step': step, 'phase': phase,
                 'at': _utc_iso(time.time()), 'offset_ms': round((now - self.started_at) * 1000, 3),
-                'url': self.settings['url'], **outcome}
+                'url': self.settings['url'], 'interval_s': self.settings['interval'], **outcome}
         if outcome['families'] is not None:
             line['families'] = {name: {'type': family['type'],
                                        'samples': [[name_, labels, _finite(value)] for name_, labels, value
@@ -333,6 +333,40 @@ class _MetricsSummary:
         return {'url': settings['url'], 'file': settings['file'], 'interval_s': settings['interval'],
                 'scrapes': self.scrapes, 'failed': self.failed, 'failures': dict(sorted(self.failures.items())),
                 'write_error': self.write_error, 'steps': steps}
+
+
+def _metrics_file(output: str) -> str:
+    """Where the scrapes of a load whose --output is output are kept."""
+    return os.path.splitext(output)[0] + '.server-metrics.jsonl'
+
+
+def _saved_metrics(paths: list[str]) -> dict | None:
+    """The server metrics' summary of saved evidence, from the scrapes kept beside it, as the load printed it;
+    None when no file has them. UsageError for several (each load scraped its own; they are not merged)
+    or for a file of scrapes that cannot be read."""
+    kept = [_metrics_file(path) for path in paths if os.path.isfile(_metrics_file(path))]
+    if not kept:
+        return None
+    if len(kept) > 1:
+        raise UsageError(f'{" and ".join(kept)}: the server metrics of several loads are not merged; run --summary '
+                         'on one file at a time to see each')
+    summary, settings = _MetricsSummary(), {'url': None, 'file': kept[0], 'interval': None}
+    try:
+        with open(kept[0], encoding='utf-8') as file:
+            for number, line in enumerate(file, 1):
+                try:
+                    scrape = json.loads(line)
+                    families = scrape['families'] and {
+                        name: {'type': family['type'], 'samples': [[name_, labels, float(value)]
+                                                                   for name_, labels, value in family['samples']]}
+                        for name, family in scrape['families'].items()}
+                    summary.add(scrape['step'], {**scrape, 'families': families})
+                    settings.update(url=scrape['url'], interval=scrape['interval_s'])
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    raise UsageError(f'{kept[0]} line {number} is not a scrape of --server-metrics') from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f'cannot read {kept[0]}: {getattr(exc, "strerror", None) or exc}') from None
+    return summary.result(settings)
 
 
 # The families a person reads first, in the terminal's table.
