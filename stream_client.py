@@ -8639,7 +8639,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     their records; a second signal changes nothing."""
     summary, cancel = Summary(steps[0].slos, steps[0].slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
-    view = _LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
+    view = _LoadView(sys.stderr, args.quiet, sum(_shard_runs(step.runs, step.shard) for step in steps))
     write_error: list[OSError] = []
 
     def on_record(record: dict) -> None:

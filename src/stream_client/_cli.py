@@ -16,7 +16,7 @@ from ._exchange import Cancel
 from ._verdict import _interrupted_before_sending
 from ._record import _failed_record
 from ._transport import run
-from ._plan import _planned_steps
+from ._plan import _planned_steps, _shard_runs
 from ._load import LoadSettings, run_load, _scheduled_runs
 from ._summary import _parse_slos, Summary, _summary_table
 from ._report import Report
@@ -243,7 +243,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     their records; a second signal changes nothing."""
     summary, cancel = Summary(steps[0].slos, steps[0].slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
-    view = _LoadView(sys.stderr, args.quiet, sum(step.runs for step in steps))
+    view = _LoadView(sys.stderr, args.quiet, sum(_shard_runs(step.runs, step.shard) for step in steps))
     write_error: list[OSError] = []
 
     def on_record(record: dict) -> None:
