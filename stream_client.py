@@ -6784,8 +6784,10 @@ def _default_signals() -> None:
 _METRIC_NAME = re.compile(r'[a-zA-Z_:][a-zA-Z0-9_:]*')
 _LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\[\\"n])*)"[ \t]*')
 _TYPES = ('counter', 'gauge', 'histogram', 'summary', 'untyped')
-_SUFFIXES = {'counter': ('', '_total', '_created'), 'gauge': ('',), 'untyped': ('',),
-             'histogram': ('_bucket', '_sum', '_count', '_created'), 'summary': ('', '_sum', '_count', '_created')}
+# The sample names of a family of each type, by their suffix. In the text format 0.0.4 a *_created series is a
+# gauge family of its own (prometheus_client, and so vLLM, writes it with its own TYPE line), not a suffix.
+_SUFFIXES = {'counter': ('', '_total'), 'gauge': ('',), 'untyped': ('',),
+             'histogram': ('_bucket', '_sum', '_count'), 'summary': ('', '_sum', '_count')}
 _NUMBER = re.compile(r'[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|[Ii]nf|NaN)')
 _MAX_SCRAPE_BYTES = 8 * 1024 * 1024
 _SCRAPE_DEADLINE_S = 5.0        # a scrape takes at most this long, or the interval if that is shorter

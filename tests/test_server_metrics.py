@@ -10,7 +10,9 @@ from pathlib import Path
 
 import fixture_server
 from stream_client import _ExpositionError, _parse_exposition, _MetricsSummary
-from .support import Fixture, LoopbackServer, run_cli
+from .support import Fixture, HERE, LoopbackServer, run_cli
+
+TESTDATA = HERE / 'testdata' / 'vllm-0.32.0-cpu'
 
 VLLM_LIKE = '''# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -40,6 +42,7 @@ class ExpositionTests(unittest.TestCase):
         families = _parse_exposition(VLLM_LIKE)
         self.assertEqual(list(families), ['vllm:num_requests_running', 'vllm:num_preemptions_total',
                                           'vllm:time_to_first_token_seconds', 'python_gc_objects_collected',
+                                          'python_gc_objects_collected_created',
                                           'escaped', 'no_labels'])
         self.assertEqual(families['vllm:num_requests_running'],
                          {'type': 'gauge', 'samples': [['vllm:num_requests_running', {'engine': '0', 'model_name': 'm'}, 2.0]]})
@@ -49,6 +52,21 @@ class ExpositionTests(unittest.TestCase):
         self.assertEqual((families['escaped']['type'], labels), ('untyped', {'path': 'a\\b "q"\n'}))
         self.assertNotEqual(value, value)  # NaN
         self.assertEqual(families['no_labels']['samples'][0][2], float('inf'))
+
+    def test_a_real_vllm_scrape_is_read_whole(self):
+        families = _parse_exposition((TESTDATA / 'metrics_busy.txt').read_text())
+        self.assertEqual(len(families), 92)
+        self.assertEqual({family['type'] for family in families.values()}, {'counter', 'gauge', 'histogram', 'summary'})
+        self.assertEqual(families['vllm:num_requests_running']['samples'],
+                         [['vllm:num_requests_running', {'engine': '0', 'model_name': 'tiny'}, 16.0]])
+        self.assertEqual(families['vllm:prompt_tokens_created']['type'], 'gauge')  # its own family in 0.0.4
+        self.assertEqual(families['vllm:time_to_first_token_seconds']['type'], 'histogram')
+        summary = _MetricsSummary()
+        summary.add(0, {'ok': True, 'error_kind': None, 'families': families})
+        step, = summary.result({'url': 'u', 'file': 'f', 'interval': 1.0})['steps']
+        self.assertEqual(step['gauges']['vllm:num_requests_running']['max'], 16)
+        self.assertNotIn('vllm:prompt_tokens_created', step['gauges'])  # a start time, not a gauge of the load
+        self.assertEqual(step['counters']['vllm:num_preemptions_total'], 0)
 
     def test_each_breach_of_the_format_fails_the_scrape_naming_its_line(self):
         cases = {
