@@ -7065,7 +7065,8 @@ class _MetricsSummary:
         if not outcome['ok']:
             self.failed += 1
             self.failures[outcome['error_kind']] = self.failures.get(outcome['error_kind'], 0) + 1
-        state = self.steps.setdefault(step, {'scrapes': 0, 'failed': 0, 'counters': {}, 'last': {}, 'gauges': {}})
+        state = self.steps.setdefault(step, {'scrapes': 0, 'failed': 0, 'counters': {}, 'last': {}, 'gauges': {},
+                                             'first_buckets': {}, 'last_buckets': {}})
         state['scrapes'] += 1
         if not outcome['ok']:
             state['failed'] += 1
@@ -7082,6 +7083,10 @@ class _MetricsSummary:
                     total += 0.0 if before is None else value - before if value >= before else value
                     state['last'][key] = value
                 state['counters'][name] = total
+            elif family['type'] == 'histogram' and name.startswith('vllm:') and name.endswith('_seconds'):
+                buckets = _buckets(family['samples'])
+                state['first_buckets'].setdefault(name, buckets)
+                state['last_buckets'][name] = buckets
             elif family['type'] == 'gauge' and not name.endswith('_created'):
                 values = [value for _, _, value in family['samples'] if math.isfinite(value)]
                 if values:
@@ -7091,7 +7096,9 @@ class _MetricsSummary:
         steps = [{'step': step, 'scrapes': state['scrapes'], 'failed': state['failed'],
                   'counters': {name: round(value, 6) for name, value in sorted(state['counters'].items())},
                   'gauges': {name: {'max': max(values), 'mean': round(sum(values) / len(values), 6),
-                                    'scrapes': len(values)} for name, values in sorted(state['gauges'].items())}}
+                                    'scrapes': len(values)} for name, values in sorted(state['gauges'].items())},
+                  'histograms': {name: _quantiles(state['first_buckets'][name], last)
+                                 for name, last in sorted(state['last_buckets'].items())}}
                  for step, state in sorted(self.steps.items(), key=lambda item: item[0])]
         return {'url': settings['url'], 'file': settings['file'], 'interval_s': settings['interval'],
                 'scrapes': self.scrapes, 'failed': self.failed, 'failures': dict(sorted(self.failures.items())),
@@ -7132,9 +7139,49 @@ def _saved_metrics(paths: list[str]) -> dict | None:
     return summary.result(settings)
 
 
+def _buckets(samples: list) -> dict[float, float]:
+    """A histogram's cumulative counts by upper bound (le), summed over its series."""
+    counts: dict[float, float] = {}
+    for name, labels, value in samples:
+        if name.endswith('_bucket') and 'le' in labels and math.isfinite(value):
+            try:
+                bound = float(labels['le'])
+            except ValueError:
+                continue
+            counts[bound] = counts.get(bound, 0.0) + value
+    return counts
+
+
+def _quantiles(first: dict[float, float], last: dict[float, float]) -> dict:
+    """The observations a histogram gained between two scrapes (a decrease read as a restart from 0): how
+    many, and their p50, p90 and p99 in milliseconds, interpolated within their bucket as Prometheus's
+    histogram_quantile() does (None in the +Inf bucket's range, or with no observation)."""
+    bounds = sorted(last)
+    gained = [last[bound] - first.get(bound, 0.0) for bound in bounds]
+    if any(count < 0 for count in gained):
+        gained = [last[bound] for bound in bounds]
+    count = gained[-1] if bounds and bounds[-1] == math.inf else None
+    result: dict = {'count': count}
+    for q in (50, 90, 99):
+        result[f'p{q}_ms'] = None
+        if not count:
+            continue
+        rank, below, lower = q / 100 * count, 0.0, 0.0
+        for bound, cumulative in zip(bounds, gained):
+            if cumulative >= rank:
+                if bound != math.inf:
+                    share = (rank - below) / (cumulative - below) if cumulative > below else 1.0
+                    result[f'p{q}_ms'] = round((lower + (bound - lower) * share) * 1000, 3)
+                break
+            below, lower = cumulative, bound
+    return result
+
+
 # The families a person reads first, in the terminal's table.
 _SHOWN_GAUGES = ('vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc')
 _SHOWN_COUNTERS = ('vllm:num_preemptions_total', 'vllm:prompt_tokens_total', 'vllm:generation_tokens_total')
+_SHOWN_HISTOGRAMS = ('vllm:time_to_first_token_seconds', 'vllm:inter_token_latency_seconds',
+                     'vllm:request_queue_time_seconds')
 
 
 def _metrics_lines(result: dict) -> list[str]:
@@ -7151,7 +7198,16 @@ def _metrics_lines(result: dict) -> list[str]:
                     if name in step['counters']]
         if gauges or counters:
             lines.append(f'  {label}' + '; '.join(gauges + counters))
+        times = [f'{name.split(":")[-1][:-len("_seconds")]} p50 {_ms(step["histograms"][name]["p50_ms"])} p99 '
+                 f'{_ms(step["histograms"][name]["p99_ms"])} ms' for name in _SHOWN_HISTOGRAMS
+                 if (step.get('histograms') or {}).get(name, {}).get('count')]
+        if times:
+            lines.append(f'  {label}as the server saw them: ' + '; '.join(times))
     return lines
+
+
+def _ms(value: float | None) -> str:
+    return '-' if value is None else f'{value:g}'
 
 
 # ==== src/stream_client/_args.py ====

@@ -9,7 +9,7 @@ import unittest
 from pathlib import Path
 
 import fixture_server
-from stream_client import _ExpositionError, _parse_exposition, _MetricsSummary
+from stream_client import _ExpositionError, _metrics_lines, _parse_exposition, _quantiles, _MetricsSummary
 from .support import Fixture, HERE, LoopbackServer, run_cli
 
 TESTDATA = HERE / 'testdata' / 'vllm-0.32.0-cpu'
@@ -67,6 +67,21 @@ class ExpositionTests(unittest.TestCase):
         self.assertEqual(step['gauges']['vllm:num_requests_running']['max'], 16)
         self.assertNotIn('vllm:prompt_tokens_created', step['gauges'])  # a start time, not a gauge of the load
         self.assertEqual(step['counters']['vllm:num_preemptions_total'], 0)
+
+    def test_the_servers_own_latency_histograms_give_the_quantiles_of_what_they_gained(self):
+        summary = _MetricsSummary()
+        for name in ('metrics_idle.txt', 'metrics_busy.txt'):  # a fresh server, then 40 first tokens later
+            summary.add(0, {'ok': True, 'error_kind': None,
+                            'families': _parse_exposition((TESTDATA / name).read_text())})
+        result = summary.result({'url': 'u', 'file': 'f', 'interval': 1.0})
+        first_token = result['steps'][0]['histograms']['vllm:time_to_first_token_seconds']
+        # rank 20 of 40 falls in (0.06, 0.08], which holds the 9th to the 21st: 60 + 20 * 12 / 13 ms
+        self.assertEqual(first_token, {'count': 40.0, 'p50_ms': 78.462, 'p90_ms': 210.0, 'p99_ms': 246.0})
+        self.assertIn('as the server saw them: time_to_first_token p50 78.462 p99 246 ms',
+                      '\n'.join(_metrics_lines(result)))
+        beyond = _quantiles({}, {0.1: 1.0, float('inf'): 4.0})
+        self.assertEqual(beyond, {'count': 4.0, 'p50_ms': None, 'p90_ms': None, 'p99_ms': None})  # past the last bound
+        self.assertEqual(_quantiles({1.0: 5.0, float('inf'): 5.0}, {1.0: 2.0, float('inf'): 2.0})['count'], 2.0)  # a restart
 
     def test_each_breach_of_the_format_fails_the_scrape_naming_its_line(self):
         cases = {
