@@ -5711,6 +5711,12 @@ class LoadSettings:
         if isinstance(self.processes, bool) or not isinstance(self.processes, int) or \
                 not 1 <= self.processes <= _MAX_PROCESSES:
             raise ValueError(f'processes must be a whole number from 1 to {_MAX_PROCESSES}, got {self.processes!r}')
+        if not (isinstance(self.shard, tuple) and len(self.shard) == 2 and
+                all(isinstance(part, int) and not isinstance(part, bool) for part in self.shard) and
+                0 <= self.shard[0] < self.shard[1]):
+            raise ValueError(f'shard must be (I, N) with 0 <= I < N, got {self.shard!r}')
+        if self.start_at is not None and not _positive_finite(self.start_at):
+            raise ValueError(f'start_at must be a time in seconds since the epoch, got {self.start_at!r}')
         if self.duration is not None and (self.rate is None or not _positive_finite(self.duration)):
             raise ValueError(f'duration bounds an open loop: a positive number of seconds with a rate, '
                              f'got {self.duration!r}')

@@ -137,6 +137,13 @@ class PlanFlagTests(unittest.TestCase):
                                load.described(), 4, None)):
             self.assertNotEqual(other, same)
 
+    def test_load_settings_check_their_shard_and_start(self):
+        for shard in ((1, 1), (0, 0), (-1, 2), [0, 2], (True, 2), (0, 2.0)):
+            with self.subTest(shard=shard), self.assertRaisesRegex(ValueError, '^shard must be'):
+                stream_client.LoadSettings(runs=4, shard=shard)
+        with self.assertRaisesRegex(ValueError, '^start_at must be'):
+            stream_client.LoadSettings(runs=4, start_at=float('nan'))
+
     def test_a_shard_that_cannot_be_sent_is_refused_before_anything_is_sent(self):
         cases = {('--shard', '0/2'): '--shard is for a load',
                  ('--start-at', start_in(60)): '--start-at is for a load',
