@@ -10,7 +10,7 @@ from pathlib import Path
 
 import stream_client
 from stream_client import _parse_shard, _parse_start_at, _plan_id, UsageError
-from .support import CLIENT, FIXTURE_SCRIPT, run_cli, script_command, script_env
+from .support import CLIENT, FIXTURE_SCRIPT, run_cli, run_in_terminal, script_command, script_env
 
 RUNS, SHARDS = 400, 4
 
@@ -136,6 +136,14 @@ class PlanFlagTests(unittest.TestCase):
                       _plan_id([stream_client.prepare('http://127.0.0.1:8000/v1/chat/completions', 'm', 'q')],
                                load.described(), 4, None)):
             self.assertNotEqual(other, same)
+
+    def test_a_shards_progress_on_a_terminal_counts_its_own_runs(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            status, screen = run_in_terminal('--fixture', 'ok', '--runs', '8', '--shard', '1/4', '--output',
+                                             'load.jsonl', cwd=tmp)
+        self.assertEqual(status, 0, screen)
+        self.assertIn('runs 2/2  ok 2', screen)
+        self.assertNotIn('/8', screen)
 
     def test_load_settings_check_their_shard_and_start(self):
         for shard in ((1, 1), (0, 0), (-1, 2), [0, 2], (True, 2), (0, 2.0)):

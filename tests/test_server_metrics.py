@@ -10,7 +10,7 @@ from pathlib import Path
 
 import fixture_server
 from stream_client import _ExpositionError, _metrics_lines, _parse_exposition, _quantiles, _MetricsSummary
-from .support import Fixture, HERE, LoopbackServer, run_cli
+from .support import Fixture, HERE, LoopbackServer, run_cli, run_in_terminal
 
 TESTDATA = HERE / 'testdata' / 'vllm-0.32.0-cpu'
 
@@ -246,6 +246,15 @@ class ServerMetricsTests(unittest.TestCase):
         broken = run_cli('--summary', 'load.jsonl', cwd=self.tmp.name)
         self.assertEqual(broken.returncode, 2)
         self.assertIn('load.server-metrics.jsonl line 1 is not a scrape of --server-metrics', broken.stderr)
+
+    def test_a_person_at_a_terminal_reads_the_servers_figures_under_the_loads(self):
+        status, screen = run_in_terminal('--fixture', 'ok', '--runs', '4', '--concurrency', '2', '--server-metrics',
+                                         '--output', 'load.jsonl', cwd=self.tmp.name)
+        self.assertEqual(status, 0, screen)
+        table, metrics = screen.index('latency of 4 ok runs'), screen.index('server metrics from http://127.0.0.1:')
+        self.assertLess(table, metrics)
+        self.assertIn('kept in load.server-metrics.jsonl', screen)
+        self.assertRegex(screen, r'num_requests_running max [0-2] mean [0-9.]+; num_requests_waiting max 0 mean 0')
 
     def test_server_metrics_that_cannot_be_kept_are_refused_before_anything_is_sent(self):
         Path(self.tmp.name, 'taken.server-metrics.jsonl').write_text('')
