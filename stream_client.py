@@ -6394,6 +6394,7 @@ class Report:
         self.rows: list[_Row] = []
         self.errors: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
         self.settings: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.drawn_on_timeline: list = []  # (origin, span, x0, x1) -> HTML under the timeline, on its time axis
 
     def add(self, record: dict) -> None:
         self.rows.append(_Row(self.summary.epoch(record['started_at']), record['duration_ms'] or 0.0,
@@ -6485,7 +6486,8 @@ class Report:
             out.append(f'<g class="run"><title>{_e(title)}</title><rect x="{x:.1f}" y="{y}" '
                        f'width="{max(1.0, row.duration_ms / 1000 * scale):.1f}" height="{height - 1}" '
                        f'fill="{_LAYER_COLOURS.get(row.layer, "#000")}"/>{marks}</g>')
-        return '\n'.join(out) + '</svg>'
+        return '\n'.join(out) + '</svg>' + ''.join(draw(origin, span, left, width - 10)
+                                                 for draw in self.drawn_on_timeline)
 
     def _histograms(self, result: dict) -> str:
         out = [f'<h2>Distributions over ok runs</h2><p>{_count(result["latency_runs"], "ok run")}; '
@@ -7001,13 +7003,14 @@ class _Scraper:
             self.condition.notify_all()
         self.thread = None
 
-    def close(self) -> dict:
-        """Close the evidence file (a scrape still under way is not kept); the summary."""
+    def close(self):
+        """Close the evidence file (a scrape still under way is not kept); the summary, and the drawing of the
+        scrapes for the report."""
         with self.condition:
             self.generation += 1
             self.out.close()
             self.out = None
-        return self.summary.result(self.settings)
+        return self.summary.result(self.settings), _timeline_drawing(self.summary.points)
 
     def _loop(self, step: int | None, generation: int) -> None:
         next_at = None
@@ -7036,15 +7039,16 @@ class _Scraper:
 
     def _keep(self, phase: str, step: int, now: float, outcome: dict) -> None:
         self.number += 1
+        at = _utc_iso(time.time())
         line = {'scrape': self.number, 'step': step, 'phase': phase,
-                'at': _utc_iso(time.time()), 'offset_ms': round((now - self.started_at) * 1000, 3),
+                'at': at, 'offset_ms': round((now - self.started_at) * 1000, 3),
                 'url': self.settings['url'], 'interval_s': self.settings['interval'], **outcome}
         if outcome['families'] is not None:
             line['families'] = {name: {'type': family['type'],
                                        'samples': [[name_, labels, _finite(value)] for name_, labels, value
                                                    in family['samples']]}
                                 for name, family in outcome['families'].items()}
-        self.summary.add(step, outcome)
+        self.summary.add(step, outcome, _epoch(at))
         with self.condition:
             if self.out is None:
                 return
@@ -7065,9 +7069,14 @@ class _MetricsSummary:
         self.scrapes = self.failed = 0
         self.failures: dict[str, int] = {}
         self.write_error: str | None = None
+        self.points: list[tuple[float, dict]] = []  # (epoch, {drawn gauge: value}) of each scrape that worked
 
-    def add(self, step: int, outcome: dict) -> None:
+    def add(self, step: int, outcome: dict, at: float | None = None) -> None:
+        """One scrape of a step, taken at the epoch time at (drawn on the report's timeline when given)."""
         self.scrapes += 1
+        if outcome['ok'] and at is not None and len(self.points) < _MAX_DRAWN_SCRAPES:
+            self.points.append((at, {name: _gauge_value(name, outcome['families'][name]['samples'])
+                                     for name, _, _ in _DRAWN if name in outcome['families']}))
         if not outcome['ok']:
             self.failed += 1
             self.failures[outcome['error_kind']] = self.failures.get(outcome['error_kind'], 0) + 1
@@ -7094,9 +7103,9 @@ class _MetricsSummary:
                 state['first_buckets'].setdefault(name, buckets)
                 state['last_buckets'][name] = buckets
             elif family['type'] == 'gauge' and not name.endswith('_created'):
-                values = [value for _, _, value in family['samples'] if math.isfinite(value)]
-                if values:
-                    state['gauges'].setdefault(name, []).append(max(values) if name.endswith('_perc') else sum(values))
+                value = _gauge_value(name, family['samples'])
+                if value is not None:
+                    state['gauges'].setdefault(name, []).append(value)
 
     def result(self, settings: dict) -> dict:
         steps = [{'step': step, 'scrapes': state['scrapes'], 'failed': state['failed'],
@@ -7116,9 +7125,9 @@ def _metrics_file(output: str) -> str:
     return os.path.splitext(output)[0] + '.server-metrics.jsonl'
 
 
-def _saved_metrics(paths: list[str]) -> dict | None:
-    """The server metrics' summary of saved evidence, from the scrapes kept beside it, as the load printed it;
-    None when no file has them. UsageError for several (each load scraped its own; they are not merged)
+def _saved_metrics(paths: list[str]):
+    """The server metrics' summary of saved evidence, from the scrapes kept beside it, as the load printed it,
+    and their drawing for the report (see _timeline_drawing); None when no file has them. UsageError for several (each load scraped its own; they are not merged)
     or for a file of scrapes that cannot be read."""
     kept = [_metrics_file(path) for path in paths if os.path.isfile(_metrics_file(path))]
     if not kept:
@@ -7136,13 +7145,13 @@ def _saved_metrics(paths: list[str]) -> dict | None:
                         name: {'type': family['type'], 'samples': [[name_, labels, float(value)]
                                                                    for name_, labels, value in family['samples']]}
                         for name, family in scrape['families'].items()}
-                    summary.add(scrape['step'], {**scrape, 'families': families})
+                    summary.add(scrape['step'], {**scrape, 'families': families}, _epoch(scrape['at']))
                     settings.update(url=scrape['url'], interval=scrape['interval_s'])
                 except (ValueError, KeyError, TypeError, AttributeError):
                     raise UsageError(f'{kept[0]} line {number} is not a scrape of --server-metrics') from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f'cannot read {kept[0]}: {getattr(exc, "strerror", None) or exc}') from None
-    return summary.result(settings)
+    return summary.result(settings), _timeline_drawing(summary.points)
 
 
 def _buckets(samples: list) -> dict[float, float]:
@@ -7214,6 +7223,53 @@ def _metrics_lines(result: dict) -> list[str]:
 
 def _ms(value: float | None) -> str:
     return '-' if value is None else f'{value:g}'
+
+
+def _epoch(at: str) -> float:
+    """Seconds since the epoch of a scrape's at (UTC, millisecond precision), as a record's started_at is read."""
+    return calendar.timegm(time.strptime(at[:19], '%Y-%m-%dT%H:%M:%S')) + int(at[20:23]) / 1000
+
+
+def _gauge_value(name: str, samples: list) -> float | None:
+    """A gauge's value in one scrape: the sum over its series, or their max for a *_perc gauge (a share)."""
+    values = [value for _, _, value in samples if math.isfinite(value)]
+    if not values:
+        return None
+    return max(values) if name.endswith('_perc') else sum(values)
+
+
+# The gauges drawn under the report's timeline: (name, label, colour); a *_perc one on its own 0-100% scale.
+_DRAWN = (('vllm:num_requests_running', 'running', '#0067a5'), ('vllm:num_requests_waiting', 'waiting', '#be0032'),
+          ('vllm:kv_cache_usage_perc', 'KV cache usage', '#f38400'))
+_MAX_DRAWN_SCRAPES = 20_000
+
+
+def _timeline_drawing(points: list[tuple[float, dict]]):
+    """A function that draws the scrapes' gauges on the report's timeline axis: (origin, span, x0, x1) -> HTML."""
+    def draw(origin: float, span: float, x0: float, x1: float) -> str:
+        if not points:
+            return '<p>Server metrics: no scrape of them worked.</p>'
+        height, scale = 100, (x1 - x0) / (span or 1.0)
+        counts = [values[name] for _, values in points for name, _, _ in _DRAWN[:2] if values.get(name) is not None]
+        top = max(counts + [1.0])
+        out = [f'<p>The server\'s own gauges from {len(points)} scrapes (<code>--server-metrics</code>), on the '
+               f'timeline\'s time axis: ' + ', '.join(
+                   f'<span style="color:{colour}">{html.escape(label)}</span>' for _, label, colour in _DRAWN)
+               + f' (running and waiting from 0 to {top:g}; KV cache usage dashed, from 0 to 100%).</p>',
+               f'<svg viewBox="0 0 {x1 + 10:.0f} {height + 10}" width="{x1 + 10:.0f}" height="{height + 10}" '
+               f'role="img" aria-label="server metrics">',
+               f'<line x1="{x0}" y1="{height}" x2="{x1}" y2="{height}" stroke="#999"/>']
+        for name, label, colour in _DRAWN:
+            scale_top = 1.0 if name.endswith('_perc') else top
+            line = [(min(x1, max(x0, x0 + (at - origin) * scale)), height - min(values[name], scale_top) / scale_top * height)
+                    for at, values in points if values.get(name) is not None]
+            if line:
+                dash = ' stroke-dasharray="4 3"' if name.endswith('_perc') else ''
+                out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5"{dash} points="'
+                           + ' '.join(f'{x:.1f},{y:.1f}' for x, y in line) + f'"><title>{html.escape(label)}'
+                           f'</title></polyline>')
+        return '\n'.join(out) + '</svg>'
+    return draw
 
 
 # ==== src/stream_client/_args.py ====
@@ -8567,7 +8623,7 @@ def _summary_command(args, prog: str) -> int:
         summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None,
                                     slos=_parse_slos(args.slo) if args.slo else None,
                                     slo_target=_slo_target(args))
-        metrics = _saved_metrics(args.summary)
+        metrics, drawing = _saved_metrics(args.summary) or (None, None)
     except UsageError:
         if report_fd is not None:  # nothing to draw: free the name again
             os.close(report_fd)
@@ -8576,6 +8632,8 @@ def _summary_command(args, prog: str) -> int:
     result = summary.result()
     if metrics is not None:
         result['server_metrics'] = metrics
+        if report is not None:
+            report.drawn_on_timeline.append(drawing)
     if report_fd is not None:
         _write_report(report_fd, report)
     person = not args.quiet and sys.stderr.isatty()
@@ -8730,12 +8788,15 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
                 run_load(requests, settings, on_record, cancel, scraper and scraper.started)
                 if scraper is not None:
                     scraper.end()
+    metrics, drawing = scraper.close() if scraper is not None else (None, None)
     if report is not None:
+        if drawing is not None:
+            report.drawn_on_timeline.append(drawing)
         _write_report(report_fd, report)
     _ignore_signals()  # the records are on disk: what is left is to report them
     result = summary.result()
-    if scraper is not None:
-        result['server_metrics'] = scraper.close()
+    if metrics is not None:
+        result['server_metrics'] = metrics
     view.clear()
     view.finish(result)
     if scraper is not None and not args.quiet and (view.live or result['server_metrics']['failed']):

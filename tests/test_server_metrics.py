@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import tempfile
 import threading
@@ -255,6 +256,27 @@ class ServerMetricsTests(unittest.TestCase):
         self.assertLess(table, metrics)
         self.assertIn('kept in load.server-metrics.jsonl', screen)
         self.assertRegex(screen, r'num_requests_running max [0-2] mean [0-9.]+; num_requests_waiting max 0 mean 0')
+
+    def test_the_report_draws_the_servers_gauges_on_the_loads_timeline_and_summary_draws_the_same(self):
+        done = run_cli('--fixture', 'ok', '--runs', '12', '--concurrency', '3', '--server-metrics', '--metrics-interval',
+                       '0.1', '--output', 'load.jsonl', '--report', 'load.html', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        again = run_cli('--summary', 'load.jsonl', '--report', 'again.html', cwd=self.tmp.name)
+        page, redrawn = (Path(self.tmp.name, name).read_text() for name in ('load.html', 'again.html'))
+        self.assertEqual(page, redrawn)
+        drawing = page[page.index('aria-label="server metrics"'):]
+        drawing = drawing[:drawing.index('</svg>')]
+        self.assertEqual(re.findall(r'<title>([^<]+)</title></polyline>', drawing),
+                         ['running', 'waiting', 'KV cache usage'])
+        scrapes = sum(scrape['ok'] for scrape in scrape_lines(self.tmp.name))
+        self.assertIn(f'from {scrapes} scrapes', page)
+        running = re.search(r'points="([^"]+)"><title>running', drawing)[1].split()
+        self.assertEqual(len(running), scrapes)
+        self.assertTrue(page.index('<h2>Timeline</h2>') < page.index('aria-label="server metrics"'))
+        plain = run_cli('--fixture', 'ok', '--runs', '2', '--output', 'plain.jsonl', '--report', 'plain.html',
+                        cwd=self.tmp.name)
+        self.assertEqual(plain.returncode, 0)
+        self.assertNotIn('server metrics', Path(self.tmp.name, 'plain.html').read_text())
 
     def test_server_metrics_that_cannot_be_kept_are_refused_before_anything_is_sent(self):
         Path(self.tmp.name, 'taken.server-metrics.jsonl').write_text('')

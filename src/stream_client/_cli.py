@@ -107,7 +107,7 @@ def _summary_command(args, prog: str) -> int:
         summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None,
                                     slos=_parse_slos(args.slo) if args.slo else None,
                                     slo_target=_slo_target(args))
-        metrics = _saved_metrics(args.summary)
+        metrics, drawing = _saved_metrics(args.summary) or (None, None)
     except UsageError:
         if report_fd is not None:  # nothing to draw: free the name again
             os.close(report_fd)
@@ -116,6 +116,8 @@ def _summary_command(args, prog: str) -> int:
     result = summary.result()
     if metrics is not None:
         result['server_metrics'] = metrics
+        if report is not None:
+            report.drawn_on_timeline.append(drawing)
     if report_fd is not None:
         _write_report(report_fd, report)
     person = not args.quiet and sys.stderr.isatty()
@@ -270,12 +272,15 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
                 run_load(requests, settings, on_record, cancel, scraper and scraper.started)
                 if scraper is not None:
                     scraper.end()
+    metrics, drawing = scraper.close() if scraper is not None else (None, None)
     if report is not None:
+        if drawing is not None:
+            report.drawn_on_timeline.append(drawing)
         _write_report(report_fd, report)
     _ignore_signals()  # the records are on disk: what is left is to report them
     result = summary.result()
-    if scraper is not None:
-        result['server_metrics'] = scraper.close()
+    if metrics is not None:
+        result['server_metrics'] = metrics
     view.clear()
     view.finish(result)
     if scraper is not None and not args.quiet and (view.live or result['server_metrics']['failed']):

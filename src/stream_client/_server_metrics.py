@@ -7,6 +7,8 @@ and at its end, each scrape bounded in time and size, and appends each one (its 
 failed) to its own evidence file; it never touches the load, whose runs go on whatever the endpoint
 does. ``_MetricsSummary`` gives, per step, the increase of each counter and the max and mean of each gauge.
 """
+import calendar
+import html
 import http.client
 import json
 import math
@@ -234,13 +236,14 @@ class _Scraper:
             self.condition.notify_all()
         self.thread = None
 
-    def close(self) -> dict:
-        """Close the evidence file (a scrape still under way is not kept); the summary."""
+    def close(self):
+        """Close the evidence file (a scrape still under way is not kept); the summary, and the drawing of the
+        scrapes for the report."""
         with self.condition:
             self.generation += 1
             self.out.close()
             self.out = None
-        return self.summary.result(self.settings)
+        return self.summary.result(self.settings), _timeline_drawing(self.summary.points)
 
     def _loop(self, step: int | None, generation: int) -> None:
         next_at = None
@@ -269,15 +272,16 @@ class _Scraper:
 
     def _keep(self, phase: str, step: int, now: float, outcome: dict) -> None:
         self.number += 1
+        at = _utc_iso(time.time())
         line = {'scrape': self.number, 'step': step, 'phase': phase,
-                'at': _utc_iso(time.time()), 'offset_ms': round((now - self.started_at) * 1000, 3),
+                'at': at, 'offset_ms': round((now - self.started_at) * 1000, 3),
                 'url': self.settings['url'], 'interval_s': self.settings['interval'], **outcome}
         if outcome['families'] is not None:
             line['families'] = {name: {'type': family['type'],
                                        'samples': [[name_, labels, _finite(value)] for name_, labels, value
                                                    in family['samples']]}
                                 for name, family in outcome['families'].items()}
-        self.summary.add(step, outcome)
+        self.summary.add(step, outcome, _epoch(at))
         with self.condition:
             if self.out is None:
                 return
@@ -298,9 +302,14 @@ class _MetricsSummary:
         self.scrapes = self.failed = 0
         self.failures: dict[str, int] = {}
         self.write_error: str | None = None
+        self.points: list[tuple[float, dict]] = []  # (epoch, {drawn gauge: value}) of each scrape that worked
 
-    def add(self, step: int, outcome: dict) -> None:
+    def add(self, step: int, outcome: dict, at: float | None = None) -> None:
+        """One scrape of a step, taken at the epoch time at (drawn on the report's timeline when given)."""
         self.scrapes += 1
+        if outcome['ok'] and at is not None and len(self.points) < _MAX_DRAWN_SCRAPES:
+            self.points.append((at, {name: _gauge_value(name, outcome['families'][name]['samples'])
+                                     for name, _, _ in _DRAWN if name in outcome['families']}))
         if not outcome['ok']:
             self.failed += 1
             self.failures[outcome['error_kind']] = self.failures.get(outcome['error_kind'], 0) + 1
@@ -327,9 +336,9 @@ class _MetricsSummary:
                 state['first_buckets'].setdefault(name, buckets)
                 state['last_buckets'][name] = buckets
             elif family['type'] == 'gauge' and not name.endswith('_created'):
-                values = [value for _, _, value in family['samples'] if math.isfinite(value)]
-                if values:
-                    state['gauges'].setdefault(name, []).append(max(values) if name.endswith('_perc') else sum(values))
+                value = _gauge_value(name, family['samples'])
+                if value is not None:
+                    state['gauges'].setdefault(name, []).append(value)
 
     def result(self, settings: dict) -> dict:
         steps = [{'step': step, 'scrapes': state['scrapes'], 'failed': state['failed'],
@@ -349,9 +358,9 @@ def _metrics_file(output: str) -> str:
     return os.path.splitext(output)[0] + '.server-metrics.jsonl'
 
 
-def _saved_metrics(paths: list[str]) -> dict | None:
-    """The server metrics' summary of saved evidence, from the scrapes kept beside it, as the load printed it;
-    None when no file has them. UsageError for several (each load scraped its own; they are not merged)
+def _saved_metrics(paths: list[str]):
+    """The server metrics' summary of saved evidence, from the scrapes kept beside it, as the load printed it,
+    and their drawing for the report (see _timeline_drawing); None when no file has them. UsageError for several (each load scraped its own; they are not merged)
     or for a file of scrapes that cannot be read."""
     kept = [_metrics_file(path) for path in paths if os.path.isfile(_metrics_file(path))]
     if not kept:
@@ -369,13 +378,13 @@ def _saved_metrics(paths: list[str]) -> dict | None:
                         name: {'type': family['type'], 'samples': [[name_, labels, float(value)]
                                                                    for name_, labels, value in family['samples']]}
                         for name, family in scrape['families'].items()}
-                    summary.add(scrape['step'], {**scrape, 'families': families})
+                    summary.add(scrape['step'], {**scrape, 'families': families}, _epoch(scrape['at']))
                     settings.update(url=scrape['url'], interval=scrape['interval_s'])
                 except (ValueError, KeyError, TypeError, AttributeError):
                     raise UsageError(f'{kept[0]} line {number} is not a scrape of --server-metrics') from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f'cannot read {kept[0]}: {getattr(exc, "strerror", None) or exc}') from None
-    return summary.result(settings)
+    return summary.result(settings), _timeline_drawing(summary.points)
 
 
 def _buckets(samples: list) -> dict[float, float]:
@@ -447,3 +456,50 @@ def _metrics_lines(result: dict) -> list[str]:
 
 def _ms(value: float | None) -> str:
     return '-' if value is None else f'{value:g}'
+
+
+def _epoch(at: str) -> float:
+    """Seconds since the epoch of a scrape's at (UTC, millisecond precision), as a record's started_at is read."""
+    return calendar.timegm(time.strptime(at[:19], '%Y-%m-%dT%H:%M:%S')) + int(at[20:23]) / 1000
+
+
+def _gauge_value(name: str, samples: list) -> float | None:
+    """A gauge's value in one scrape: the sum over its series, or their max for a *_perc gauge (a share)."""
+    values = [value for _, _, value in samples if math.isfinite(value)]
+    if not values:
+        return None
+    return max(values) if name.endswith('_perc') else sum(values)
+
+
+# The gauges drawn under the report's timeline: (name, label, colour); a *_perc one on its own 0-100% scale.
+_DRAWN = (('vllm:num_requests_running', 'running', '#0067a5'), ('vllm:num_requests_waiting', 'waiting', '#be0032'),
+          ('vllm:kv_cache_usage_perc', 'KV cache usage', '#f38400'))
+_MAX_DRAWN_SCRAPES = 20_000
+
+
+def _timeline_drawing(points: list[tuple[float, dict]]):
+    """A function that draws the scrapes' gauges on the report's timeline axis: (origin, span, x0, x1) -> HTML."""
+    def draw(origin: float, span: float, x0: float, x1: float) -> str:
+        if not points:
+            return '<p>Server metrics: no scrape of them worked.</p>'
+        height, scale = 100, (x1 - x0) / (span or 1.0)
+        counts = [values[name] for _, values in points for name, _, _ in _DRAWN[:2] if values.get(name) is not None]
+        top = max(counts + [1.0])
+        out = [f'<p>The server\'s own gauges from {len(points)} scrapes (<code>--server-metrics</code>), on the '
+               f'timeline\'s time axis: ' + ', '.join(
+                   f'<span style="color:{colour}">{html.escape(label)}</span>' for _, label, colour in _DRAWN)
+               + f' (running and waiting from 0 to {top:g}; KV cache usage dashed, from 0 to 100%).</p>',
+               f'<svg viewBox="0 0 {x1 + 10:.0f} {height + 10}" width="{x1 + 10:.0f}" height="{height + 10}" '
+               f'role="img" aria-label="server metrics">',
+               f'<line x1="{x0}" y1="{height}" x2="{x1}" y2="{height}" stroke="#999"/>']
+        for name, label, colour in _DRAWN:
+            scale_top = 1.0 if name.endswith('_perc') else top
+            line = [(min(x1, max(x0, x0 + (at - origin) * scale)), height - min(values[name], scale_top) / scale_top * height)
+                    for at, values in points if values.get(name) is not None]
+            if line:
+                dash = ' stroke-dasharray="4 3"' if name.endswith('_perc') else ''
+                out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5"{dash} points="'
+                           + ' '.join(f'{x:.1f},{y:.1f}' for x, y in line) + f'"><title>{html.escape(label)}'
+                           f'</title></polyline>')
+        return '\n'.join(out) + '</svg>'
+    return draw
