@@ -1190,8 +1190,14 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
-        """The routes a user checks before streaming: the model list and the health check."""
-        profile = BUILDERS[self.server.profile, 'chat'](self.server.model_name or 'synthetic-fixture')
+        """The routes a user checks before streaming: the model list and the health check; and /metrics."""
+        model = self.server.model_name or 'synthetic-fixture'
+        if self.path == '/metrics':
+            body = self.server.metrics.exposition(model)
+            self._send(200, [('content-type', 'text/plain; version=0.0.4; charset=utf-8'),
+                             ('content-length', str(len(body)))], body)
+            return
+        profile = BUILDERS[self.server.profile, 'chat'](model)
         answer = {'/v1/models': profile.models, '/health': profile.health,
                   **{path: profile.method_not_allowed for path in API_PATHS}}
         self._send(*answer.get(self.path, profile.not_found)())
@@ -1223,7 +1229,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._replay(*(settings.replay_twin if unstreamed else settings.replay))
                 self.close_connection = True  # a capture's framing is whatever it was
             else:
-                self._stream(settings.mode, api, request)
+                with settings.metrics.stream(request):
+                    self._stream(settings.mode, api, request)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client left; nothing to report to it
 
@@ -1355,6 +1362,53 @@ class Turns:
         time.sleep(max(0.0, turn - time.monotonic()))
 
 
+KV_CACHE_SLOTS = 16  # streams that fill the fixture's pretend KV cache: its usage is running / KV_CACHE_SLOTS
+
+
+class ServerMetrics:
+    """What GET /metrics says, in vLLM's names and the Prometheus text format, and true of this fixture: the
+    streams in flight (running), none waiting (it has no queue), the KV cache usage they make, no preemption,
+    and the prompt tokens received (one per whitespace-separated word of the prompt's text)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.prompt_tokens = 0
+
+    @contextlib.contextmanager
+    def stream(self, request: dict):
+        """Count a streamed request as running for as long as it is answered, and its prompt's tokens."""
+        with self.lock:
+            self.running += 1
+            self.prompt_tokens += len(prompt_text(request).split())
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.running -= 1
+
+    def exposition(self, model: str) -> bytes:
+        with self.lock:
+            running, prompt_tokens = self.running, self.prompt_tokens
+        labels = f'{{engine="0",model_name="{model}"}}'
+        families = (('vllm:num_requests_running', 'gauge', 'Number of requests in model execution batches.', running),
+                    ('vllm:num_requests_waiting', 'gauge', 'Number of requests waiting to be processed.', 0),
+                    ('vllm:kv_cache_usage_perc', 'gauge', 'KV-cache usage. 1 means 100 percent usage.',
+                     min(1.0, running / KV_CACHE_SLOTS)),
+                    ('vllm:num_preemptions_total', 'counter', 'Cumulative number of preemption from the engine.', 0.0),
+                    ('vllm:prompt_tokens_total', 'counter', 'Number of prefill tokens processed.', float(prompt_tokens)))
+        return ''.join(f'# HELP {name} {text}\n# TYPE {name} {kind}\n{name}{labels} {value}\n'
+                       for name, kind, text, value in families).encode()
+
+
+def prompt_text(request: dict) -> str:
+    """The text of a request's prompt, on every API: the messages' string contents, the prompt, the input."""
+    parts = [request.get('prompt'), request.get('input'), request.get('system'), request.get('instructions')]
+    for message in request.get('messages') if isinstance(request.get('messages'), list) else ():
+        parts.append(message.get('content') if isinstance(message, dict) else None)
+    return ' '.join(part for part in parts if isinstance(part, str))
+
+
 class FixtureServer(ThreadingHTTPServer):
     """The fixture's HTTP server on 127.0.0.1, its settings given when it is built (see server()).
     A client that drops the connection or fails the TLS handshake is not an error here."""
@@ -1407,6 +1461,7 @@ class FixtureServer(ThreadingHTTPServer):
         self.schedule = Schedule(seed)  # the mixed mode's modes, and what it served
         self.turns = Turns(capacity)    # the capacity mode's start times
         self.last_request = None  # (headers, JSON body) of the last request answered, for tests
+        self.metrics = ServerMetrics()  # what GET /metrics says
         self.scheme = 'https' if tls_cert else 'http'
         super().__init__(('127.0.0.1', port), Handler)
         if tls_cert:

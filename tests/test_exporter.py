@@ -262,6 +262,20 @@ class ExporterCoreTests(unittest.TestCase):
         with self.assertRaises(stream_client.UsageError):
             stream_client.parse_targets({'targets': {'a': {'fixture': 'ok', 'dialect': 'vllm'}}}, self.parser)
 
+    def test_a_target_sends_its_headers_and_refuses_those_the_client_owns(self):
+        targets = stream_client.parse_targets({'targets': {'a': {
+            'url': 'http://127.0.0.1:8000/v1/chat/completions', 'model': 'm',
+            'header': ['X-Tenant: tenant-7f3a9c2e41d8', 'X-Route: eu']}}}, self.parser)
+        request = stream_client._prepare_targets(targets, None)['a']
+        self.assertIn(b'X-Tenant: tenant-7f3a9c2e41d8\r\nX-Route: eu\r\n', request.wire)
+        self.assertEqual(request.settings['headers'], ['X-Tenant', 'X-Route'])
+        owned = stream_client.parse_targets({'targets': {'a': {'fixture': 'ok', 'header': ['Host: x.example']}}},
+                                            self.parser)
+        with self.assertRaises(stream_client.UsageError) as caught:
+            stream_client._prepare_targets(owned, lambda *settings: 'http://127.0.0.1:9/v1/chat/completions')
+        self.assertEqual(str(caught.exception), "target a: header 'Host' is set by the client (the client sends the "
+                                                'host of url); it cannot be given')
+
     def test_the_deadline_is_the_sooner_of_the_targets_and_the_scrape_timeout_less_a_margin(self):
         margin = stream_client._SCRAPE_TIMEOUT_MARGIN
         cases = [(60.0, None, 60.0), (60.0, '10', 10 - margin), (5.0, '30', 5.0), (60.0, '0.6', 0.3),

@@ -449,7 +449,7 @@ class FixtureVerdictTests(unittest.TestCase):
 
     def test_fixture_answers_the_routes_a_user_checks_first(self):
         import http.client
-        cases = {'/v1/models': 200, '/health': 200, '/v1/chat/completions': 405, '/metrics': 404}
+        cases = {'/v1/models': 200, '/health': 200, '/v1/chat/completions': 405, '/metrics': 200, '/v1/metrics': 404}
         for profile in fixture_server.PROFILES:
             with Fixture(profile=profile) as fixture:
                 for path, status in cases.items():
@@ -460,7 +460,9 @@ class FixtureVerdictTests(unittest.TestCase):
                         body = response.read()
                         conn.close()
                         self.assertEqual(response.status, status)
-                        if path == '/v1/models':
+                        if path == '/metrics':  # vLLM's, in the text format (tests/test_server_metrics.py)
+                            self.assertIn(b'\n# TYPE vllm:num_requests_running gauge\n', body)
+                        elif path == '/v1/models':
                             self.assertEqual([card['id'] for card in json.loads(body)['data']], ['synthetic-fixture'])
                         elif status != 200 and profile == 'vllm':
                             self.assertEqual(json.loads(body), {'detail': {404: 'Not Found',

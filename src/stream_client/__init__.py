@@ -40,6 +40,7 @@ _http          HTTP/1.x, sans-IO: the response head and one reader per body fram
 _reader        the whole response, sans-IO: ``ResponseReader`` composes HTTP,
                SSE and the grammar (bytes in through ``feed()`` and ``eof()``);
                ``UnstreamedReader`` reads the twin
+_headers       the headers a user adds (--header), checked; only their names are ever kept
 _request       ``prepare()`` checks a request before any connection and returns
                the frozen ``PreparedRequest`` a run sends
 _exchange      what one run owns: ``_Exchange``, its ``_Timeline`` (kernel
@@ -51,6 +52,7 @@ _record        ``_build_record()``: the evidence record of one run
 _transport     ``run()`` and ``stream()``: one request, read under the idle
                timeout and the overall deadline; the cross-check's twin
 _reactor       ``_Reactor``: one thread per process reads every response of a load
+_plan          a load's plan: its id, ``--shard I/N`` and ``--start-at``; which shard is missing
 _load          ``run_load()``: runs from worker threads or forked processes
 _gates         ``--fail-if`` gates on a summary, sans-IO: parsed before anything
                is sent, evaluated on the summary's figures
@@ -66,6 +68,8 @@ _trace         ``_run_trace()``: a timed trace replayed open-loop, each run's la
 _report        ``Report``: one self-contained HTML page per load
 _evidence      evidence files, each created once and never overwritten, and
                read back (``iter_records()``, ``summarize()``)
+_server_metrics --server-metrics: the server's Prometheus metrics during a load, scraped on a thread
+               of their own, kept, and summarized per step
 _args          the command line's flags, and the requests and settings they give
 _views         what the terminal shows while runs go on and once they end
 _workloads_cli --sessions and --trace: the file read and every request prepared before any file, then run

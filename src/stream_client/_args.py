@@ -16,6 +16,7 @@ import threading
 from ._limits import _and_list, _DEFAULT_EXPORTER_IN_FLIGHT, Interrupted, StreamError, UsageError, __version__
 from ._dialects import DIALECTS
 from ._validator import AnswerSpec
+from ._headers import _parse_header
 from ._answer import _seeded, VALIDATORS
 from ._request import _API_PATHS, _DEFAULT_PROMPT, _DEFAULT_URL, _FINISHES, _models_request, prepare, PreparedRequest
 from ._exchange import _Exchange
@@ -122,6 +123,10 @@ def _parser() -> _OneLineParser:
                            'of completeness it needs: strict (the vendor rules, which vLLM follows), '
                            + ' or '.join(name for name in DIALECTS if name != 'strict') + '; without it the dialect '
                            'is detected from the response (docs/dialects.md)')
+    send.add_argument('--header', action='append', metavar="'NAME: VALUE'",
+                      help='a header sent on every request, repeatable (routing, tenant, session); not Host, '
+                           'Content-Length, Transfer-Encoding, Connection or Authorization (the key comes from '
+                           'MODEL_API_KEY). Only its name is ever saved or shown, never its value')
     send.add_argument('--idle', type=float, default=10.0, metavar='S',
                       help='seconds to wait for the next bytes (default 10)')
     send.add_argument('--deadline', type=float, default=60.0, metavar='S',
@@ -203,6 +208,21 @@ def _parser() -> _OneLineParser:
                            '"first_text_ms.p99 > 500", "ok_ratio < 0.999", "error_kind.eof_before_done > 0"; '
                            'with a load or --summary FILE; without it, the gate is every run ok. With --compare '
                            'BASE CANDIDATE, "delta.FIGURE" reads a difference, in %% of the base with NUMBER%%')
+    load.add_argument('--shard', metavar='I/N',
+                      help='send shard I (from 0) of N of the load: the runs i with i %% N == I, at their planned '
+                           'times, so that N processes (on N machines) send the one seeded load between them, '
+                           'each writing its own evidence; --summary of the N files checks that none is '
+                           'missing or given twice')
+    load.add_argument('--start-at', metavar='UTC',
+                      help='start the load\'s schedule at this UTC time (2026-12-01T23:50:00Z), so that the '
+                           'shards start together')
+    load.add_argument('--server-metrics', nargs='?', const='', metavar='URL',
+                      help='scrape the server\'s Prometheus metrics during the load (at the start and end of each '
+                           'step and every --metrics-interval seconds) on a thread of their own, keep every scrape '
+                           'in OUTPUT-without-extension.server-metrics.jsonl, and summarize them per step; URL '
+                           'defaults to /metrics at the origin of --url, where vLLM serves them')
+    load.add_argument('--metrics-interval', type=float, metavar='S',
+                      help='seconds between scrapes of --server-metrics (default 1)')
     out = parser.add_argument_group('where the evidence goes')
     out.add_argument('--output', metavar='FILE',
                      help='new file for the evidence (required): one JSON record, or with many runs one record '
@@ -284,7 +304,8 @@ def _requests_from_args(args, url: str, key_env: str | None = 'MODEL_API_KEY',
                         temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
                         expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
                         tools=tools, tool_choice=args.tool_choice, json_schema=json_schema,
-                        trust_env=not args.no_proxy, cross_check=args.cross_check, dialect=args.dialect)
+                        trust_env=not args.no_proxy, cross_check=args.cross_check, dialect=args.dialect,
+                        headers=[_parse_header(text) for text in args.header or ()])
                 for line in prompts]
     if model is not None:
         return requests(model)
@@ -482,7 +503,7 @@ _READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources', 'fail_if', 'f
 _FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',
                      'runs': '--runs', 'concurrency': '--concurrency', 'rate': '--rate', 'tools': '--tools',
-                     'processes': '--processes',
+                     'processes': '--processes', 'header': '--header',
                      'tool_choice': '--tool-choice', 'json_schema': '--json-schema', 'cross_check': '--cross-check',
                      'dialect': '--dialect'}
 

@@ -18,6 +18,7 @@ from ._exchange import Cancel
 from ._verdict import _interrupted_before_sending
 from ._record import _failed_record
 from ._transport import run
+from ._plan import _planned_steps, _shard_runs
 from ._load import LoadSettings, run_load, _scheduled_runs
 from ._gates import _evaluate_gates, _gates_held, _parse_gates, _SCHEDULE_FIELDS
 from ._summary import _parse_slos, _saturation_step, Summary, _summary_table
@@ -31,6 +32,7 @@ from ._args import (
     _served_model, _terminate, _unchecked_line, _unset_key_note)
 from ._views import _compare_table, _LiveView, _LoadView, _settings_differ
 from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_blocks, _workload_load
+from ._server_metrics import _metrics_lines, _metrics_settings, _saved_metrics, _Scraper
 from ._exporter_cli import _exporter_command
 
 
@@ -148,12 +150,17 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
         summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None,
                                     slos=_parse_slos(args.slo) if args.slo else None,
                                     slo_target=_slo_target(args))
+        metrics, drawing = _saved_metrics(args.summary) or (None, None)
     except UsageError:
         if report_fd is not None:  # nothing to draw: free the name again
             os.close(report_fd)
             os.unlink(args.report)
         raise
     result = {**summary.result(), **_workload_blocks(args.summary)}
+    if metrics is not None:
+        result['server_metrics'] = metrics
+        if report is not None:
+            report.drawn_on_timeline.append(drawing)
     result['gates'] = _evaluate_gates(gates, result)
     if report_fd is not None:
         _write_report(report_fd, report)
@@ -166,7 +173,7 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
                 f'{len(summary.skipped)})', file=sys.stderr)
     person = not args.quiet and sys.stderr.isatty()
     if person:
-        print(_summary_table(result), file=sys.stderr)
+        print('\n'.join([_summary_table(result)] + (_metrics_lines(metrics) if metrics else [])), file=sys.stderr)
     elif not result['runs']:
         print(f'{prog}: warning: no runs: {" and ".join(args.summary)} hold{"s" * (len(args.summary) == 1)} no record',
               file=sys.stderr)
@@ -399,7 +406,7 @@ def _reserve_beside(path: str | None, flag: str, reserved: list[tuple[int, str]]
 
 
 def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], fd: int, report_fd: int | None,
-              prog: str, gates: tuple, csv_fd: int | None) -> int:
+              prog: str, gates: tuple, csv_fd: int | None, scraper: _Scraper | None = None) -> int:
     """Run the load, its steps one after another, appending each record to the reserved JSON Lines file
     as its run ends; print the summary (and write the report); return the exit status. SIGINT and
     SIGTERM cancel the load: no new run or step starts, the runs in flight end as interrupted and keep
@@ -409,7 +416,8 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     report = Report(summary) if report_fd is not None else None
     table = _CsvFile(csv_fd) if csv_fd is not None else None
     searching = isinstance(steps, _CapacitySearch)
-    view = _LoadView(sys.stderr, args.quiet, None if searching else sum(step.runs for step in steps))
+    view = _LoadView(sys.stderr, args.quiet,
+                     None if searching else sum(_shard_runs(step.runs, step.shard) for step in steps))
     write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
     statuses: set = set()  # the HTTP statuses the runs got
 
@@ -440,16 +448,27 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
         for settings in steps.probes(summary) if searching else steps:
             if cancel.reason is not None:
                 break
-            run_load(requests, settings, on_record, cancel)
+            if scraper is not None:
+                scraper.begin(settings.step)
+            run_load(requests, settings, on_record, cancel, scraper and scraper.started)
+            if scraper is not None:
+                scraper.end()
+    metrics, drawing = scraper.close() if scraper is not None else (None, None)
     if report is not None:
+        if drawing is not None:
+            report.drawn_on_timeline.append(drawing)
         _write_report(report_fd, report)
     if table is not None:
         table.close()
     _ignore_signals()  # the records are on disk: what is left is to report them
     result = summary.result()
+    if metrics is not None:
+        result['server_metrics'] = metrics
     result['gates'] = _evaluate_gates(gates, result)
     view.clear()
     view.finish(result)
+    if scraper is not None and not args.quiet and (view.live or result['server_metrics']['failed']):
+        print('\n'.join(_metrics_lines(result['server_metrics'])), file=sys.stderr)
     _emit_summary(result, view.live, [args.output])
     _say_written(args)
     unset_key = _unset_key_note(401 if 401 in statuses else None)
@@ -514,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError('--output - is not supported: stdout carries the summary line; '
                                  'give the evidence a file name')
             workload_flag = args.sessions is not None or args.trace is not None
-            steps = None if workload_flag else _repeated(args, _load_settings(args))
+            steps = None if workload_flag else _planned_steps(args, _repeated(args, _load_settings(args)))
             if args.report is not None and steps is None and not workload_flag:
                 raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
             if args.csv is not None and steps is None:
@@ -529,10 +548,12 @@ def main(argv: list[str] | None = None) -> int:
             requests = workload.requests if workload is not None else \
                 _synthetic_requests(args, url, sum(step.runs for step in steps) if isinstance(steps, list) else 1) or \
                 _requests_from_args(args, url, served_model=_served_model)
+            metrics = _metrics_settings(args, steps, requests[0])
             fd, capture_fd = _reserve_files(args)
             reserved = [(fd, args.output)]
             report_fd = _reserve_beside(args.report, '--report', reserved)
             csv_fd = _reserve_beside(args.csv, '--csv', reserved)
+            metrics_fd = _reserve_beside(metrics and metrics['file'], '--server-metrics', reserved)
         except (UsageError, ValueError) as exc:
             _default_signals()
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
@@ -546,7 +567,8 @@ def main(argv: list[str] | None = None) -> int:
         if workload is not None:
             return _workload_load(args, workload, fd, report_fd, parser.prog)
         if steps is not None:
-            return _run_load(args, requests, steps, fd, report_fd, parser.prog, gates, csv_fd)
+            return _run_load(args, requests, steps, fd, report_fd, parser.prog, gates, csv_fd,
+                             _Scraper(metrics, metrics_fd) if metrics else None)
         record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:

@@ -9,6 +9,7 @@ No I/O: the caller reads the files and owns the seed.
 import math
 import random
 
+from ._limits import _plain_number
 from ._gates import _LATENCY_FIELDS, _SCHEDULE_FIELDS
 from ._summary import Summary
 
@@ -70,11 +71,6 @@ def _compare_loads(base: Summary, candidate: Summary, seed: int) -> dict:
     return {'base': results[0], 'candidate': results[1], 'delta': delta, 'seed': seed, 'resamples': _RESAMPLES}
 
 
-def _cell_text(value) -> str:
-    """A figure in a Markdown cell: - for none."""
-    return '-' if value is None else f'{value:g}'
-
-
 def _comparison_markdown(comparison: dict, names: tuple[str, str]) -> str:
     """The comparison as a Markdown table, to paste in a pull-request comment."""
     base, candidate = comparison['base'], comparison['candidate']
@@ -92,8 +88,8 @@ def _comparison_markdown(comparison: dict, names: tuple[str, str]) -> str:
         if 'ci95' in entry:
             interval = f'[{entry["ci95"][0]:g}, {entry["ci95"][1]:g}]' + (' significant' if entry['significant']
                                                                          else '')
-        lines.append(f'| {name} | {_cell_text(entry["base"])} | {_cell_text(entry["candidate"])} | {shown} | {interval} |')
+        lines.append(f'| {name} | {_plain_number(entry["base"])} | {_plain_number(entry["candidate"])} | {shown} | {interval} |')
     for gate in comparison.get('gates') or ():
-        lines.append(f'| gate `fail if {gate["expr"]}` | | {_cell_text(gate["value"])} | '
+        lines.append(f'| gate `fail if {gate["expr"]}` | | {_plain_number(gate["value"])} | '
                      f'{"held" if gate["held"] else "**FAILED**"} | |')
     return '\n'.join(lines)

@@ -16,6 +16,7 @@ import signal
 from ._limits import UsageError
 from ._json import _seen
 from ._reader import Capture
+from ._plan import _ShardCheck
 from ._summary import _from_schedule, Summary
 from ._report import Report
 
@@ -267,14 +268,16 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
     (default: the bounds their loads were run with); UsageError for unreadable files, records that
     cannot be counted, mixed sources or loads run with different bounds. A line of broken JSON is
     left out, and said so in the summary's ``skipped``."""
-    summary = Summary(slos, slo_target)
+    summary, shards = Summary(slos, slo_target), _ShardCheck()
     drawing = Report(summary) if report else None
     for path in paths:
         for record in iter_records(path, summary.skipped):
+            shards.add(record)
             summary.add(record)
             if drawing is not None:
                 drawing.add(record)
     _check_sources(summary.seen['sources'], mixed_sources, 'summarize')
+    shards.check()
     summary.slo_bounds()
     return summary, drawing
 

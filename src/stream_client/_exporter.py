@@ -49,7 +49,7 @@ _TARGET_FLAGS = {'url': '--url', 'api': '--api', 'model': '--model', 'prompt': '
                 'tools': '--tools', 'tool_choice': '--tool-choice', 'json_schema': '--json-schema',
                 'expect_finish': '--expect-finish', 'extra': '--extra', 'idle': '--idle', 'deadline': '--deadline',
                 'ca_file': '--ca-file', 'fixture': '--fixture', 'fixture_profile': '--fixture-profile',
-                'cross_check': '--cross-check', 'dialect': '--dialect'}
+                'cross_check': '--cross-check', 'dialect': '--dialect', 'header': '--header'}
 # Keys whose value in the file is JSON itself rather than the flag's text (the flag takes it as a string).
 _TARGET_JSON_KEYS = {'extra': 'object'}
 _TARGET_VALUES = {  # what a target's value must be, by the kind of its flag

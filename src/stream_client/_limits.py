@@ -247,6 +247,11 @@ def _host_port(host: str, port: int) -> str:
     return f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
 
 
+def _plain_number(value: float | None) -> str:
+    """A figure in a table's cell, as short as it can be said: - for none."""
+    return '-' if value is None else f'{value:g}'
+
+
 def _preview(text: str, limit: int = 60) -> str:
     """A quoted, shortened copy of untrusted text for an error message."""
     return repr(_shorten(text, limit))

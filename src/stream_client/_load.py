@@ -18,9 +18,10 @@ import traceback
 from ._limits import _failure
 from ._request import _positive_finite, PreparedRequest
 from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
-from ._record import _failed_record
+from ._record import _failed_record, _utc_iso
 from ._transport import _run, _Show
 from ._reactor import _EPOLL, _Reactor
+from ._plan import _plan_id, _shard_runs
 
 
 _ARRIVALS = ('poisson', 'constant')
@@ -48,6 +49,8 @@ class LoadSettings:
     warmup_s: float | None = None  # or the runs that start within this many seconds of the load's start
     search: tuple | None = None    # (LO, HI) of the --find-capacity search the step is a probe of
     repeat: int | None = None      # which of --repeat K loads this is, from 0
+    shard: tuple = (0, 1)          # (I, N): this process sends the runs i with i % N == I (see _plan)
+    start_at: float | None = None  # the epoch time the schedule starts at (None: now)
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
@@ -62,6 +65,12 @@ class LoadSettings:
         if isinstance(self.processes, bool) or not isinstance(self.processes, int) or \
                 not 1 <= self.processes <= _MAX_PROCESSES:
             raise ValueError(f'processes must be a whole number from 1 to {_MAX_PROCESSES}, got {self.processes!r}')
+        if not (isinstance(self.shard, tuple) and len(self.shard) == 2 and
+                all(isinstance(part, int) and not isinstance(part, bool) for part in self.shard) and
+                0 <= self.shard[0] < self.shard[1]):
+            raise ValueError(f'shard must be (I, N) with 0 <= I < N, got {self.shard!r}')
+        if self.start_at is not None and not _positive_finite(self.start_at):
+            raise ValueError(f'start_at must be a time in seconds since the epoch, got {self.start_at!r}')
         if self.duration is not None and (self.rate is None or not _positive_finite(self.duration)):
             raise ValueError(f'duration bounds an open loop: a positive number of seconds with a rate, '
                              f'got {self.duration!r}')
@@ -166,7 +175,8 @@ class _Pool:
                 thread.join(0.1)
 
 
-def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel) -> None:
+def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
+             on_started=None) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
     run as it ends, one call at a time, from the worker threads.
 
@@ -178,14 +188,30 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     in flight end as interrupted; this returns when every run that started has its record. With
     ``settings.processes`` above 1 the runs are spread over that many forked processes (see
     _spread_load), and on_record is still called here, in this process. On Linux one _Reactor thread
-    per process reads the responses, and the workers pass through a _Gate.
+    per process reads the responses, and the workers pass through a _Gate. on_started(), if given, is
+    called here once the worker processes are forked (at once without them), before any run starts.
     """
-    started = time.perf_counter()
-    described = {**settings.described(), 'id': os.urandom(8).hex()}  # the id tells merged loads apart
+    started = time.perf_counter() + (0.0 if settings.start_at is None else settings.start_at - time.time())
+    described = settings.described()
+    index, shards = settings.shard
+    plan = _plan_id(requests, described, shards, settings.start_at)
+    described = {**described, 'runs': _shard_runs(settings.runs, settings.shard),
+                 'id': f'{plan}.{index}' if shards > 1 else os.urandom(8).hex(),  # the id tells merged loads apart
+                 'plan': {'id': plan, 'shard': index, 'shards': shards, 'runs': settings.runs,
+                          'start_at': None if settings.start_at is None else _utc_iso(settings.start_at)}}
     if settings.processes > 1:
-        _spread_load(requests, settings, on_record, cancel, started, described)
+        _spread_load(requests, settings, on_record, cancel, started, described, on_started)
     else:
-        _run_share(requests, settings, on_record, cancel, started, described, (0, 1))
+        if on_started is not None:
+            on_started()
+        _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0))
+
+
+def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
+    """(number, workers) of a worker process of a shard: run i is its when i % workers == number (i % N is
+    the shard, and i // N % processes the process within it), and it takes that share of the slots."""
+    index, shards = settings.shard
+    return process * shards + index, settings.processes * shards
 
 
 def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
@@ -249,7 +275,7 @@ _CANCEL_MESSAGE = 16  # bytes a cancelled load writes per worker process: the re
 
 
 def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
-                 described: dict) -> None:
+                 described: dict, on_started=None) -> None:
     """Fork settings.processes worker processes, each running its share of the runs (_run_share) and
     writing each record as one JSON line to its own pipe; call on_record for every line here, one at a
     time, so that this process stays the one owner of the evidence. The clock (perf_counter) is the
@@ -275,12 +301,14 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
             if pid == 0:  # the worker
                 for fd in parent_fds + [record_read]:
                     os.close(fd)
-                _worker_process(requests, settings, started, described, (number, settings.processes),
+                _worker_process(requests, settings, started, described, _share(settings, number),
                                 control_read, record_write)
             os.close(record_write)
             parent_fds.append(record_read)
             pids.append(pid)
         os.close(control_read)
+        if on_started is not None:
+            on_started()
         readers = [threading.Thread(target=relay, args=(fd,), daemon=True) for fd in parent_fds[1:]]
         for reader in readers:
             reader.start()

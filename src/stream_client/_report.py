@@ -57,6 +57,7 @@ class Report:
         self.rows: list[_Row] = []
         self.errors: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
         self.settings: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.drawn_on_timeline: list = []  # (origin, span, x0, x1) -> HTML under the timeline, on its time axis
 
     def add(self, record: dict) -> None:
         if record.get('warmup'):  # left out of the page as of the summary it draws
@@ -150,7 +151,8 @@ class Report:
             out.append(f'<g class="run"><title>{_e(title)}</title><rect x="{x:.1f}" y="{y}" '
                        f'width="{max(1.0, row.duration_ms / 1000 * scale):.1f}" height="{height - 1}" '
                        f'fill="{_LAYER_COLOURS.get(row.layer, "#000")}"/>{marks}</g>')
-        return '\n'.join(out) + '</svg>'
+        return '\n'.join(out) + '</svg>' + ''.join(draw(origin, span, left, width - 10)
+                                                 for draw in self.drawn_on_timeline)
 
     def _histograms(self, result: dict) -> str:
         out = [f'<h2>Distributions over ok runs</h2><p>{_count(result["latency_runs"], "ok run")}; '

@@ -23,6 +23,7 @@ from ._schema import JsonSchema
 from ._dialects import _dialect_named
 from ._validator import AnswerSpec, StreamValidator, _TOOL_CHOICES
 from ._answer import _seeded, _STREAMED_ONLY_KEYS, _TOKEN_ID_APIS, VALIDATORS
+from ._headers import _checked_headers, _header_secrets, _with_headers
 
 
 _DEFAULT_URL = 'http://127.0.0.1:8000/v1/chat/completions'
@@ -173,6 +174,7 @@ class PreparedRequest:
     proxy: _Proxy | None = None  # the forward proxy https goes through, if one does
     twin: 'PreparedRequest | None' = dataclasses.field(default=None, repr=False)  # --cross-check's unstreamed twin
     dialect: str | None = None  # the server's dialect (docs/dialects.md); None: detected from the response
+    header_secrets: tuple[str, ...] = dataclasses.field(default=(), repr=False)  # --header values to mask
 
     def __post_init__(self) -> None:
         if self.scheme not in ('http', 'https'):
@@ -199,8 +201,8 @@ class PreparedRequest:
         return _host_port(self.host, self.port)
 
     def secrets(self) -> tuple[str, ...]:
-        """The strings no output may hold: the API key and the proxy's credentials."""
-        return ((self.token,) if self.token else ()) + (self.proxy.secrets if self.proxy else ())
+        """The strings no output may hold: the API key, the proxy's credentials and the --header values."""
+        return ((self.token,) if self.token else ()) + (self.proxy.secrets if self.proxy else ()) + self.header_secrets
 
     def new_validator(self) -> StreamValidator:
         return VALIDATORS[self.api](self.expect_finish, self.max_tokens, self.spec, _dialect_named(self.dialect))
@@ -407,7 +409,7 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
             extra: dict | None = None, api: str | None = None, expect_finish: str = 'stop',
             source: str = 'endpoint', tools: list | None = None, tool_choice: str | None = None,
             json_schema: dict | None = None, trust_env: bool = True, cross_check: bool = False,
-            dialect: str | None = None) -> PreparedRequest:
+            dialect: str | None = None, headers: dict | list | None = None) -> PreparedRequest:
     """Check the arguments and build the request; raise ValueError before any connection.
 
     The API (chat, completions or responses) follows from the URL path unless ``api`` names it.
@@ -418,6 +420,8 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     docs/dialects.md); without it they are detected from the response.
     ``cross_check`` builds the unstreamed twin too (``twin``), and asks both for token ids where the
     API returns them; it needs temperature 0 or a ``seed`` in ``extra``.
+    ``headers`` (a mapping or (name, value) pairs) are sent on every request; the record keeps their
+    names only (see _headers).
     """
     parts, port = _check_url(url)
     api = _api_of(parts.path, api)
@@ -435,11 +439,13 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
     body.update(_answer_fields(api, tools, spec, json_schema))
     if cross_check and api in _TOKEN_ID_APIS:
         body['return_token_ids'] = True
-    headers = {'Content-Type': 'application/json', 'Accept': 'text/event-stream',
-               'Accept-Encoding': 'identity',  # no compression: a proxy must pass the events as they are
-               'User-Agent': f'stream-client/{__version__}'}
+    added = _checked_headers(headers or ())
+    sent = {'Content-Type': 'application/json', 'Accept': 'text/event-stream',
+            'Accept-Encoding': 'identity',  # no compression: a proxy must pass the events as they are
+            'User-Agent': f'stream-client/{__version__}'}
     if api == 'messages':
-        headers['anthropic-version'] = _ANTHROPIC_VERSION
+        sent['anthropic-version'] = _ANTHROPIC_VERSION
+    headers = _with_headers(sent, added)
     if token:
         if not token.isprintable() or not token.isascii() or ' ' in token:
             raise ValueError('MODEL_API_KEY holds characters that cannot go into an HTTP header')
@@ -452,7 +458,7 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
                 'tools': [name for name, _ in spec.tools], 'tool_choice': spec.tool_choice,
                 'json_schema_sha256': None if json_schema is None else hashlib.sha256(
                     json.dumps(json_schema, sort_keys=True, separators=(',', ':')).encode()).hexdigest(),
-                'cross_check': cross_check, 'dialect': dialect}
+                'cross_check': cross_check, 'dialect': dialect, 'headers': [name for name, _ in added]}
     data = json.dumps(body, ensure_ascii=False).encode()
     request = PreparedRequest(url=url, scheme=parts.scheme, host=parts.hostname, port=port, path=parts.path or '/',
                               api=api, model=model, body=data, headers=headers,
@@ -461,7 +467,7 @@ def prepare(url: str, model: str, prompt: str, *, max_tokens: int = 128, idle: f
                               idle=idle, deadline=deadline, settings=settings, max_tokens=max_tokens,
                               expect_finish=expect_finish, source=source, ssl_context=context, token=token or '',
                               spec=spec, proxy=_proxy_from_environment(parts.scheme, parts.hostname, os.environ)
-                              if trust_env else None, dialect=dialect)
+                              if trust_env else None, dialect=dialect, header_secrets=_header_secrets(added))
     return dataclasses.replace(request, twin=_unstreamed_twin(request, body)) if cross_check else request
 
 

@@ -1,0 +1,122 @@
+"""A load's plan, and one plan sent by many processes: ``--shard I/N`` and ``--start-at``.
+
+A load's plan is what its seed and flags fix before anything is sent: how many runs, the arrival of
+each (seeded), and the request of each (run i sends the prompt i % len(--prompts)). ``_plan_id()``
+names it by a hash of exactly that, so that N processes on N machines, given the same flags, name the
+same plan without talking to each other. ``--shard I/N`` makes a process send the runs i with
+i % N == I, at their planned times from the shared ``--start-at``, and write its own evidence; every
+record carries the plan's id and its shard (``load.plan``). ``_ShardCheck`` reads the records of many
+files and says which shard of a plan is missing or given twice.
+"""
+import calendar
+import dataclasses
+import hashlib
+import json
+import re
+import time
+
+from ._limits import UsageError
+from ._record import _utc_iso
+
+_MAX_SHARDS = 4096
+_START_AT = re.compile(r'(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(\.\d{1,6})?(Z|\+00:00)')
+_START_AT_AHEAD_S = 86_400  # --start-at at most a day ahead
+_START_AT_BEHIND_S = 3_600  # ... and at most an hour behind: later, every run would be due at once
+
+
+def _parse_shard(text: str) -> tuple[int, int]:
+    """--shard I/N as (I, N), 0 <= I < N; UsageError otherwise."""
+    index, slash, count = text.partition('/')
+    if not (slash and index.isdigit() and count.isdigit()) or not 0 <= int(index) < int(count) <= _MAX_SHARDS:
+        raise UsageError(f'--shard {text!r}: expected I/N, the shard I (from 0) of N shards, 0 <= I < N <= '
+                         f'{_MAX_SHARDS}, e.g. 0/4')
+    return int(index), int(count)
+
+
+def _parse_start_at(text: str, now: float) -> float:
+    """--start-at as seconds since the epoch: a UTC time (2026-12-01T23:50:00Z), within a day ahead of now
+    and an hour behind it; UsageError otherwise."""
+    match = _START_AT.fullmatch(text.strip())
+    if match is None:
+        raise UsageError(f'--start-at {text!r}: expected a UTC time such as 2026-12-01T23:50:00Z (the Z, or '
+                         '+00:00, is required)')
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    try:
+        time.strptime(f'{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}', '%Y-%m-%d %H:%M:%S')
+    except ValueError:
+        raise UsageError(f'--start-at {text!r} is not a valid date and time') from None
+    at = calendar.timegm((year, month, day, hour, minute, second)) + float(match[7] or 0)
+    if at > now + _START_AT_AHEAD_S:
+        raise UsageError(f'--start-at {text!r} is more than a day ahead of this machine\'s clock '
+                         f'({_utc_iso(now)})')
+    if at < now - _START_AT_BEHIND_S:
+        raise UsageError(f'--start-at {text!r} is more than an hour past by this machine\'s clock '
+                         f'({_utc_iso(now)}): every run would be due at once')
+    return at
+
+
+def _plan_id(requests, described: dict, shards: int, start_at: float | None) -> str:
+    """The id of a load's plan: a hash of what fixes its runs (the load's settings but the processes,
+    each request as the record describes it, where it goes unless that is the built-in fixture on a
+    port of its own, the number of shards and the start), the same in every process given the same flags."""
+    plan = {'load': {key: value for key, value in described.items() if key != 'processes'},
+            'requests': [[request.api, request.model, request.source, request.path, request.settings,
+                          None if request.source == 'fixture' else request.url] for request in requests],
+            'shards': shards, 'start_at': start_at}
+    return hashlib.sha256(json.dumps(plan, sort_keys=True, separators=(',', ':')).encode()).hexdigest()[:16]
+
+
+def _shard_runs(runs: int, shard: tuple[int, int]) -> int:
+    """How many of a plan's runs shard (I, N) sends: the runs i < runs with i % N == I."""
+    index, count = shard
+    return max(0, (runs - index + count - 1) // count)
+
+
+class _ShardCheck:
+    """The shards of each plan seen in records read one by one: which are missing or given twice."""
+
+    def __init__(self) -> None:
+        self.plans: dict[str, dict] = {}  # plan id: its shard count, the shards seen, the runs seen
+
+    def add(self, record: dict) -> None:
+        plan = (record.get('load') or {}).get('plan')
+        if not plan or plan['shards'] == 1:
+            return
+        seen = self.plans.setdefault(plan['id'], {'shards': plan['shards'], 'seen': set(), 'runs': set()})
+        shard = f'shard {plan["shard"]}/{plan["shards"]} of plan {plan["id"]}'
+        if record['run'] in seen['runs']:
+            raise UsageError(f'{shard} is given twice (run {record["run"]} appears twice): give each shard\'s '
+                             'file once')
+        seen['runs'].add(record['run'])
+        seen['seen'].add(plan['shard'])
+
+    def check(self) -> None:
+        """UsageError naming the first shard missing from a plan whose other shards were read."""
+        for plan, seen in sorted(self.plans.items()):
+            missing = [index for index in range(seen['shards']) if index not in seen['seen']]
+            if missing:
+                named = ', '.join(f'{index}/{seen["shards"]}' for index in missing)
+                raise UsageError(f'plan {plan}: shard{"s" if len(missing) > 1 else ""} {named} missing: no '
+                                 f'record of {"them" if len(missing) > 1 else "it"} in these files (each shard '
+                                 'writes its own evidence file; give them all)')
+
+
+def _planned_steps(args, steps: list | None) -> list | None:
+    """The load's steps with --shard and --start-at applied (dataclasses.replace on each LoadSettings);
+    UsageError for a combination they do not go with."""
+    if args.shard is None and args.start_at is None:
+        return steps
+    flags = ' and '.join(flag for flag, value in (('--shard', args.shard), ('--start-at', args.start_at)) if value)
+    if steps is None:
+        raise UsageError(f'{flags} {"are" if " and " in flags else "is"} for a load: give --runs, or --rate '
+                         'with --duration')
+    if not isinstance(steps, list) or len(steps) > 1 or args.rates is not None:
+        raise UsageError(f'{flags} do not go with --rates: shard a load of one rate (--rate with --runs or '
+                         '--duration)' if ' and ' in flags else f'{flags} does not go with --rates: shard a load '
+                         'of one rate (--rate with --runs or --duration)')
+    shard = (0, 1) if args.shard is None else _parse_shard(args.shard)
+    start_at = None if args.start_at is None else _parse_start_at(args.start_at, time.time())
+    if _shard_runs(steps[0].runs, shard) == 0:
+        raise UsageError(f'--shard {args.shard}: the load plans {steps[0].runs} runs, so shard {shard[0]} would '
+                         'send none; use fewer shards')
+    return [dataclasses.replace(steps[0], shard=shard, start_at=start_at)]
