@@ -6232,6 +6232,15 @@ class _Pool:
                 thread.join(0.1)
 
 
+def _wait_until(at: float, cancel: Cancel) -> bool:
+    """Sleep until the perf_counter time ``at``, waking every 50 ms to see a cancel; False when one came."""
+    wait = at - time.perf_counter()
+    while wait > 0 and cancel.reason is None:
+        time.sleep(min(wait, 0.05))
+        wait = at - time.perf_counter()
+    return cancel.reason is None
+
+
 def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
              on_started=None) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
@@ -6313,11 +6322,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
         for index, due in enumerate(arrival_offsets(settings)):
             if index % processes != number:
                 continue
-            wait = started + due - time.perf_counter()
-            while wait > 0 and cancel.reason is None:
-                time.sleep(min(wait, 0.05))
-                wait = started + due - time.perf_counter()
-            if cancel.reason is not None:
+            if not _wait_until(started + due, cancel):
                 break
             pool.submit((index, due))
     finally:
@@ -7601,11 +7606,8 @@ class _SessionRun:
 
     def _think(self) -> bool:
         """Wait the session's think time; False if the load was cancelled meanwhile."""
-        end = time.perf_counter() + self.session.think_time_s
         with self.gate.released():
-            while self.cancel.reason is None and time.perf_counter() < end:
-                time.sleep(min(end - time.perf_counter(), 0.05))
-        return self.cancel.reason is None
+            return _wait_until(time.perf_counter() + self.session.think_time_s, self.cancel)
 
     def _one(self, request: PreparedRequest, turn: int, round_: int) -> dict:
         if self.pending is not None:
@@ -7666,11 +7668,7 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
     pool = _Pool(settings.in_flight, one, lambda job: cancel.reason is None)
     try:
         for index, due in enumerate(arrival_offsets(settings)):
-            wait = started + due - time.perf_counter()
-            while wait > 0 and cancel.reason is None:
-                time.sleep(min(wait, 0.05))
-                wait = started + due - time.perf_counter()
-            if cancel.reason is not None:
+            if not _wait_until(started + due, cancel):
                 break
             pool.submit((index, due))
     finally:
@@ -7909,11 +7907,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
     pool = _Pool(in_flight, one, lambda index: cancel.reason is None)
     try:
         for index, due in enumerate(offsets):
-            wait = started + due - time.perf_counter()
-            while wait > 0 and cancel.reason is None:
-                time.sleep(min(wait, 0.05))
-                wait = started + due - time.perf_counter()
-            if cancel.reason is not None:
+            if not _wait_until(started + due, cancel):
                 break
             pool.submit(index)
     finally:

@@ -175,6 +175,15 @@ class _Pool:
                 thread.join(0.1)
 
 
+def _wait_until(at: float, cancel: Cancel) -> bool:
+    """Sleep until the perf_counter time ``at``, waking every 50 ms to see a cancel; False when one came."""
+    wait = at - time.perf_counter()
+    while wait > 0 and cancel.reason is None:
+        time.sleep(min(wait, 0.05))
+        wait = at - time.perf_counter()
+    return cancel.reason is None
+
+
 def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
              on_started=None) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
@@ -256,11 +265,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
         for index, due in enumerate(arrival_offsets(settings)):
             if index % processes != number:
                 continue
-            wait = started + due - time.perf_counter()
-            while wait > 0 and cancel.reason is None:
-                time.sleep(min(wait, 0.05))
-                wait = started + due - time.perf_counter()
-            if cancel.reason is not None:
+            if not _wait_until(started + due, cancel):
                 break
             pool.submit((index, due))
     finally:

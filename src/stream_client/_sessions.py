@@ -23,7 +23,7 @@ from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
 from ._record import _failed_record
 from ._transport import _run, _Show
 from ._reactor import _EPOLL, _Reactor
-from ._load import _Pool, arrival_offsets, LoadSettings
+from ._load import _Pool, arrival_offsets, LoadSettings, _wait_until
 from ._summary import _percentiles
 from ._workloads import _Conversation, _Session, _ToolResults
 
@@ -87,11 +87,8 @@ class _SessionRun:
 
     def _think(self) -> bool:
         """Wait the session's think time; False if the load was cancelled meanwhile."""
-        end = time.perf_counter() + self.session.think_time_s
         with self.gate.released():
-            while self.cancel.reason is None and time.perf_counter() < end:
-                time.sleep(min(end - time.perf_counter(), 0.05))
-        return self.cancel.reason is None
+            return _wait_until(time.perf_counter() + self.session.think_time_s, self.cancel)
 
     def _one(self, request: PreparedRequest, turn: int, round_: int) -> dict:
         if self.pending is not None:
@@ -152,11 +149,7 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
     pool = _Pool(settings.in_flight, one, lambda job: cancel.reason is None)
     try:
         for index, due in enumerate(arrival_offsets(settings)):
-            wait = started + due - time.perf_counter()
-            while wait > 0 and cancel.reason is None:
-                time.sleep(min(wait, 0.05))
-                wait = started + due - time.perf_counter()
-            if cancel.reason is not None:
+            if not _wait_until(started + due, cancel):
                 break
             pool.submit((index, due))
     finally:

@@ -16,7 +16,7 @@ from ._limits import _failure
 from ._request import PreparedRequest
 from ._record import _failed_record
 from ._transport import _run, _Show
-from ._load import _Pool, LoadSettings
+from ._load import _Pool, LoadSettings, _wait_until
 from ._summary import _percentiles
 from ._workloads import _prompt_words, _TraceLine
 
@@ -119,11 +119,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
     pool = _Pool(in_flight, one, lambda index: cancel.reason is None)
     try:
         for index, due in enumerate(offsets):
-            wait = started + due - time.perf_counter()
-            while wait > 0 and cancel.reason is None:
-                time.sleep(min(wait, 0.05))
-                wait = started + due - time.perf_counter()
-            if cancel.reason is not None:
+            if not _wait_until(started + due, cancel):
                 break
             pool.submit(index)
     finally:
