@@ -176,3 +176,28 @@ class LiteLLMDialectTests(unittest.TestCase):
                 self.assertEqual(judge_litellm(head, events + [extra])[0].kind, kind)
         wrong = events[:2] + [b'event: response.completed\n' + events[2]] + events[3:]
         self.assertEqual(judge_litellm(head, wrong)[0].kind, 'event_type_mismatch')
+
+
+HOSTILE_LITELLM = HERE / 'testdata' / 'hostile-litellm'
+
+
+class HostileLiteLLMTests(unittest.TestCase):
+    """The litellm dialect's cases, written from docs/dialects.md and the real capture by someone who had
+    not read this code (testdata/hostile-litellm/README.md), each judged without a socket."""
+
+    def test_each_case_gets_its_verdict(self):
+        cases = json.loads((HOSTILE_LITELLM / 'cases.json').read_text())
+        self.assertGreaterEqual(len(cases), 40)
+        for case in cases:
+            with self.subTest(case['name']):
+                args = case['args']
+                dialect = args[args.index('--dialect') + 1] if '--dialect' in args else None
+                request = stream_client.prepare('http://127.0.0.1:9/v1/responses', 'tiny', 'hi', dialect=dialect,
+                                                max_tokens=int(args[args.index('--max-tokens') + 1]))
+                reader = stream_client.ResponseReader(request.new_validator())
+                reader.feed((HOSTILE_LITELLM / 'cases' / case['files'][0]).read_bytes())
+                reader.eof()
+                verdict = stream_client.judge(reader)
+                layer = case['expect_layer'] if case['expect_ok'] or case['expect_layer'] else verdict.layer  # any layer
+                expected = (case['expect_ok'], layer, case['expect_kind'] or verdict.kind)
+                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expected, f'{verdict.message}; {case["rule"]}')
