@@ -20,7 +20,7 @@ list (a test keeps the list, the generator's order and the imports in step).
 _limits        the bounds; ``FAILURE_KINDS``, the one table of every failure's
                stable kind and layer; ``StreamError``, which carries both
 _sse           SSE, sans-IO: ``Events`` (and ``TypedEvents``), bytes in, event data out
-_json          strict JSON: ``strict_json()``
+_json          strict JSON: ``strict_json()``; every event's JSON: ``_json_value()``
 _ecma          ECMA-262 regular expressions, for JSON Schema's pattern keyword
 _schema        ``JsonSchema``, drafts 2020-12 and 7 (docs/json-schema.md)
 _dialects      a server's known departures from its vendor's protocol, as data:

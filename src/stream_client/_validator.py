@@ -6,13 +6,12 @@ share written once (``outcome()``); an ``AnswerSpec`` says what the request
 asked for (text, tool calls, JSON) and a ``ToolCall`` is one call assembled.
 """
 import dataclasses
-import json
 import typing
 
 from ._limits import (
     _count, _failure, _MAX_SERVER_MESSAGE, MAX_TEXT_CHARS, _MAX_TOKEN_IDS, _preview, _shorten, StreamError)
 from ._sse import Events
-from ._json import strict_json
+from ._json import _json_value, strict_json
 from ._schema import JsonSchema
 from ._dialects import Dialect, _RESPONSES_UNTYPED, _STRICT
 
@@ -393,7 +392,7 @@ class StreamValidator:
     def _load_object(self, data: str) -> dict:
         """One event's JSON object, or StreamError('protocol')."""
         try:
-            value = json.loads(data)
+            value = _json_value(data)
         except (ValueError, RecursionError) as exc:
             raise _failure('malformed_json', f'malformed JSON in event {self.data_events} '
                                              f'({type(exc).__name__}): {_preview(data)}') from None
