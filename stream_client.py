@@ -482,9 +482,13 @@ class Events:
         if last < 0:
             self._hold(text)
             return []
-        block = ''.join(self._open) + text[:last] if self._open else text[:last]
-        self._open, self._open_chars = [], 0
-        self._hold(text[last + 1:])
+        if self._open:
+            block = ''.join(self._open) + text[:last]
+            self._open, self._open_chars = [], 0
+        else:
+            block = text[:last]
+        if last + 1 < len(text):
+            self._hold(text[last + 1:])
         if not self._data and not self._type and block.endswith('\n') and block.startswith(_DATA_PREFIX):
             events = self._single_line_events(block[:-1])
             if events is not None:
@@ -3657,6 +3661,9 @@ _CHUNK_EXTENSIONS = re.compile(rb'(?:[ \t]*;[ \t]*' + _TOKEN + rb'(?:[ \t]*=[ \t
                                + rb'))?)*[ \t]*')
 
 
+_USUAL_CHUNK_SIZE = re.compile(rb'([0-9a-fA-F]{1,15})\r\n')  # a chunk-size line as servers write it
+
+
 class _ChunkedBody:
     """A body in chunked transfer coding (RFC 9112, 7.1), ending with its zero chunk and trailer.
 
@@ -3683,7 +3690,7 @@ class _ChunkedBody:
         return self._state is _Chunk.COMPLETE
 
     def feed(self, raw: bytes) -> bytes:
-        SIZE, DATA, DATA_END, COMPLETE, HEX = _Chunk.SIZE, _Chunk.DATA, _Chunk.DATA_END, _Chunk.COMPLETE, self._HEX
+        SIZE, DATA, DATA_END, COMPLETE = _Chunk.SIZE, _Chunk.DATA, _Chunk.DATA_END, _Chunk.COMPLETE
         buf = self._pending + raw if self._pending else raw
         self._pending = b''
         out = []
@@ -3695,18 +3702,18 @@ class _ChunkedBody:
                 if eol < 0:
                     self._keep_partial_line(buf, pos, end)
                     break
-                line = buf[pos:eol]
-                if 1 < len(line) <= 16 and line[-1] == 13 and not line[:-1].strip(HEX):  # under 2**60: in bound
-                    size = int(line[:-1], 16)  # the usual line: hex digits and CR, nothing else
+                usual = _USUAL_CHUNK_SIZE.match(buf, pos, eol + 1)
+                if usual is not None:  # hex digits and CRLF, nothing else, under 2**60: in bound
+                    size = int(usual[1], 16)
                 else:
-                    size = self._chunk_size(line)
+                    size = self._chunk_size(buf[pos:eol])
                 pos = eol + 1
                 if not size:
                     state = _Chunk.TRAILER
                     continue
                 stop = pos + size
                 if stop + 2 <= end:  # the whole chunk and its CRLF are here: take them in one step
-                    if buf[stop:stop + 2] != b'\r\n':
+                    if not buf.startswith(b'\r\n', stop):
                         raise _failure('bad_chunk_end', f'chunk data not followed by CRLF: {bytes(buf[stop:stop + 8])!r}')
                     out.append(buf[pos:stop])
                     pos = stop + 2
@@ -4872,6 +4879,7 @@ class _Connection:
 _SO_TIMESTAMPNS = 35 if sys.platform.startswith('linux') and os.uname().machine in (
     'x86_64', 'i386', 'i686', 'aarch64', 'arm64', 'armv7l', 'armv6l', 'riscv64') else None
 _TIMESPEC = struct.Struct('ll')  # the stamp: struct timespec, seconds and nanoseconds
+_STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, 'CMSG_SPACE') else 0
 
 
 def _ask_kernel_stamps(sock: socket.socket) -> bool:
@@ -4890,7 +4898,7 @@ def _ask_kernel_stamps(sock: socket.socket) -> bool:
 def _recv_stamped(connection: '_Connection') -> tuple[bytes, int | None]:
     """One recv() of a plain connection that asked for kernel stamps, and the stamp of when its last
     bytes arrived, in nanoseconds on the wall clock (None when the kernel sent none, as at the end of file)."""
-    raw, ancillary, _, _ = connection.sock.recvmsg(_READ_SIZE, socket.CMSG_SPACE(_TIMESPEC.size))
+    raw, ancillary, _, _ = connection.sock.recvmsg(_READ_SIZE, _STAMP_SPACE)
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) == _TIMESPEC.size:
             seconds, nanoseconds = _TIMESPEC.unpack(data)
@@ -6595,8 +6603,8 @@ class _GapHistogram:
         self.max = 0.0
 
     def add(self, gaps: list[float]) -> None:
-        for gap in gaps:
-            self.buckets[None if gap <= 0 else math.floor(math.log(gap) / self.STEP)] += 1
+        step, log, floor = self.STEP, math.log, math.floor
+        self.buckets.update([None if gap <= 0 else floor(log(gap) / step) for gap in gaps])
         self.count += len(gaps)
         self.max = max([self.max, *gaps])
 

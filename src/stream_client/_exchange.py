@@ -178,6 +178,7 @@ class _Connection:
 _SO_TIMESTAMPNS = 35 if sys.platform.startswith('linux') and os.uname().machine in (
     'x86_64', 'i386', 'i686', 'aarch64', 'arm64', 'armv7l', 'armv6l', 'riscv64') else None
 _TIMESPEC = struct.Struct('ll')  # the stamp: struct timespec, seconds and nanoseconds
+_STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, 'CMSG_SPACE') else 0
 
 
 def _ask_kernel_stamps(sock: socket.socket) -> bool:
@@ -196,7 +197,7 @@ def _ask_kernel_stamps(sock: socket.socket) -> bool:
 def _recv_stamped(connection: '_Connection') -> tuple[bytes, int | None]:
     """One recv() of a plain connection that asked for kernel stamps, and the stamp of when its last
     bytes arrived, in nanoseconds on the wall clock (None when the kernel sent none, as at the end of file)."""
-    raw, ancillary, _, _ = connection.sock.recvmsg(_READ_SIZE, socket.CMSG_SPACE(_TIMESPEC.size))
+    raw, ancillary, _, _ = connection.sock.recvmsg(_READ_SIZE, _STAMP_SPACE)
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) == _TIMESPEC.size:
             seconds, nanoseconds = _TIMESPEC.unpack(data)

@@ -187,6 +187,9 @@ _CHUNK_EXTENSIONS = re.compile(rb'(?:[ \t]*;[ \t]*' + _TOKEN + rb'(?:[ \t]*=[ \t
                                + rb'))?)*[ \t]*')
 
 
+_USUAL_CHUNK_SIZE = re.compile(rb'([0-9a-fA-F]{1,15})\r\n')  # a chunk-size line as servers write it
+
+
 class _ChunkedBody:
     """A body in chunked transfer coding (RFC 9112, 7.1), ending with its zero chunk and trailer.
 
@@ -213,7 +216,7 @@ class _ChunkedBody:
         return self._state is _Chunk.COMPLETE
 
     def feed(self, raw: bytes) -> bytes:
-        SIZE, DATA, DATA_END, COMPLETE, HEX = _Chunk.SIZE, _Chunk.DATA, _Chunk.DATA_END, _Chunk.COMPLETE, self._HEX
+        SIZE, DATA, DATA_END, COMPLETE = _Chunk.SIZE, _Chunk.DATA, _Chunk.DATA_END, _Chunk.COMPLETE
         buf = self._pending + raw if self._pending else raw
         self._pending = b''
         out = []
@@ -225,18 +228,18 @@ class _ChunkedBody:
                 if eol < 0:
                     self._keep_partial_line(buf, pos, end)
                     break
-                line = buf[pos:eol]
-                if 1 < len(line) <= 16 and line[-1] == 13 and not line[:-1].strip(HEX):  # under 2**60: in bound
-                    size = int(line[:-1], 16)  # the usual line: hex digits and CR, nothing else
+                usual = _USUAL_CHUNK_SIZE.match(buf, pos, eol + 1)
+                if usual is not None:  # hex digits and CRLF, nothing else, under 2**60: in bound
+                    size = int(usual[1], 16)
                 else:
-                    size = self._chunk_size(line)
+                    size = self._chunk_size(buf[pos:eol])
                 pos = eol + 1
                 if not size:
                     state = _Chunk.TRAILER
                     continue
                 stop = pos + size
                 if stop + 2 <= end:  # the whole chunk and its CRLF are here: take them in one step
-                    if buf[stop:stop + 2] != b'\r\n':
+                    if not buf.startswith(b'\r\n', stop):
                         raise _failure('bad_chunk_end', f'chunk data not followed by CRLF: {bytes(buf[stop:stop + 8])!r}')
                     out.append(buf[pos:stop])
                     pos = stop + 2

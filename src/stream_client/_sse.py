@@ -70,9 +70,13 @@ class Events:
         if last < 0:
             self._hold(text)
             return []
-        block = ''.join(self._open) + text[:last] if self._open else text[:last]
-        self._open, self._open_chars = [], 0
-        self._hold(text[last + 1:])
+        if self._open:
+            block = ''.join(self._open) + text[:last]
+            self._open, self._open_chars = [], 0
+        else:
+            block = text[:last]
+        if last + 1 < len(text):
+            self._hold(text[last + 1:])
         if not self._data and not self._type and block.endswith('\n') and block.startswith(_DATA_PREFIX):
             events = self._single_line_events(block[:-1])
             if events is not None:

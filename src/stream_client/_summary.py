@@ -39,8 +39,8 @@ class _GapHistogram:
         self.max = 0.0
 
     def add(self, gaps: list[float]) -> None:
-        for gap in gaps:
-            self.buckets[None if gap <= 0 else math.floor(math.log(gap) / self.STEP)] += 1
+        step, log, floor = self.STEP, math.log, math.floor
+        self.buckets.update([None if gap <= 0 else floor(log(gap) / step) for gap in gaps])
         self.count += len(gaps)
         self.max = max([self.max, *gaps])
 
