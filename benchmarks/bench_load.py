@@ -26,14 +26,18 @@ command line runs loads against it, and its CPU time is read from the kernel
   --serve-threads 16) prints a server's port, to run it by hand.
 
 - streams paced as a model streams them (64 content events, one per write,
-  20 ms apart) at concurrency 256 and 1,024 on kept connections, against a
-  raw threaded reader (a timestamp per recv, no parsing) and `vllm bench
-  serve`: CPU per verified event (target at 256: at most 2x the raw
-  reader's), the error of the event-gap p99 above 20 ms (at 256: at most
-  1.5x the raw reader's; at 1,024: at most `vllm bench serve`'s) and the
-  median first text (at 1,024: at most its median TTFT). Each row also
-  shows the p99 of the gaps as the server really wrote them meanwhile.
-  `--paced` runs this scenario alone.
+  20 ms apart) at concurrency 256 and 1,024 on kept connections, against the
+  minimal floor (floor_reader.py: a thread per connection, a timestamp per
+  recv, no parsing, its CPU counted in the process) and `vllm bench serve`:
+  CPU per verified event (target at 256: at most 2x the floor's, the
+  client's start-up subtracted), the error of the event-gap p99 above 20 ms
+  (at 256: at most 1.5x the floor's; at 1,024: at most `vllm bench
+  serve`'s) and the median first text (at 1,024: at most its median TTFT).
+  Each row also shows the p99 of the gaps as the server really wrote them
+  meanwhile; at 256 the floor's, the client's and `vllm bench serve`'s CPU
+  per event are printed side by side (the last two also as the marginal
+  cost between loads of 256 and 1,280 streams). `--paced` runs this
+  scenario alone.
 
 Prints every figure and ratio; exits 1 if a target is missed. Standard library
 only; loopback only; a few minutes.
@@ -48,12 +52,10 @@ import os
 import re
 import shutil
 import signal
-import socket
 import socketserver
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -251,45 +253,6 @@ def load(port: int, runs: int, concurrency: int, tmp: str, wrapper: str | None =
             'peak_mib': int(peak[-1]) / 1024 if wrapper else None}
 
 
-REQUEST = (b'POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
-           b'Content-Length: 2\r\n\r\n{}')
-
-
-def raw_floor(port: int, concurrency: int, streams: int) -> dict:
-    """The floor: threads that read the paced streams raw, with no parsing and a timestamp per recv, on
-    kept connections, concurrency at a time. Returns the gaps between reads after the first, the first
-    read's time from before the request, and the reads."""
-    gaps, firsts, lock, next_stream = [], [], threading.Lock(), iter(range(streams))
-
-    def worker() -> None:
-        sock = socket.create_connection(('127.0.0.1', port))
-        mine, first = [], []
-        for _ in iter(lambda: next(next_stream, None), None):
-            began = time.perf_counter()
-            sock.sendall(REQUEST)
-            last = None
-            while True:
-                data = sock.recv(65536)
-                now = time.perf_counter()
-                if last is None:
-                    first.append(now - began)
-                else:
-                    mine.append(now - last)
-                last = now
-                if not data or data.endswith(b'0\r\n\r\n'):
-                    break
-        sock.close()
-        with lock:
-            gaps.extend(mine)
-            firsts.extend(first)
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return {'gaps_ms': [gap * 1000 for gap in gaps], 'first_ms': [first * 1000 for first in firsts]}
-
-
 def bench_contention(tmp: str) -> list[tuple[str, float, float, str]]:
     server, port = start_server(EVENTS)
     try:
@@ -404,52 +367,81 @@ def p99(values: list[float]) -> float:
 
 
 def floor_run(port: int, concurrency: int, streams: int) -> dict:
-    """The raw floor in its own process: its CPU seconds, gap p99 and median first read."""
-    child = subprocess.Popen([sys.executable, __file__, '--floor', str(port), str(concurrency), str(streams)],
-                             stdout=subprocess.PIPE, text=True)
-    out = child.stdout.read()
-    _, _, usage = os.wait4(child.pid, 0)
-    figures = json.loads(out)
-    return {'cpu': usage.ru_utime + usage.ru_stime, 'events': streams * PACED_EVENTS,
-            'gap_p99': p99(figures['gaps_ms']), 'first_p50': stream_client._percentiles(figures['first_ms'])['p50']}
+    """The minimal floor (floor_reader.py, its own process): its CPU seconds as it measures them in the
+    process, from the first connect to the last byte, its gap p99 and its median first read."""
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name('floor_reader.py')), str(port),
+                           str(concurrency), str(streams)], capture_output=True, text=True, check=True)
+    figures = json.loads(done.stdout)
+    return {'cpu': figures['cpu_s'], 'events': streams * PACED_EVENTS, 'gap_p99': p99(figures['gaps_ms']),
+            'first_p50': stream_client._percentiles(figures['first_ms'])['p50']}
 
 
-def client_run(port: int, concurrency: int, streams: int, tmp: str, processes: int) -> dict:
-    """The client's load: its CPU seconds, and its gap p99 and median first text from the records, by the
-    floor's own percentiles (the summary's gap percentiles are bucketed, up to 1% high)."""
+def startup_cpu() -> float:
+    """CPU seconds of the client's start-up alone (`--version`: the interpreter, compiling the script,
+    its imports), the least of three, to subtract from a load's."""
+    def one() -> float:
+        child = subprocess.Popen([sys.executable, CLIENT, '--version'], stdout=subprocess.DEVNULL)
+        _, _, usage = os.wait4(child.pid, 0)
+        return usage.ru_utime + usage.ru_stime
+    return min(one() for _ in range(3))
+
+
+def client_run(port: int, concurrency: int, streams: int, tmp: str, processes: int, startup: float) -> dict:
+    """The client's load: its CPU seconds less its start-up, and its gap p99 and median first text from
+    the records, by the floor's own percentiles (the summary's gap percentiles are bucketed, up to 1%
+    high)."""
     result = load(port, streams, concurrency, tmp, keep_alive=True, processes=processes)
     records = list(stream_client.iter_records(result['output']))
     gaps = [gap for record in records for gap in record['event_gaps_ms']]
-    return {'cpu': result['cpu'], 'events': sum(record['content_events'] for record in records),
+    return {'cpu': result['cpu'] - startup, 'events': sum(record['content_events'] for record in records),
             'gap_p99': p99(gaps), 'first_p50': stream_client._percentiles([r['first_text_ms'] for r in records])['p50']}
 
 
 def vllm_paced(bench: tuple[list[str], str], port: int, concurrency: int, streams: int) -> dict:
-    """`vllm bench serve` against the paced server: its P99 ITL and median TTFT."""
+    """`vllm bench serve` against the paced server: its P99 ITL and median TTFT, and its CPU seconds."""
     command, tokenizer = bench
-    done = subprocess.run([*command, 'bench', 'serve', '--backend', 'openai-chat', '--base-url',
-                           f'http://127.0.0.1:{port}', '--endpoint', '/v1/chat/completions', '--model', 'tiny',
-                           '--tokenizer', tokenizer, '--dataset-name', 'random', '--random-input-len', '16',
-                           '--random-output-len', str(PACED_EVENTS), '--num-prompts', str(streams),
-                           '--max-concurrency', str(concurrency), '--percentile-metrics', 'ttft,itl',
-                           '--metric-percentiles', '50,99'], capture_output=True, text=True, timeout=900)
-    itl = re.search(r'P99 ITL \(ms\):\s+([\d.]+)', done.stdout)
-    ttft = re.search(r'Median TTFT \(ms\):\s+([\d.]+)', done.stdout)
-    assert itl and ttft, done.stdout[-2000:] + done.stderr[-2000:]
-    return {'gap_p99': float(itl[1]), 'first_p50': float(ttft[1])}
+    with tempfile.TemporaryFile('w+') as stdout, tempfile.TemporaryFile('w+') as stderr:
+        child = subprocess.Popen([*command, 'bench', 'serve', '--backend', 'openai-chat', '--base-url',
+                                  f'http://127.0.0.1:{port}', '--endpoint', '/v1/chat/completions', '--model', 'tiny',
+                                  '--tokenizer', tokenizer, '--dataset-name', 'random', '--random-input-len', '16',
+                                  '--random-output-len', str(PACED_EVENTS), '--num-prompts', str(streams),
+                                  '--max-concurrency', str(concurrency), '--percentile-metrics', 'ttft,itl',
+                                  '--metric-percentiles', '50,99'], stdout=stdout, stderr=stderr, text=True)
+        _, _, usage = os.wait4(child.pid, 0)
+        stdout.seek(0)
+        stderr.seek(0)
+        out, err = stdout.read(), stderr.read()
+    itl = re.search(r'P99 ITL \(ms\):\s+([\d.]+)', out)
+    ttft = re.search(r'Median TTFT \(ms\):\s+([\d.]+)', out)
+    assert itl and ttft, out[-2000:] + err[-2000:]
+    return {'gap_p99': float(itl[1]), 'first_p50': float(ttft[1]), 'cpu': usage.ru_utime + usage.ru_stime,
+            'events': streams * PACED_EVENTS}
+
+
+MARGINAL_STREAMS = (256, 1280)  # the loads whose difference gives a marginal CPU per event at concurrency 256
+
+
+def marginal_us(fewer: dict, more: dict) -> float:
+    """CPU microseconds per event of the events that the larger load added: start-up and the first
+    connections cancel out, which is how `vllm bench serve`, whose start-up is seconds, is measured."""
+    return (more['cpu'] - fewer['cpu']) / (more['events'] - fewer['events']) * 1e6
 
 
 def bench_paced(tmp: str) -> list[tuple[str, float, float, str]]:
     """Streams paced as a model streams them (64 content events, one per write, 20 ms apart), at
-    concurrency 256 and 1,024, on kept connections: this client against a raw threaded reader (the
-    floor), and against vllm bench serve where it is installed. The error of a gap p99 is its distance
-    above the true 20 ms; the first-text figure is the median time from before the request to the
-    first content event, which the server writes at once. For each row it also shows the p99 of the
-    gaps as the server really wrote them in that row's period ("written"): the truth once the machine
-    is too busy to keep to 20 ms. The targets are judged against 20 ms."""
+    concurrency 256 and 1,024, on kept connections: this client against the minimal floor
+    (floor_reader.py), and against vllm bench serve where it is installed. The error of a gap p99 is its
+    distance above the true 20 ms; the first-text figure is the median time from before the request to
+    the first content event, which the server writes at once. For each row it also shows the p99 of the
+    gaps as the server really wrote them in that row's period ("written"): the truth once the machine is
+    too busy to keep to 20 ms. The targets are judged against 20 ms. At 256 it then sets side by side
+    the CPU per event of the floor, of the client (its start-up subtracted, and marginal) and of vllm
+    bench serve (marginal): the marginal figures come from loads of 256 and 1,280 streams."""
     bench, results, truth = vllm_bench_command(), [], PACED_GAP * 1000
     wire_log = os.path.join(tmp, 'wire.json')
     server, port = start_server(PACED_EVENTS, 'paced', wire_log)
+    startup = startup_cpu()
+    print(f'  the client\'s start-up (--version), subtracted from each load: {startup * 1000:.0f} ms of CPU')
 
     def written(row: dict) -> dict:
         """The row, with the p99 of the gaps between the server's writes since the previous row."""
@@ -466,24 +458,26 @@ def bench_paced(tmp: str) -> list[tuple[str, float, float, str]]:
             streams = 2 * concurrency
             written({})  # forget what earlier rows wrote
             floor = written(floor_run(port, concurrency, streams))
-            rows = [('raw reader (floor)', floor)]
+            rows = [('minimal floor', floor)]
             for processes in sorted({1, PROCESSES}):
                 rows.append((f'--processes {processes}',
-                             written(client_run(port, concurrency, streams, tmp, processes))))
+                             written(client_run(port, concurrency, streams, tmp, processes, startup))))
             client = dict(rows)[f'--processes {TARGET_PROCESSES[concurrency]}']
             label = f'paced, concurrency {concurrency} (--processes {TARGET_PROCESSES[concurrency]})'
             if bench is not None and concurrency == 1024:
                 rows.append(('vllm bench serve', written(vllm_paced(bench, port, concurrency, streams))))
             for name, row in rows:
-                cpu = f'{row["cpu"] / row["events"] * 1e6:6.1f} us CPU per event' if 'cpu' in row else ' ' * 23
+                cpu = f'{row["cpu"] / row["events"] * 1e6:6.1f} us CPU per event' \
+                    if name != 'vllm bench serve' else ' ' * 23  # its CPU holds seconds of start-up: see side_by_side
                 print(f'  concurrency {concurrency:4d}, {name:18} {cpu}  gap p99 {row["gap_p99"]:7.1f} ms '
                       f'(error {row["gap_p99"] - truth:6.2f}; written {row["written_p99"]:5.1f})  '
                       f'first text p50 {row["first_p50"]:7.1f} ms', flush=True)
             if concurrency == 256:
-                results.append((f'{label}: CPU per verified event vs the raw floor',
+                results.append((f'{label}: CPU per verified event vs the minimal floor',
                                 (client['cpu'] / client['events']) / (floor['cpu'] / floor['events']), 2.0, 'at most'))
-                results.append((f'{label}: gap p99 error vs the raw floor',
+                results.append((f'{label}: gap p99 error vs the minimal floor',
                                 (client['gap_p99'] - truth) / max(floor['gap_p99'] - truth, 0.1), 1.5, 'at most'))
+                side_by_side(port, tmp, startup, bench, floor, client)
             elif bench is not None:
                 peer = rows[-1][1]
                 results.append((f'{label}: gap p99 error vs vllm bench serve',
@@ -498,6 +492,19 @@ def bench_paced(tmp: str) -> list[tuple[str, float, float, str]]:
     return results
 
 
+def side_by_side(port: int, tmp: str, startup: float, bench: tuple[list[str], str] | None, floor: dict,
+                 client: dict) -> None:
+    """Print the CPU per event at concurrency 256 of the floor, the client and vllm bench serve, each
+    measured as it can be: in the process (floor), start-up subtracted (client), and marginal."""
+    fewer, more = (client_run(port, 256, streams, tmp, 1, startup) for streams in MARGINAL_STREAMS)
+    line = (f'  CPU per event at concurrency 256: minimal floor {floor["cpu"] / floor["events"] * 1e6:.1f} us, '
+            f'client {client["cpu"] / client["events"] * 1e6:.1f} us (marginal {marginal_us(fewer, more):.1f} us)')
+    if bench is not None:
+        peer = [vllm_paced(bench, port, 256, streams) for streams in MARGINAL_STREAMS]
+        line += f', vllm bench serve marginal {marginal_us(*peer):.1f} us'
+    print(line, flush=True)
+
+
 def main() -> int:
     if sys.argv[1:2] == ['--serve']:
         serve(int(sys.argv[2]))
@@ -507,9 +514,6 @@ def main() -> int:
         return 0
     if sys.argv[1:2] == ['--serve-paced']:
         serve_paced(int(sys.argv[2]), sys.argv[3])
-        return 0
-    if sys.argv[1:2] == ['--floor']:
-        print(json.dumps(raw_floor(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))))
         return 0
     print(f'Python {sys.version.split()[0]} on {sys.platform}, {os.cpu_count()} CPUs\n')
     results = []
