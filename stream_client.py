@@ -3653,6 +3653,9 @@ class _Chunk(enum.Enum):
     COMPLETE = 'complete'
 
 
+# The states by name: before Python 3.12 an enum member costs a slow lookup, and feed() runs for every read.
+_CHUNK_SIZE, _CHUNK_DATA, _CHUNK_DATA_END, _CHUNK_TRAILER, _CHUNK_COMPLETE = _Chunk
+
 _MAX_CHUNK_LINE = 4096        # bytes of one chunk-size or trailer line
 _MAX_TRAILER_BYTES = 16_384   # bytes of the whole trailer section
 
@@ -3683,14 +3686,14 @@ class _ChunkedBody:
         self._pending = b''        # an incomplete line or chunk-ending CRLF
         self._chunk_left = 0       # payload bytes still owed by the current chunk
         self._trailer_bytes = 0
-        self._state = _Chunk.SIZE   # SIZE -> (DATA -> DATA_END ->) SIZE ... SIZE(0) -> TRAILER -> COMPLETE
+        self._state = _CHUNK_SIZE   # SIZE -> (DATA -> DATA_END ->) SIZE ... SIZE(0) -> TRAILER -> COMPLETE
 
     @property
     def complete(self) -> bool:
-        return self._state is _Chunk.COMPLETE
+        return self._state is _CHUNK_COMPLETE
 
     def feed(self, raw: bytes) -> bytes:
-        SIZE, DATA, DATA_END, COMPLETE = _Chunk.SIZE, _Chunk.DATA, _Chunk.DATA_END, _Chunk.COMPLETE
+        SIZE, DATA, DATA_END, COMPLETE = _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_DATA_END, _CHUNK_COMPLETE
         buf = self._pending + raw if self._pending else raw
         self._pending = b''
         out = []
@@ -3709,7 +3712,7 @@ class _ChunkedBody:
                     size = self._chunk_size(buf[pos:eol])
                 pos = eol + 1
                 if not size:
-                    state = _Chunk.TRAILER
+                    state = _CHUNK_TRAILER
                     continue
                 stop = pos + size
                 if stop + 2 <= end:  # the whole chunk and its CRLF are here: take them in one step
@@ -5268,7 +5271,7 @@ def _build_record(x: _Exchange) -> dict:
         'first_reasoning_ms': timeline.ms(timeline.first_reasoning_at),
         'first_text_ms': timeline.ms(timeline.first_text_at),
         'duration_ms': timeline.ms(ended),
-        'event_gaps_ms': [round(gap * 1000, 3) for gap in timeline.gaps],
+        'event_gaps_ms': [round(gap * 1e6) / 1000 for gap in timeline.gaps],  # to the µs, quicker than round(ms, 3)
         'mean_event_gap_ms': round(sum(timeline.gaps) / len(timeline.gaps) * 1000, 3) if timeline.gaps else None,
         'max_event_gap_ms': round(max(timeline.gaps) * 1000, 3) if timeline.gaps else None,
         'reads': reader.reads,
@@ -5710,7 +5713,7 @@ def _take_read(x: _Exchange, raw: bytes, returned: float, kernel_ns: int | None 
     wall_offset_ns = 0 if kernel_ns is None else time.time_ns() - time.perf_counter_ns()
     at = timeline.arrival(returned, kernel_ns, wall_offset_ns)
     pieces = reader.feed(raw)
-    if x.phase is _Phase.HEADERS and reader.head is not None:
+    if timeline.headers_at is None and x.phase is _Phase.HEADERS and reader.head is not None:  # the first time only
         timeline.headers_at = at
         x.phase = _Phase.BODY
     if pieces:

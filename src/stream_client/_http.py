@@ -179,6 +179,9 @@ class _Chunk(enum.Enum):
     COMPLETE = 'complete'
 
 
+# The states by name: before Python 3.12 an enum member costs a slow lookup, and feed() runs for every read.
+_CHUNK_SIZE, _CHUNK_DATA, _CHUNK_DATA_END, _CHUNK_TRAILER, _CHUNK_COMPLETE = _Chunk
+
 _MAX_CHUNK_LINE = 4096        # bytes of one chunk-size or trailer line
 _MAX_TRAILER_BYTES = 16_384   # bytes of the whole trailer section
 
@@ -209,14 +212,14 @@ class _ChunkedBody:
         self._pending = b''        # an incomplete line or chunk-ending CRLF
         self._chunk_left = 0       # payload bytes still owed by the current chunk
         self._trailer_bytes = 0
-        self._state = _Chunk.SIZE   # SIZE -> (DATA -> DATA_END ->) SIZE ... SIZE(0) -> TRAILER -> COMPLETE
+        self._state = _CHUNK_SIZE   # SIZE -> (DATA -> DATA_END ->) SIZE ... SIZE(0) -> TRAILER -> COMPLETE
 
     @property
     def complete(self) -> bool:
-        return self._state is _Chunk.COMPLETE
+        return self._state is _CHUNK_COMPLETE
 
     def feed(self, raw: bytes) -> bytes:
-        SIZE, DATA, DATA_END, COMPLETE = _Chunk.SIZE, _Chunk.DATA, _Chunk.DATA_END, _Chunk.COMPLETE
+        SIZE, DATA, DATA_END, COMPLETE = _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_DATA_END, _CHUNK_COMPLETE
         buf = self._pending + raw if self._pending else raw
         self._pending = b''
         out = []
@@ -235,7 +238,7 @@ class _ChunkedBody:
                     size = self._chunk_size(buf[pos:eol])
                 pos = eol + 1
                 if not size:
-                    state = _Chunk.TRAILER
+                    state = _CHUNK_TRAILER
                     continue
                 stop = pos + size
                 if stop + 2 <= end:  # the whole chunk and its CRLF are here: take them in one step

@@ -57,7 +57,7 @@ def _build_record(x: _Exchange) -> dict:
         'first_reasoning_ms': timeline.ms(timeline.first_reasoning_at),
         'first_text_ms': timeline.ms(timeline.first_text_at),
         'duration_ms': timeline.ms(ended),
-        'event_gaps_ms': [round(gap * 1000, 3) for gap in timeline.gaps],
+        'event_gaps_ms': [round(gap * 1e6) / 1000 for gap in timeline.gaps],  # to the µs, quicker than round(ms, 3)
         'mean_event_gap_ms': round(sum(timeline.gaps) / len(timeline.gaps) * 1000, 3) if timeline.gaps else None,
         'max_event_gap_ms': round(max(timeline.gaps) * 1000, 3) if timeline.gaps else None,
         'reads': reader.reads,

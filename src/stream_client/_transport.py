@@ -325,7 +325,7 @@ def _take_read(x: _Exchange, raw: bytes, returned: float, kernel_ns: int | None 
     wall_offset_ns = 0 if kernel_ns is None else time.time_ns() - time.perf_counter_ns()
     at = timeline.arrival(returned, kernel_ns, wall_offset_ns)
     pieces = reader.feed(raw)
-    if x.phase is _Phase.HEADERS and reader.head is not None:
+    if timeline.headers_at is None and x.phase is _Phase.HEADERS and reader.head is not None:  # the first time only
         timeline.headers_at = at
         x.phase = _Phase.BODY
     if pieces:
