@@ -520,15 +520,24 @@ class Events:
     def _decode(self, raw: bytes) -> str:
         data = self._undecoded + raw if self._undecoded else raw
         try:
+            text = data.decode()  # the usual read: whole characters only (and the quicker call)
+            self._undecoded = b''
+        except UnicodeDecodeError:
+            text = self._decode_partial(data)
+        if not self._started and text:
+            self._started = True
+            if text[0] == '\ufeff':
+                text = text[1:]
+        return text
+
+    def _decode_partial(self, data: bytes) -> str:
+        """The whole characters of bytes that may end inside one, which is kept for the next read."""
+        try:
             text, used = codecs.utf_8_decode(data, 'strict', False)
         except UnicodeDecodeError as exc:
             raise SSEDecodeError(data, exc.start, exc.end,
                                  f'invalid UTF-8 byte {data[exc.start]:#04x} in the event stream') from None
         self._undecoded = data[used:]
-        if not self._started and text:
-            self._started = True
-            if text[0] == '\ufeff':
-                text = text[1:]
         return text
 
     def _hold(self, piece: str) -> None:
@@ -545,7 +554,7 @@ class Events:
         if core.count('\n') != 2 * (len(events) - 1):
             return None  # some event has several lines, or extra blank lines
         events[0] = events[0][len(_DATA_PREFIX):]
-        longest = max(map(len, events))
+        longest = max(map(len, events)) if len(events) > 1 else len(events[0])
         if longest > self._max_line - len(_DATA_PREFIX):
             raise SSEError('line_too_long', f'line longer than {self._max_line} characters')
         if longest + 1 > self._max_event:  # counted as the line-by-line path counts it
@@ -1979,9 +1988,7 @@ class StreamValidator:
         self.notes.append(f'dialect {found[0].name} detected from {found[1]}')
 
     def _take_token_ids(self, value: object) -> None:
-        """The generated token ids an event carries (vLLM's ``return_token_ids``), for the cross-check."""
-        if value is None:
-            return
+        """The generated token ids an event carries (vLLM's ``return_token_ids``; not null), for the cross-check."""
         if not isinstance(value, list) or not all(type(token) is int for token in value):
             raise _failure('token_ids_invalid', f'expected token_ids to be a list of integers in event '
                                                 f'{self.data_events}, got {_shorten(repr(value))}')
@@ -2303,7 +2310,9 @@ class _ChoiceChunks(StreamValidator):
             raise _failure('choice_index', f'expected choice index 0, got {_shorten(repr(seen))}')
         if self.finish_reason is not None and _carries_nothing({**choice, 'index': None}):
             return _NOTHING  # a closed choice's empty entry, as LiteLLM's last (usage) chunk has
-        self._take_token_ids(choice.get('token_ids'))
+        token_ids = choice.get('token_ids')
+        if token_ids is not None:
+            self._take_token_ids(token_ids)
         closed_by = self.finish_reason
         carried = self._take_choice(choice)  # names what a closed choice got, if it carried anything
         if closed_by is not None:
@@ -3716,7 +3725,7 @@ class _ChunkedBody:
                     continue
                 stop = pos + size
                 if stop + 2 <= end:  # the whole chunk and its CRLF are here: take them in one step
-                    if not buf.startswith(b'\r\n', stop):
+                    if buf[stop:stop + 2] != b'\r\n':
                         raise _failure('bad_chunk_end', f'chunk data not followed by CRLF: {bytes(buf[stop:stop + 8])!r}')
                     out.append(buf[pos:stop])
                     pos = stop + 2
@@ -5786,6 +5795,7 @@ class _Reading:
 
     def __init__(self, connection: _Connection, x: _Exchange, now: float) -> None:
         self.connection, self.x, self.fd = connection, x, connection.sock.fileno()
+        self.receive = _recv_stamped if connection.kernel_stamps else _receive_unstamped  # see _read_ready
         self.last = now                  # when the latest read returned (the idle timeout runs from it)
         self.idle, self.deadline_at = x.request.idle, x.timeline.started + x.request.deadline
         self.error: BaseException | None = None
@@ -5918,7 +5928,7 @@ class _Reactor:
                 continue
             kernel_ns = None
             try:
-                raw, kernel_ns = _receive_ready(reading)
+                raw, kernel_ns = reading.receive(reading.connection)
             except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 continue  # nothing to read yet (a TLS record not yet whole)
             except Exception as exc:
@@ -5975,12 +5985,9 @@ def _drained(fd: int) -> bool:
         return False
 
 
-def _receive_ready(reading: _Reading) -> tuple[bytes, int | None]:
-    """What a ready non-blocking connection holds: one recv(), with the kernel's stamp when it gives them,
-    and for TLS the rest of the record that OpenSSL has already decrypted, which the epoll set cannot see."""
-    connection = reading.connection
-    if connection.kernel_stamps:
-        return _recv_stamped(connection)
+def _receive_unstamped(connection: _Connection) -> tuple[bytes, None]:
+    """What a ready non-blocking connection without the kernel's stamps holds: one recv(), and for TLS
+    the rest of the record that OpenSSL has already decrypted, which the epoll set cannot see."""
     raw, _ = _recv_unstamped(connection)
     if raw and isinstance(connection.sock, ssl.SSLSocket):
         while connection.sock.pending():

@@ -63,7 +63,9 @@ class _ChoiceChunks(StreamValidator):
             raise _failure('choice_index', f'expected choice index 0, got {_shorten(repr(seen))}')
         if self.finish_reason is not None and _carries_nothing({**choice, 'index': None}):
             return _NOTHING  # a closed choice's empty entry, as LiteLLM's last (usage) chunk has
-        self._take_token_ids(choice.get('token_ids'))
+        token_ids = choice.get('token_ids')
+        if token_ids is not None:
+            self._take_token_ids(token_ids)
         closed_by = self.finish_reason
         carried = self._take_choice(choice)  # names what a closed choice got, if it carried anything
         if closed_by is not None:

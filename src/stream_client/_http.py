@@ -242,7 +242,7 @@ class _ChunkedBody:
                     continue
                 stop = pos + size
                 if stop + 2 <= end:  # the whole chunk and its CRLF are here: take them in one step
-                    if not buf.startswith(b'\r\n', stop):
+                    if buf[stop:stop + 2] != b'\r\n':
                         raise _failure('bad_chunk_end', f'chunk data not followed by CRLF: {bytes(buf[stop:stop + 8])!r}')
                     out.append(buf[pos:stop])
                     pos = stop + 2

@@ -29,6 +29,7 @@ class _Reading:
 
     def __init__(self, connection: _Connection, x: _Exchange, now: float) -> None:
         self.connection, self.x, self.fd = connection, x, connection.sock.fileno()
+        self.receive = _recv_stamped if connection.kernel_stamps else _receive_unstamped  # see _read_ready
         self.last = now                  # when the latest read returned (the idle timeout runs from it)
         self.idle, self.deadline_at = x.request.idle, x.timeline.started + x.request.deadline
         self.error: BaseException | None = None
@@ -161,7 +162,7 @@ class _Reactor:
                 continue
             kernel_ns = None
             try:
-                raw, kernel_ns = _receive_ready(reading)
+                raw, kernel_ns = reading.receive(reading.connection)
             except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 continue  # nothing to read yet (a TLS record not yet whole)
             except Exception as exc:
@@ -218,12 +219,9 @@ def _drained(fd: int) -> bool:
         return False
 
 
-def _receive_ready(reading: _Reading) -> tuple[bytes, int | None]:
-    """What a ready non-blocking connection holds: one recv(), with the kernel's stamp when it gives them,
-    and for TLS the rest of the record that OpenSSL has already decrypted, which the epoll set cannot see."""
-    connection = reading.connection
-    if connection.kernel_stamps:
-        return _recv_stamped(connection)
+def _receive_unstamped(connection: _Connection) -> tuple[bytes, None]:
+    """What a ready non-blocking connection without the kernel's stamps holds: one recv(), and for TLS
+    the rest of the record that OpenSSL has already decrypted, which the epoll set cannot see."""
     raw, _ = _recv_unstamped(connection)
     if raw and isinstance(connection.sock, ssl.SSLSocket):
         while connection.sock.pending():

@@ -108,15 +108,24 @@ class Events:
     def _decode(self, raw: bytes) -> str:
         data = self._undecoded + raw if self._undecoded else raw
         try:
+            text = data.decode()  # the usual read: whole characters only (and the quicker call)
+            self._undecoded = b''
+        except UnicodeDecodeError:
+            text = self._decode_partial(data)
+        if not self._started and text:
+            self._started = True
+            if text[0] == '\ufeff':
+                text = text[1:]
+        return text
+
+    def _decode_partial(self, data: bytes) -> str:
+        """The whole characters of bytes that may end inside one, which is kept for the next read."""
+        try:
             text, used = codecs.utf_8_decode(data, 'strict', False)
         except UnicodeDecodeError as exc:
             raise SSEDecodeError(data, exc.start, exc.end,
                                  f'invalid UTF-8 byte {data[exc.start]:#04x} in the event stream') from None
         self._undecoded = data[used:]
-        if not self._started and text:
-            self._started = True
-            if text[0] == '\ufeff':
-                text = text[1:]
         return text
 
     def _hold(self, piece: str) -> None:
@@ -133,7 +142,7 @@ class Events:
         if core.count('\n') != 2 * (len(events) - 1):
             return None  # some event has several lines, or extra blank lines
         events[0] = events[0][len(_DATA_PREFIX):]
-        longest = max(map(len, events))
+        longest = max(map(len, events)) if len(events) > 1 else len(events[0])
         if longest > self._max_line - len(_DATA_PREFIX):
             raise SSEError('line_too_long', f'line longer than {self._max_line} characters')
         if longest + 1 > self._max_event:  # counted as the line-by-line path counts it

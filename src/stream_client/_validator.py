@@ -168,9 +168,7 @@ class StreamValidator:
         self.notes.append(f'dialect {found[0].name} detected from {found[1]}')
 
     def _take_token_ids(self, value: object) -> None:
-        """The generated token ids an event carries (vLLM's ``return_token_ids``), for the cross-check."""
-        if value is None:
-            return
+        """The generated token ids an event carries (vLLM's ``return_token_ids``; not null), for the cross-check."""
         if not isinstance(value, list) or not all(type(token) is int for token in value):
             raise _failure('token_ids_invalid', f'expected token_ids to be a list of integers in event '
                                                 f'{self.data_events}, got {_shorten(repr(value))}')
