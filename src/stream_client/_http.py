@@ -42,10 +42,16 @@ class _ResponseHead:
     version: str
     headers: tuple[tuple[str, str], ...]
     interim: tuple[int, ...] = ()
+    by_name: dict = dataclasses.field(init=False, repr=False, compare=False)  # lower-cased name: values
+
+    def __post_init__(self) -> None:
+        by_name: dict[str, list[str]] = {}
+        for key, value in self.headers:
+            by_name.setdefault(key.lower(), []).append(value)
+        object.__setattr__(self, 'by_name', by_name)
 
     def get_all(self, name: str) -> list[str]:
-        name = name.lower()
-        return [value for key, value in self.headers if key.lower() == name]
+        return list(self.by_name.get(name.lower(), ()))
 
     def get(self, name: str) -> str | None:
         values = self.get_all(name)
