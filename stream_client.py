@@ -2291,7 +2291,9 @@ class _ChoiceChunks(StreamValidator):
         if chunk.get('error') is not None:  # "error": null is no error
             raise self._server_error(chunk)
         if not self.dialect_chosen:
-            self.detected(_detect_in_chunk(chunk))
+            found = _detect_in_chunk(chunk)
+            if found is not None:
+                self.detected(found)
         if self.response_id is None and isinstance(chunk.get('id'), str):
             self.response_id = chunk['id']
         usage = chunk.get('usage')
@@ -2379,9 +2381,11 @@ class ChatChunks(_ChoiceChunks):
         if delta.get('function_call'):
             raise _failure('legacy_function_call', 'a legacy function_call delta arrived; this client reads tool_calls')
         text = self._text_field(delta.get('content'), 'delta.content')
-        reasoning = self._text_field(delta.get('reasoning'), 'delta.reasoning')
-        if reasoning is None:
-            reasoning = self._text_field(delta.get('reasoning_content'), 'delta.reasoning_content')
+        reasoning = delta.get('reasoning')  # most chunks carry no reasoning and no refusal: no call for them
+        if reasoning is not None:
+            reasoning = self._text_field(reasoning, 'delta.reasoning')
+        elif delta.get('reasoning_content') is not None:
+            reasoning = self._text_field(delta['reasoning_content'], 'delta.reasoning_content')
         if text:
             if self.calls and text.strip():
                 call = self.calls[-1]
@@ -2390,8 +2394,8 @@ class ChatChunks(_ChoiceChunks):
             self._add_text(text)
         if reasoning:
             self._add_reasoning(reasoning)
-        refusal = self._text_field(delta.get('refusal'), 'delta.refusal')
-        if refusal:
+        refusal = delta.get('refusal')
+        if refusal is not None and self._text_field(refusal, 'delta.refusal'):
             self._add_refusal(refusal)
         call = self._take_tool_deltas(delta['tool_calls']) if delta.get('tool_calls') else ''
         self._take_finish(choice.get('finish_reason'))
@@ -5711,9 +5715,11 @@ def _read_response(connection: _Connection, x: _Exchange, show: _Show) -> None:
             return
 
 
-def _take_read(x: _Exchange, raw: bytes, returned: float, kernel_ns: int | None = None) -> list[Pieces]:
+def _take_read(x: _Exchange, raw: bytes, returned: float, kernel_ns: int | None = None,
+               wall_offset_ns: int | None = None) -> list[Pieces]:
     """One read's bytes (b'' at the end of the connection), which returned at ``returned`` (with the
-    kernel's stamp of their arrival, when it gave one), into the exchange: fed to the reader and stamped
+    kernel's stamp of their arrival, when it gave one, and how far the wall clock is ahead of the
+    monotonic one, if the caller already knows), into the exchange: fed to the reader and stamped
     on the timeline; returns their pieces. Raises what a read alone shows: a signal, the deadline passed,
     or the reader's failure at the end of the connection."""
     reader, timeline = x.reader, x.timeline
@@ -5725,7 +5731,10 @@ def _take_read(x: _Exchange, raw: bytes, returned: float, kernel_ns: int | None 
         return []
     if returned > timeline.started + x.request.deadline:
         raise _deadline_failure(x)
-    wall_offset_ns = 0 if kernel_ns is None else time.time_ns() - time.perf_counter_ns()
+    if kernel_ns is None:
+        wall_offset_ns = 0
+    elif wall_offset_ns is None:
+        wall_offset_ns = time.time_ns() - time.perf_counter_ns()
     at = timeline.arrival(returned, kernel_ns, wall_offset_ns)
     pieces = reader.feed(raw)
     if timeline.headers_at is None and x.phase is _Phase.HEADERS and reader.head is not None:  # the first time only
@@ -5883,7 +5892,7 @@ class _Reactor:
             os.write(self._bell, b'.')
 
     def _loop(self) -> None:
-        reads: collections.deque = collections.deque()  # (reading, its bytes or error, when it returned, stamp)
+        reads: collections.deque = collections.deque()  # (reading, bytes or error, when it returned, stamp, offset)
         holding = False  # the gate
         try:
             while not self._closing:
@@ -5923,7 +5932,9 @@ class _Reactor:
         return -1 if self._wake_at == math.inf else max(0.0, self._wake_at - time.perf_counter())
 
     def _read_ready(self, ready: list, reads: collections.deque) -> None:
-        """Read every ready connection whose last read has been fed, and stamp each read as it returns."""
+        """Read every ready connection whose last read has been fed, and stamp each read as it returns
+        (with the wall clock's offset from the monotonic one, taken once for the pass)."""
+        wall_offset_ns = time.time_ns() - time.perf_counter_ns()
         for fd, _ in ready:
             reading = self._readings.get(fd)
             if reading is None:  # the bell: a reading handed over, or close()
@@ -5940,9 +5951,10 @@ class _Reactor:
             except Exception as exc:
                 raw = exc
             reading.queued, reading.last = True, time.perf_counter()
-            reads.append((reading, raw, reading.last, kernel_ns))
+            reads.append((reading, raw, reading.last, kernel_ns, wall_offset_ns))
 
-    def _feed(self, reading: _Reading, raw: bytes | Exception, now: float, kernel_ns: int | None) -> None:
+    def _feed(self, reading: _Reading, raw: bytes | Exception, now: float, kernel_ns: int | None,
+              wall_offset_ns: int) -> None:
         """Feed one read to its run's reader, as a blocking read would be fed; end the run if it is over."""
         reading.queued = False
         if reading.finished:  # its deadline ran out while the read waited
@@ -5951,7 +5963,7 @@ class _Reactor:
             self._finish(reading, raw)
             return
         try:
-            _take_read(reading.x, raw, now, kernel_ns)
+            _take_read(reading.x, raw, now, kernel_ns, wall_offset_ns)
             if _read_over(reading.x, raw):
                 self._finish(reading, None)
         except Exception as exc:

@@ -29,8 +29,8 @@ command line runs loads against it, and its CPU time is read from the kernel
   20 ms apart) at concurrency 256 and 1,024 on kept connections, against the
   minimal floor (floor_reader.py: a thread per connection, a timestamp per
   recv, no parsing, its CPU counted in the process) and `vllm bench serve`:
-  CPU per verified event (target at 256: at most 2x the floor's, the
-  client's start-up subtracted), the error of the event-gap p99 above 20 ms
+  CPU per verified event (target at 256: at most 2x the floor's, each
+  measured in its own process, without start-up), the error of the event-gap p99 above 20 ms
   (at 256: at most 1.5x the floor's; at 1,024: at most `vllm bench
   serve`'s) and the median first text (at 1,024: at most its median TTFT).
   Each row also shows the p99 of the gaps as the server really wrote them
@@ -230,9 +230,27 @@ def start_server(events: int, kind: str = 'asyncio', *extra: str) -> tuple[subpr
     return server, int(server.stdout.readline())
 
 
+# Runs the command line's main() in this process, the client imported first, and prints to stderr the CPU
+# seconds main() used, its forked workers' included: the client measured in its process, as the floor is,
+# from its arguments to its summary, without the interpreter's start-up and the compile of the script.
+CPU_WRAPPER = """
+import os, resource, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import stream_client
+def cpu():
+    return sum(usage.ru_utime + usage.ru_stime for usage in
+               (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+before = cpu()
+status = stream_client.main(sys.argv[2:])
+print(cpu() - before, file=sys.stderr)
+sys.exit(status)
+"""
+
+
 def load(port: int, runs: int, concurrency: int, tmp: str, wrapper: str | None = None, keep_alive: bool = False,
          processes: int = 1) -> dict:
-    """Run the command line once; return its summary, its CPU seconds and (with wrapper) its peak RSS."""
+    """Run the command line once; return its summary, its CPU seconds (from the kernel, or with CPU_WRAPPER
+    as it measured them) and (with PEAK_WRAPPER) its peak RSS."""
     output = os.path.join(tmp, f'{runs}-{concurrency}-{len(os.listdir(tmp))}.jsonl')
     command = [CLIENT, '--url', f'http://127.0.0.1:{port}/v1/chat/completions', '--model', 'tiny',
                '--runs', str(runs), '--concurrency', str(concurrency), '--output', output, '--quiet']
@@ -246,11 +264,12 @@ def load(port: int, runs: int, concurrency: int, tmp: str, wrapper: str | None =
         stdout.seek(0)
         stderr.seek(0)
         lines = stdout.read().splitlines()
-        peak = stderr.read().split()
+        last = (stderr.read().split() or [''])[-1]
     summary = json.loads(lines[0])
     assert summary['ok'] == runs, summary
-    return {'summary': summary, 'cpu': usage.ru_utime + usage.ru_stime, 'output': output,
-            'peak_mib': int(peak[-1]) / 1024 if wrapper else None}
+    return {'summary': summary, 'output': output,
+            'cpu': float(last) if wrapper == CPU_WRAPPER else usage.ru_utime + usage.ru_stime,
+            'peak_mib': int(last) / 1024 if wrapper == PEAK_WRAPPER else None}
 
 
 def bench_contention(tmp: str) -> list[tuple[str, float, float, str]]:
@@ -376,24 +395,14 @@ def floor_run(port: int, concurrency: int, streams: int) -> dict:
             'first_p50': stream_client._percentiles(figures['first_ms'])['p50']}
 
 
-def startup_cpu() -> float:
-    """CPU seconds of the client's start-up alone (`--version`: the interpreter, compiling the script,
-    its imports), the least of three, to subtract from a load's."""
-    def one() -> float:
-        child = subprocess.Popen([sys.executable, CLIENT, '--version'], stdout=subprocess.DEVNULL)
-        _, _, usage = os.wait4(child.pid, 0)
-        return usage.ru_utime + usage.ru_stime
-    return min(one() for _ in range(3))
-
-
-def client_run(port: int, concurrency: int, streams: int, tmp: str, processes: int, startup: float) -> dict:
-    """The client's load: its CPU seconds less its start-up, and its gap p99 and median first text from
-    the records, by the floor's own percentiles (the summary's gap percentiles are bucketed, up to 1%
-    high)."""
-    result = load(port, streams, concurrency, tmp, keep_alive=True, processes=processes)
+def client_run(port: int, concurrency: int, streams: int, tmp: str, processes: int) -> dict:
+    """The client's load: its CPU seconds as it measured them in its process (CPU_WRAPPER), and its gap p99
+    and median first text from the records, by the floor's own percentiles (the summary's gap percentiles
+    are bucketed, up to 1% high)."""
+    result = load(port, streams, concurrency, tmp, CPU_WRAPPER, keep_alive=True, processes=processes)
     records = list(stream_client.iter_records(result['output']))
     gaps = [gap for record in records for gap in record['event_gaps_ms']]
-    return {'cpu': result['cpu'] - startup, 'events': sum(record['content_events'] for record in records),
+    return {'cpu': result['cpu'], 'events': sum(record['content_events'] for record in records),
             'gap_p99': p99(gaps), 'first_p50': stream_client._percentiles([r['first_text_ms'] for r in records])['p50']}
 
 
@@ -435,13 +444,12 @@ def bench_paced(tmp: str) -> list[tuple[str, float, float, str]]:
     the first content event, which the server writes at once. For each row it also shows the p99 of the
     gaps as the server really wrote them in that row's period ("written"): the truth once the machine is
     too busy to keep to 20 ms. The targets are judged against 20 ms. At 256 it then sets side by side
-    the CPU per event of the floor, of the client (its start-up subtracted, and marginal) and of vllm
-    bench serve (marginal): the marginal figures come from loads of 256 and 1,280 streams."""
+    the CPU per event of the floor and of the client (each measured in its process, and the client's also
+    marginal) and of vllm bench serve (marginal): the marginal figures come from loads of 256 and 1,280
+    streams."""
     bench, results, truth = vllm_bench_command(), [], PACED_GAP * 1000
     wire_log = os.path.join(tmp, 'wire.json')
     server, port = start_server(PACED_EVENTS, 'paced', wire_log)
-    startup = startup_cpu()
-    print(f'  the client\'s start-up (--version), subtracted from each load: {startup * 1000:.0f} ms of CPU')
 
     def written(row: dict) -> dict:
         """The row, with the p99 of the gaps between the server's writes since the previous row."""
@@ -461,7 +469,7 @@ def bench_paced(tmp: str) -> list[tuple[str, float, float, str]]:
             rows = [('minimal floor', floor)]
             for processes in sorted({1, PROCESSES}):
                 rows.append((f'--processes {processes}',
-                             written(client_run(port, concurrency, streams, tmp, processes, startup))))
+                             written(client_run(port, concurrency, streams, tmp, processes))))
             client = dict(rows)[f'--processes {TARGET_PROCESSES[concurrency]}']
             label = f'paced, concurrency {concurrency} (--processes {TARGET_PROCESSES[concurrency]})'
             if bench is not None and concurrency == 1024:
@@ -477,7 +485,7 @@ def bench_paced(tmp: str) -> list[tuple[str, float, float, str]]:
                                 (client['cpu'] / client['events']) / (floor['cpu'] / floor['events']), 2.0, 'at most'))
                 results.append((f'{label}: gap p99 error vs the minimal floor',
                                 (client['gap_p99'] - truth) / max(floor['gap_p99'] - truth, 0.1), 1.5, 'at most'))
-                side_by_side(port, tmp, startup, bench, floor, client)
+                side_by_side(port, tmp, bench, floor, client)
             elif bench is not None:
                 peer = rows[-1][1]
                 results.append((f'{label}: gap p99 error vs vllm bench serve',
@@ -492,11 +500,10 @@ def bench_paced(tmp: str) -> list[tuple[str, float, float, str]]:
     return results
 
 
-def side_by_side(port: int, tmp: str, startup: float, bench: tuple[list[str], str] | None, floor: dict,
-                 client: dict) -> None:
-    """Print the CPU per event at concurrency 256 of the floor, the client and vllm bench serve, each
-    measured as it can be: in the process (floor), start-up subtracted (client), and marginal."""
-    fewer, more = (client_run(port, 256, streams, tmp, 1, startup) for streams in MARGINAL_STREAMS)
+def side_by_side(port: int, tmp: str, bench: tuple[list[str], str] | None, floor: dict, client: dict) -> None:
+    """Print the CPU per event at concurrency 256 of the floor and the client, each measured in its process,
+    and the marginal ones of the client and vllm bench serve (whose start-up cannot be told apart)."""
+    fewer, more = (client_run(port, 256, streams, tmp, 1) for streams in MARGINAL_STREAMS)
     line = (f'  CPU per event at concurrency 256: minimal floor {floor["cpu"] / floor["events"] * 1e6:.1f} us, '
             f'client {client["cpu"] / client["events"] * 1e6:.1f} us (marginal {marginal_us(fewer, more):.1f} us)')
     if bench is not None:

@@ -58,7 +58,7 @@ class ReactorTests(unittest.TestCase):
             reactor._readings[reading.fd] = reading
         reactor._read_ready([(reading.fd, select.EPOLLIN) for reading in readings], reads)
 
-        def take_read(x, raw, now, kernel_ns):
+        def take_read(x, raw, now, kernel_ns, wall_offset_ns=None):
             fed.append((time.perf_counter(), now))
             return []
         with mock.patch.object(stream_client, '_take_read', take_read):

@@ -898,7 +898,7 @@ class ArrivalStampTests(unittest.TestCase):
             with gate:
                 entered.set()
 
-        def take_read(x, raw, now, kernel_ns):
+        def take_read(x, raw, now, kernel_ns, wall_offset_ns=None):
             threading.Thread(target=worker, daemon=True).start()
             during.append(entered.wait(0.1))
             return []

@@ -44,7 +44,9 @@ class _ChoiceChunks(StreamValidator):
         if chunk.get('error') is not None:  # "error": null is no error
             raise self._server_error(chunk)
         if not self.dialect_chosen:
-            self.detected(_detect_in_chunk(chunk))
+            found = _detect_in_chunk(chunk)
+            if found is not None:
+                self.detected(found)
         if self.response_id is None and isinstance(chunk.get('id'), str):
             self.response_id = chunk['id']
         usage = chunk.get('usage')
@@ -132,9 +134,11 @@ class ChatChunks(_ChoiceChunks):
         if delta.get('function_call'):
             raise _failure('legacy_function_call', 'a legacy function_call delta arrived; this client reads tool_calls')
         text = self._text_field(delta.get('content'), 'delta.content')
-        reasoning = self._text_field(delta.get('reasoning'), 'delta.reasoning')
-        if reasoning is None:
-            reasoning = self._text_field(delta.get('reasoning_content'), 'delta.reasoning_content')
+        reasoning = delta.get('reasoning')  # most chunks carry no reasoning and no refusal: no call for them
+        if reasoning is not None:
+            reasoning = self._text_field(reasoning, 'delta.reasoning')
+        elif delta.get('reasoning_content') is not None:
+            reasoning = self._text_field(delta['reasoning_content'], 'delta.reasoning_content')
         if text:
             if self.calls and text.strip():
                 call = self.calls[-1]
@@ -143,8 +147,8 @@ class ChatChunks(_ChoiceChunks):
             self._add_text(text)
         if reasoning:
             self._add_reasoning(reasoning)
-        refusal = self._text_field(delta.get('refusal'), 'delta.refusal')
-        if refusal:
+        refusal = delta.get('refusal')
+        if refusal is not None and self._text_field(refusal, 'delta.refusal'):
             self._add_refusal(refusal)
         call = self._take_tool_deltas(delta['tool_calls']) if delta.get('tool_calls') else ''
         self._take_finish(choice.get('finish_reason'))

@@ -111,7 +111,7 @@ class _Reactor:
             os.write(self._bell, b'.')
 
     def _loop(self) -> None:
-        reads: collections.deque = collections.deque()  # (reading, its bytes or error, when it returned, stamp)
+        reads: collections.deque = collections.deque()  # (reading, bytes or error, when it returned, stamp, offset)
         holding = False  # the gate
         try:
             while not self._closing:
@@ -151,7 +151,9 @@ class _Reactor:
         return -1 if self._wake_at == math.inf else max(0.0, self._wake_at - time.perf_counter())
 
     def _read_ready(self, ready: list, reads: collections.deque) -> None:
-        """Read every ready connection whose last read has been fed, and stamp each read as it returns."""
+        """Read every ready connection whose last read has been fed, and stamp each read as it returns
+        (with the wall clock's offset from the monotonic one, taken once for the pass)."""
+        wall_offset_ns = time.time_ns() - time.perf_counter_ns()
         for fd, _ in ready:
             reading = self._readings.get(fd)
             if reading is None:  # the bell: a reading handed over, or close()
@@ -168,9 +170,10 @@ class _Reactor:
             except Exception as exc:
                 raw = exc
             reading.queued, reading.last = True, time.perf_counter()
-            reads.append((reading, raw, reading.last, kernel_ns))
+            reads.append((reading, raw, reading.last, kernel_ns, wall_offset_ns))
 
-    def _feed(self, reading: _Reading, raw: bytes | Exception, now: float, kernel_ns: int | None) -> None:
+    def _feed(self, reading: _Reading, raw: bytes | Exception, now: float, kernel_ns: int | None,
+              wall_offset_ns: int) -> None:
         """Feed one read to its run's reader, as a blocking read would be fed; end the run if it is over."""
         reading.queued = False
         if reading.finished:  # its deadline ran out while the read waited
@@ -179,7 +182,7 @@ class _Reactor:
             self._finish(reading, raw)
             return
         try:
-            _take_read(reading.x, raw, now, kernel_ns)
+            _take_read(reading.x, raw, now, kernel_ns, wall_offset_ns)
             if _read_over(reading.x, raw):
                 self._finish(reading, None)
         except Exception as exc:

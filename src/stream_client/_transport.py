@@ -308,9 +308,11 @@ def _read_response(connection: _Connection, x: _Exchange, show: _Show) -> None:
             return
 
 
-def _take_read(x: _Exchange, raw: bytes, returned: float, kernel_ns: int | None = None) -> list[Pieces]:
+def _take_read(x: _Exchange, raw: bytes, returned: float, kernel_ns: int | None = None,
+               wall_offset_ns: int | None = None) -> list[Pieces]:
     """One read's bytes (b'' at the end of the connection), which returned at ``returned`` (with the
-    kernel's stamp of their arrival, when it gave one), into the exchange: fed to the reader and stamped
+    kernel's stamp of their arrival, when it gave one, and how far the wall clock is ahead of the
+    monotonic one, if the caller already knows), into the exchange: fed to the reader and stamped
     on the timeline; returns their pieces. Raises what a read alone shows: a signal, the deadline passed,
     or the reader's failure at the end of the connection."""
     reader, timeline = x.reader, x.timeline
@@ -322,7 +324,10 @@ def _take_read(x: _Exchange, raw: bytes, returned: float, kernel_ns: int | None 
         return []
     if returned > timeline.started + x.request.deadline:
         raise _deadline_failure(x)
-    wall_offset_ns = 0 if kernel_ns is None else time.time_ns() - time.perf_counter_ns()
+    if kernel_ns is None:
+        wall_offset_ns = 0
+    elif wall_offset_ns is None:
+        wall_offset_ns = time.time_ns() - time.perf_counter_ns()
     at = timeline.arrival(returned, kernel_ns, wall_offset_ns)
     pieces = reader.feed(raw)
     if timeline.headers_at is None and x.phase is _Phase.HEADERS and reader.head is not None:  # the first time only
