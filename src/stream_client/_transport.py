@@ -341,11 +341,12 @@ def _take_read(x: _Exchange, raw: bytes, returned: float, kernel_ns: int | None 
 
 
 def _read_over(x: _Exchange, raw: bytes) -> bool:
-    """Whether the response has been read to its end after this read: the message ended, or the connection
-    did (judge() reads how each layer ended). Raises the reader's failure."""
+    """Whether the response has been read to its end after this read, taken by _take_read(): the message
+    ended (_take_read stamped its end), or the connection did (judge() reads how each layer ended). Raises
+    the reader's failure."""
     if x.reader.error is not None:
         raise x.reader.error
-    return not raw or x.reader.message_complete
+    return not raw or x.timeline.ended is not None
 
 
 def _receiver(connection: _Connection, x: _Exchange):
