@@ -4944,7 +4944,8 @@ def _stray_bytes(sock: socket.socket) -> bool:
     make a socket readable. The next use of the socket sets its timeout again."""
     if isinstance(sock, ssl.SSLSocket):
         return False
-    sock.setblocking(False)
+    if sock.gettimeout() != 0.0:  # a load's reactor leaves it non-blocking: no system call to say so again
+        sock.setblocking(False)
     try:
         return bool(sock.recv(1, socket.MSG_PEEK))
     except BlockingIOError:  # nothing waits
@@ -5857,7 +5858,8 @@ class _Reactor:
         """Read the response of a request sent on the connection into x; returns once it has been read to
         its end, or raises what ended it (see _Reactor)."""
         reading = _Reading(connection, x, time.perf_counter())
-        connection.sock.setblocking(False)
+        if connection.sock.gettimeout() != 0.0:  # a kept connection is non-blocking from its last response
+            connection.sock.setblocking(False)
         with self._lock:
             if self._broken is not None:
                 raise self._broken

@@ -221,7 +221,8 @@ def _stray_bytes(sock: socket.socket) -> bool:
     make a socket readable. The next use of the socket sets its timeout again."""
     if isinstance(sock, ssl.SSLSocket):
         return False
-    sock.setblocking(False)
+    if sock.gettimeout() != 0.0:  # a load's reactor leaves it non-blocking: no system call to say so again
+        sock.setblocking(False)
     try:
         return bool(sock.recv(1, socket.MSG_PEEK))
     except BlockingIOError:  # nothing waits

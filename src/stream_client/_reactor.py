@@ -75,7 +75,8 @@ class _Reactor:
         """Read the response of a request sent on the connection into x; returns once it has been read to
         its end, or raises what ended it (see _Reactor)."""
         reading = _Reading(connection, x, time.perf_counter())
-        connection.sock.setblocking(False)
+        if connection.sock.gettimeout() != 0.0:  # a kept connection is non-blocking from its last response
+            connection.sock.setblocking(False)
         with self._lock:
             if self._broken is not None:
                 raise self._broken
