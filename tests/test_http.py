@@ -164,6 +164,16 @@ class StrictHttpTests(unittest.TestCase):
         head = stream_client._ResponseHeadParser().feed(SSE_HEAD + b'X-Long: a \r\n\t b\r\n\r\n')
         self.assertEqual(head.get('x-long'), 'a b')
 
+    def test_a_field_is_found_by_its_name_in_any_case_with_every_line_in_order(self):
+        head = stream_client._ResponseHeadParser().feed(
+            SSE_HEAD + b'Via: 1.1 a\r\nConnection: keep-alive, Upgrade\r\nvia: 1.1 b\r\nconnection: close\r\n'
+                       b'VIA: 1.1 c\r\n\r\n')
+        self.assertEqual(head.get_all('via'), ['1.1 a', '1.1 b', '1.1 c'])
+        self.assertEqual((head.get('VIA'), head.get('X-Absent'), head.get_all('x-absent')), ('1.1 a', None, []))
+        self.assertEqual(head.field_list('Connection'), ['keep-alive', 'upgrade', 'close'])
+        head.get_all('Via').append('changed by a caller')
+        self.assertEqual(len(head.get_all('Via')), 3)
+
     def test_the_request_asks_for_no_compression(self):
         with Fixture() as fixture:
             self.assertTrue(stream(fixture.url, 'm', 'p')['ok'])
