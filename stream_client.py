@@ -612,7 +612,8 @@ class TypedEvents(Events):
 #
 # ``strict_json()`` refuses duplicate keys, NaN and Infinity, and numbers beyond
 # the float range, for tool-call arguments and JSON answers. ``_json_value()`` is
-# ``json.loads`` itself, in fewer steps, for every event's data.
+# ``json.loads`` itself, in fewer steps, for every event's data; ``_json_text()``
+# writes what any UTF-8 file can hold.
 
 class SchemaError(ValueError):
     """A schema (of a tool's parameters, or of --json-schema) that cannot be checked. ``kind`` says why:
@@ -670,6 +671,19 @@ def _json_value(text: str) -> object:
     if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
         return json.loads(text)
     return value
+
+
+def _json_text(value: object, **options) -> str:
+    """``json.dumps`` for a file or a terminal: non-ASCII characters as themselves, unless a string holds a
+    lone surrogate, which no UTF-8 text can (a server's JSON escape ``\\ud800`` decodes to one): then every
+    non-ASCII character is escaped, and nothing is lost."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    if not text.isascii():
+        try:
+            text.encode('utf-8')
+        except UnicodeEncodeError:
+            return json.dumps(value, **options)
+    return text
 
 
 def _json_type(value: object) -> str:
@@ -3686,6 +3700,12 @@ _CHUNK_EXTENSIONS = re.compile(rb'(?:[ \t]*;[ \t]*' + _TOKEN + rb'(?:[ \t]*=[ \t
 _USUAL_CHUNK_SIZE = re.compile(rb'([0-9a-fA-F]{1,15})\r\n')  # a chunk-size line as servers write it
 
 
+def _check_line_length(line: bytes, what: str) -> None:
+    """A chunk-size or trailer line that arrived whole is bounded as one still arriving is."""
+    if len(line) > _MAX_CHUNK_LINE:
+        raise _failure('chunk_line_too_long', f'{what} longer than {_MAX_CHUNK_LINE} bytes')
+
+
 class _ChunkedBody:
     """A body in chunked transfer coding (RFC 9112, 7.1), ending with its zero chunk and trailer.
 
@@ -3788,6 +3808,7 @@ class _ChunkedBody:
 
     def _chunk_size(self, line: bytes) -> int:
         """The size declared by a chunk-size line (RFC 9112, 7.1)."""
+        _check_line_length(line, 'chunk-size line')
         content = self._line_content(line, 'chunk-size line')
         digits, semicolon, extensions = content.partition(b';')
         if semicolon:
@@ -3799,7 +3820,7 @@ class _ChunkedBody:
         if not digits or digits.strip(self._HEX):
             raise _failure('bad_chunk_size', f'invalid chunk size line {bytes(content[:40])!r}: '
                                              'expected hexadecimal digits')
-        size = int(digits, 16)  # base 16 has no digit limit, and the line is bounded
+        size = int(digits, 16)  # base 16 has no digit limit, and the line is bounded (_check_line_length)
         if size > _MAX_BODY_SIZE:
             raise _failure('chunk_too_large', f'chunk size 0x{bytes(digits.lstrip(b"0")[:40]).decode()} is over the '
                                               f'bound of {_MAX_BODY_SIZE} bytes')
@@ -3811,6 +3832,7 @@ class _ChunkedBody:
         content = line[:-1] if line.endswith(b'\r') else line
         if not content:
             return True
+        _check_line_length(line, 'trailer line')
         self._trailer_bytes += len(line) + 1
         if self._trailer_bytes > _MAX_TRAILER_BYTES:
             raise _failure('trailer_too_long', f'trailer section longer than {_MAX_TRAILER_BYTES} bytes')
@@ -6465,7 +6487,7 @@ def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, sta
         threading.Thread(target=watch, daemon=True).start()
         with os.fdopen(records, 'w', encoding='utf-8') as out:
             def write(record: dict) -> None:
-                out.write(json.dumps(record, ensure_ascii=False) + '\n')
+                out.write(_json_text(record) + '\n')
                 out.flush()
             _run_share(requests, settings, write, cancel, started, described, share)
         status = 0
@@ -8321,8 +8343,7 @@ def _reserve_output(path: str) -> int:
 
 def _write_record(fd: int, record: dict) -> None:
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
-        json.dump(record, output, indent=2, ensure_ascii=False)
-        output.write('\n')
+        output.write(_json_text(record, indent=2) + '\n')
 
 
 def _save_capture(fd: int, path: str, capture: Capture, secrets: tuple[str, ...]) -> str | None:
@@ -8856,7 +8877,7 @@ class _Scraper:
             if self.out is None:
                 return
             try:
-                self.out.write(json.dumps(line, ensure_ascii=False) + '\n')
+                self.out.write(_json_text(line) + '\n')
                 self.out.flush()
             except OSError as exc:
                 self.summary.write_error = exc.strerror or str(exc)
@@ -9971,7 +9992,7 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
 
     def on_record(record: dict) -> None:
         try:
-            output.write(json.dumps(record, ensure_ascii=False) + '\n')
+            output.write(_json_text(record) + '\n')
             output.flush()
         except OSError as exc:
             write_error.append(exc)
@@ -10000,7 +10021,7 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
         table = _summary_table(result) + '\n' if sys.stderr.isatty() else ''
         print(table + block.table(), file=sys.stderr)
     try:
-        print(json.dumps(result, ensure_ascii=False), flush=True)
+        print(_json_text(result), flush=True)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if report is not None and not quiet:
@@ -10670,7 +10691,7 @@ class _EvidenceLog:
         self._lock = threading.Lock()
 
     def append(self, record: dict) -> None:
-        data = (json.dumps(record, ensure_ascii=False) + '\n').encode()
+        data = (_json_text(record) + '\n').encode()
         with self._lock:
             while data:
                 data = data[os.write(self.fd, data):]
@@ -10913,7 +10934,7 @@ def _compare_two_loads(args, prog: str, gates: tuple) -> int:
     else:
         if not args.quiet and sys.stderr.isatty():
             print(table, file=sys.stderr)
-        _emit(json.dumps(comparison, ensure_ascii=False))
+        _emit(_json_text(comparison))
     return 0 if _gates_held(comparison) else 1
 
 
@@ -10969,7 +10990,7 @@ def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:
         later = f'; or run --summary {" ".join(files)}' if files else ''
         print(f'(the JSON summary goes to stdout when it is redirected{later})', file=sys.stderr)
     else:
-        _emit(json.dumps(result, ensure_ascii=False))
+        _emit(_json_text(result))
 
 
 def _say_written(args) -> None:
@@ -11197,7 +11218,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     def on_record(record: dict) -> None:
         statuses.add((record['http'] or {}).get('status'))
         try:
-            output.write(json.dumps(record, ensure_ascii=False) + '\n')
+            output.write(_json_text(record) + '\n')
             output.flush()
         except OSError as exc:
             write_error.append((args.output, exc))
@@ -11354,7 +11375,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f'{parser.prog}: note: {unset_key}', file=sys.stderr)
     summary = {key: record[key] for key in ('ok', 'error_layer', 'error_kind', 'api', 'first_text_ms', 'duration_ms',
                                             'finish_reason', 'response_status', 'error')}
-    _emit(json.dumps(summary, ensure_ascii=False))
+    _emit(_json_text(summary))
     return status
 
 

@@ -34,6 +34,28 @@ class CommandLineTests(unittest.TestCase):
         with Fixture(mode) as fixture:
             return run_cli('--url', fixture.url, '--model', 'synthetic-fixture', *args, cwd=self.tmp.name, **kwargs)
 
+    def test_a_lone_surrogate_from_the_server_still_gets_whole_records(self):
+        """JSON's escape \\ud800 decodes to a character UTF-8 cannot encode: the record, the load's lines (one
+        process and two) and the summary are still written whole, the text kept exactly."""
+        events = [b'data: {"choices":[{"index":0,"delta":{"content":"Hel\\ud800lo"},"finish_reason":null}]}\n\n',
+                  b'data: {"choices":[{"index":0,"delta":{"content":" w\xc3\xa9"},"finish_reason":"stop"}]}\n\n',
+                  b'data: [DONE]\n\n']
+        response = (b'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n'
+                    % len(b''.join(events))) + b''.join(events)
+        with Fixture(replay=response) as fixture:
+            url = ('--url', fixture.url, '--model', 'm')
+            done = run_cli(*url, '--output', 'one.json', cwd=self.tmp.name)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertEqual(json.loads((self.dir / 'one.json').read_text())['text'], 'Hel\ud800lo w\u00e9')
+            for processes in ('1', '2'):
+                done = run_cli(*url, '--runs', '2', '--processes', processes, '--output', f'load{processes}.jsonl',
+                               cwd=self.tmp.name)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                lines = (self.dir / f'load{processes}.jsonl').read_text().splitlines()
+                self.assertEqual([json.loads(line)['text'] for line in lines], ['Hel\ud800lo w\u00e9'] * 2)
+                self.assertEqual(json.loads(done.stdout.splitlines()[-1])['ok'], 2)
+        self.assertEqual(stream_client._json_text({'text': 'w\u00e9'}), '{"text": "w\u00e9"}')  # kept as itself
+
     def test_fixture_demo_writes_an_ok_record_and_one_summary_line(self):
         done = run_cli('--fixture', 'ok', '--output', 'run.json', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 0, done.stderr)

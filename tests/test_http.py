@@ -42,6 +42,20 @@ class FramingTests(unittest.TestCase):
                 _ChunkedBody().feed(bad)
             self.assertEqual(caught.exception.layer, 'transport')
 
+    def test_a_chunk_size_or_trailer_line_over_its_bound_fails_whether_or_not_it_arrived_whole(self):
+        zeros = b'0' * 5_000 + b'5\r\nhello\r\n'
+        trailer = b'5\r\nhello\r\n0\r\nX-Long: ' + b'a' * 5_000 + b'\r\n\r\n'
+        for name, raw in (('size line', zeros), ('trailer line', trailer)):
+            for pieces in ([raw], [raw[:4_000], raw[4_000:]], [raw[:4_100], raw[4_100:]]):
+                with self.subTest(name, pieces=len(pieces[0])), self.assertRaises(StreamError) as caught:
+                    reader = _ChunkedBody()
+                    for piece in pieces:
+                        reader.feed(piece)
+                self.assertEqual((caught.exception.layer, caught.exception.kind), ('transport', 'chunk_line_too_long'))
+        reader = _ChunkedBody()  # at the bound: taken
+        self.assertEqual(reader.feed(b'0' * 4_093 + b'5\r\nhello\r\n0\r\n\r\n'), b'hello')
+        self.assertTrue(reader.complete)
+
     def test_chunked_accepts_extensions_and_trailers_and_counts_overrun(self):
         reader = _ChunkedBody()
         self.assertEqual(reader.feed(b'5;ext=1\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\nextra'), b'hello')

@@ -5,13 +5,13 @@ every other path into evidence on disk and a summary on stdout.
 """
 import dataclasses
 import itertools
-import json
 import math
 import os
 import signal
 import sys
 
 from ._limits import _count, _failure, Interrupted, UsageError
+from ._json import _json_text
 from ._reader import Capture
 from ._request import _DEFAULT_URL, _models_request, _positive_finite, PreparedRequest
 from ._exchange import Cancel
@@ -140,7 +140,7 @@ def _compare_two_loads(args, prog: str, gates: tuple) -> int:
     else:
         if not args.quiet and sys.stderr.isatty():
             print(table, file=sys.stderr)
-        _emit(json.dumps(comparison, ensure_ascii=False))
+        _emit(_json_text(comparison))
     return 0 if _gates_held(comparison) else 1
 
 
@@ -196,7 +196,7 @@ def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:
         later = f'; or run --summary {" ".join(files)}' if files else ''
         print(f'(the JSON summary goes to stdout when it is redirected{later})', file=sys.stderr)
     else:
-        _emit(json.dumps(result, ensure_ascii=False))
+        _emit(_json_text(result))
 
 
 def _say_written(args) -> None:
@@ -424,7 +424,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     def on_record(record: dict) -> None:
         statuses.add((record['http'] or {}).get('status'))
         try:
-            output.write(json.dumps(record, ensure_ascii=False) + '\n')
+            output.write(_json_text(record) + '\n')
             output.flush()
         except OSError as exc:
             write_error.append((args.output, exc))
@@ -581,5 +581,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f'{parser.prog}: note: {unset_key}', file=sys.stderr)
     summary = {key: record[key] for key in ('ok', 'error_layer', 'error_kind', 'api', 'first_text_ms', 'duration_ms',
                                             'finish_reason', 'response_status', 'error')}
-    _emit(json.dumps(summary, ensure_ascii=False))
+    _emit(_json_text(summary))
     return status

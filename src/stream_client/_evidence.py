@@ -14,7 +14,7 @@ import re
 import signal
 
 from ._limits import UsageError
-from ._json import _seen
+from ._json import _json_text, _seen
 from ._reader import Capture
 from ._plan import _ShardCheck
 from ._summary import _from_schedule, Summary
@@ -38,8 +38,7 @@ def _reserve_output(path: str) -> int:
 
 def _write_record(fd: int, record: dict) -> None:
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
-        json.dump(record, output, indent=2, ensure_ascii=False)
-        output.write('\n')
+        output.write(_json_text(record, indent=2) + '\n')
 
 
 def _save_capture(fd: int, path: str, capture: Capture, secrets: tuple[str, ...]) -> str | None:

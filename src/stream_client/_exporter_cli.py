@@ -10,7 +10,7 @@ import threading
 import time
 
 from ._limits import _count, _DEFAULT_EXPORTER_IN_FLIGHT, _MAX_CAPTURE_BYTES, UsageError
-from ._json import strict_json
+from ._json import _json_text, strict_json
 from ._exchange import Cancel
 from ._transport import run
 from ._evidence import _ignore_signals, _is_record, _SIGNAL_EXIT
@@ -43,7 +43,7 @@ class _EvidenceLog:
         self._lock = threading.Lock()
 
     def append(self, record: dict) -> None:
-        data = (json.dumps(record, ensure_ascii=False) + '\n').encode()
+        data = (_json_text(record) + '\n').encode()
         with self._lock:
             while data:
                 data = data[os.write(self.fd, data):]

@@ -199,6 +199,12 @@ _CHUNK_EXTENSIONS = re.compile(rb'(?:[ \t]*;[ \t]*' + _TOKEN + rb'(?:[ \t]*=[ \t
 _USUAL_CHUNK_SIZE = re.compile(rb'([0-9a-fA-F]{1,15})\r\n')  # a chunk-size line as servers write it
 
 
+def _check_line_length(line: bytes, what: str) -> None:
+    """A chunk-size or trailer line that arrived whole is bounded as one still arriving is."""
+    if len(line) > _MAX_CHUNK_LINE:
+        raise _failure('chunk_line_too_long', f'{what} longer than {_MAX_CHUNK_LINE} bytes')
+
+
 class _ChunkedBody:
     """A body in chunked transfer coding (RFC 9112, 7.1), ending with its zero chunk and trailer.
 
@@ -301,6 +307,7 @@ class _ChunkedBody:
 
     def _chunk_size(self, line: bytes) -> int:
         """The size declared by a chunk-size line (RFC 9112, 7.1)."""
+        _check_line_length(line, 'chunk-size line')
         content = self._line_content(line, 'chunk-size line')
         digits, semicolon, extensions = content.partition(b';')
         if semicolon:
@@ -312,7 +319,7 @@ class _ChunkedBody:
         if not digits or digits.strip(self._HEX):
             raise _failure('bad_chunk_size', f'invalid chunk size line {bytes(content[:40])!r}: '
                                              'expected hexadecimal digits')
-        size = int(digits, 16)  # base 16 has no digit limit, and the line is bounded
+        size = int(digits, 16)  # base 16 has no digit limit, and the line is bounded (_check_line_length)
         if size > _MAX_BODY_SIZE:
             raise _failure('chunk_too_large', f'chunk size 0x{bytes(digits.lstrip(b"0")[:40]).decode()} is over the '
                                               f'bound of {_MAX_BODY_SIZE} bytes')
@@ -324,6 +331,7 @@ class _ChunkedBody:
         content = line[:-1] if line.endswith(b'\r') else line
         if not content:
             return True
+        _check_line_length(line, 'trailer line')
         self._trailer_bytes += len(line) + 1
         if self._trailer_bytes > _MAX_TRAILER_BYTES:
             raise _failure('trailer_too_long', f'trailer section longer than {_MAX_TRAILER_BYTES} bytes')

@@ -2,7 +2,8 @@
 
 ``strict_json()`` refuses duplicate keys, NaN and Infinity, and numbers beyond
 the float range, for tool-call arguments and JSON answers. ``_json_value()`` is
-``json.loads`` itself, in fewer steps, for every event's data.
+``json.loads`` itself, in fewer steps, for every event's data; ``_json_text()``
+writes what any UTF-8 file can hold.
 """
 import fractions
 import json
@@ -68,6 +69,19 @@ def _json_value(text: str) -> object:
     if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
         return json.loads(text)
     return value
+
+
+def _json_text(value: object, **options) -> str:
+    """``json.dumps`` for a file or a terminal: non-ASCII characters as themselves, unless a string holds a
+    lone surrogate, which no UTF-8 text can (a server's JSON escape ``\\ud800`` decodes to one): then every
+    non-ASCII character is escaped, and nothing is lost."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    if not text.isascii():
+        try:
+            text.encode('utf-8')
+        except UnicodeEncodeError:
+            return json.dumps(value, **options)
+    return text
 
 
 def _json_type(value: object) -> str:

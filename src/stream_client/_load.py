@@ -16,6 +16,7 @@ import time
 import traceback
 
 from ._limits import _failure
+from ._json import _json_text
 from ._request import _positive_finite, PreparedRequest
 from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
 from ._record import _failed_record, _utc_iso
@@ -351,7 +352,7 @@ def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, sta
         threading.Thread(target=watch, daemon=True).start()
         with os.fdopen(records, 'w', encoding='utf-8') as out:
             def write(record: dict) -> None:
-                out.write(json.dumps(record, ensure_ascii=False) + '\n')
+                out.write(_json_text(record) + '\n')
                 out.flush()
             _run_share(requests, settings, write, cancel, started, described, share)
         status = 0

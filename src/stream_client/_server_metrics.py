@@ -19,6 +19,7 @@ import time
 from urllib.parse import urlsplit
 
 from ._limits import _plain_number, _shorten, UsageError
+from ._json import _json_text
 from ._request import _check_url, _positive_finite, _ssl_context
 from ._record import _utc_iso
 
@@ -286,7 +287,7 @@ class _Scraper:
             if self.out is None:
                 return
             try:
-                self.out.write(json.dumps(line, ensure_ascii=False) + '\n')
+                self.out.write(_json_text(line) + '\n')
                 self.out.flush()
             except OSError as exc:
                 self.summary.write_error = exc.strerror or str(exc)

@@ -6,13 +6,13 @@ whose ``run()`` writes each run's record as it ends and prints the summary
 with its ``sessions`` or ``trace`` block.
 """
 import dataclasses
-import json
 import os
 import signal
 import sys
 import typing
 
 from ._limits import UsageError
+from ._json import _json_text
 from ._request import _positive_finite, prepare, PreparedRequest
 from ._exchange import Cancel
 from ._load import LoadSettings, _MAX_OPEN_LOOP_IN_FLIGHT
@@ -238,7 +238,7 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
 
     def on_record(record: dict) -> None:
         try:
-            output.write(json.dumps(record, ensure_ascii=False) + '\n')
+            output.write(_json_text(record) + '\n')
             output.flush()
         except OSError as exc:
             write_error.append(exc)
@@ -267,7 +267,7 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
         table = _summary_table(result) + '\n' if sys.stderr.isatty() else ''
         print(table + block.table(), file=sys.stderr)
     try:
-        print(json.dumps(result, ensure_ascii=False), flush=True)
+        print(_json_text(result), flush=True)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if report is not None and not quiet:
