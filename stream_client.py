@@ -9946,6 +9946,8 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
     if args.runs is not None and args.runs < 1:
         raise UsageError(f'--runs must be at least 1, not {args.runs}')
     sessions = _parse_sessions(args.sessions, _read_text(args.sessions, '--sessions'))[:args.runs]
+    if args.tool_choice is not None and not any(session.tools for session in sessions):
+        raise UsageError(f'--tool-choice needs tools, and no session of --sessions {args.sessions} brings "tools"')
     extra = _extra(args)
     requests = [_prepare_session(args, url, model, session, extra, key_env) for session in sessions]
     if requests[0].api not in _SESSION_APIS:
@@ -11458,6 +11460,8 @@ def main(argv: list[str] | None = None) -> int:
             _check_workload_flags(parser, args)  # a flag the workload would ignore: refused before anything
             workload_flag = args.sessions is not None or args.trace is not None
             steps = None if workload_flag else _planned_steps(args, _repeated(args, _load_settings(args)))
+            if workload_flag:
+                _slo_target(args)  # checked as a load's is
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')

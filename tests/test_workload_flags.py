@@ -352,6 +352,22 @@ class FlagTableTests(unittest.TestCase):
                 ran = self.run_workload(column, Effect([], None, None, mode='truncated'))
                 self.assertEqual((ran.status, 'gates' in ran.summary), (1, False))
 
+    def test_what_sessions_and_traces_honour_is_checked_before_anything_is_sent(self):
+        server = CountingServer()
+        self.addCleanup(server.close)
+        cases = {(SESSIONS, '--tool-choice', 'none'): '--tool-choice needs tools, and no session of --sessions',
+                 (SESSIONS, '--slo-target', '5'): '--slo-target must be a fraction above 0 and at most 1',
+                 (TRACE, '--slo-target', '0'): '--slo-target must be a fraction above 0 and at most 1'}
+        for (column, *flags), words in cases.items():
+            with self.subTest(workload=column, flags=flags):
+                folder = self.folder()
+                done = run_cli(*self.typed(['--url', server.url, '--model', 'm', *self.base(column, []), *flags]),
+                               cwd=folder)
+                self.assertEqual((done.returncode, len(done.stderr.splitlines())), (2, 1), done.stderr)
+                self.assertIn(words, done.stderr)
+                self.assertEqual(os.listdir(folder), [])
+        self.assertEqual(server.connections, 0)
+
     def test_an_input_tokens_load_sends_the_headers_dialect_and_cross_check_it_is_given(self):
         ran = self.run_workload(LOAD, Effect(['--runs', '2', '--input-tokens', '6', '--header', 'X-Test: 1',
                                               '--dialect', 'strict', '--cross-check'], None, None, mode='pair-honest'))

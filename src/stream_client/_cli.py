@@ -529,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
             _check_workload_flags(parser, args)  # a flag the workload would ignore: refused before anything
             workload_flag = args.sessions is not None or args.trace is not None
             steps = None if workload_flag else _planned_steps(args, _repeated(args, _load_settings(args)))
+            if workload_flag:
+                _slo_target(args)  # checked as a load's is
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')

@@ -70,6 +70,8 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
     if args.runs is not None and args.runs < 1:
         raise UsageError(f'--runs must be at least 1, not {args.runs}')
     sessions = _parse_sessions(args.sessions, _read_text(args.sessions, '--sessions'))[:args.runs]
+    if args.tool_choice is not None and not any(session.tools for session in sessions):
+        raise UsageError(f'--tool-choice needs tools, and no session of --sessions {args.sessions} brings "tools"')
     extra = _extra(args)
     requests = [_prepare_session(args, url, model, session, extra, key_env) for session in sessions]
     if requests[0].api not in _SESSION_APIS:
