@@ -9718,6 +9718,9 @@ def _check_workload_flags(parser, args) -> None:
         if cell == 'for-trace':
             raise UsageError(f'{flag} is for --trace{", not " + chosen_by if chosen_by else ""} {_SEE}')
         raise UsageError(f'{flag} does not go with {chosen_by}: {_WHY[cell]} {_SEE}')
+    if given['--arrivals'] and args.rate is None and args.rates is None and args.find_capacity is None:
+        raise UsageError(f'--arrivals spaces the starts of an open loop: give --rate (a closed loop starts each run '
+                         f'when a slot frees) {_SEE}')
 
 
 # ==== src/stream_client/_views.py ====

@@ -357,7 +357,9 @@ class FlagTableTests(unittest.TestCase):
         self.addCleanup(server.close)
         cases = {(SESSIONS, '--tool-choice', 'none'): '--tool-choice needs tools, and no session of --sessions',
                  (SESSIONS, '--slo-target', '5'): '--slo-target must be a fraction above 0 and at most 1',
-                 (TRACE, '--slo-target', '0'): '--slo-target must be a fraction above 0 and at most 1'}
+                 (TRACE, '--slo-target', '0'): '--slo-target must be a fraction above 0 and at most 1',
+                 (SESSIONS, '--arrivals', 'constant'): '--arrivals spaces the starts of an open loop: give --rate',
+                 (LOAD, '--runs', '2', '--arrivals', 'constant'): '--arrivals spaces the starts of an open loop'}
         for (column, *flags), words in cases.items():
             with self.subTest(workload=column, flags=flags):
                 folder = self.folder()
