@@ -138,7 +138,7 @@ class CommandLineTests(unittest.TestCase):
             ('--compare', 'load.jsonl', '--capture', 'c.http'):
                 '--compare only reads saved evidence; --capture is for runs that send requests',
             ('--summary', 'load.jsonl', '--compare', 'load.jsonl'): '--compare and --summary exclude each other',
-            ('--fixture', 'ok', '--keep-alive', '--output', 'a.jsonl'): '--keep-alive needs --runs of 2 or more',
+            ('--fixture', 'ok', '--keep-alive', '--output', 'a.jsonl'): '--keep-alive is for a load, not a single run',
             ('--compare', 'load.jsonl'): '--compare of loads takes two files, BASE CANDIDATE, not 1; use --summary '
                                          'load.jsonl to read one load',
         }

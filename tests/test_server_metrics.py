@@ -280,7 +280,7 @@ class ServerMetricsTests(unittest.TestCase):
 
     def test_server_metrics_that_cannot_be_kept_are_refused_before_anything_is_sent(self):
         Path(self.tmp.name, 'taken.server-metrics.jsonl').write_text('')
-        cases = {('--server-metrics',): '--server-metrics watches a load',
+        cases = {('--server-metrics',): '--server-metrics is for a load, not a single run',
                  ('--runs', '2', '--metrics-interval', '1'): '--metrics-interval needs --server-metrics',
                  ('--runs', '2', '--server-metrics', '--metrics-interval', '0.01'): '--metrics-interval must be at least',
                  ('--runs', '2', '--server-metrics', 'http://192.0.2.1/metrics'): '--server-metrics: plain http is allowed only',

@@ -71,6 +71,8 @@ _evidence      evidence files, each created once and never overwritten, and
 _server_metrics --server-metrics: the server's Prometheus metrics during a load, scraped on a thread
                of their own, kept, and summarized per step
 _args          the command line's flags, and the requests and settings they give
+_workload_flags which flag each workload honours (``_FLAG_TABLE``), the rest refused before anything
+               is sent
 _views         what the terminal shows while runs go on and once they end
 _workloads_cli --sessions and --trace: the file read and every request prepared before any file, then run
 _exporter      ``Exporter``: the verdict of one run per scrape, for Prometheus

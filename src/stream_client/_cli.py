@@ -30,6 +30,7 @@ from ._evidence import (
 from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args,
     _served_model, _terminate, _unchecked_line, _unset_key_note)
+from ._workload_flags import _check_workload_flags
 from ._views import _compare_table, _LiveView, _LoadView, _settings_differ
 from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_blocks, _workload_load
 from ._server_metrics import _metrics_lines, _metrics_settings, _saved_metrics, _Scraper
@@ -231,14 +232,8 @@ def _load_settings(args) -> list[LoadSettings] | None:
         raise UsageError(f'--slo {scheduled[0]} counts from an open loop\'s schedule: give --rate or --rates (a '
                          'closed loop sends each run when a slot frees, and has no schedule)')
     if runs == 1 and args.duration is None and args.concurrency is None and args.rate is None and args.prompts is None:
-        if slos or target is not None or args.processes is not None or args.fail_if or args.warmup is not None:
-            raise UsageError('--slo, --slo-target, --processes, --fail-if and --warmup are for a load: give --runs, '
-                             '--duration or --rates')
-        return None
+        return None  # one run: _FLAG_TABLE has refused the flags of a load already
     processes = 1 if args.processes is None else args.processes
-    if args.capture is not None:
-        raise UsageError('--capture keeps the raw bytes of one run; it does not go with --runs, --concurrency, '
-                         '--rate, --rates, --duration or --prompts')
     if args.duration is None:
         if warmup_runs and warmup_runs >= runs:
             raise UsageError(f'--warmup {args.warmup} leaves no run of the {runs} to summarise: the warm-up runs '
@@ -492,9 +487,8 @@ def _repeated(args, steps):
         return steps
     if args.repeat < 2:
         raise UsageError(f'--repeat must be 2 or more loads, not {args.repeat}')
-    if steps is None or isinstance(steps, _CapacitySearch) or len(steps) > 1:
-        raise UsageError('--repeat repeats one load (--runs, or --rate with --duration): not a single run, a sweep or '
-                         'a search')
+    if isinstance(steps, _CapacitySearch) or len(steps) > 1:  # one run: refused by _FLAG_TABLE already
+        raise UsageError('--repeat repeats one load (--runs, or --rate with --duration): not a sweep or a search')
     fresh = args.repeat_seeds == 'fresh'
     return [dataclasses.replace(steps[0], seed=steps[0].seed + repeat * fresh, repeat=repeat)
             for repeat in range(args.repeat)]
@@ -532,12 +526,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.output == '-':
                 raise UsageError('--output - is not supported: stdout carries the summary line; '
                                  'give the evidence a file name')
+            _check_workload_flags(parser, args)  # a flag the workload would ignore: refused before anything
             workload_flag = args.sessions is not None or args.trace is not None
             steps = None if workload_flag else _planned_steps(args, _repeated(args, _load_settings(args)))
-            if args.report is not None and steps is None and not workload_flag:
-                raise UsageError('--report draws a load: give --runs (or --summary FILE... to draw saved runs)')
-            if args.csv is not None and steps is None:
-                raise UsageError('--csv writes a row per run of a load: give --runs, --duration or --rates')
+            if workload_flag:
+                _slo_target(args)  # checked as a load's is
             if args.fixture is not None:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
@@ -548,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
             requests = workload.requests if workload is not None else \
                 _synthetic_requests(args, url, sum(step.runs for step in steps) if isinstance(steps, list) else 1) or \
                 _requests_from_args(args, url, served_model=_served_model)
-            metrics = _metrics_settings(args, steps, requests[0])
+            metrics = _metrics_settings(args, steps or workload, requests[0])  # a load's steps, or the workload
             fd, capture_fd = _reserve_files(args)
             reserved = [(fd, args.output)]
             report_fd = _reserve_beside(args.report, '--report', reserved)
@@ -565,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if workload is not None:
-            return _workload_load(args, workload, fd, report_fd, parser.prog)
+            return _workload_load(args, workload, fd, report_fd, parser.prog, gates if args.fail_if else None, csv_fd,
+                                  _Scraper(metrics, metrics_fd) if metrics else None)
         if steps is not None:
             return _run_load(args, requests, steps, fd, report_fd, parser.prog, gates, csv_fd,
                              _Scraper(metrics, metrics_fd) if metrics else None)

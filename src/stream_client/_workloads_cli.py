@@ -16,20 +16,19 @@ from ._json import _json_text
 from ._request import _positive_finite, prepare, PreparedRequest
 from ._exchange import Cancel
 from ._load import LoadSettings, _MAX_OPEN_LOOP_IN_FLIGHT
+from ._gates import _evaluate_gates, _gate_lines, _gates_held
 from ._summary import _parse_slos, Summary, _summary_table
 from ._report import Report
-from ._evidence import _ignore_signals, iter_records, _SIGNAL_EXIT, _write_report
+from ._evidence import _CsvFile, _ignore_signals, iter_records, _SIGNAL_EXIT, _write_report
+from ._server_metrics import _metrics_lines, _Scraper
 from ._workloads import (
     _mean_spread, _MAX_TRACE_TOKENS, _parse_sessions, _parse_trace, _Session, _Synthetic, _synthetic_words)
 from ._sessions import _run_sessions, _SessionRows, _SessionSummary
 from ._trace import _fitted, _run_trace, _Tokenizer, _trace_prompts, _TraceSummary
+from ._headers import _parse_header
 from ._args import _answer_files, _extra, _prompt
 from ._views import _verdict_line
 
-# The flags that do not go with --sessions, and why (each session brings its own prompts and tools).
-_NOT_WITH_SESSIONS = {'prompt': '--prompt', 'prompt_file': '--prompt-file', 'prompts': '--prompts', 'tools': '--tools',
-                      'json_schema': '--json-schema', 'cross_check': '--cross-check', 'capture': '--capture',
-                      'rates': '--rates', 'duration': '--duration', 'processes': '--processes'}
 _SESSION_APIS = ('chat', 'messages', 'responses')
 
 
@@ -56,29 +55,23 @@ def _read_text(path: str, flag: str) -> str:
 
 
 def _plan_workload(args, url: str, key_env: str = 'MODEL_API_KEY') -> _Workload | None:
-    """The --sessions or --trace workload, read and prepared; None when neither is given."""
-    if args.sessions is not None and args.trace is not None:
-        raise UsageError('--sessions and --trace exclude each other')
+    """The --sessions or --trace workload, read and prepared; None when neither is given. The flags each
+    does not honour were refused before (_check_workload_flags())."""
     if args.sessions is None and args.trace is None:
-        for flag, given in (('--trace-speed', args.trace_speed is not None), ('--block-size', args.block_size is not None)):
-            if given:
-                raise UsageError(f'{flag} is for --trace')
         return None
     return _plan_sessions(args, url, key_env) if args.sessions is not None else _plan_trace(args, url, key_env)
 
 
 def _plan_sessions(args, url: str, key_env: str) -> _Workload:
     """The sessions the command line asks for, checked and prepared; UsageError before anything is sent."""
-    given = [flag for dest, flag in _NOT_WITH_SESSIONS.items() if getattr(args, dest) not in (None, False)]
-    if given:
-        raise UsageError(f'--sessions does not go with {", ".join(given)}: each session brings its own turns '
-                         'and tools')
     model = args.model or ('synthetic-fixture' if args.fixture is not None else None)
     if model is None:
         raise UsageError('--model is required (unless --fixture is used)')
     if args.runs is not None and args.runs < 1:
         raise UsageError(f'--runs must be at least 1, not {args.runs}')
     sessions = _parse_sessions(args.sessions, _read_text(args.sessions, '--sessions'))[:args.runs]
+    if args.tool_choice is not None and not any(session.tools for session in sessions):
+        raise UsageError(f'--tool-choice needs tools, and no session of --sessions {args.sessions} brings "tools"')
     extra = _extra(args)
     requests = [_prepare_session(args, url, model, session, extra, key_env) for session in sessions]
     if requests[0].api not in _SESSION_APIS:
@@ -99,25 +92,18 @@ def _prepare_session(args, url: str, model: str, session: _Session, extra: dict 
                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
                        expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
                        tools=session.tools, tool_choice=args.tool_choice if session.tools else None,
-                       trust_env=not args.no_proxy)
+                       trust_env=not args.no_proxy, dialect=args.dialect,
+                       headers=[_parse_header(text) for text in args.header or ()])
     except ValueError as exc:
         raise UsageError(f'{session.where}: {exc}') from None
 
 
-# The flags that do not go with --trace: the replay's file sets the prompts, the schedule and the budgets.
-_NOT_WITH_TRACE = {'prompt': '--prompt', 'prompt_file': '--prompt-file', 'prompts': '--prompts',
-                   'cross_check': '--cross-check', 'capture': '--capture', 'rate': '--rate', 'rates': '--rates',
-                   'duration': '--duration', 'processes': '--processes', 'keep_alive': '--keep-alive'}
 _DEFAULT_BLOCK_SIZE = 512  # tokens per hash_ids block, as in Mooncake's traces
 
 
 def _plan_trace(args, url: str, key_env: str) -> _Workload:
     """The --trace file read, every prompt built (its length met with the server's /tokenize when it offers
     one), every request prepared; UsageError before anything is created."""
-    given = [flag for dest, flag in _NOT_WITH_TRACE.items() if getattr(args, dest) not in (None, False)]
-    if given:
-        raise UsageError(f'--trace does not go with {", ".join(given)}: the trace gives the prompts and the '
-                         'schedule')
     speed = 1.0 if args.trace_speed is None else args.trace_speed
     if not _positive_finite(speed):
         raise UsageError(f'--trace-speed must be a positive number, not {speed}')
@@ -158,7 +144,8 @@ def _preparer(args, url: str, model: str, key_env: str):
                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
                        expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
                        tools=tools, tool_choice=args.tool_choice, json_schema=json_schema,
-                       trust_env=not args.no_proxy)
+                       trust_env=not args.no_proxy, cross_check=args.cross_check, dialect=args.dialect,
+                       headers=[_parse_header(text) for text in args.header or ()])
     return prepared
 
 
@@ -172,8 +159,7 @@ def _synthetic_requests(args, url: str, count: int, key_env: str = 'MODEL_API_KE
     prompt_tokens_counted (by the server's /tokenize, where offered) and length_by."""
     if args.input_tokens is None and args.output_tokens is None and args.shared_prefix_tokens is None:
         return None
-    given = [flag for dest, flag in (('prompts', '--prompts'), ('sessions', '--sessions'), ('trace', '--trace'))
-             if getattr(args, dest) is not None]
+    given = ['--prompts'] if args.prompts is not None else []  # --sessions and --trace: _FLAG_TABLE
     if args.input_tokens is not None:
         given += [flag for dest, flag in (('prompt', '--prompt'), ('prompt_file', '--prompt-file'))
                   if getattr(args, dest) is not None]
@@ -227,13 +213,17 @@ class _WorkloadReport(Report):
                                                                   + '\n</body></html>\n')
 
 
-def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, prog: str) -> int:
-    """Run the workload, appending each run's record to the reserved JSON Lines file as it ends; print the
-    summary (with its block); return the exit status: 0 when every run (every session) got its record and
-    was ok. SIGINT and SIGTERM cancel: nothing more starts, the runs in flight end as interrupted."""
+def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, prog: str, gates: tuple | None = None,
+                   csv_fd: int | None = None, scraper: _Scraper | None = None) -> int:
+    """Run the workload, appending each run's record to the reserved JSON Lines file as it ends (and its row
+    to --csv), with --server-metrics scraped meanwhile; print the summary (with its block, and the gates of
+    --fail-if); return the exit status: with gates, 0 when every gate held, as for a load; without, 0 when
+    every run (every session) got its record and was ok. SIGINT and SIGTERM cancel: nothing more starts,
+    the runs in flight end as interrupted."""
     summary, block, cancel = Summary(workload.slos, workload.slo_target), workload.block, Cancel()
     report = _WorkloadReport(summary) if report_fd is not None else None
-    write_error: list[OSError] = []
+    table = _CsvFile(csv_fd) if csv_fd is not None else None
+    write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
     quiet = args.quiet
 
     def on_record(record: dict) -> None:
@@ -241,8 +231,14 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
             output.write(_json_text(record) + '\n')
             output.flush()
         except OSError as exc:
-            write_error.append(exc)
+            write_error.append((args.output, exc))
             cancel.cancel('a failed write to the evidence file')
+        if table is not None:
+            try:
+                table.add(record)
+            except OSError as exc:
+                write_error.append((args.csv, exc))
+                cancel.cancel('a failed write to the --csv file')
         summary.add(record)
         block.add(record)
         if report is not None:
@@ -258,14 +254,32 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
     with os.fdopen(fd, 'w', encoding='utf-8') as output:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
+        if scraper is not None:
+            scraper.begin(None)
+            scraper.started()
         workload.run(on_record, cancel)
+        if scraper is not None:
+            scraper.end()
+    metrics, drawing = scraper.close() if scraper is not None else (None, None)
     if report is not None:
+        if drawing is not None:
+            report.drawn_on_timeline.append(drawing)
         _write_report(report_fd, report)
+    if table is not None:
+        table.close()
     _ignore_signals()
     result = {**summary.result(), workload.name: block.result()}
+    if metrics is not None:
+        result['server_metrics'] = metrics
+    if gates is not None:
+        result['gates'] = _evaluate_gates(gates, result)
     if not quiet:
-        table = _summary_table(result) + '\n' if sys.stderr.isatty() else ''
-        print(table + block.table(), file=sys.stderr)
+        person = sys.stderr.isatty()
+        lines = ([_summary_table(result)] if person else []) + [block.table()]
+        lines += [] if person else _gate_lines(result.get('gates') or [])  # the table has them
+        if metrics is not None and (person or metrics['failed']):
+            lines += _metrics_lines(metrics)
+        print('\n'.join(lines), file=sys.stderr)
     try:
         print(_json_text(result), flush=True)
     except BrokenPipeError:
@@ -273,11 +287,13 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
     if report is not None and not quiet:
         print(f'report written to {args.report}', file=sys.stderr)
     if write_error:
-        print(f'{prog}: error: cannot write {args.output}: {write_error[0].strerror or write_error[0]}',
-              file=sys.stderr)
+        path, exc = write_error[0]
+        print(f'{prog}: error: cannot write {path}: {exc.strerror or exc}', file=sys.stderr)
         return 2
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]
+    if gates is not None:
+        return 0 if _gates_held(result) else 1
     return 0 if block.all_ok(workload.planned) else 1
 
 

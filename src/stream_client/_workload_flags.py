@@ -1,0 +1,125 @@
+"""Which flag each workload honours: the one table, and the check that refuses the rest.
+
+A flag given to a workload that does nothing with it would leave the command to exit 0 as if it had
+been honoured (a gate that never ran, a shard that sends the whole trace). ``_FLAG_TABLE`` says, for
+every flag of a load and each workload (one run, a load of prompts, --sessions, --trace), whether the
+workload honours it; ``_check_workload_flags()`` refuses the others in one line naming both, before
+any request is sent and any file created. docs/cli.md#flags-and-workloads shows the same table (a test
+keeps them equal). The flags of ``_EVERY_WORKLOAD`` go with every workload; --exporter, --compare and
+--summary check their own flags (``_EXPORTER_FLAGS``, ``_READING_FLAGS``).
+"""
+from ._limits import UsageError
+
+# The workloads, as the table's columns name them.
+_WORKLOADS = ('one run', 'load', '--sessions', '--trace')
+_YES, _LOAD, _NOT_YET = 'yes', 'load', 'not yet'
+# A refusal for good: the workload gives that itself, or the flag is another workload's. Keyed by the
+# short word the table uses; the doc shows each as "no".
+_WHY = {
+    'load': 'it is for a load',
+    'one': 'it keeps the raw bytes of one run',
+    'turns': 'each session brings its own turns',
+    'tools': 'each session brings its own tools',
+    'for-trace': 'it is for --trace',
+    'prompts': 'the trace gives the prompts and their lengths',
+    'schedule': 'the trace\'s timestamps are its schedule (--trace-speed scales them)',
+}
+# flag: (one run, load, --sessions, --trace). yes: honoured; load: the flag makes the command a load (see
+# that column); not yet: refused until the workload honours it; any other word: refused for the reason
+# _WHY gives.
+_FLAG_TABLE = {
+    '--prompt': ('yes', 'yes', 'turns', 'prompts'),
+    '--prompt-file': ('yes', 'yes', 'turns', 'prompts'),
+    '--tools': ('yes', 'yes', 'tools', 'yes'),
+    '--tool-choice': ('yes', 'yes', 'yes', 'yes'),
+    '--json-schema': ('yes', 'yes', 'tools', 'yes'),
+    '--cross-check': ('yes', 'yes', 'not yet', 'not yet'),
+    '--dialect': ('yes', 'yes', 'yes', 'yes'),
+    '--header': ('yes', 'yes', 'yes', 'yes'),
+    '--runs': ('load', 'yes', 'yes', 'yes'),
+    '--concurrency': ('load', 'yes', 'yes', 'yes'),
+    '--rate': ('load', 'yes', 'yes', 'schedule'),
+    '--processes': ('load', 'yes', 'not yet', 'not yet'),
+    '--duration': ('load', 'yes', 'not yet', 'not yet'),
+    '--arrivals': ('load', 'yes', 'yes', 'schedule'),
+    '--seed': ('yes', 'yes', 'yes', 'yes'),
+    '--keep-alive': ('load', 'yes', 'yes', 'not yet'),
+    '--prompts': ('load', 'yes', 'turns', 'prompts'),
+    '--trace-speed': ('for-trace', 'for-trace', 'for-trace', 'yes'),
+    '--block-size': ('for-trace', 'for-trace', 'for-trace', 'yes'),
+    '--input-tokens': ('yes', 'yes', 'turns', 'prompts'),
+    '--output-tokens': ('yes', 'yes', 'not yet', 'prompts'),
+    '--shared-prefix-tokens': ('yes', 'yes', 'turns', 'prompts'),
+    '--repeat': ('load', 'yes', 'not yet', 'not yet'),
+    '--repeat-seeds': ('load', 'yes', 'not yet', 'not yet'),
+    '--warmup': ('load', 'yes', 'not yet', 'not yet'),
+    '--shard': ('load', 'yes', 'not yet', 'not yet'),
+    '--start-at': ('load', 'yes', 'not yet', 'not yet'),
+    '--server-metrics': ('load', 'yes', 'yes', 'yes'),
+    '--metrics-interval': ('load', 'yes', 'yes', 'yes'),
+    '--rates': ('load', 'yes', 'not yet', 'schedule'),
+    '--concurrencies': ('load', 'yes', 'not yet', 'schedule'),
+    '--find-capacity': ('load', 'yes', 'not yet', 'schedule'),
+    '--slo': ('load', 'yes', 'yes', 'yes'),
+    '--slo-target': ('load', 'yes', 'yes', 'yes'),
+    '--fail-if': ('load', 'yes', 'yes', 'yes'),
+    '--capture': ('yes', 'one', 'one', 'one'),
+    '--report': ('load', 'yes', 'yes', 'yes'),
+    '--csv': ('load', 'yes', 'yes', 'yes'),
+}
+# The flags that make the command a load rather than one run (--runs of 2 or more); each is "load" in
+# the one run's column, and honoured by a load. The other "load" cells of that column are refused: the
+# flag is for a load, and nothing here makes one.
+_LOAD_MAKERS = ('--runs', '--concurrency', '--rate', '--duration', '--prompts', '--rates', '--concurrencies',
+                '--find-capacity')
+# The flags every workload honours (the request's settings, the fixture, where the evidence goes), and
+# those of the commands that send no load (they check their own flags).
+_EVERY_WORKLOAD = ('--url', '--api', '--model', '--system', '--max-tokens', '--temperature', '--stop', '--extra',
+                   '--expect-finish', '--idle', '--deadline', '--ca-file', '--no-proxy', '--fixture',
+                   '--fixture-profile', '--output', '--quiet')
+_OTHER_COMMANDS = ('--sessions', '--trace', '--compare', '--format', '--summary', '--mixed-sources', '--exporter',
+                   '--targets', '--help', '--version')
+_SEE = '(docs/cli.md#flags-and-workloads)'
+
+
+def _given(parser, args) -> dict[str, bool]:
+    """Each flag of the table: whether it was given (its value is not its default)."""
+    actions = {action.option_strings[-1]: action for action in parser._actions if action.option_strings}
+    return {flag: getattr(args, actions[flag].dest) != actions[flag].default for flag in _FLAG_TABLE}
+
+
+def _workload_of(parser, args) -> tuple[int, str | None]:
+    """The workload the command line asks for, as its column in _FLAG_TABLE, and the flag that chose it
+    (None for one run)."""
+    if args.sessions is not None and args.trace is not None:
+        raise UsageError('--sessions and --trace exclude each other')
+    if args.sessions is not None:
+        return 2, '--sessions'
+    if args.trace is not None:
+        return 3, '--trace'
+    given = _given(parser, args)
+    for flag in _LOAD_MAKERS:
+        if given[flag] and (flag != '--runs' or args.runs != 1):
+            return 1, flag
+    return 0, None
+
+
+def _check_workload_flags(parser, args) -> None:
+    """UsageError, one line, for the first flag given that the workload does not honour (in the table's order)."""
+    column, chosen_by = _workload_of(parser, args)
+    given = _given(parser, args)
+    for flag, cells in _FLAG_TABLE.items():
+        cell = cells[column]
+        if not given[flag] or cell == _YES or (cell == _LOAD and flag in _LOAD_MAKERS):
+            continue
+        if cell == _NOT_YET:
+            raise UsageError(f'{flag} does not work with {chosen_by} yet {_SEE}')
+        if cell == 'load':
+            raise UsageError(f'{flag} is for a load, not a single run: give --runs 2 or more, or --rate with '
+                             f'--duration {_SEE}')
+        if cell == 'for-trace':
+            raise UsageError(f'{flag} is for --trace{", not " + chosen_by if chosen_by else ""} {_SEE}')
+        raise UsageError(f'{flag} does not go with {chosen_by}: {_WHY[cell]} {_SEE}')
+    if given['--arrivals'] and args.rate is None and args.rates is None and args.find_capacity is None:
+        raise UsageError(f'--arrivals spaces the starts of an open loop: give --rate (a closed loop starts each run '
+                         f'when a slot frees) {_SEE}')
