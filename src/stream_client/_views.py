@@ -10,7 +10,6 @@ import time
 from ._limits import _count
 from ._request import PreparedRequest
 from ._summary import Summary, _summary_table
-from ._comparison import _settings_differ
 
 
 class _LiveView:
