@@ -1793,11 +1793,14 @@ DIALECTS = {dialect.name: dialect for dialect in (
     Dialect('tgi', 'text-generation-inference (Hugging Face TGI)', (
         DialectRule(_CALLS_WITHOUT_FINISH, 'chat',
              'a tool-call stream ends with data: [DONE] and no finish_reason: once the call\'s JSON is whole '
-             'the router returns to buffering, and the token that carries the finish is never sent',
-             '[DONE] arrived, and every call\'s arguments are one complete JSON object (valid against the '
-             'tool\'s parameters when --tools gives them); a finish_reason that does come (length) decides '
-             'as usual',
-             'text-generation-inference router/src/chat.rs: ChatState::push, StreamState::Tool back to Buffering'),
+             'the router returns to buffering, and the token that carries the finish is never sent; the '
+             'router streams one call at most (index 0), and no text beside it',
+             'the answer is one tool call alone (no second call, no text or reasoning beside it), [DONE] '
+             'arrived, and the call\'s arguments are one complete JSON object (valid against the tool\'s '
+             'parameters when --tools gives them); any other shape is judged by the vendor rules, and a '
+             'finish_reason that does come (length) decides as usual',
+             'text-generation-inference 3.x router/src/chat.rs: ChatState::push, StreamState::Tool back to '
+             'Buffering; router/src/infer/tool_grammar.rs: one {"function": ...} object'),
     )),
     Dialect('litellm', 'the LiteLLM proxy (a gateway in front of any of these servers)', (
         DialectRule(_RESPONSES_UNTYPED, 'responses',
@@ -2359,10 +2362,17 @@ class _ChoiceChunks(StreamValidator):
             raise _failure('field_type', f'expected finish_reason to be a string, got {type(reason).__name__}')
         self.finish_reason = reason
 
+    def _one_call_alone(self) -> bool:
+        """Whether the answer has the one shape the tgi dialect excuses a missing finish_reason for: one
+        tool call alone, with no text, reasoning or refusal beside it, as TGI's router streams a call
+        (docs/dialects.md). Any other shape is judged by the vendor rules."""
+        return (self.finish_reason is None and self.dialect.allows(_CALLS_WITHOUT_FINISH) and len(self.calls) == 1
+                and not self.text_parts and not self.reasoning_parts and not self.refusal_parts)
+
     def finish(self) -> str | None:
         reason = self.finish_reason
-        if reason is None and self.done and self.calls and self.dialect.allows(_CALLS_WITHOUT_FINISH):
-            return 'calls'  # TGI: [DONE] ends a tool-call stream without one; the calls' arguments must prove it
+        if self.done and self._one_call_alone():
+            return 'calls'  # TGI: [DONE] ends its one call without a finish; the call's arguments must prove it
         if reason == 'stop' and self.calls and self.spec.named is not None:
             return 'calls'  # vLLM says tool_calls, or stop when the choice named the function (as OpenAI does)
         return None if reason is None else self._FINISHES.get(reason, 'other')
@@ -2370,9 +2380,16 @@ class _ChoiceChunks(StreamValidator):
     _FINISHES = {'stop': 'stop', 'length': 'length', 'tool_calls': 'calls'}
 
     def finish_words(self) -> str:
-        if self.finish_reason is None and self.calls and self.dialect.allows(_CALLS_WITHOUT_FINISH):
-            return f'[DONE] without a finish_reason after {len(self.calls)} tool call(s) ({self.dialect.name} dialect)'
+        if self._one_call_alone():
+            return f'[DONE] without a finish_reason after 1 tool call ({self.dialect.name} dialect)'
         return f'finish_reason={self.finish_reason}'
+
+    def no_finish_words(self) -> str:
+        words = super().no_finish_words()
+        if not self.calls or not self.dialect.allows(_CALLS_WITHOUT_FINISH):
+            return words
+        beside = f'{len(self.calls)} tool calls' if len(self.calls) > 1 else 'text or reasoning beside its call'
+        return f'{words}: the {self.dialect.name} dialect excuses that for one tool call alone, and this answer has {beside}'
 
     def fields(self) -> dict:
         return {**super().fields(), 'finish_reason': self.finish_reason}
@@ -7151,11 +7168,87 @@ def _goodput_lines(result: dict) -> list[str]:
 # counts and kinds, each latency figure's p50, p90 and p99 with a seeded
 # bootstrap 95% interval of the difference, and the differences in goodput
 # and attainment; ``_comparison_markdown()`` is its table for a pull request.
-# No I/O: the caller reads the files and owns the seed.
+# ``_LoadHeader`` gathers what each load was run as while its records are
+# read, and ``_loads_differ()`` names what the two differ in (API, workload,
+# model, request and load settings). No I/O: the caller reads the files and
+# owns the seed.
 
 _RESAMPLES = 1000      # bootstrap resamples of each latency figure
 _COMPARED_PERCENTILES = (('p50', 50), ('p90', 90), ('p99', 99))
 _PLAIN_DELTAS = ('ok_ratio', 'not_ok', 'good', 'goodput_per_s', 'slo_attainment')
+
+
+def _settings_differ(records: list[dict]) -> list[str]:
+    """The request settings (every key of the record's request, and the model) that differ between records."""
+    keys = sorted({key for record in records for key in (record.get('request') or {})})
+    differ = [key.removesuffix('_sha256') for key in keys
+              if len({json.dumps((record.get('request') or {}).get(key)) for record in records}) > 1]
+    if len({record.get('model') for record in records}) > 1:
+        differ.append('model')
+    return differ
+
+
+# What a load's header (a record's "load") says of how it was sent, compared between two loads: the runs in
+# flight and their pacing. runs, duration and seed set how many runs there are; processes, warm-up and ids
+# change nothing the server sees.
+_COMPARED_LOAD_KEYS = ('concurrency', 'rate', 'arrivals', 'keep_alive', 'trace_speed', 'sessions')
+# The request settings that change from run to run within a workload that is not one request repeated: a
+# first run's are compared only when both loads have their first run in common (the same workload).
+_PER_SESSION_KEYS = ('prompt_sha256', 'max_tokens')
+
+
+def _workload_kind(record: dict) -> str:
+    """What sent the run: sessions, a trace, synthetic lengths, or a load of requests; 'sweep' added for a
+    step of --rates, --concurrencies or --find-capacity, 'repeat' for one of --repeats."""
+    request, load = record.get('request') or {}, record.get('load') or {}
+    kind = ('sessions' if 'session' in record else 'trace' if 'trace' in record
+            else 'synthetic' if 'input_tokens' in request or 'output_tokens' in request else 'requests')
+    return kind + (' sweep' if load.get('step') is not None else '') + (' repeat' if load.get('repeat') is not None else '')
+
+
+class _LoadHeader:
+    """What one load was run as, gathered from its records as they are read: its APIs, its workload kinds,
+    its sessions' ids, and the record of its first run (the lowest run number: in two loads of the same
+    flags, the same request)."""
+
+    def __init__(self) -> None:
+        self.apis: set = set()
+        self.kinds: set = set()
+        self.sessions: set = set()
+        self.first: dict | None = None
+
+    def add(self, record: dict) -> None:
+        self.apis.add(record.get('api', 'chat'))
+        self.kinds.add(_workload_kind(record))
+        if 'session' in record:
+            self.sessions.add(record['session'])
+        if self.first is None or record.get('run', 0) < self.first.get('run', 0):
+            self.first = record
+
+
+def _loads_differ(base: _LoadHeader, candidate: _LoadHeader, overridden: tuple[str, ...] = ()) -> list[str]:
+    """What two loads differ in, of what decides what a server is asked and how it is judged: API,
+    workload, sessions, the request's settings and model (those of each load's first run), how the runs
+    were sent and their SLO bounds (the load's header), but the bounds in ``overridden`` ('slo',
+    'slo_target': the command line judges both loads by the same)."""
+    differ = []
+    if base.apis != candidate.apis:
+        differ.append('API')
+    if base.kinds != candidate.kinds:
+        differ.append('workload')
+    if base.sessions != candidate.sessions:
+        differ.append('sessions')
+    if base.first is None or candidate.first is None:
+        return differ
+    firsts = [base.first, candidate.first]
+    per_session = base.sessions or candidate.sessions  # a first run is any session's: its prompt says nothing
+    differ += [name for name in _settings_differ(firsts)
+               if not (per_session and name in (key.removesuffix('_sha256') for key in _PER_SESSION_KEYS))
+               and (name == 'model' or base.kinds == candidate.kinds)]  # other workloads: other requests
+    loads = [record.get('load') or {} for record in firsts]
+    differ += [key for key in _COMPARED_LOAD_KEYS + ('slo', 'slo_target')
+               if key not in overridden and loads[0].get(key) != loads[1].get(key)]
+    return differ
 
 
 def _rank(ordered: list[float], p: float) -> float:
@@ -7386,7 +7479,7 @@ def _sharegpt_sessions(path: str, text: str) -> list[_Session]:
     except (ValueError, RecursionError) as exc:
         line = getattr(exc, 'lineno', None)
         raise UsageError(f'--sessions {path}' + (f' line {line}' if line else '') + f': not JSON ({exc})') from None
-    sessions = []
+    sessions, seen = [], {}
     for number, item in enumerate(items, 1):
         where = f'--sessions {path} item {number}'
         entries = item.get('conversations') if isinstance(item, dict) else None
@@ -7407,8 +7500,11 @@ def _sharegpt_sessions(path: str, text: str) -> list[_Session]:
         if not turns:
             raise _bad(where, 'conversations', 'no human turn')
         name = item.get('id')
-        sessions.append(_Session(name if isinstance(name, str) and name else f'sharegpt-{number}', tuple(turns),
-                                 where, system))
+        name = name if isinstance(name, str) and name else f'sharegpt-{number}'
+        if name in seen:  # two conversations of one id would be counted as one session
+            raise _bad(where, 'id', f'{name!r} is the id of item {seen[name]} too')
+        seen[name] = number
+        sessions.append(_Session(name, tuple(turns), where, system))
     if not sessions:
         raise UsageError(f'--sessions {path} has no conversations')
     return sessions
@@ -7895,7 +7991,8 @@ _TOKENIZE_ROUNDS = 4  # /tokenize calls per prompt at most while its length is b
 class _Tokenizer:
     """The server's POST /tokenize (vLLM's), asked in the shape the API's requests take (a prompt for
     completions, chat messages otherwise, so that the chat template's tokens count); ``offered`` turns
-    False, for good, at the first answer that is not a count (a 404: not offered), and then nothing more is
+    False, for good, at the first answer that is not a count (a 404: not offered; a "count" that is not
+    a non-negative whole number: negative, a bool, a float, a string, missing), and then nothing more is
     asked. Not through a forward proxy."""
 
     def __init__(self, request: PreparedRequest) -> None:
@@ -7923,7 +8020,7 @@ class _Tokenizer:
         finally:
             connection.close()
         count = answer.get('count') if isinstance(answer, dict) else None
-        if type(count) is not int:
+        if type(count) is not int or count < 0:  # a count is a non-negative whole number (a bool is not one)
             self.offered = False
             return None
         return count
@@ -8518,6 +8615,21 @@ def _load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
     return records
 
 
+def _not_a_load(path: str) -> str | None:
+    """Why a file given to --compare of two loads holds no load: no record (empty, or its lines not JSON, as
+    a --csv table's are), or a record of a single run; None when its first record is one of a load's. A
+    cut line is left for the summary to warn of."""
+    skipped: list = []
+    reading = iter_records(path, skipped)
+    first = next(reading, None)
+    reading.close()
+    if first is None:
+        return f'{path} holds no record' + (': its lines are not JSON (a --csv table?)' if skipped else '')
+    if not isinstance(first.get('load'), dict):
+        return f'{path} is a single run\'s record, not a load'
+    return None
+
+
 def _check_sources(sources: set, mixed_sources: bool, verb: str) -> None:
     """UsageError when records of different sources would mix (fixture and replay timings are synthetic)."""
     if len(sources) > 1 and not mixed_sources:
@@ -8569,17 +8681,19 @@ def iter_records(path: str, skipped: list | None = None):
 
 
 def summarize(paths: list[str], mixed_sources: bool = False, report: bool = False, slos: tuple | None = None,
-              slo_target: float | None = None) -> tuple[Summary, Report | None]:
+              slo_target: float | None = None, each=None) -> tuple[Summary, Report | None]:
     """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
     (default: the bounds their loads were run with); UsageError for unreadable files, records that
     cannot be counted, mixed sources or loads run with different bounds. A line of broken JSON is
-    left out, and said so in the summary's ``skipped``."""
+    left out, and said so in the summary's ``skipped``. ``each``, if given, is called with every record."""
     summary, shards = Summary(slos, slo_target), _ShardCheck()
     drawing = Report(summary) if report else None
     for path in paths:
         for record in iter_records(path, summary.skipped):
             shards.add(record)
             summary.add(record)
+            if each is not None:
+                each(record)
             if drawing is not None:
                 drawing.add(record)
     _check_sources(summary.seen['sources'], mixed_sources, 'summarize')
@@ -8641,7 +8755,8 @@ def _value(text: str, number: int) -> float:
 def _parse_exposition(text: str) -> dict[str, dict]:
     """The families of a scrape in the text format 0.0.4: {name: {"type": ..., "samples": [[sample name,
     {label: value}, value], ...]}}, in order. _ExpositionError for anything else: a malformed line, a
-    TYPE given twice or after its samples, a family split in two groups, a series given twice."""
+    TYPE given twice or after its samples, a family split in two groups, a series given twice, a counter
+    (a counter's sample, a histogram's bucket or count, a summary's count) below 0."""
     families: dict[str, dict] = {}
     owner: dict[str, str] = {}   # sample name -> its family, for the suffixes of typed families
     series: set = set()
@@ -8698,6 +8813,9 @@ def _parse_exposition(text: str) -> dict[str, dict]:
         if current != family and families[family]['samples']:
             raise _ExpositionError(f'line {number}: the samples of {family} are not in one group')
         current = family
+        kind = families[family]['type']
+        if value < 0 and (kind == 'counter' or kind in ('histogram', 'summary') and name.endswith(('_bucket', '_count'))):
+            raise _ExpositionError(f'line {number}: {name}{labels or ""} is {value:g}, and a counter is never negative')
         key = (name, tuple(sorted(labels.items())))
         if key in series:
             raise _ExpositionError(f'line {number}: the series {name}{labels or ""} is given twice')
@@ -8886,9 +9004,9 @@ class _Scraper:
 
 
 class _MetricsSummary:
-    """Per step: each counter's increase (over its series, a decrease read as a restart from 0) and each
-    gauge's max and mean over the scrapes (a scrape's value is the sum over its series, or their max for
-    a *_perc gauge, a share)."""
+    """Per step: each counter's increase (over its series, a decrease read as a restart from 0, so never
+    below 0; a negative value is skipped) and each gauge's max and mean over the scrapes (a scrape's value
+    is the sum over its series, or their max for a *_perc gauge, a share)."""
 
     def __init__(self) -> None:
         self.steps: dict = {}
@@ -8917,10 +9035,11 @@ class _MetricsSummary:
                 name = name if name.endswith('_total') else name + '_total'  # as the samples name it
                 total = state['counters'].setdefault(name, 0.0)
                 for sample_name, labels, value in family['samples']:
-                    if sample_name.endswith('_created') or not math.isfinite(value):
-                        continue
+                    if sample_name.endswith('_created') or not math.isfinite(value) or value < 0:
+                        continue  # a negative value is no counter's (a scrape with one fails, as format)
                     key = (sample_name, tuple(sorted(labels.items())))
                     before = state['last'].get(key)
+                    # as Prometheus's increase(): a value below the one before is a reset, counted from 0
                     total += 0.0 if before is None else value - before if value >= before else value
                     state['last'][key] = value
                 state['counters'][name] = total
@@ -9838,16 +9957,6 @@ def _compare_table(paths: list[str], records: list[dict]) -> str:
                       for path, record in zip(paths, records)] for name, key in _COMPARE_COLUMNS]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return '\n'.join('  '.join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
-
-
-def _settings_differ(records: list[dict]) -> list[str]:
-    """The request settings (every key of the record's request, and the model) that differ between records."""
-    keys = sorted({key for record in records for key in (record.get('request') or {})})
-    differ = [key.removesuffix('_sha256') for key in keys
-              if len({json.dumps((record.get('request') or {}).get(key)) for record in records}) > 1]
-    if len({record.get('model') for record in records}) > 1:
-        differ.append('model')
-    return differ
 
 
 def _cell(value) -> str:
@@ -11047,9 +11156,10 @@ def _compare(args, prog: str, gates: tuple) -> int:
 
 
 def _holds_loads(paths: list[str]) -> bool:
-    """Whether a file among paths holds the records of a load (several, or one with its load's settings)."""
+    """Whether a file among paths holds the records of a load (several, or one with its load's settings).
+    Lines that are not JSON are passed over here: a load's cut line, or a file that holds no record at all."""
     for path in paths:
-        reading = iter_records(path)
+        reading = iter_records(path, [])
         found = list(itertools.islice(reading, 2))
         reading.close()
         if len(found) > 1 or any('load' in record for record in found):
@@ -11063,10 +11173,20 @@ def _compare_two_loads(args, prog: str, gates: tuple) -> int:
     if len(args.compare) != 2:
         one = f'; use --summary {args.compare[0]} to read one load' if len(args.compare) == 1 else ''
         raise UsageError(f'--compare of loads takes two files, BASE CANDIDATE, not {len(args.compare)}{one}')
+    for path in args.compare:
+        problem = _not_a_load(path)
+        if problem:
+            raise UsageError(f'--compare of two loads: {problem}; compare two loads, or two single runs\' records')
     slos = _parse_slos(args.slo) if args.slo else None
-    summaries = [summarize([path], args.mixed_sources, slos=slos, slo_target=_slo_target(args))[0]
-                 for path in args.compare]
+    headers = _LoadHeader(), _LoadHeader()
+    summaries = [summarize([path], args.mixed_sources, slos=slos, slo_target=_slo_target(args), each=header.add)[0]
+                 for path, header in zip(args.compare, headers)]
     _check_sources(summaries[0].seen['sources'] | summaries[1].seen['sources'], args.mixed_sources, 'compare')
+    whole = [_reading_warnings(prog, summary, [path]) for summary, path in zip(summaries, args.compare)]  # as --summary
+    differ = _loads_differ(*headers, ('slo',) * bool(args.slo) + ('slo_target',) * (args.slo_target is not None))
+    if differ:
+        print(f'{prog}: warning: the two loads differ in {", ".join(differ)}; a difference between them may come '
+              'from that rather than from the server', file=sys.stderr)
     comparison = _compare_loads(*summaries, args.seed)
     comparison['gates'] = _evaluate_gates(gates, comparison)
     table = _comparison_markdown(comparison, tuple(os.path.basename(path) for path in args.compare))
@@ -11076,7 +11196,7 @@ def _compare_two_loads(args, prog: str, gates: tuple) -> int:
         if not args.quiet and sys.stderr.isatty():
             print(table, file=sys.stderr)
         _emit(_json_text(comparison))
-    return 0 if _gates_held(comparison) else 1
+    return 0 if _gates_held(comparison) and all(whole) else 1
 
 
 def _summary_command(args, prog: str, gates: tuple) -> int:
@@ -11099,13 +11219,7 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
     result['gates'] = _evaluate_gates(gates, result)
     if report_fd is not None:
         _write_report(report_fd, report)
-    for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
-        print(f'{prog}: warning: {line}', file=sys.stderr)
-    if summary.skipped:
-        more = len(summary.skipped) - _MAX_SKIPPED_SHOWN
-        print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
-              + f'the summary counts the {_count(result["runs"], "other record")} ("skipped_lines": '
-                f'{len(summary.skipped)})', file=sys.stderr)
+    whole = _reading_warnings(prog, summary, args.summary)
     person = not args.quiet and sys.stderr.isatty()
     if person:
         print('\n'.join([_summary_table(result)] + (_metrics_lines(metrics) if metrics else [])), file=sys.stderr)
@@ -11117,10 +11231,28 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
     else:
         _emit_summary(result, person, None)
     _say_written(args)
-    return 0 if _gates_held(result) and not summary.skipped else 1
+    return 0 if _gates_held(result) and whole else 1
 
 
 _MAX_SKIPPED_SHOWN = 10  # lines of broken JSON --summary names one by one; it counts the rest
+
+
+def _reading_warnings(prog: str, summary: Summary, paths: list[str]) -> bool:
+    """What --summary says, and --compare of each load, of files that are not whole: each line of broken JSON
+    left out (the first ones), and fewer runs with a record than their loads planned (a load interrupted, a
+    file cut between lines); whether they were whole (the exit status is 1 when not)."""
+    runs, planned = summary.runs, summary.result()['planned_runs']
+    for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
+        print(f'{prog}: warning: {line}', file=sys.stderr)
+    if summary.skipped:
+        more = len(summary.skipped) - _MAX_SKIPPED_SHOWN
+        print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
+              + f'the summary counts the {_count(runs, "other record")} ("skipped_lines": '
+                f'{len(summary.skipped)})', file=sys.stderr)
+    if planned > runs:
+        print(f'{prog}: warning: {" and ".join(paths)}: {runs} of the {_count(planned, "planned run")} have a record '
+              '(a load interrupted, or a file cut between lines)', file=sys.stderr)
+    return not summary.skipped and planned <= runs
 
 
 def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:

@@ -120,6 +120,73 @@ class CompareCommandTests(unittest.TestCase):
         self.assertRegex(markdown.stdout, r'\| first_text_ms\.p50 \| [\d.]+ \| [\d.]+ \| \+[\d.]+ \(\+[\d.]+%\) \| '
                                           r'\[[\d.]+, [\d.]+\] significant \|')
 
+    def write_load(self, name: str, records: list[dict], tail: str = '') -> None:
+        (self.dir / name).write_text(''.join(json.dumps(record) + '\n' for record in records) + tail)
+
+    def test_compare_says_what_summary_says_of_a_file_that_is_not_whole_and_exits_1(self):
+        records = load_records([1.0, 2.0, 3.0, 4.0], 'x')
+        self.write_load('base.jsonl', load_records([1.0, 2.0, 3.0, 4.0], 'y'))
+        self.write_load('cut.jsonl', records[:3], json.dumps(records[3])[:40])  # a crash cut its last line
+        self.write_load('short.jsonl', records[:2])  # a copy that stopped between lines: 2 of 4 planned runs
+        for name in ('cut.jsonl', 'short.jsonl'):
+            summary = run_cli('--summary', name, cwd=self.tmp.name)
+            warnings = [line for line in summary.stderr.splitlines() if ': warning: ' in line]
+            self.assertEqual(summary.returncode, 1, summary.stderr)
+            self.assertTrue(warnings, summary.stderr)
+            for pair in (('base.jsonl', name), (name, 'base.jsonl')):
+                with self.subTest(pair=pair):
+                    done = run_cli('--compare', *pair, cwd=self.tmp.name)
+                    self.assertEqual(done.returncode, 1, done.stderr)
+                    self.assertEqual([line for line in done.stderr.splitlines() if ': warning: ' in line], warnings)
+                    self.assertEqual(json.loads(done.stdout)['gates'], [])
+        whole = run_cli('--compare', 'base.jsonl', 'base.jsonl', cwd=self.tmp.name)
+        self.assertEqual((whole.returncode, whole.stderr), (0, ''))
+
+    def test_compare_of_a_load_refuses_what_is_not_a_load(self):
+        self.write_load('base.jsonl', load_records([1.0, 2.0], 'y'))
+        (self.dir / 'table.csv').write_text('run,ok,first_text_ms\n0,true,1.0\n1,true,2.0\n')
+        (self.dir / 'one.json').write_text(json.dumps(fake_record(0) | {'load': None}, indent=2))
+        (self.dir / 'empty.jsonl').write_text('')
+        for name, words in (('table.csv', 'table.csv holds no record: its lines are not JSON'),
+                            ('one.json', "one.json is a single run's record, not a load"),
+                            ('empty.jsonl', 'empty.jsonl holds no record')):
+            for pair in (('base.jsonl', name), (name, 'base.jsonl')):
+                with self.subTest(pair=pair):
+                    done = run_cli('--compare', *pair, cwd=self.tmp.name)
+                    self.assertEqual((done.returncode, done.stderr.count('\n'), done.stdout), (2, 1, ''), done.stderr)
+                    self.assertIn(words, done.stderr)
+
+    def test_compare_warns_in_one_line_when_the_loads_differ_in_api_workload_or_settings(self):
+        self.write_load('base.jsonl', load_records([1.0, 2.0], 'y'))
+        def changed(**changes) -> list[dict]:
+            records = load_records([1.0, 2.0], 'z')
+            for record in records:
+                for key, value in changes.items():
+                    if key in ('concurrency', 'rate'):
+                        record['load'][key] = value
+                    elif key in ('max_tokens', 'prompt_sha256'):
+                        record['request'] = {**record['request'], key: value}
+                    else:
+                        record[key] = value
+            return records
+        cases = {'api': (changed(api='completions'), 'API'),
+                 'trace': (changed(trace={'line': 1}), 'workload'),
+                 'model': (changed(model='other'), 'model'),
+                 'concurrency': (changed(concurrency=8), 'concurrency'),
+                 'max_tokens': (changed(max_tokens=64), 'max_tokens'),
+                 'prompt': (changed(prompt_sha256='cd'), 'prompt'),
+                 'same': (changed(), None)}
+        for case, (records, words) in cases.items():
+            with self.subTest(case):
+                self.write_load('candidate.jsonl', records)
+                done = run_cli('--compare', 'base.jsonl', 'candidate.jsonl', cwd=self.tmp.name)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                if words is None:
+                    self.assertEqual(done.stderr, '')
+                    continue
+                self.assertEqual(done.stderr.count('\n'), 1, done.stderr)
+                self.assertRegex(done.stderr, rf'warning: the two loads differ in (\S+, )*{words}\b')
+
     def test_single_records_compare_as_before_and_refuse_what_is_for_loads(self):
         for name in ('one.json', 'two.json'):
             self.assertEqual(run_cli('--fixture', 'ok', '--output', name, '--quiet', cwd=self.tmp.name).returncode, 0)

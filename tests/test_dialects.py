@@ -111,6 +111,30 @@ class DialectTests(unittest.TestCase):
         verdict, _ = judge_bytes('tgi_tool_call', head + b'Content-Length: %d\r\n\r\n' % len(body) + body)
         self.assertEqual((verdict.ok, verdict.kind), (False, 'tool_arguments_schema'), verdict.message)
 
+    def test_tgi_excuses_the_missing_finish_only_for_the_one_call_it_sends(self):
+        # TGI's router streams one call at most (router/src/chat.rs: its grammar is one {"function": ...}
+        # object, every delta names index 0) and no text beside it: any other shape is judged strictly
+        head, events = events_of('tgi_tool_call')
+        call_events, done = events[:-1], events[-1]
+        second = [event.replace(b'"id":"0","index":0', b'"id":"1","index":1') for event in call_events]
+        text = call_events[0].split(b'"delta":', 1)[0] + (b'"delta":{"content":"Let me look.","role":"assistant"},'
+                                                          b'"finish_reason":null,"index":0,"logprobs":null}],'
+                                                          b'"created":1796170000,"id":"","model":"tiny",'
+                                                          b'"object":"chat.completion.chunk",'
+                                                          b'"system_fingerprint":"3.3.6-native","usage":null}\n\n')
+        shapes = {'two calls': call_events + second + [done], 'text, then the call': [text] + call_events + [done]}
+        for shape, kept in shapes.items():
+            body = b''.join(kept)
+            for dialect in (None, 'tgi'):
+                with self.subTest(shape, dialect=dialect):
+                    verdict, fields = judge_bytes('tgi_tool_call', head + b'Content-Length: %d\r\n\r\n' % len(body) + body,
+                                                  dialect)
+                    self.assertEqual((verdict.ok, verdict.kind, fields['dialect']), (False, 'no_finish_reason', 'tgi'),
+                                     verdict.message)
+                    self.assertIn('one tool call alone', verdict.message)
+        body = b''.join(events)  # the shape TGI sends is still ok
+        self.assertTrue(judge_bytes('tgi_tool_call', head + b'Content-Length: %d\r\n\r\n' % len(body) + body)[0].ok)
+
     def test_every_rule_states_its_proof_and_source(self):
         self.assertEqual(list(stream_client.DIALECTS), ['strict', 'llama.cpp', 'tgi', 'litellm'])
         self.assertEqual(stream_client.DIALECTS['strict'].rules, ())

@@ -100,6 +100,11 @@ class ExpositionTests(unittest.TestCase):
             'an unknown type': ('# TYPE up meter\n', "line 1: TYPE 'meter' is not one of"),
             'a family in two groups': ('a 1\nb 1\na{x="1"} 2\n', 'line 3: the samples of a are not in one group'),
             'no space before the value': ('up{a="b"}1\n', 'line 1: expected a value'),
+            'a negative counter': ('# TYPE reqs counter\nreqs_total{a="b"} 3\nreqs_total{a="c"} -2\n',
+                                   'line 3: reqs_total{\'a\': \'c\'} is -2, and a counter is never negative'),
+            'a counter at -Inf': ('# TYPE reqs_total counter\nreqs_total -Inf\n', 'line 2: reqs_total is -inf'),
+            'a negative bucket': ('# TYPE t histogram\nt_bucket{le="+Inf"} -1\nt_count 0\nt_sum 0\n',
+                                  "line 2: t_bucket{'le': '+Inf'} is -1, and a counter"),
         }
         for case, (text, message) in cases.items():
             with self.subTest(case=case), self.assertRaises(_ExpositionError) as caught:
@@ -129,6 +134,22 @@ class ExpositionTests(unittest.TestCase):
         self.assertEqual((second['counters'], second['scrapes'], second['failed']),
                          ({'vllm:num_preemptions_total': 4.0}, 3, 1))
         self.assertEqual((result['scrapes'], result['failed'], result['failures']), (6, 1, {'timeout': 1}))
+
+    def test_a_counter_s_increase_is_never_below_zero(self):
+        # a negative counter fails its scrape (above); one kept before that rule, read back by --summary, is
+        # no value of the counter: the increase counts only what a counter can do, and from 0 after a reset
+        self.assertEqual(_parse_exposition('# TYPE g gauge\ng -2\nu -2\n#TYPE t summary\nt_sum -1\n')['g']['samples'],
+                         [['g', {}, -2.0]])  # gauges, untyped samples and sums may be negative
+        def scrape(value: float) -> dict:
+            return {'ok': True, 'error_kind': None, 'families': {
+                'reqs': {'type': 'counter', 'samples': [['reqs_total', {}, value]]}}}
+        for values, increase in (([10, -4], 0.0), ([10, -4, 3], 3.0), ([-4, 3], 0.0), ([5, 7, 2, 4], 6.0)):
+            summary = _MetricsSummary()
+            for value in values:
+                summary.add(0, scrape(value))
+            with self.subTest(values=values):
+                self.assertEqual(summary.result({'url': 'u', 'file': 'f', 'interval': 1.0})['steps'][0]['counters'],
+                                 {'reqs_total': increase})
 
 
 class BrokenMetrics(LoopbackServer):

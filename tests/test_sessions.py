@@ -271,6 +271,11 @@ class SessionFileTests(unittest.TestCase):
             (json.dumps({**session_line(0), 'max_tool_rounds': -1}) + '\n', 'line 1: max_tool_rounds'),
             (json.dumps({**session_line(0), 'think': 1}) + '\n', 'line 1: think: unknown key'),
             ('[{"conversations": [{"from": "robot", "value": "x"}]}]', 'item 1: conversations[0].from'),
+            ('[{"id": "a", "conversations": [{"from": "human", "value": "x"}]},'
+             ' {"id": "a", "conversations": [{"from": "human", "value": "y"}]}]', "item 2: id: 'a' is the id of item 1 too"),
+            ('[{"conversations": [{"from": "human", "value": "x"}]},'
+             ' {"id": "sharegpt-1", "conversations": [{"from": "human", "value": "y"}]}]',
+             "item 2: id: 'sharegpt-1' is the id of item 1 too"),
             ('', 'has no sessions'),
         ]
         for text, words in cases:

@@ -5,11 +5,14 @@ import hashlib
 import json
 import os
 import random
+import re
+import socket
 import tempfile
 import unittest
 
-from stream_client import _parse_trace, _prompt_words, _trace_offsets
-from .support import Fixture, run_cli
+import stream_client
+from stream_client import _parse_trace, _prompt_words, _trace_offsets, _trace_prompts, _Tokenizer
+from .support import Fixture, LoopbackServer, run_cli
 
 BLOCK = 16
 
@@ -157,6 +160,51 @@ class TracePromptTests(unittest.TestCase):
         lines = _parse_trace('t', '\n'.join(json.dumps({'timestamp': at, 'prompt': 'x'}) for at in (1000, 1000, 1500, 4000)))
         self.assertEqual(_trace_offsets(lines, 1.0), [0.0, 0.0, 0.5, 3.0])
         self.assertEqual(_trace_offsets(lines, 2.0), [0.0, 0.0, 0.25, 1.5])
+
+
+class TokenizeServer(LoopbackServer):
+    """Answers every request (POST /tokenize) with 200 and the JSON body it was given; ``asked`` counts them."""
+
+    def __init__(self, answer: bytes) -> None:
+        super().__init__()
+        self.answer, self.asked = answer, 0
+        self.start()
+
+    def serve(self, sock: socket.socket) -> None:
+        with sock:
+            request = b''
+            while b'\r\n\r\n' not in request:
+                request += sock.recv(65536)
+            head, _, body = request.partition(b'\r\n\r\n')
+            length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
+            while len(body) < length:
+                body += sock.recv(65536)
+            self.asked += 1
+            sock.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n'
+                         b'Connection: close\r\n\r\n' % len(self.answer) + self.answer)
+
+
+class TokenizeAnswerTests(unittest.TestCase):
+    """What /tokenize answers is a count only when it is a non-negative whole number (docs/workloads.md)."""
+
+    def test_an_answer_that_is_not_a_non_negative_count_falls_back_to_the_approximation(self):
+        lines = _parse_trace('t', json.dumps({'timestamp': 0, 'input_length': 12}))
+        for answer in (b'{"count": -248}', b'{"count": -1}', b'{"count": true}', b'{"count": 12.0}',
+                       b'{"count": "12"}', b'{"tokens": [1, 2]}', b'[12]'):
+            with self.subTest(answer=answer):
+                server = TokenizeServer(answer)
+                try:
+                    tokenizer = _Tokenizer(stream_client.prepare(server.url, 'm', 'x'))
+                    [(text, counted)] = _trace_prompts(lines, tokenizer, 16)
+                finally:
+                    server.close()
+                self.assertEqual((len(text.split(' ')), counted, tokenizer.offered, server.asked), (12, None, False, 1))
+        server = TokenizeServer(b'{"count": 12}')  # a count is taken as one
+        try:
+            [(text, counted)] = _trace_prompts(lines, _Tokenizer(stream_client.prepare(server.url, 'm', 'x')), 16)
+        finally:
+            server.close()
+        self.assertEqual((len(text.split(' ')), counted), (12, 12))
 
 
 GOLDEN_PREFIX = '2f1065558aa220c6'  # sha256 of the words of blocks 0 and 1 (256 tokens each), its first 16 digits

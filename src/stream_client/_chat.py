@@ -96,10 +96,17 @@ class _ChoiceChunks(StreamValidator):
             raise _failure('field_type', f'expected finish_reason to be a string, got {type(reason).__name__}')
         self.finish_reason = reason
 
+    def _one_call_alone(self) -> bool:
+        """Whether the answer has the one shape the tgi dialect excuses a missing finish_reason for: one
+        tool call alone, with no text, reasoning or refusal beside it, as TGI's router streams a call
+        (docs/dialects.md). Any other shape is judged by the vendor rules."""
+        return (self.finish_reason is None and self.dialect.allows(_CALLS_WITHOUT_FINISH) and len(self.calls) == 1
+                and not self.text_parts and not self.reasoning_parts and not self.refusal_parts)
+
     def finish(self) -> str | None:
         reason = self.finish_reason
-        if reason is None and self.done and self.calls and self.dialect.allows(_CALLS_WITHOUT_FINISH):
-            return 'calls'  # TGI: [DONE] ends a tool-call stream without one; the calls' arguments must prove it
+        if self.done and self._one_call_alone():
+            return 'calls'  # TGI: [DONE] ends its one call without a finish; the call's arguments must prove it
         if reason == 'stop' and self.calls and self.spec.named is not None:
             return 'calls'  # vLLM says tool_calls, or stop when the choice named the function (as OpenAI does)
         return None if reason is None else self._FINISHES.get(reason, 'other')
@@ -107,9 +114,16 @@ class _ChoiceChunks(StreamValidator):
     _FINISHES = {'stop': 'stop', 'length': 'length', 'tool_calls': 'calls'}
 
     def finish_words(self) -> str:
-        if self.finish_reason is None and self.calls and self.dialect.allows(_CALLS_WITHOUT_FINISH):
-            return f'[DONE] without a finish_reason after {len(self.calls)} tool call(s) ({self.dialect.name} dialect)'
+        if self._one_call_alone():
+            return f'[DONE] without a finish_reason after 1 tool call ({self.dialect.name} dialect)'
         return f'finish_reason={self.finish_reason}'
+
+    def no_finish_words(self) -> str:
+        words = super().no_finish_words()
+        if not self.calls or not self.dialect.allows(_CALLS_WITHOUT_FINISH):
+            return words
+        beside = f'{len(self.calls)} tool calls' if len(self.calls) > 1 else 'text or reasoning beside its call'
+        return f'{words}: the {self.dialect.name} dialect excuses that for one tool call alone, and this answer has {beside}'
 
     def fields(self) -> dict:
         return {**super().fields(), 'finish_reason': self.finish_reason}

@@ -22,16 +22,17 @@ from ._plan import _planned_steps, _shard_runs
 from ._load import LoadSettings, run_load, _scheduled_runs
 from ._gates import _evaluate_gates, _gates_held, _parse_gates, _SCHEDULE_FIELDS
 from ._summary import _parse_slos, _saturation_step, Summary, _summary_table
-from ._comparison import _compare_loads, _comparison_markdown
+from ._comparison import _compare_loads, _comparison_markdown, _LoadHeader, _loads_differ, _settings_differ
 from ._report import Report
 from ._evidence import (
-    _check_sources, _CsvFile, _default_signals, _summary_csv, _ignore_signals, iter_records, _load_records, _reserve_output, _save_capture, _SIGNAL_EXIT, summarize,
+    _check_sources, _CsvFile, _default_signals, _summary_csv, _ignore_signals, iter_records, _load_records, _not_a_load,
+    _reserve_output, _save_capture, _SIGNAL_EXIT, summarize,
     _write_record, _write_report)
 from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args,
     _served_model, _terminate, _unchecked_line, _unset_key_note)
 from ._workload_flags import _check_workload_flags
-from ._views import _compare_table, _LiveView, _LoadView, _settings_differ
+from ._views import _compare_table, _LiveView, _LoadView
 from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_blocks, _workload_load
 from ._server_metrics import _metrics_lines, _metrics_settings, _saved_metrics, _Scraper
 from ._exporter_cli import _exporter_command
@@ -113,9 +114,10 @@ def _compare(args, prog: str, gates: tuple) -> int:
 
 
 def _holds_loads(paths: list[str]) -> bool:
-    """Whether a file among paths holds the records of a load (several, or one with its load's settings)."""
+    """Whether a file among paths holds the records of a load (several, or one with its load's settings).
+    Lines that are not JSON are passed over here: a load's cut line, or a file that holds no record at all."""
     for path in paths:
-        reading = iter_records(path)
+        reading = iter_records(path, [])
         found = list(itertools.islice(reading, 2))
         reading.close()
         if len(found) > 1 or any('load' in record for record in found):
@@ -129,10 +131,20 @@ def _compare_two_loads(args, prog: str, gates: tuple) -> int:
     if len(args.compare) != 2:
         one = f'; use --summary {args.compare[0]} to read one load' if len(args.compare) == 1 else ''
         raise UsageError(f'--compare of loads takes two files, BASE CANDIDATE, not {len(args.compare)}{one}')
+    for path in args.compare:
+        problem = _not_a_load(path)
+        if problem:
+            raise UsageError(f'--compare of two loads: {problem}; compare two loads, or two single runs\' records')
     slos = _parse_slos(args.slo) if args.slo else None
-    summaries = [summarize([path], args.mixed_sources, slos=slos, slo_target=_slo_target(args))[0]
-                 for path in args.compare]
+    headers = _LoadHeader(), _LoadHeader()
+    summaries = [summarize([path], args.mixed_sources, slos=slos, slo_target=_slo_target(args), each=header.add)[0]
+                 for path, header in zip(args.compare, headers)]
     _check_sources(summaries[0].seen['sources'] | summaries[1].seen['sources'], args.mixed_sources, 'compare')
+    whole = [_reading_warnings(prog, summary, [path]) for summary, path in zip(summaries, args.compare)]  # as --summary
+    differ = _loads_differ(*headers, ('slo',) * bool(args.slo) + ('slo_target',) * (args.slo_target is not None))
+    if differ:
+        print(f'{prog}: warning: the two loads differ in {", ".join(differ)}; a difference between them may come '
+              'from that rather than from the server', file=sys.stderr)
     comparison = _compare_loads(*summaries, args.seed)
     comparison['gates'] = _evaluate_gates(gates, comparison)
     table = _comparison_markdown(comparison, tuple(os.path.basename(path) for path in args.compare))
@@ -142,7 +154,7 @@ def _compare_two_loads(args, prog: str, gates: tuple) -> int:
         if not args.quiet and sys.stderr.isatty():
             print(table, file=sys.stderr)
         _emit(_json_text(comparison))
-    return 0 if _gates_held(comparison) else 1
+    return 0 if _gates_held(comparison) and all(whole) else 1
 
 
 def _summary_command(args, prog: str, gates: tuple) -> int:
@@ -165,13 +177,7 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
     result['gates'] = _evaluate_gates(gates, result)
     if report_fd is not None:
         _write_report(report_fd, report)
-    for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
-        print(f'{prog}: warning: {line}', file=sys.stderr)
-    if summary.skipped:
-        more = len(summary.skipped) - _MAX_SKIPPED_SHOWN
-        print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
-              + f'the summary counts the {_count(result["runs"], "other record")} ("skipped_lines": '
-                f'{len(summary.skipped)})', file=sys.stderr)
+    whole = _reading_warnings(prog, summary, args.summary)
     person = not args.quiet and sys.stderr.isatty()
     if person:
         print('\n'.join([_summary_table(result)] + (_metrics_lines(metrics) if metrics else [])), file=sys.stderr)
@@ -183,10 +189,28 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
     else:
         _emit_summary(result, person, None)
     _say_written(args)
-    return 0 if _gates_held(result) and not summary.skipped else 1
+    return 0 if _gates_held(result) and whole else 1
 
 
 _MAX_SKIPPED_SHOWN = 10  # lines of broken JSON --summary names one by one; it counts the rest
+
+
+def _reading_warnings(prog: str, summary: Summary, paths: list[str]) -> bool:
+    """What --summary says, and --compare of each load, of files that are not whole: each line of broken JSON
+    left out (the first ones), and fewer runs with a record than their loads planned (a load interrupted, a
+    file cut between lines); whether they were whole (the exit status is 1 when not)."""
+    runs, planned = summary.runs, summary.result()['planned_runs']
+    for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
+        print(f'{prog}: warning: {line}', file=sys.stderr)
+    if summary.skipped:
+        more = len(summary.skipped) - _MAX_SKIPPED_SHOWN
+        print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
+              + f'the summary counts the {_count(runs, "other record")} ("skipped_lines": '
+                f'{len(summary.skipped)})', file=sys.stderr)
+    if planned > runs:
+        print(f'{prog}: warning: {" and ".join(paths)}: {runs} of the {_count(planned, "planned run")} have a record '
+              '(a load interrupted, or a file cut between lines)', file=sys.stderr)
+    return not summary.skipped and planned <= runs
 
 
 def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:

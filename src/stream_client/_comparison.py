@@ -4,8 +4,12 @@
 counts and kinds, each latency figure's p50, p90 and p99 with a seeded
 bootstrap 95% interval of the difference, and the differences in goodput
 and attainment; ``_comparison_markdown()`` is its table for a pull request.
-No I/O: the caller reads the files and owns the seed.
+``_LoadHeader`` gathers what each load was run as while its records are
+read, and ``_loads_differ()`` names what the two differ in (API, workload,
+model, request and load settings). No I/O: the caller reads the files and
+owns the seed.
 """
+import json
 import math
 import random
 
@@ -16,6 +20,79 @@ from ._summary import Summary
 _RESAMPLES = 1000      # bootstrap resamples of each latency figure
 _COMPARED_PERCENTILES = (('p50', 50), ('p90', 90), ('p99', 99))
 _PLAIN_DELTAS = ('ok_ratio', 'not_ok', 'good', 'goodput_per_s', 'slo_attainment')
+
+
+def _settings_differ(records: list[dict]) -> list[str]:
+    """The request settings (every key of the record's request, and the model) that differ between records."""
+    keys = sorted({key for record in records for key in (record.get('request') or {})})
+    differ = [key.removesuffix('_sha256') for key in keys
+              if len({json.dumps((record.get('request') or {}).get(key)) for record in records}) > 1]
+    if len({record.get('model') for record in records}) > 1:
+        differ.append('model')
+    return differ
+
+
+# What a load's header (a record's "load") says of how it was sent, compared between two loads: the runs in
+# flight and their pacing. runs, duration and seed set how many runs there are; processes, warm-up and ids
+# change nothing the server sees.
+_COMPARED_LOAD_KEYS = ('concurrency', 'rate', 'arrivals', 'keep_alive', 'trace_speed', 'sessions')
+# The request settings that change from run to run within a workload that is not one request repeated: a
+# first run's are compared only when both loads have their first run in common (the same workload).
+_PER_SESSION_KEYS = ('prompt_sha256', 'max_tokens')
+
+
+def _workload_kind(record: dict) -> str:
+    """What sent the run: sessions, a trace, synthetic lengths, or a load of requests; 'sweep' added for a
+    step of --rates, --concurrencies or --find-capacity, 'repeat' for one of --repeats."""
+    request, load = record.get('request') or {}, record.get('load') or {}
+    kind = ('sessions' if 'session' in record else 'trace' if 'trace' in record
+            else 'synthetic' if 'input_tokens' in request or 'output_tokens' in request else 'requests')
+    return kind + (' sweep' if load.get('step') is not None else '') + (' repeat' if load.get('repeat') is not None else '')
+
+
+class _LoadHeader:
+    """What one load was run as, gathered from its records as they are read: its APIs, its workload kinds,
+    its sessions' ids, and the record of its first run (the lowest run number: in two loads of the same
+    flags, the same request)."""
+
+    def __init__(self) -> None:
+        self.apis: set = set()
+        self.kinds: set = set()
+        self.sessions: set = set()
+        self.first: dict | None = None
+
+    def add(self, record: dict) -> None:
+        self.apis.add(record.get('api', 'chat'))
+        self.kinds.add(_workload_kind(record))
+        if 'session' in record:
+            self.sessions.add(record['session'])
+        if self.first is None or record.get('run', 0) < self.first.get('run', 0):
+            self.first = record
+
+
+def _loads_differ(base: _LoadHeader, candidate: _LoadHeader, overridden: tuple[str, ...] = ()) -> list[str]:
+    """What two loads differ in, of what decides what a server is asked and how it is judged: API,
+    workload, sessions, the request's settings and model (those of each load's first run), how the runs
+    were sent and their SLO bounds (the load's header), but the bounds in ``overridden`` ('slo',
+    'slo_target': the command line judges both loads by the same)."""
+    differ = []
+    if base.apis != candidate.apis:
+        differ.append('API')
+    if base.kinds != candidate.kinds:
+        differ.append('workload')
+    if base.sessions != candidate.sessions:
+        differ.append('sessions')
+    if base.first is None or candidate.first is None:
+        return differ
+    firsts = [base.first, candidate.first]
+    per_session = base.sessions or candidate.sessions  # a first run is any session's: its prompt says nothing
+    differ += [name for name in _settings_differ(firsts)
+               if not (per_session and name in (key.removesuffix('_sha256') for key in _PER_SESSION_KEYS))
+               and (name == 'model' or base.kinds == candidate.kinds)]  # other workloads: other requests
+    loads = [record.get('load') or {} for record in firsts]
+    differ += [key for key in _COMPARED_LOAD_KEYS + ('slo', 'slo_target')
+               if key not in overridden and loads[0].get(key) != loads[1].get(key)]
+    return differ
 
 
 def _rank(ordered: list[float], p: float) -> float:

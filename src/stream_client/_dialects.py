@@ -67,11 +67,14 @@ DIALECTS = {dialect.name: dialect for dialect in (
     Dialect('tgi', 'text-generation-inference (Hugging Face TGI)', (
         DialectRule(_CALLS_WITHOUT_FINISH, 'chat',
              'a tool-call stream ends with data: [DONE] and no finish_reason: once the call\'s JSON is whole '
-             'the router returns to buffering, and the token that carries the finish is never sent',
-             '[DONE] arrived, and every call\'s arguments are one complete JSON object (valid against the '
-             'tool\'s parameters when --tools gives them); a finish_reason that does come (length) decides '
-             'as usual',
-             'text-generation-inference router/src/chat.rs: ChatState::push, StreamState::Tool back to Buffering'),
+             'the router returns to buffering, and the token that carries the finish is never sent; the '
+             'router streams one call at most (index 0), and no text beside it',
+             'the answer is one tool call alone (no second call, no text or reasoning beside it), [DONE] '
+             'arrived, and the call\'s arguments are one complete JSON object (valid against the tool\'s '
+             'parameters when --tools gives them); any other shape is judged by the vendor rules, and a '
+             'finish_reason that does come (length) decides as usual',
+             'text-generation-inference 3.x router/src/chat.rs: ChatState::push, StreamState::Tool back to '
+             'Buffering; router/src/infer/tool_grammar.rs: one {"function": ...} object'),
     )),
     Dialect('litellm', 'the LiteLLM proxy (a gateway in front of any of these servers)', (
         DialectRule(_RESPONSES_UNTYPED, 'responses',

@@ -211,6 +211,21 @@ def _load_records(paths: list[str], mixed_sources: bool = False) -> list[dict]:
     return records
 
 
+def _not_a_load(path: str) -> str | None:
+    """Why a file given to --compare of two loads holds no load: no record (empty, or its lines not JSON, as
+    a --csv table's are), or a record of a single run; None when its first record is one of a load's. A
+    cut line is left for the summary to warn of."""
+    skipped: list = []
+    reading = iter_records(path, skipped)
+    first = next(reading, None)
+    reading.close()
+    if first is None:
+        return f'{path} holds no record' + (': its lines are not JSON (a --csv table?)' if skipped else '')
+    if not isinstance(first.get('load'), dict):
+        return f'{path} is a single run\'s record, not a load'
+    return None
+
+
 def _check_sources(sources: set, mixed_sources: bool, verb: str) -> None:
     """UsageError when records of different sources would mix (fixture and replay timings are synthetic)."""
     if len(sources) > 1 and not mixed_sources:
@@ -262,17 +277,19 @@ def iter_records(path: str, skipped: list | None = None):
 
 
 def summarize(paths: list[str], mixed_sources: bool = False, report: bool = False, slos: tuple | None = None,
-              slo_target: float | None = None) -> tuple[Summary, Report | None]:
+              slo_target: float | None = None, each=None) -> tuple[Summary, Report | None]:
     """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
     (default: the bounds their loads were run with); UsageError for unreadable files, records that
     cannot be counted, mixed sources or loads run with different bounds. A line of broken JSON is
-    left out, and said so in the summary's ``skipped``."""
+    left out, and said so in the summary's ``skipped``. ``each``, if given, is called with every record."""
     summary, shards = Summary(slos, slo_target), _ShardCheck()
     drawing = Report(summary) if report else None
     for path in paths:
         for record in iter_records(path, summary.skipped):
             shards.add(record)
             summary.add(record)
+            if each is not None:
+                each(record)
             if drawing is not None:
                 drawing.add(record)
     _check_sources(summary.seen['sources'], mixed_sources, 'summarize')

@@ -49,7 +49,8 @@ def _value(text: str, number: int) -> float:
 def _parse_exposition(text: str) -> dict[str, dict]:
     """The families of a scrape in the text format 0.0.4: {name: {"type": ..., "samples": [[sample name,
     {label: value}, value], ...]}}, in order. _ExpositionError for anything else: a malformed line, a
-    TYPE given twice or after its samples, a family split in two groups, a series given twice."""
+    TYPE given twice or after its samples, a family split in two groups, a series given twice, a counter
+    (a counter's sample, a histogram's bucket or count, a summary's count) below 0."""
     families: dict[str, dict] = {}
     owner: dict[str, str] = {}   # sample name -> its family, for the suffixes of typed families
     series: set = set()
@@ -106,6 +107,9 @@ def _parse_exposition(text: str) -> dict[str, dict]:
         if current != family and families[family]['samples']:
             raise _ExpositionError(f'line {number}: the samples of {family} are not in one group')
         current = family
+        kind = families[family]['type']
+        if value < 0 and (kind == 'counter' or kind in ('histogram', 'summary') and name.endswith(('_bucket', '_count'))):
+            raise _ExpositionError(f'line {number}: {name}{labels or ""} is {value:g}, and a counter is never negative')
         key = (name, tuple(sorted(labels.items())))
         if key in series:
             raise _ExpositionError(f'line {number}: the series {name}{labels or ""} is given twice')
@@ -294,9 +298,9 @@ class _Scraper:
 
 
 class _MetricsSummary:
-    """Per step: each counter's increase (over its series, a decrease read as a restart from 0) and each
-    gauge's max and mean over the scrapes (a scrape's value is the sum over its series, or their max for
-    a *_perc gauge, a share)."""
+    """Per step: each counter's increase (over its series, a decrease read as a restart from 0, so never
+    below 0; a negative value is skipped) and each gauge's max and mean over the scrapes (a scrape's value
+    is the sum over its series, or their max for a *_perc gauge, a share)."""
 
     def __init__(self) -> None:
         self.steps: dict = {}
@@ -325,10 +329,11 @@ class _MetricsSummary:
                 name = name if name.endswith('_total') else name + '_total'  # as the samples name it
                 total = state['counters'].setdefault(name, 0.0)
                 for sample_name, labels, value in family['samples']:
-                    if sample_name.endswith('_created') or not math.isfinite(value):
-                        continue
+                    if sample_name.endswith('_created') or not math.isfinite(value) or value < 0:
+                        continue  # a negative value is no counter's (a scrape with one fails, as format)
                     key = (sample_name, tuple(sorted(labels.items())))
                     before = state['last'].get(key)
+                    # as Prometheus's increase(): a value below the one before is a reset, counted from 0
                     total += 0.0 if before is None else value - before if value >= before else value
                     state['last'][key] = value
                 state['counters'][name] = total

@@ -26,7 +26,8 @@ _TOKENIZE_ROUNDS = 4  # /tokenize calls per prompt at most while its length is b
 class _Tokenizer:
     """The server's POST /tokenize (vLLM's), asked in the shape the API's requests take (a prompt for
     completions, chat messages otherwise, so that the chat template's tokens count); ``offered`` turns
-    False, for good, at the first answer that is not a count (a 404: not offered), and then nothing more is
+    False, for good, at the first answer that is not a count (a 404: not offered; a "count" that is not
+    a non-negative whole number: negative, a bool, a float, a string, missing), and then nothing more is
     asked. Not through a forward proxy."""
 
     def __init__(self, request: PreparedRequest) -> None:
@@ -54,7 +55,7 @@ class _Tokenizer:
         finally:
             connection.close()
         count = answer.get('count') if isinstance(answer, dict) else None
-        if type(count) is not int:
+        if type(count) is not int or count < 0:  # a count is a non-negative whole number (a bool is not one)
             self.offered = False
             return None
         return count

@@ -3,7 +3,6 @@
 ``_LiveView`` shows one answer as it arrives, ``_LoadView`` a load's progress;
 the verdict and comparison lines are written here.
 """
-import json
 import os
 import threading
 import time
@@ -122,16 +121,6 @@ def _compare_table(paths: list[str], records: list[dict]) -> str:
                       for path, record in zip(paths, records)] for name, key in _COMPARE_COLUMNS]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return '\n'.join('  '.join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
-
-
-def _settings_differ(records: list[dict]) -> list[str]:
-    """The request settings (every key of the record's request, and the model) that differ between records."""
-    keys = sorted({key for record in records for key in (record.get('request') or {})})
-    differ = [key.removesuffix('_sha256') for key in keys
-              if len({json.dumps((record.get('request') or {}).get(key)) for record in records}) > 1]
-    if len({record.get('model') for record in records}) > 1:
-        differ.append('model')
-    return differ
 
 
 def _cell(value) -> str:

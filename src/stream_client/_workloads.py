@@ -156,7 +156,7 @@ def _sharegpt_sessions(path: str, text: str) -> list[_Session]:
     except (ValueError, RecursionError) as exc:
         line = getattr(exc, 'lineno', None)
         raise UsageError(f'--sessions {path}' + (f' line {line}' if line else '') + f': not JSON ({exc})') from None
-    sessions = []
+    sessions, seen = [], {}
     for number, item in enumerate(items, 1):
         where = f'--sessions {path} item {number}'
         entries = item.get('conversations') if isinstance(item, dict) else None
@@ -177,8 +177,11 @@ def _sharegpt_sessions(path: str, text: str) -> list[_Session]:
         if not turns:
             raise _bad(where, 'conversations', 'no human turn')
         name = item.get('id')
-        sessions.append(_Session(name if isinstance(name, str) and name else f'sharegpt-{number}', tuple(turns),
-                                 where, system))
+        name = name if isinstance(name, str) and name else f'sharegpt-{number}'
+        if name in seen:  # two conversations of one id would be counted as one session
+            raise _bad(where, 'id', f'{name!r} is the id of item {seen[name]} too')
+        seen[name] = number
+        sessions.append(_Session(name, tuple(turns), where, system))
     if not sessions:
         raise UsageError(f'--sessions {path} has no conversations')
     return sessions
