@@ -5450,6 +5450,22 @@ def _failed_record(request: PreparedRequest, failure: StreamError) -> dict:
     return _build_record(x)
 
 
+def _client_failure(request: PreparedRequest, exc: Exception, doing: str) -> dict:
+    """The record of a run this client failed to send or to record, whatever raised (a bug in this client:
+    a request that cannot be built or encoded, or anything raising before, while or after sending):
+    client_error, with the exception's type and message. The one place a load's, a session's and a trace's
+    workers turn an exception into a record, so that no run that started is left without one. When even
+    that record cannot be built from the request (the bug is in what a run builds from it, such as the
+    checks of its tools), it is built from the request without its answer's spec and twin."""
+    failure = _failure('client_error', f'the client failed {doing}: {type(exc).__name__}: {exc}')
+    try:
+        return _failed_record(request, failure)
+    except Exception as again:  # the same bug once more: the record without what the run built from the request
+        failure = _failure('client_error', f'{failure.message}; and building its record: '
+                                           f'{type(again).__name__}: {again}')
+        return _failed_record(dataclasses.replace(request, spec=AnswerSpec(), twin=None), failure)
+
+
 # ==== src/stream_client/_transport.py ====
 # Transport: one request, read under the idle timeout and the overall deadline.
 #
@@ -6388,8 +6404,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
         try:
             record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
         except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                      f'{type(exc).__name__}: {exc}'))
+            record = _client_failure(request, exc, 'during the run')
         record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
                   'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
@@ -7631,8 +7646,8 @@ def _with_conversation(request: PreparedRequest, conversation: _Conversation) ->
     record's prompt_sha256 is then that of the history's JSON)."""
     fields = conversation.body_fields()
     body = {**json.loads(request.body), **fields}
-    data = json.dumps(body, ensure_ascii=False).encode()
-    history = json.dumps(fields, ensure_ascii=False, sort_keys=True).encode()
+    data = _json_text(body).encode()  # a surrogate pair streamed in halves goes back as the escapes it came as
+    history = _json_text(fields, sort_keys=True).encode()
     return dataclasses.replace(request, body=data,
                                wire=_render_request(request.scheme, request.host, request.port, request.path,
                                                     request.headers, data),
@@ -7659,48 +7674,67 @@ class _SessionRun:
         self.tool_rounds = 0
 
     def run(self) -> None:
+        """The session's runs, then its end. An exception of this client's own between two runs (taking an
+        answer into the history) ends the session there, not ok (client_error), its records kept."""
+        try:
+            ended = self._turns()
+        except Exception as exc:  # a bug in this client: the session still ends, with every record it has
+            if self.pending is None:  # raised by emit(), the load's writer: not the session's to record
+                raise
+            turn, round_ = self.pending['turn'], self.pending['round']
+            ended = (turn, 'client_error', f'turn {turn} round {round_}: the client failed after the run: '
+                                           f'{type(exc).__name__}: {exc}')
+        self._end(*ended)
+
+    def _turns(self) -> tuple[int, str | None, str | None]:
+        """Run the turns; return how the session ended: (turns run, ended_by, reason)."""
         session = self.session
         conversation, results = _Conversation(self.request.api, session.system), _ToolResults(session)
         for turn, text in enumerate(session.turns, 1):
             if turn > 1 and not self._think():
-                return self._end(turn - 1, 'interrupted', f'{self.cancel.reason} before turn {turn}')
+                return turn - 1, 'interrupted', f'{self.cancel.reason} before turn {turn}'
             conversation.user(text)
             round_ = 0
             while True:
-                record = self._one(_with_conversation(self.request, conversation), turn, round_)
+                record = self._one(lambda: _with_conversation(self.request, conversation), turn, round_)
                 if not record['ok']:
-                    return self._end(turn, record['error_kind'] or 'unclassified',
-                                     f'turn {turn} round {round_} not ok: {record["error"]}')
+                    return turn, record['error_kind'] or 'unclassified', f'turn {turn} round {round_} not ok: ' \
+                                                                         f'{record["error"]}'
                 calls = _answer_calls(record)
                 conversation.answer(record['text'] or '', calls)
                 if not calls:
                     break
                 if round_ == session.max_tool_rounds:
-                    return self._end(turn, 'max_tool_rounds', f'turn {turn} still called tools after '
-                                                              f'{session.max_tool_rounds} tool rounds')
+                    return turn, 'max_tool_rounds', f'turn {turn} still called tools after ' \
+                                                    f'{session.max_tool_rounds} tool rounds'
                 conversation.results([(id_, results.next(name)) for id_, name, _ in calls])
                 self.tool_rounds += 1
                 round_ += 1
-        return self._end(len(session.turns), None, None)
+        return len(session.turns), None, None
 
     def _think(self) -> bool:
         """Wait the session's think time; False if the load was cancelled meanwhile."""
         with self.gate.released():
             return _wait_until(time.perf_counter() + self.session.think_time_s, self.cancel)
 
-    def _one(self, request: PreparedRequest, turn: int, round_: int) -> dict:
-        if self.pending is not None:
-            self.emit(self.pending)
-        begun = time.perf_counter()
+    def _one(self, build, turn: int, round_: int) -> dict:
+        """One run: its request, build() (the history as it stands), then sent. Whatever raises in either is
+        a client_error record of the run: a run that started always has its record."""
+        previous, self.pending = self.pending, None
+        if previous is not None:
+            self.emit(previous)
+        begun, request, doing = time.perf_counter(), self.request, 'building the request'
         try:
+            request = build()
+            doing = 'during the run'
             record = _run(request, _Show(), None, self.cancel, self.kept, self.reactor, self.gate)
         except Exception as exc:  # a bug in this client: the run still has its record
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                      f'{type(exc).__name__}: {exc}'))
-        first = self.pending is None
+            if request is self.request:  # the request was not built: its prompt is not the first turn's
+                request = dataclasses.replace(request, settings={**request.settings, 'prompt_sha256': None})
+            record = _client_failure(request, exc, doing)
         self.pending = {**record, 'session': self.session.id, 'turn': turn, 'round': round_,
                         'offset_ms': round((begun - self.started) * 1000, 3),
-                        'queued_ms': self.queued_ms if first else None}
+                        'queued_ms': self.queued_ms if previous is None else None}
         return record
 
     def _end(self, turns_run: int, ended_by: str | None, reason: str | None) -> None:
@@ -7709,11 +7743,12 @@ class _SessionRun:
         if self.pending is None:
             return
         turns = len(self.session.turns)
-        self.pending['session_end'] = {
+        last, self.pending = self.pending, None
+        last['session_end'] = {
             'ok': ended_by is None, 'ended_by': ended_by, 'reason': reason, 'turns': turns, 'turns_run': turns_run,
             'tool_rounds': self.tool_rounds,
             'not_started_turns': list(range(turns_run + 1, turns + 1))}
-        self.emit(self.pending)
+        self.emit(last)
 
 
 def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, on_record,
@@ -7974,8 +8009,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
         try:
             record = _run(request, _Show(), None, cancel, None)
         except Exception as exc:  # a bug in this client: the run still has its record
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                      f'{type(exc).__name__}: {exc}'))
+            record = _client_failure(request, exc, 'during the run')
         late = round((begun - started - offsets[index]) * 1000, 3)
         line = lines[index]
         with lock:
@@ -10483,8 +10517,7 @@ class Exporter:
         try:
             record = self.run_one(request)
         except Exception as exc:  # a bug in this client: the run still leaves its record, saying so
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                     f'{type(exc).__name__}: {exc}'))
+            record = _client_failure(request, exc, 'during the run')
         record = {**record, 'target': name}
         with self._lock:
             self.runs[name, 'ok' if record['ok'] else 'failed'] += 1
