@@ -21,7 +21,7 @@ import time
 import typing
 from urllib.parse import parse_qsl, quote, urlsplit
 
-from ._limits import _failure, _host_port, LAYERS, _preview, _shorten, UsageError, __version__
+from ._limits import _host_port, LAYERS, _preview, _shorten, UsageError, __version__
 from ._json import _seen
 from ._request import _DEFAULT_URL, PreparedRequest
 from ._record import _client_failure
