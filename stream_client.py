@@ -6063,7 +6063,8 @@ def _receive_unstamped(connection: _Connection) -> tuple[bytes, None]:
 # same plan without talking to each other. ``--shard I/N`` makes a process send the runs i with
 # i % N == I, at their planned times from the shared ``--start-at``, and write its own evidence; every
 # record carries the plan's id and its shard (``load.plan``). ``_ShardCheck`` reads the records of many
-# files and says which shard of a plan is missing or given twice.
+# files and says which shard of a plan is missing or given twice, ``_LoadCheck`` which runs or sessions a
+# load planned have no record.
 
 _MAX_SHARDS = 4096
 _START_AT = re.compile(r'(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(\.\d{1,6})?(Z|\+00:00)')
@@ -6146,6 +6147,62 @@ class _ShardCheck:
                 raise UsageError(f'plan {plan}: shard{"s" if len(missing) > 1 else ""} {named} missing: no '
                                  f'record of {"them" if len(missing) > 1 else "it"} in these files (each shard '
                                  'writes its own evidence file; give them all)')
+
+
+class _LoadCheck:
+    """What each load planned, against the records read: its ``load.runs`` runs (a load, a trace, a shard's
+    share), or for --sessions its ``load.sessions`` sessions, each ending on a record with ``session_end``,
+    and its runs, numbered from 0 as they were written. ``missing()`` says what has no record, so that no
+    summary calls a file ok that lacks a planned run or session."""
+
+    def __init__(self) -> None:
+        self.loads: dict[str, dict] = {}  # load id: what it planned, the records seen, the sessions seen and ended
+
+    def add(self, record: dict) -> None:
+        load = record.get('load')
+        if not isinstance(load, dict) or load.get('id') is None:
+            return
+        seen = self.loads.get(load['id'])
+        if seen is None:
+            seen = self.loads[load['id']] = {'runs': load.get('runs'), 'sessions': load.get('sessions'),
+                                             'records': 0, 'last_run': -1, 'sessions_seen': set(), 'ended': set()}
+        seen['records'] += 1
+        if record.get('run') is not None:
+            seen['last_run'] = max(seen['last_run'], record['run'])
+        if 'session' in record:
+            seen['sessions_seen'].add(record['session'])
+            if record.get('session_end') is not None:
+                seen['ended'].add(record['session'])
+
+    def missing(self) -> list[str]:
+        """What each load that is not whole lacks, one phrase per load: 'load ID: 1 of 200 planned runs has
+        no record'; empty when every load is whole."""
+        phrases = []
+        for load, seen in sorted(self.loads.items()):
+            lacks = []
+            if seen['runs'] is not None and seen['records'] < seen['runs']:
+                lacks.append(f'{_of(seen["runs"] - seen["records"], seen["runs"], "run")} no record')
+            if seen['sessions'] is not None:
+                if len(seen['sessions_seen']) < seen['sessions']:
+                    lacks.append(f'{_of(seen["sessions"] - len(seen["sessions_seen"]), seen["sessions"], "session")}'
+                                 ' no record')
+                unended = sorted(seen['sessions_seen'] - seen['ended'])
+                if unended:
+                    named = ', '.join(unended[:3]) + (f' and {len(unended) - 3} more' if len(unended) > 3 else '')
+                    lacks.append(f'session{"s" * (len(unended) > 1)} {named} '
+                                 f'{"have" if len(unended) > 1 else "has"} no last record (session_end)')
+                gap = seen['last_run'] + 1 - seen['records']
+                if gap > 0:  # a session load numbers its runs from 0 as it writes them
+                    lacks.append(f'{gap} of its runs numbered 0 to {seen["last_run"]} '
+                                 f'{"has" if gap == 1 else "have"} no record')
+            if lacks:
+                phrases.append(f'load {load}: ' + ', '.join(lacks))
+        return phrases
+
+
+def _of(count: int, planned: int, noun: str) -> str:
+    """'1 of 4 planned runs has', '2 of 4 planned sessions have'."""
+    return f'{count} of {planned} planned {noun}s {"has" if count == 1 else "have"}'
 
 
 def _planned_steps(args, steps: list | None) -> list | None:
@@ -6782,6 +6839,7 @@ class Summary:
         self.single_runs = 0               # records of runs that were not part of a load
         self.pairs: collections.Counter = collections.Counter()  # --cross-check pairs, by what they showed
         self.skipped: list[str] = []       # why each line of the files read that was broken JSON was left out
+        self.missing: list[str] = []       # what the loads read planned and has no record (see _LoadCheck)
         self._second = ('', 0)  # the last whole second parsed from a started_at, and its epoch
 
     def epoch(self, started_at: str) -> float:
@@ -8498,7 +8556,8 @@ _RECORD_FIELDS = {
     'model': _TEXT_OR_NULL, 'url': _TEXT_OR_NULL,
     'request': _OBJECT_OR_NULL, 'load': _OBJECT_OR_NULL, 'cross_check': _OBJECT_OR_NULL,
     'connection': _OBJECT_OR_NULL, 'http': _OBJECT_OR_NULL, 'client': _OBJECT_OR_NULL,
-    'load.id': _TEXT_OR_NULL, 'load.runs': (_or_null(_integer), 'an integer or null'), 'load.rate': _NUMBER_OR_NULL,
+    'load.id': _TEXT_OR_NULL, 'load.runs': (_or_null(_integer), 'an integer or null'),
+    'load.sessions': (_or_null(_integer), 'an integer or null'), 'load.rate': _NUMBER_OR_NULL,
     'load.duration': _NUMBER_OR_NULL, 'load.step': (_or_null(_integer), 'an integer or null'),
     'load.concurrency': (_or_null(_integer), 'an integer or null'), 'load.slo_target': _NUMBER_OR_NULL,
     'load.slo': (_or_null(lambda value: isinstance(value, dict) and all(map(_number, value.values()))),
@@ -8605,17 +8664,20 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
     """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
     (default: the bounds their loads were run with); UsageError for unreadable files, records that
     cannot be counted, mixed sources or loads run with different bounds. A line of broken JSON is
-    left out, and said so in the summary's ``skipped``."""
-    summary, shards = Summary(slos, slo_target), _ShardCheck()
+    left out, and said so in the summary's ``skipped``; what a load planned and has no record of (a run,
+    a session, a session's last record) is said in its ``missing``."""
+    summary, shards, loads = Summary(slos, slo_target), _ShardCheck(), _LoadCheck()
     drawing = Report(summary) if report else None
     for path in paths:
         for record in iter_records(path, summary.skipped):
             shards.add(record)
+            loads.add(record)
             summary.add(record)
             if drawing is not None:
                 drawing.add(record)
     _check_sources(summary.seen['sources'], mixed_sources, 'summarize')
     shards.check()
+    summary.missing = loads.missing()
     summary.slo_bounds()
     return summary, drawing
 
@@ -10998,6 +11060,8 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
         print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
               + f'the summary counts the {_count(result["runs"], "other record")} ("skipped_lines": '
                 f'{len(summary.skipped)})', file=sys.stderr)
+    if summary.missing:  # a file cut by whole lines, or a load that lost runs: never a whole load's summary
+        print(f'{prog}: warning: not every planned run has a record: {"; ".join(summary.missing)}', file=sys.stderr)
     person = not args.quiet and sys.stderr.isatty()
     if person:
         print('\n'.join([_summary_table(result)] + (_metrics_lines(metrics) if metrics else [])), file=sys.stderr)
@@ -11009,7 +11073,7 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
     else:
         _emit_summary(result, person, None)
     _say_written(args)
-    return 0 if _gates_held(result) and not summary.skipped else 1
+    return 0 if _gates_held(result) and not summary.skipped and not summary.missing else 1
 
 
 _MAX_SKIPPED_SHOWN = 10  # lines of broken JSON --summary names one by one; it counts the rest

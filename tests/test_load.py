@@ -1105,6 +1105,21 @@ class SummaryReadingTests(unittest.TestCase):
         self.assertEqual((done.returncode, done.stderr), (2, 'stream_client.py: error: one.json: "content_events" must '
                                                              'be an integer, not 2.5\n'))
 
+    def test_a_load_file_that_lacks_a_run_names_it_and_exits_1(self):
+        done = run_cli('--fixture', 'ok', '--runs', '4', '--concurrency', '2', '--output', 'load.jsonl',
+                       cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        lines = (self.dir / 'load.jsonl').read_bytes().splitlines(keepends=True)
+        load = json.loads(lines[0])['load']['id']
+        (self.dir / 'short.jsonl').write_bytes(b''.join(lines[:2] + lines[3:]))
+        again = run_cli('--summary', 'short.jsonl', cwd=self.tmp.name)
+        self.assertEqual(again.returncode, 1, again.stderr)  # every record there is ok; one is not there
+        self.assertEqual(again.stderr, f'stream_client.py: warning: not every planned run has a record: load {load}: '
+                                       '1 of 4 planned runs has no record\n')
+        self.assertEqual((json.loads(again.stdout)['runs'], json.loads(again.stdout)['ok']), (3, 3))
+        whole = run_cli('--summary', 'load.jsonl', cwd=self.tmp.name)
+        self.assertEqual((whole.returncode, whole.stderr), (0, ''))
+
     def test_a_cut_line_is_named_skipped_and_counted_and_the_rest_summarized(self):
         records = [fake_record(run) for run in range(4)]
         whole = [json.dumps(record, ensure_ascii=False).encode() for record in records]

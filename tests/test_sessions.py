@@ -275,6 +275,40 @@ class SessionLoadTests(unittest.TestCase):
                          (False, 'client_error', 2))
         self.assertIn('turn 2 round 0: the client failed after the run: ValueError', end['session_end']['reason'])
 
+    def test_summary_of_a_sessions_file_that_lacks_a_session_or_a_run_names_what_and_exits_1(self):
+        path = self.sessions_file(2, turns=2)
+        done = run_cli('--fixture', 'agent', '--sessions', path, '--concurrency', '2', '--output', 'whole.jsonl',
+                       cwd=self.folder)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(os.path.join(self.folder, 'whole.jsonl'), encoding='utf-8') as file:
+            lines = file.readlines()
+        records = [json.loads(line) for line in lines]
+        self.assertEqual((len(records), records[0]['load']['sessions'], records[0]['load']['runs']), (8, 2, None))
+        load = records[0]['load']['id']
+        by_run = sorted(range(8), key=lambda index: records[index]['run'])
+        middle = next(index for index in by_run[:-1] if 'session_end' not in records[index])
+        last = by_run[-1]  # the last record written ends its session
+        cuts = {'whole': ([], None),
+                'a session': ([i for i, r in enumerate(records) if r['session'] == 's1'],
+                              f'load {load}: 1 of 2 planned sessions has no record'),
+                'a run': ([middle], f'load {load}: 1 of its runs numbered 0 to 7 has no record'),
+                'the last run': ([last], f'load {load}: session {records[last]["session"]} has no last record '
+                                         '(session_end)')}
+        for name, (dropped, words) in cuts.items():
+            with self.subTest(name):
+                with open(os.path.join(self.folder, 'cut.jsonl'), 'w', encoding='utf-8') as file:
+                    file.writelines(line for index, line in enumerate(lines) if index not in dropped)
+                again = run_cli('--summary', 'cut.jsonl', cwd=self.folder)
+                if words is None:
+                    self.assertEqual((again.returncode, again.stderr), (0, ''))
+                    continue
+                self.assertEqual(again.returncode, 1, again.stderr)
+                self.assertEqual(again.stderr.count('\n'), 1, again.stderr)  # one line
+                self.assertTrue(again.stderr.startswith('stream_client.py: warning: not every planned run has a record: '
+                                                        f'load {load}: '), again.stderr)
+                self.assertIn(words.split(': ', 1)[1], again.stderr)
+                self.assertTrue(json.loads(again.stdout)['sessions']['ok'] >= 1)  # the summary is still printed
+
     def test_runs_caps_the_sessions_and_rate_records_how_late_each_session_started(self):
         path = self.sessions_file(5, turns=1)
         done = run_cli('--fixture', 'agent', '--sessions', path, '--runs', '3', '--rate', '50', '--output',

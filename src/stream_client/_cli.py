@@ -171,6 +171,8 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
         print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
               + f'the summary counts the {_count(result["runs"], "other record")} ("skipped_lines": '
                 f'{len(summary.skipped)})', file=sys.stderr)
+    if summary.missing:  # a file cut by whole lines, or a load that lost runs: never a whole load's summary
+        print(f'{prog}: warning: not every planned run has a record: {"; ".join(summary.missing)}', file=sys.stderr)
     person = not args.quiet and sys.stderr.isatty()
     if person:
         print('\n'.join([_summary_table(result)] + (_metrics_lines(metrics) if metrics else [])), file=sys.stderr)
@@ -182,7 +184,7 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
     else:
         _emit_summary(result, person, None)
     _say_written(args)
-    return 0 if _gates_held(result) and not summary.skipped else 1
+    return 0 if _gates_held(result) and not summary.skipped and not summary.missing else 1
 
 
 _MAX_SKIPPED_SHOWN = 10  # lines of broken JSON --summary names one by one; it counts the rest
