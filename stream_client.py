@@ -5469,6 +5469,22 @@ def _failed_record(request: PreparedRequest, failure: StreamError) -> dict:
     return _build_record(x)
 
 
+def _client_failure(request: PreparedRequest, exc: Exception, doing: str) -> dict:
+    """The record of a run this client failed to send or to record, whatever raised (a bug in this client:
+    a request that cannot be built or encoded, or anything raising before, while or after sending):
+    client_error, with the exception's type and message. The one place a load's, a session's and a trace's
+    workers turn an exception into a record, so that no run that started is left without one. When even
+    that record cannot be built from the request (the bug is in what a run builds from it, such as the
+    checks of its tools), it is built from the request without its answer's spec and twin."""
+    failure = _failure('client_error', f'the client failed {doing}: {type(exc).__name__}: {exc}')
+    try:
+        return _failed_record(request, failure)
+    except Exception as again:  # the same bug once more: the record without what the run built from the request
+        failure = _failure('client_error', f'{failure.message}; and building its record: '
+                                           f'{type(again).__name__}: {again}')
+        return _failed_record(dataclasses.replace(request, spec=AnswerSpec(), twin=None), failure)
+
+
 # ==== src/stream_client/_transport.py ====
 # Transport: one request, read under the idle timeout and the overall deadline.
 #
@@ -6066,7 +6082,8 @@ def _receive_unstamped(connection: _Connection) -> tuple[bytes, None]:
 # same plan without talking to each other. ``--shard I/N`` makes a process send the runs i with
 # i % N == I, at their planned times from the shared ``--start-at``, and write its own evidence; every
 # record carries the plan's id and its shard (``load.plan``). ``_ShardCheck`` reads the records of many
-# files and says which shard of a plan is missing or given twice.
+# files and says which shard of a plan is missing or given twice, ``_LoadCheck`` which runs or sessions a
+# load planned have no record.
 
 _MAX_SHARDS = 4096
 _START_AT = re.compile(r'(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(\.\d{1,6})?(Z|\+00:00)')
@@ -6149,6 +6166,62 @@ class _ShardCheck:
                 raise UsageError(f'plan {plan}: shard{"s" if len(missing) > 1 else ""} {named} missing: no '
                                  f'record of {"them" if len(missing) > 1 else "it"} in these files (each shard '
                                  'writes its own evidence file; give them all)')
+
+
+class _LoadCheck:
+    """What each load planned, against the records read: its ``load.runs`` runs (a load, a trace, a shard's
+    share), or for --sessions its ``load.sessions`` sessions, each ending on a record with ``session_end``,
+    and its runs, numbered from 0 as they were written. ``missing()`` says what has no record, so that no
+    summary calls a file ok that lacks a planned run or session."""
+
+    def __init__(self) -> None:
+        self.loads: dict[str, dict] = {}  # load id: what it planned, the records seen, the sessions seen and ended
+
+    def add(self, record: dict) -> None:
+        load = record.get('load')
+        if not isinstance(load, dict) or load.get('id') is None:
+            return
+        seen = self.loads.get(load['id'])
+        if seen is None:
+            seen = self.loads[load['id']] = {'runs': load.get('runs'), 'sessions': load.get('sessions'),
+                                             'records': 0, 'last_run': -1, 'sessions_seen': set(), 'ended': set()}
+        seen['records'] += 1
+        if record.get('run') is not None:
+            seen['last_run'] = max(seen['last_run'], record['run'])
+        if 'session' in record:
+            seen['sessions_seen'].add(record['session'])
+            if record.get('session_end') is not None:
+                seen['ended'].add(record['session'])
+
+    def missing(self) -> list[str]:
+        """What each load that is not whole lacks, one phrase per load: 'load ID: 1 of 200 planned runs has
+        no record'; empty when every load is whole."""
+        phrases = []
+        for load, seen in sorted(self.loads.items()):
+            lacks = []
+            if seen['runs'] is not None and seen['records'] < seen['runs']:
+                lacks.append(f'{_of(seen["runs"] - seen["records"], seen["runs"], "run")} no record')
+            if seen['sessions'] is not None:
+                if len(seen['sessions_seen']) < seen['sessions']:
+                    lacks.append(f'{_of(seen["sessions"] - len(seen["sessions_seen"]), seen["sessions"], "session")}'
+                                 ' no record')
+                unended = sorted(seen['sessions_seen'] - seen['ended'])
+                if unended:
+                    named = ', '.join(unended[:3]) + (f' and {len(unended) - 3} more' if len(unended) > 3 else '')
+                    lacks.append(f'session{"s" * (len(unended) > 1)} {named} '
+                                 f'{"have" if len(unended) > 1 else "has"} no last record (session_end)')
+                gap = seen['last_run'] + 1 - seen['records']
+                if gap > 0:  # a session load numbers its runs from 0 as it writes them
+                    lacks.append(f'{gap} of its runs numbered 0 to {seen["last_run"]} '
+                                 f'{"has" if gap == 1 else "have"} no record')
+            if lacks:
+                phrases.append(f'load {load}: ' + ', '.join(lacks))
+        return phrases
+
+
+def _of(count: int, planned: int, noun: str) -> str:
+    """'1 of 4 planned runs has', '2 of 4 planned sessions have'."""
+    return f'{count} of {planned} planned {noun}s {"has" if count == 1 else "have"}'
 
 
 def _planned_steps(args, steps: list | None) -> list | None:
@@ -6407,8 +6480,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
         try:
             record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
         except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                      f'{type(exc).__name__}: {exc}'))
+            record = _client_failure(request, exc, 'during the run')
         record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
                   'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
@@ -6786,6 +6858,7 @@ class Summary:
         self.single_runs = 0               # records of runs that were not part of a load
         self.pairs: collections.Counter = collections.Counter()  # --cross-check pairs, by what they showed
         self.skipped: list[str] = []       # why each line of the files read that was broken JSON was left out
+        self.missing: list[str] = []       # what the loads read planned and has no record (see _LoadCheck)
         self._second = ('', 0)  # the last whole second parsed from a started_at, and its epoch
 
     def epoch(self, started_at: str) -> float:
@@ -7729,8 +7802,8 @@ def _with_conversation(request: PreparedRequest, conversation: _Conversation) ->
     record's prompt_sha256 is then that of the history's JSON)."""
     fields = conversation.body_fields()
     body = {**json.loads(request.body), **fields}
-    data = json.dumps(body, ensure_ascii=False).encode()
-    history = json.dumps(fields, ensure_ascii=False, sort_keys=True).encode()
+    data = _json_text(body).encode()  # a surrogate pair streamed in halves goes back as the escapes it came as
+    history = _json_text(fields, sort_keys=True).encode()
     return dataclasses.replace(request, body=data,
                                wire=_render_request(request.scheme, request.host, request.port, request.path,
                                                     request.headers, data),
@@ -7757,48 +7830,67 @@ class _SessionRun:
         self.tool_rounds = 0
 
     def run(self) -> None:
+        """The session's runs, then its end. An exception of this client's own between two runs (taking an
+        answer into the history) ends the session there, not ok (client_error), its records kept."""
+        try:
+            ended = self._turns()
+        except Exception as exc:  # a bug in this client: the session still ends, with every record it has
+            if self.pending is None:  # raised by emit(), the load's writer: not the session's to record
+                raise
+            turn, round_ = self.pending['turn'], self.pending['round']
+            ended = (turn, 'client_error', f'turn {turn} round {round_}: the client failed after the run: '
+                                           f'{type(exc).__name__}: {exc}')
+        self._end(*ended)
+
+    def _turns(self) -> tuple[int, str | None, str | None]:
+        """Run the turns; return how the session ended: (turns run, ended_by, reason)."""
         session = self.session
         conversation, results = _Conversation(self.request.api, session.system), _ToolResults(session)
         for turn, text in enumerate(session.turns, 1):
             if turn > 1 and not self._think():
-                return self._end(turn - 1, 'interrupted', f'{self.cancel.reason} before turn {turn}')
+                return turn - 1, 'interrupted', f'{self.cancel.reason} before turn {turn}'
             conversation.user(text)
             round_ = 0
             while True:
-                record = self._one(_with_conversation(self.request, conversation), turn, round_)
+                record = self._one(lambda: _with_conversation(self.request, conversation), turn, round_)
                 if not record['ok']:
-                    return self._end(turn, record['error_kind'] or 'unclassified',
-                                     f'turn {turn} round {round_} not ok: {record["error"]}')
+                    return turn, record['error_kind'] or 'unclassified', f'turn {turn} round {round_} not ok: ' \
+                                                                         f'{record["error"]}'
                 calls = _answer_calls(record)
                 conversation.answer(record['text'] or '', calls)
                 if not calls:
                     break
                 if round_ == session.max_tool_rounds:
-                    return self._end(turn, 'max_tool_rounds', f'turn {turn} still called tools after '
-                                                              f'{session.max_tool_rounds} tool rounds')
+                    return turn, 'max_tool_rounds', f'turn {turn} still called tools after ' \
+                                                    f'{session.max_tool_rounds} tool rounds'
                 conversation.results([(id_, results.next(name)) for id_, name, _ in calls])
                 self.tool_rounds += 1
                 round_ += 1
-        return self._end(len(session.turns), None, None)
+        return len(session.turns), None, None
 
     def _think(self) -> bool:
         """Wait the session's think time; False if the load was cancelled meanwhile."""
         with self.gate.released():
             return _wait_until(time.perf_counter() + self.session.think_time_s, self.cancel)
 
-    def _one(self, request: PreparedRequest, turn: int, round_: int) -> dict:
-        if self.pending is not None:
-            self.emit(self.pending)
-        begun = time.perf_counter()
+    def _one(self, build, turn: int, round_: int) -> dict:
+        """One run: its request, build() (the history as it stands), then sent. Whatever raises in either is
+        a client_error record of the run: a run that started always has its record."""
+        previous, self.pending = self.pending, None
+        if previous is not None:
+            self.emit(previous)
+        begun, request, doing = time.perf_counter(), self.request, 'building the request'
         try:
+            request = build()
+            doing = 'during the run'
             record = _run(request, _Show(), None, self.cancel, self.kept, self.reactor, self.gate)
         except Exception as exc:  # a bug in this client: the run still has its record
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                      f'{type(exc).__name__}: {exc}'))
-        first = self.pending is None
+            if request is self.request:  # the request was not built: its prompt is not the first turn's
+                request = dataclasses.replace(request, settings={**request.settings, 'prompt_sha256': None})
+            record = _client_failure(request, exc, doing)
         self.pending = {**record, 'session': self.session.id, 'turn': turn, 'round': round_,
                         'offset_ms': round((begun - self.started) * 1000, 3),
-                        'queued_ms': self.queued_ms if first else None}
+                        'queued_ms': self.queued_ms if previous is None else None}
         return record
 
     def _end(self, turns_run: int, ended_by: str | None, reason: str | None) -> None:
@@ -7807,11 +7899,12 @@ class _SessionRun:
         if self.pending is None:
             return
         turns = len(self.session.turns)
-        self.pending['session_end'] = {
+        last, self.pending = self.pending, None
+        last['session_end'] = {
             'ok': ended_by is None, 'ended_by': ended_by, 'reason': reason, 'turns': turns, 'turns_run': turns_run,
             'tool_rounds': self.tool_rounds,
             'not_started_turns': list(range(turns_run + 1, turns + 1))}
-        self.emit(self.pending)
+        self.emit(last)
 
 
 def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, on_record,
@@ -8073,8 +8166,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
         try:
             record = _run(request, _Show(), None, cancel, None)
         except Exception as exc:  # a bug in this client: the run still has its record
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                      f'{type(exc).__name__}: {exc}'))
+            record = _client_failure(request, exc, 'during the run')
         late = round((begun - started - offsets[index]) * 1000, 3)
         line = lines[index]
         with lock:
@@ -8563,7 +8655,8 @@ _RECORD_FIELDS = {
     'model': _TEXT_OR_NULL, 'url': _TEXT_OR_NULL,
     'request': _OBJECT_OR_NULL, 'load': _OBJECT_OR_NULL, 'cross_check': _OBJECT_OR_NULL,
     'connection': _OBJECT_OR_NULL, 'http': _OBJECT_OR_NULL, 'client': _OBJECT_OR_NULL,
-    'load.id': _TEXT_OR_NULL, 'load.runs': (_or_null(_integer), 'an integer or null'), 'load.rate': _NUMBER_OR_NULL,
+    'load.id': _TEXT_OR_NULL, 'load.runs': (_or_null(_integer), 'an integer or null'),
+    'load.sessions': (_or_null(_integer), 'an integer or null'), 'load.rate': _NUMBER_OR_NULL,
     'load.duration': _NUMBER_OR_NULL, 'load.step': (_or_null(_integer), 'an integer or null'),
     'load.concurrency': (_or_null(_integer), 'an integer or null'), 'load.slo_target': _NUMBER_OR_NULL,
     'load.slo': (_or_null(lambda value: isinstance(value, dict) and all(map(_number, value.values()))),
@@ -8685,12 +8778,15 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
     """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
     (default: the bounds their loads were run with); UsageError for unreadable files, records that
     cannot be counted, mixed sources or loads run with different bounds. A line of broken JSON is
-    left out, and said so in the summary's ``skipped``. ``each``, if given, is called with every record."""
-    summary, shards = Summary(slos, slo_target), _ShardCheck()
+    left out, and said so in the summary's ``skipped``; what a load planned and has no record of (a run,
+    a session, a session's last record) is said in its ``missing``. ``each``, if given, is called with every
+    record."""
+    summary, shards, loads = Summary(slos, slo_target), _ShardCheck(), _LoadCheck()
     drawing = Report(summary) if report else None
     for path in paths:
         for record in iter_records(path, summary.skipped):
             shards.add(record)
+            loads.add(record)
             summary.add(record)
             if each is not None:
                 each(record)
@@ -8698,6 +8794,7 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
                 drawing.add(record)
     _check_sources(summary.seen['sources'], mixed_sources, 'summarize')
     shards.check()
+    summary.missing = loads.missing()
     summary.slo_bounds()
     return summary, drawing
 
@@ -10733,8 +10830,7 @@ class Exporter:
         try:
             record = self.run_one(request)
         except Exception as exc:  # a bug in this client: the run still leaves its record, saying so
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                     f'{type(exc).__name__}: {exc}'))
+            record = _client_failure(request, exc, 'during the run')
         record = {**record, 'target': name}
         with self._lock:
             self.runs[name, 'ok' if record['ok'] else 'failed'] += 1
@@ -11239,20 +11335,19 @@ _MAX_SKIPPED_SHOWN = 10  # lines of broken JSON --summary names one by one; it c
 
 def _reading_warnings(prog: str, summary: Summary, paths: list[str]) -> bool:
     """What --summary says, and --compare of each load, of files that are not whole: each line of broken JSON
-    left out (the first ones), and fewer runs with a record than their loads planned (a load interrupted, a
-    file cut between lines); whether they were whole (the exit status is 1 when not)."""
-    runs, planned = summary.runs, summary.result()['planned_runs']
+    left out (the first ones), and what their loads planned and has no record (a load interrupted, a file cut
+    between lines, a lost worker: see _LoadCheck); whether they were whole (the exit status is 1 when not)."""
     for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
         print(f'{prog}: warning: {line}', file=sys.stderr)
     if summary.skipped:
         more = len(summary.skipped) - _MAX_SKIPPED_SHOWN
         print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
-              + f'the summary counts the {_count(runs, "other record")} ("skipped_lines": '
+              + f'the summary counts the {_count(summary.runs, "other record")} ("skipped_lines": '
                 f'{len(summary.skipped)})', file=sys.stderr)
-    if planned > runs:
-        print(f'{prog}: warning: {" and ".join(paths)}: {runs} of the {_count(planned, "planned run")} have a record '
-              '(a load interrupted, or a file cut between lines)', file=sys.stderr)
-    return not summary.skipped and planned <= runs
+    if summary.missing:  # a file cut by whole lines, or a load that lost runs: never a whole load's summary
+        print(f'{prog}: warning: {" and ".join(paths)}: not every planned run has a record: '
+              f'{"; ".join(summary.missing)}', file=sys.stderr)
+    return not summary.skipped and not summary.missing
 
 
 def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:

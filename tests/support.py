@@ -617,6 +617,21 @@ STOP, DONE = chunk_json(finish_reason='stop'), '[DONE]'
 TEXT = chunk_json(delta={'content': 'hi'})
 
 
+@contextlib.contextmanager
+def run_building_fails_for(marker: bytes):
+    """A bug in this client before anything is sent, patched in: building the run's checks of its answer
+    (PreparedRequest.new_validator) raises for each request whose body holds marker and that offers tools,
+    every time it is asked, so the record of the failure cannot be built from the request as it is either."""
+    real = stream_client.PreparedRequest.new_validator
+
+    def new_validator(request: stream_client.PreparedRequest):
+        if marker in request.body and request.spec.tools:
+            raise RuntimeError('a deliberate failure building the run')
+        return real(request)
+    with mock.patch.object(stream_client.PreparedRequest, 'new_validator', new_validator):
+        yield
+
+
 def with_body(request: stream_client.PreparedRequest, body: dict) -> stream_client.PreparedRequest:
     """The prepared request with another JSON body (its Content-Length and wire bytes made again)."""
     data = json.dumps(body, ensure_ascii=False).encode()

@@ -27,8 +27,8 @@ import stream_client
 from stream_client import stream, StreamError
 from .support import (
     answer, ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, PageReader,
-    resolving_llm_test_to_loopback, row, run_cli, run_in_terminal, script_command, script_env, sse_response, TRACES,
-    URL_PATHS)
+    resolving_llm_test_to_loopback, row, run_building_fails_for, run_cli, run_in_terminal, script_command, script_env,
+    sse_response, TRACES, URL_PATHS)
 
 
 class LoadTests(unittest.TestCase):
@@ -346,6 +346,24 @@ class LoadTests(unittest.TestCase):
                 self.assertEqual(bad.stderr, f'stream_client.py: error: --prompts bad.jsonl line {line}: {words}'
                                  + bad.stderr.split(words, 1)[1])
                 self.assertFalse((self.dir / 'bad-run.jsonl').exists())
+
+    def test_a_run_that_cannot_be_built_is_a_client_error_record_and_the_load_goes_on(self):
+        (self.dir / 'prompts.jsonl').write_text('"one"\n"two"\n')
+        (self.dir / 'tools.json').write_text(json.dumps(fixture_server.TOOLS))
+        with run_building_fails_for(b'"two"'):
+            done = run_cli('--fixture', 'ok', '--prompts', 'prompts.jsonl', '--tools', 'tools.json', '--runs', '4',
+                           '--output', 'built.jsonl', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 1, done.stderr)  # the default gate: a run is not ok
+        self.assertNotIn('Traceback', done.stderr)
+        with open(self.dir / 'built.jsonl', encoding='utf-8') as file:
+            records = sorted((json.loads(line) for line in file), key=lambda record: record['run'])
+        self.assertEqual([(r['run'], r['ok'], r['error_kind']) for r in records],
+                         [(0, True, None), (1, False, 'client_error'), (2, True, None), (3, False, 'client_error')])
+        self.assertIn('the client failed during the run: RuntimeError: a deliberate failure building the run',
+                      records[1]['error'])
+        self.assertEqual(json.loads(done.stdout)['not_ok_by_kind'], {'client_error': 2})
+        again = run_cli('--summary', 'built.jsonl', cwd=self.tmp.name)  # every line a valid record
+        self.assertEqual((again.returncode, json.loads(again.stdout)['runs']), (1, 4))
 
     def test_a_fixed_length_load_expects_length(self):
         with Fixture('length') as fixture:
@@ -1086,6 +1104,21 @@ class SummaryReadingTests(unittest.TestCase):
         done = run_cli('--summary', 'one.json', cwd=self.tmp.name)
         self.assertEqual((done.returncode, done.stderr), (2, 'stream_client.py: error: one.json: "content_events" must '
                                                              'be an integer, not 2.5\n'))
+
+    def test_a_load_file_that_lacks_a_run_names_it_and_exits_1(self):
+        done = run_cli('--fixture', 'ok', '--runs', '4', '--concurrency', '2', '--output', 'load.jsonl',
+                       cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        lines = (self.dir / 'load.jsonl').read_bytes().splitlines(keepends=True)
+        load = json.loads(lines[0])['load']['id']
+        (self.dir / 'short.jsonl').write_bytes(b''.join(lines[:2] + lines[3:]))
+        again = run_cli('--summary', 'short.jsonl', cwd=self.tmp.name)
+        self.assertEqual(again.returncode, 1, again.stderr)  # every record there is ok; one is not there
+        self.assertEqual(again.stderr, f'stream_client.py: warning: not every planned run has a record: load {load}: '
+                                       '1 of 4 planned runs has no record\n')
+        self.assertEqual((json.loads(again.stdout)['runs'], json.loads(again.stdout)['ok']), (3, 3))
+        whole = run_cli('--summary', 'load.jsonl', cwd=self.tmp.name)
+        self.assertEqual((whole.returncode, whole.stderr), (0, ''))
 
     def test_a_cut_line_is_named_skipped_and_counted_and_the_rest_summarized(self):
         records = [fake_record(run) for run in range(4)]

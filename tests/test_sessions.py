@@ -6,11 +6,13 @@ import os
 import re
 import tempfile
 import unittest
+from unittest import mock
 
 import fixture_server
 import stream_client
 from stream_client import _Conversation, _parse_sessions, UsageError
-from .support import Fixture, HERE, run_cli, URL_PATHS
+from .support import (arguments, chunk_json, Fixture, HERE, LoopbackServer, MESSAGE_START, message_end, message_event,
+                      opening, run_cli, sse_response, TEXT_BLOCK, text_delta, URL_PATHS)
 
 SESSION_APIS = ('chat', 'messages', 'responses')
 RESULTS = [{'temp': 20}, 'sunny']  # get_weather's results, consumed in order (the last repeats)
@@ -223,6 +225,90 @@ class SessionLoadTests(unittest.TestCase):
         self.assertEqual([(end['ok'], end['ended_by'], end['not_started_turns']) for end in ends],
                          [(False, 'interrupted', [2, 3])] * 2)
 
+    def test_a_run_whose_request_cannot_be_built_is_a_client_error_record_and_the_other_sessions_go_on(self):
+        path = self.sessions_file(2, turns=2)
+        real = stream_client._with_conversation
+
+        def failing(request, conversation):  # session s1's second turn cannot be encoded
+            if any(item.get('content') == 'session 1 turn 2: weather?' for item in conversation.items):
+                raise UnicodeEncodeError('utf-8', '\ud83d', 0, 1, 'surrogates not allowed')
+            return real(request, conversation)
+        with mock.patch.object(stream_client, '_with_conversation', failing):
+            done = run_cli('--fixture', 'agent', '--sessions', path, '--concurrency', '2', '--output', 'built.jsonl',
+                           cwd=self.folder)
+        self.assertEqual(done.returncode, 1, done.stderr)  # a session not ok
+        self.assertNotIn('Traceback', done.stderr)
+        records = self.records('built.jsonl')
+        self.assertEqual(sorted(r['run'] for r in records), list(range(7)))
+        self.assertEqual(sorted((r['session'], r['turn'], r['round'], r['ok'], r['error_kind']) for r in records),
+                         [('s0', 1, 0, True, None), ('s0', 1, 1, True, None), ('s0', 2, 0, True, None),
+                          ('s0', 2, 1, True, None), ('s1', 1, 0, True, None), ('s1', 1, 1, True, None),
+                          ('s1', 2, 0, False, 'client_error')])
+        failed = next(r for r in records if not r['ok'])
+        self.assertIn('the client failed building the request: UnicodeEncodeError', failed['error'])
+        self.assertIsNone(failed['request']['prompt_sha256'])
+        end = failed['session_end']
+        self.assertEqual((end['ok'], end['ended_by'], end['turns_run'], end['not_started_turns']),
+                         (False, 'client_error', 2, []))
+        sessions = json.loads(done.stdout)['sessions']
+        self.assertEqual((sessions['sessions'], sessions['ok'], sessions['not_ok_by_kind']), (2, 1, {'client_error': 1}))
+
+    def test_a_failure_between_two_runs_ends_the_session_on_its_last_record(self):
+        path = self.sessions_file(2, turns=2)
+        real = stream_client._Conversation.answer
+
+        def failing(conversation, text, calls):  # session s1's answer in turn 2 cannot go into its history
+            if any(item.get('content') == 'session 1 turn 2: weather?' for item in conversation.items):
+                raise ValueError('a deliberate failure taking the answer')
+            return real(conversation, text, calls)
+        with mock.patch.object(stream_client._Conversation, 'answer', failing):
+            done = run_cli('--fixture', 'agent', '--sessions', path, '--concurrency', '2', '--output', 'between.jsonl',
+                           cwd=self.folder)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertNotIn('Traceback', done.stderr)
+        records = self.records('between.jsonl')
+        self.assertEqual(sorted(r['run'] for r in records), list(range(7)))
+        self.assertTrue(all(r['ok'] for r in records))  # every run was; the session was not
+        end = next(r for r in records if r['session'] == 's1' and 'session_end' in r)
+        self.assertEqual((end['turn'], end['round']), (2, 0))
+        self.assertEqual((end['session_end']['ok'], end['session_end']['ended_by'], end['session_end']['turns_run']),
+                         (False, 'client_error', 2))
+        self.assertIn('turn 2 round 0: the client failed after the run: ValueError', end['session_end']['reason'])
+
+    def test_summary_of_a_sessions_file_that_lacks_a_session_or_a_run_names_what_and_exits_1(self):
+        path = self.sessions_file(2, turns=2)
+        done = run_cli('--fixture', 'agent', '--sessions', path, '--concurrency', '2', '--output', 'whole.jsonl',
+                       cwd=self.folder)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(os.path.join(self.folder, 'whole.jsonl'), encoding='utf-8') as file:
+            lines = file.readlines()
+        records = [json.loads(line) for line in lines]
+        self.assertEqual((len(records), records[0]['load']['sessions'], records[0]['load']['runs']), (8, 2, None))
+        load = records[0]['load']['id']
+        by_run = sorted(range(8), key=lambda index: records[index]['run'])
+        middle = next(index for index in by_run[:-1] if 'session_end' not in records[index])
+        last = by_run[-1]  # the last record written ends its session
+        cuts = {'whole': ([], None),
+                'a session': ([i for i, r in enumerate(records) if r['session'] == 's1'],
+                              f'load {load}: 1 of 2 planned sessions has no record'),
+                'a run': ([middle], f'load {load}: 1 of its runs numbered 0 to 7 has no record'),
+                'the last run': ([last], f'load {load}: session {records[last]["session"]} has no last record '
+                                         '(session_end)')}
+        for name, (dropped, words) in cuts.items():
+            with self.subTest(name):
+                with open(os.path.join(self.folder, 'cut.jsonl'), 'w', encoding='utf-8') as file:
+                    file.writelines(line for index, line in enumerate(lines) if index not in dropped)
+                again = run_cli('--summary', 'cut.jsonl', cwd=self.folder)
+                if words is None:
+                    self.assertEqual((again.returncode, again.stderr), (0, ''))
+                    continue
+                self.assertEqual(again.returncode, 1, again.stderr)
+                self.assertEqual(again.stderr.count('\n'), 1, again.stderr)  # one line
+                self.assertTrue(again.stderr.startswith('stream_client.py: warning: not every planned run has a record: '
+                                                        f'load {load}: '), again.stderr)
+                self.assertIn(words.split(': ', 1)[1], again.stderr)
+                self.assertTrue(json.loads(again.stdout)['sessions']['ok'] >= 1)  # the summary is still printed
+
     def test_runs_caps_the_sessions_and_rate_records_how_late_each_session_started(self):
         path = self.sessions_file(5, turns=1)
         done = run_cli('--fixture', 'agent', '--sessions', path, '--runs', '3', '--rate', '50', '--output',
@@ -238,6 +324,106 @@ class SessionLoadTests(unittest.TestCase):
 
 def fixture_result(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+SPLIT = ('X\ud83d', '\ude00Y')  # one emoji's UTF-16 surrogate pair, split across two events
+
+
+def read_request(sock) -> bytes:
+    """The body of one HTTP request read from sock."""
+    data = b''
+    while b'\r\n\r\n' not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b'\r\n\r\n')
+    length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return body
+
+
+class SplitPairServer(LoopbackServer):
+    """An agent's model on chat and Messages that splits an emoji's surrogate pair across two events, as a
+    byte-level tokenizer's server may: a call of get_weather whose arguments split it when the last message
+    is a user turn, text that splits it after a tool result. Keeps every request body received."""
+
+    def __init__(self, api: str) -> None:
+        super().__init__()
+        self.api, self.bodies = api, []
+        self.url = self.url.replace('/v1/chat/completions', URL_PATHS[api])
+        self.start()
+
+    def serve(self, sock) -> None:
+        with sock:
+            body = read_request(sock)
+            self.bodies.append(body)
+            calling = json.loads(body)['messages'][-1]['role'] == 'user' and \
+                not isinstance(json.loads(body)['messages'][-1]['content'], list)
+            events = (self.chat_events if self.api == 'chat' else self.messages_events)(calling)
+            payload = ''.join(f'event: {kind}\ndata: {data}\n\n' if kind else f'data: {data}\n\n'
+                              for kind, data in events).encode()
+            sock.sendall(sse_response(payload, headers=f'Content-Length: {len(payload)}\r\n'))
+
+    @staticmethod
+    def chat_events(calling: bool) -> list:
+        if calling:
+            return [(None, opening()), (None, arguments('{"city": "' + SPLIT[0])), (None, arguments(SPLIT[1] + '"}')),
+                    (None, chunk_json(finish_reason='tool_calls')), (None, '[DONE]')]
+        return [(None, chunk_json(delta={'content': SPLIT[0]})), (None, chunk_json(delta={'content': SPLIT[1]})),
+                (None, chunk_json(finish_reason='stop')), (None, '[DONE]')]
+
+    @staticmethod
+    def messages_events(calling: bool) -> list:
+        if calling:
+            return [MESSAGE_START,
+                    message_event('content_block_start', index=0, content_block={
+                        'type': 'tool_use', 'id': 'c1', 'name': 'get_weather', 'input': {}}),
+                    *[message_event('content_block_delta', index=0,
+                                    delta={'type': 'input_json_delta', 'partial_json': piece})
+                      for piece in ('{"city": "' + SPLIT[0], SPLIT[1] + '"}')],
+                    *message_end('tool_use')]
+        return [MESSAGE_START, TEXT_BLOCK, text_delta(SPLIT[0]), text_delta(SPLIT[1]), *message_end()]
+
+
+class SplitPairTests(unittest.TestCase):
+    """An answer whose emoji arrives as two halves of a surrogate pair, in two events: the next request
+    carries the pair as the server sent it, and every run has its record."""
+
+    def setUp(self) -> None:
+        self.folder = tempfile.mkdtemp()
+
+    def test_a_pair_split_across_events_goes_back_whole_in_the_history(self):
+        sent = json.loads('"' + json.dumps(SPLIT[0])[1:-1] + json.dumps(SPLIT[1])[1:-1] + '"')  # the server's text
+        self.assertEqual(sent, 'X\U0001F600Y')
+        for api in ('chat', 'messages'):
+            for count in (1, 2):
+                with self.subTest(api=api, sessions=count):
+                    path = os.path.join(self.folder, f'split-{api}-{count}.jsonl')
+                    with open(path, 'w', encoding='utf-8') as file:
+                        file.write(''.join(json.dumps(session_line(n, turns=2)) + '\n' for n in range(count)))
+                    server = SplitPairServer(api)
+                    try:
+                        done = run_cli('--url', server.url, '--model', 'm', '--sessions', path, '--concurrency', '2',
+                                       '--output', f'out-{api}-{count}.jsonl', cwd=self.folder)
+                    finally:
+                        server.close()
+                    self.assertEqual(done.returncode, 0, done.stderr)
+                    with open(os.path.join(self.folder, f'out-{api}-{count}.jsonl'), encoding='utf-8') as file:
+                        records = [json.loads(line) for line in file]
+                    self.assertEqual(len(records), 4 * count)
+                    self.assertTrue(all(record['ok'] for record in records))
+                    self.assertEqual(sum(record['session_end']['ok'] for record in records if 'session_end' in record),
+                                     count)
+                    self.assertEqual(len(server.bodies), 4 * count)
+                    last = max((json.loads(body)['messages'] for body in server.bodies), key=len)
+                    if api == 'chat':
+                        self.assertEqual([m['tool_calls'][0]['function']['arguments'] for m in last
+                                          if m.get('tool_calls')], ['{"city": "' + sent + '"}'] * 2)
+                        self.assertEqual([m['content'] for m in last if m['role'] == 'assistant' and m['content']],
+                                         [sent])
+                    else:
+                        blocks = [block for m in last if m['role'] == 'assistant' for block in m['content']]
+                        self.assertEqual([block.get('input') or block.get('text') for block in blocks],
+                                         [{'city': sent}, sent, {'city': sent}])
 
 
 class SessionFileTests(unittest.TestCase):

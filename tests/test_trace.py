@@ -10,9 +10,10 @@ import socket
 import tempfile
 import unittest
 
+import fixture_server
 import stream_client
 from stream_client import _parse_trace, _prompt_words, _trace_offsets, _trace_prompts, _Tokenizer
-from .support import Fixture, LoopbackServer, run_cli
+from .support import Fixture, LoopbackServer, run_building_fails_for, run_cli
 
 BLOCK = 16
 
@@ -43,6 +44,20 @@ class TraceReplayTests(unittest.TestCase):
     def records(self, name: str) -> list[dict]:
         with open(os.path.join(self.folder, name), encoding='utf-8') as file:
             return [json.loads(line) for line in file]
+
+    def test_a_line_whose_run_cannot_be_built_is_a_client_error_record_and_the_replay_goes_on(self):
+        path = self.write('built.jsonl', [{'timestamp': 0, 'prompt': word} for word in ('one', 'two', 'three')])
+        with open(os.path.join(self.folder, 'tools.json'), 'w', encoding='utf-8') as file:
+            json.dump(fixture_server.TOOLS, file)
+        with run_building_fails_for(b'"two"'):
+            done = run_cli('--fixture', 'ok', '--trace', path, '--tools', 'tools.json', '--concurrency', '1',
+                           '--output', 'built-out.jsonl', cwd=self.folder)
+        self.assertEqual(done.returncode, 1, done.stderr)  # a line not ok
+        self.assertNotIn('Traceback', done.stderr)
+        records = sorted(self.records('built-out.jsonl'), key=lambda record: record['run'])
+        self.assertEqual([(r['trace']['line'], r['ok'], r['error_kind']) for r in records],
+                         [(1, True, None), (2, False, 'client_error'), (3, True, None)])
+        self.assertEqual(json.loads(done.stdout)['trace']['lines'], 3)
 
     def test_a_200_line_mooncake_trace_replays_with_lateness_and_equal_hash_ids_send_equal_prefixes(self):
         lines = mooncake_lines()

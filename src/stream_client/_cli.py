@@ -197,20 +197,19 @@ _MAX_SKIPPED_SHOWN = 10  # lines of broken JSON --summary names one by one; it c
 
 def _reading_warnings(prog: str, summary: Summary, paths: list[str]) -> bool:
     """What --summary says, and --compare of each load, of files that are not whole: each line of broken JSON
-    left out (the first ones), and fewer runs with a record than their loads planned (a load interrupted, a
-    file cut between lines); whether they were whole (the exit status is 1 when not)."""
-    runs, planned = summary.runs, summary.result()['planned_runs']
+    left out (the first ones), and what their loads planned and has no record (a load interrupted, a file cut
+    between lines, a lost worker: see _LoadCheck); whether they were whole (the exit status is 1 when not)."""
     for line in summary.skipped[:_MAX_SKIPPED_SHOWN]:
         print(f'{prog}: warning: {line}', file=sys.stderr)
     if summary.skipped:
         more = len(summary.skipped) - _MAX_SKIPPED_SHOWN
         print(f'{prog}: warning: ' + (f'and {_count(more, "more line")}; ' if more > 0 else '')
-              + f'the summary counts the {_count(runs, "other record")} ("skipped_lines": '
+              + f'the summary counts the {_count(summary.runs, "other record")} ("skipped_lines": '
                 f'{len(summary.skipped)})', file=sys.stderr)
-    if planned > runs:
-        print(f'{prog}: warning: {" and ".join(paths)}: {runs} of the {_count(planned, "planned run")} have a record '
-              '(a load interrupted, or a file cut between lines)', file=sys.stderr)
-    return not summary.skipped and planned <= runs
+    if summary.missing:  # a file cut by whole lines, or a load that lost runs: never a whole load's summary
+        print(f'{prog}: warning: {" and ".join(paths)}: not every planned run has a record: '
+              f'{"; ".join(summary.missing)}', file=sys.stderr)
+    return not summary.skipped and not summary.missing
 
 
 def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:

@@ -16,7 +16,7 @@ import signal
 from ._limits import UsageError
 from ._json import _json_text, _seen
 from ._reader import Capture
-from ._plan import _ShardCheck
+from ._plan import _LoadCheck, _ShardCheck
 from ._summary import _from_schedule, Summary
 from ._report import Report
 
@@ -159,7 +159,8 @@ _RECORD_FIELDS = {
     'model': _TEXT_OR_NULL, 'url': _TEXT_OR_NULL,
     'request': _OBJECT_OR_NULL, 'load': _OBJECT_OR_NULL, 'cross_check': _OBJECT_OR_NULL,
     'connection': _OBJECT_OR_NULL, 'http': _OBJECT_OR_NULL, 'client': _OBJECT_OR_NULL,
-    'load.id': _TEXT_OR_NULL, 'load.runs': (_or_null(_integer), 'an integer or null'), 'load.rate': _NUMBER_OR_NULL,
+    'load.id': _TEXT_OR_NULL, 'load.runs': (_or_null(_integer), 'an integer or null'),
+    'load.sessions': (_or_null(_integer), 'an integer or null'), 'load.rate': _NUMBER_OR_NULL,
     'load.duration': _NUMBER_OR_NULL, 'load.step': (_or_null(_integer), 'an integer or null'),
     'load.concurrency': (_or_null(_integer), 'an integer or null'), 'load.slo_target': _NUMBER_OR_NULL,
     'load.slo': (_or_null(lambda value: isinstance(value, dict) and all(map(_number, value.values()))),
@@ -281,12 +282,15 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
     """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
     (default: the bounds their loads were run with); UsageError for unreadable files, records that
     cannot be counted, mixed sources or loads run with different bounds. A line of broken JSON is
-    left out, and said so in the summary's ``skipped``. ``each``, if given, is called with every record."""
-    summary, shards = Summary(slos, slo_target), _ShardCheck()
+    left out, and said so in the summary's ``skipped``; what a load planned and has no record of (a run,
+    a session, a session's last record) is said in its ``missing``. ``each``, if given, is called with every
+    record."""
+    summary, shards, loads = Summary(slos, slo_target), _ShardCheck(), _LoadCheck()
     drawing = Report(summary) if report else None
     for path in paths:
         for record in iter_records(path, summary.skipped):
             shards.add(record)
+            loads.add(record)
             summary.add(record)
             if each is not None:
                 each(record)
@@ -294,6 +298,7 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
                 drawing.add(record)
     _check_sources(summary.seen['sources'], mixed_sources, 'summarize')
     shards.check()
+    summary.missing = loads.missing()
     summary.slo_bounds()
     return summary, drawing
 

@@ -21,10 +21,10 @@ import time
 import typing
 from urllib.parse import parse_qsl, quote, urlsplit
 
-from ._limits import _failure, _host_port, LAYERS, _preview, _shorten, UsageError, __version__
+from ._limits import _host_port, LAYERS, _preview, _shorten, UsageError, __version__
 from ._json import _seen
 from ._request import _DEFAULT_URL, PreparedRequest
-from ._record import _failed_record
+from ._record import _client_failure
 from ._gates import _UNCLASSIFIED
 from ._report import _e
 from ._args import _FIXTURE_FILE, _fixture_server, _in_flag_terms, _requests_from_args
@@ -458,8 +458,7 @@ class Exporter:
         try:
             record = self.run_one(request)
         except Exception as exc:  # a bug in this client: the run still leaves its record, saying so
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                     f'{type(exc).__name__}: {exc}'))
+            record = _client_failure(request, exc, 'during the run')
         record = {**record, 'target': name}
         with self._lock:
             self.runs[name, 'ok' if record['ok'] else 'failed'] += 1

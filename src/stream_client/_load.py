@@ -15,11 +15,10 @@ import threading
 import time
 import traceback
 
-from ._limits import _failure
 from ._json import _json_text
 from ._request import _positive_finite, PreparedRequest
 from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
-from ._record import _failed_record, _utc_iso
+from ._record import _client_failure, _utc_iso
 from ._transport import _run, _Show
 from ._reactor import _EPOLL, _Reactor
 from ._plan import _plan_id, _shard_runs
@@ -253,8 +252,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
         try:
             record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
         except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                      f'{type(exc).__name__}: {exc}'))
+            record = _client_failure(request, exc, 'during the run')
         record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
                   'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),

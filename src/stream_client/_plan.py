@@ -6,7 +6,8 @@ names it by a hash of exactly that, so that N processes on N machines, given the
 same plan without talking to each other. ``--shard I/N`` makes a process send the runs i with
 i % N == I, at their planned times from the shared ``--start-at``, and write its own evidence; every
 record carries the plan's id and its shard (``load.plan``). ``_ShardCheck`` reads the records of many
-files and says which shard of a plan is missing or given twice.
+files and says which shard of a plan is missing or given twice, ``_LoadCheck`` which runs or sessions a
+load planned have no record.
 """
 import calendar
 import dataclasses
@@ -99,6 +100,62 @@ class _ShardCheck:
                 raise UsageError(f'plan {plan}: shard{"s" if len(missing) > 1 else ""} {named} missing: no '
                                  f'record of {"them" if len(missing) > 1 else "it"} in these files (each shard '
                                  'writes its own evidence file; give them all)')
+
+
+class _LoadCheck:
+    """What each load planned, against the records read: its ``load.runs`` runs (a load, a trace, a shard's
+    share), or for --sessions its ``load.sessions`` sessions, each ending on a record with ``session_end``,
+    and its runs, numbered from 0 as they were written. ``missing()`` says what has no record, so that no
+    summary calls a file ok that lacks a planned run or session."""
+
+    def __init__(self) -> None:
+        self.loads: dict[str, dict] = {}  # load id: what it planned, the records seen, the sessions seen and ended
+
+    def add(self, record: dict) -> None:
+        load = record.get('load')
+        if not isinstance(load, dict) or load.get('id') is None:
+            return
+        seen = self.loads.get(load['id'])
+        if seen is None:
+            seen = self.loads[load['id']] = {'runs': load.get('runs'), 'sessions': load.get('sessions'),
+                                             'records': 0, 'last_run': -1, 'sessions_seen': set(), 'ended': set()}
+        seen['records'] += 1
+        if record.get('run') is not None:
+            seen['last_run'] = max(seen['last_run'], record['run'])
+        if 'session' in record:
+            seen['sessions_seen'].add(record['session'])
+            if record.get('session_end') is not None:
+                seen['ended'].add(record['session'])
+
+    def missing(self) -> list[str]:
+        """What each load that is not whole lacks, one phrase per load: 'load ID: 1 of 200 planned runs has
+        no record'; empty when every load is whole."""
+        phrases = []
+        for load, seen in sorted(self.loads.items()):
+            lacks = []
+            if seen['runs'] is not None and seen['records'] < seen['runs']:
+                lacks.append(f'{_of(seen["runs"] - seen["records"], seen["runs"], "run")} no record')
+            if seen['sessions'] is not None:
+                if len(seen['sessions_seen']) < seen['sessions']:
+                    lacks.append(f'{_of(seen["sessions"] - len(seen["sessions_seen"]), seen["sessions"], "session")}'
+                                 ' no record')
+                unended = sorted(seen['sessions_seen'] - seen['ended'])
+                if unended:
+                    named = ', '.join(unended[:3]) + (f' and {len(unended) - 3} more' if len(unended) > 3 else '')
+                    lacks.append(f'session{"s" * (len(unended) > 1)} {named} '
+                                 f'{"have" if len(unended) > 1 else "has"} no last record (session_end)')
+                gap = seen['last_run'] + 1 - seen['records']
+                if gap > 0:  # a session load numbers its runs from 0 as it writes them
+                    lacks.append(f'{gap} of its runs numbered 0 to {seen["last_run"]} '
+                                 f'{"has" if gap == 1 else "have"} no record')
+            if lacks:
+                phrases.append(f'load {load}: ' + ', '.join(lacks))
+        return phrases
+
+
+def _of(count: int, planned: int, noun: str) -> str:
+    """'1 of 4 planned runs has', '2 of 4 planned sessions have'."""
+    return f'{count} of {planned} planned {noun}s {"has" if count == 1 else "have"}'
 
 
 def _planned_steps(args, steps: list | None) -> list | None:

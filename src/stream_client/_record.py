@@ -4,11 +4,13 @@
 written to disk: the answer, the timings, the HTTP facts, never a key or a
 header value.
 """
+import dataclasses
 import os
 import sys
 import time
 
-from ._limits import _REPLAY_HEADER, _StaleConnectionError, StreamError, __version__
+from ._limits import _failure, _REPLAY_HEADER, _StaleConnectionError, StreamError, __version__
+from ._validator import AnswerSpec
 from ._answer import _tokens_per_event
 from ._http import _content_length, _ResponseHead
 from ._reader import _public_headers
@@ -192,3 +194,19 @@ def _failed_record(request: PreparedRequest, failure: StreamError) -> dict:
     x.fail(failure)
     x.timeline.ended = x.timeline.started
     return _build_record(x)
+
+
+def _client_failure(request: PreparedRequest, exc: Exception, doing: str) -> dict:
+    """The record of a run this client failed to send or to record, whatever raised (a bug in this client:
+    a request that cannot be built or encoded, or anything raising before, while or after sending):
+    client_error, with the exception's type and message. The one place a load's, a session's and a trace's
+    workers turn an exception into a record, so that no run that started is left without one. When even
+    that record cannot be built from the request (the bug is in what a run builds from it, such as the
+    checks of its tools), it is built from the request without its answer's spec and twin."""
+    failure = _failure('client_error', f'the client failed {doing}: {type(exc).__name__}: {exc}')
+    try:
+        return _failed_record(request, failure)
+    except Exception as again:  # the same bug once more: the record without what the run built from the request
+        failure = _failure('client_error', f'{failure.message}; and building its record: '
+                                           f'{type(again).__name__}: {again}')
+        return _failed_record(dataclasses.replace(request, spec=AnswerSpec(), twin=None), failure)

@@ -17,10 +17,11 @@ import os
 import threading
 import time
 
-from ._limits import _count, _failure
+from ._limits import _count
+from ._json import _json_text
 from ._request import _render_request, PreparedRequest
 from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
-from ._record import _failed_record
+from ._record import _client_failure
 from ._transport import _run, _Show
 from ._reactor import _EPOLL, _Reactor
 from ._load import _Pool, arrival_offsets, LoadSettings, _wait_until
@@ -33,8 +34,8 @@ def _with_conversation(request: PreparedRequest, conversation: _Conversation) ->
     record's prompt_sha256 is then that of the history's JSON)."""
     fields = conversation.body_fields()
     body = {**json.loads(request.body), **fields}
-    data = json.dumps(body, ensure_ascii=False).encode()
-    history = json.dumps(fields, ensure_ascii=False, sort_keys=True).encode()
+    data = _json_text(body).encode()  # a surrogate pair streamed in halves goes back as the escapes it came as
+    history = _json_text(fields, sort_keys=True).encode()
     return dataclasses.replace(request, body=data,
                                wire=_render_request(request.scheme, request.host, request.port, request.path,
                                                     request.headers, data),
@@ -61,48 +62,67 @@ class _SessionRun:
         self.tool_rounds = 0
 
     def run(self) -> None:
+        """The session's runs, then its end. An exception of this client's own between two runs (taking an
+        answer into the history) ends the session there, not ok (client_error), its records kept."""
+        try:
+            ended = self._turns()
+        except Exception as exc:  # a bug in this client: the session still ends, with every record it has
+            if self.pending is None:  # raised by emit(), the load's writer: not the session's to record
+                raise
+            turn, round_ = self.pending['turn'], self.pending['round']
+            ended = (turn, 'client_error', f'turn {turn} round {round_}: the client failed after the run: '
+                                           f'{type(exc).__name__}: {exc}')
+        self._end(*ended)
+
+    def _turns(self) -> tuple[int, str | None, str | None]:
+        """Run the turns; return how the session ended: (turns run, ended_by, reason)."""
         session = self.session
         conversation, results = _Conversation(self.request.api, session.system), _ToolResults(session)
         for turn, text in enumerate(session.turns, 1):
             if turn > 1 and not self._think():
-                return self._end(turn - 1, 'interrupted', f'{self.cancel.reason} before turn {turn}')
+                return turn - 1, 'interrupted', f'{self.cancel.reason} before turn {turn}'
             conversation.user(text)
             round_ = 0
             while True:
-                record = self._one(_with_conversation(self.request, conversation), turn, round_)
+                record = self._one(lambda: _with_conversation(self.request, conversation), turn, round_)
                 if not record['ok']:
-                    return self._end(turn, record['error_kind'] or 'unclassified',
-                                     f'turn {turn} round {round_} not ok: {record["error"]}')
+                    return turn, record['error_kind'] or 'unclassified', f'turn {turn} round {round_} not ok: ' \
+                                                                         f'{record["error"]}'
                 calls = _answer_calls(record)
                 conversation.answer(record['text'] or '', calls)
                 if not calls:
                     break
                 if round_ == session.max_tool_rounds:
-                    return self._end(turn, 'max_tool_rounds', f'turn {turn} still called tools after '
-                                                              f'{session.max_tool_rounds} tool rounds')
+                    return turn, 'max_tool_rounds', f'turn {turn} still called tools after ' \
+                                                    f'{session.max_tool_rounds} tool rounds'
                 conversation.results([(id_, results.next(name)) for id_, name, _ in calls])
                 self.tool_rounds += 1
                 round_ += 1
-        return self._end(len(session.turns), None, None)
+        return len(session.turns), None, None
 
     def _think(self) -> bool:
         """Wait the session's think time; False if the load was cancelled meanwhile."""
         with self.gate.released():
             return _wait_until(time.perf_counter() + self.session.think_time_s, self.cancel)
 
-    def _one(self, request: PreparedRequest, turn: int, round_: int) -> dict:
-        if self.pending is not None:
-            self.emit(self.pending)
-        begun = time.perf_counter()
+    def _one(self, build, turn: int, round_: int) -> dict:
+        """One run: its request, build() (the history as it stands), then sent. Whatever raises in either is
+        a client_error record of the run: a run that started always has its record."""
+        previous, self.pending = self.pending, None
+        if previous is not None:
+            self.emit(previous)
+        begun, request, doing = time.perf_counter(), self.request, 'building the request'
         try:
+            request = build()
+            doing = 'during the run'
             record = _run(request, _Show(), None, self.cancel, self.kept, self.reactor, self.gate)
         except Exception as exc:  # a bug in this client: the run still has its record
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                      f'{type(exc).__name__}: {exc}'))
-        first = self.pending is None
+            if request is self.request:  # the request was not built: its prompt is not the first turn's
+                request = dataclasses.replace(request, settings={**request.settings, 'prompt_sha256': None})
+            record = _client_failure(request, exc, doing)
         self.pending = {**record, 'session': self.session.id, 'turn': turn, 'round': round_,
                         'offset_ms': round((begun - self.started) * 1000, 3),
-                        'queued_ms': self.queued_ms if first else None}
+                        'queued_ms': self.queued_ms if previous is None else None}
         return record
 
     def _end(self, turns_run: int, ended_by: str | None, reason: str | None) -> None:
@@ -111,11 +131,12 @@ class _SessionRun:
         if self.pending is None:
             return
         turns = len(self.session.turns)
-        self.pending['session_end'] = {
+        last, self.pending = self.pending, None
+        last['session_end'] = {
             'ok': ended_by is None, 'ended_by': ended_by, 'reason': reason, 'turns': turns, 'turns_run': turns_run,
             'tool_rounds': self.tool_rounds,
             'not_started_turns': list(range(turns_run + 1, turns + 1))}
-        self.emit(self.pending)
+        self.emit(last)
 
 
 def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, on_record,

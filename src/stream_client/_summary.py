@@ -151,6 +151,7 @@ class Summary:
         self.single_runs = 0               # records of runs that were not part of a load
         self.pairs: collections.Counter = collections.Counter()  # --cross-check pairs, by what they showed
         self.skipped: list[str] = []       # why each line of the files read that was broken JSON was left out
+        self.missing: list[str] = []       # what the loads read planned and has no record (see _LoadCheck)
         self._second = ('', 0)  # the last whole second parsed from a started_at, and its epoch
 
     def epoch(self, started_at: str) -> float:

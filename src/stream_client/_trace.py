@@ -12,9 +12,8 @@ import os
 import threading
 import time
 
-from ._limits import _failure
 from ._request import PreparedRequest
-from ._record import _failed_record
+from ._record import _client_failure
 from ._transport import _run, _Show
 from ._load import _Pool, LoadSettings, _wait_until
 from ._summary import _percentiles
@@ -108,8 +107,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
         try:
             record = _run(request, _Show(), None, cancel, None)
         except Exception as exc:  # a bug in this client: the run still has its record
-            record = _failed_record(request, _failure('client_error', f'the client failed during the run: '
-                                                                      f'{type(exc).__name__}: {exc}'))
+            record = _client_failure(request, exc, 'during the run')
         late = round((begun - started - offsets[index]) * 1000, 3)
         line = lines[index]
         with lock:
