@@ -1114,7 +1114,7 @@ class SummaryReadingTests(unittest.TestCase):
         (self.dir / 'short.jsonl').write_bytes(b''.join(lines[:2] + lines[3:]))
         again = run_cli('--summary', 'short.jsonl', cwd=self.tmp.name)
         self.assertEqual(again.returncode, 1, again.stderr)  # every record there is ok; one is not there
-        self.assertEqual(again.stderr, f'stream_client.py: warning: not every planned run has a record: load {load}: '
+        self.assertEqual(again.stderr, f'stream_client.py: warning: short.jsonl: not every planned run has a record: load {load}: '
                                        '1 of 4 planned runs has no record\n')
         self.assertEqual((json.loads(again.stdout)['runs'], json.loads(again.stdout)['ok']), (3, 3))
         whole = run_cli('--summary', 'load.jsonl', cwd=self.tmp.name)

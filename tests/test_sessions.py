@@ -304,7 +304,7 @@ class SessionLoadTests(unittest.TestCase):
                     continue
                 self.assertEqual(again.returncode, 1, again.stderr)
                 self.assertEqual(again.stderr.count('\n'), 1, again.stderr)  # one line
-                self.assertTrue(again.stderr.startswith('stream_client.py: warning: not every planned run has a record: '
+                self.assertTrue(again.stderr.startswith('stream_client.py: warning: cut.jsonl: not every planned run has a record: '
                                                         f'load {load}: '), again.stderr)
                 self.assertIn(words.split(': ', 1)[1], again.stderr)
                 self.assertTrue(json.loads(again.stdout)['sessions']['ok'] >= 1)  # the summary is still printed
