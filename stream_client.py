@@ -617,6 +617,25 @@ class TypedEvents(Events):
 # ``json.loads`` itself, in fewer steps, for every event's data; ``_json_text()``
 # writes what any UTF-8 file can hold.
 
+_SURROGATE = re.compile('[\ud800-\udfff]')
+
+
+def _paired(text: str) -> str:
+    """text with each surrogate pair joined into its character. JSON writes a character beyond the BMP as
+    two escaped halves (RFC 8259, section 7); when a stream's deltas split the two, each delta decodes to a
+    lone half, and the deltas joined hold two code points where a whole copy holds one character. Lone
+    halves that pair with nothing stay as they are."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode('utf-16-le', 'surrogatepass').decode('utf-16-le', 'surrogatepass')
+
+
+def _same_text(claimed: object, assembled: str) -> bool:
+    """Whether a closing copy (or an unstreamed twin's text) says the same text the deltas assembled,
+    surrogate pairs split between deltas counted as their characters (_paired)."""
+    return claimed == assembled or (isinstance(claimed, str) and _paired(claimed) == _paired(assembled))
+
+
 class SchemaError(ValueError):
     """A schema (of a tool's parameters, or of --json-schema) that cannot be checked. ``kind`` says why:
     'invalid' (the schema breaks its draft's rules), 'remote' (it needs another document, which is never
@@ -2816,7 +2835,7 @@ class ResponseEvents(StreamValidator):
             self._check_same(source, claimed, ''.join(part.text for part in item.parts))
 
     def _check_arguments(self, source: str, call: ToolCall, claimed: object) -> None:
-        if claimed != call.arguments:
+        if not _same_text(claimed, call.arguments):
             raise _failure('closing_copy_differs', f'{source} says tool call {call.index} ({call.name}) has the '
                                                    f'arguments {_preview(str(claimed))}, but its deltas assembled '
                                                    f'{_preview(call.arguments)}')
@@ -2883,7 +2902,7 @@ class ResponseEvents(StreamValidator):
 
     @staticmethod
     def _check_same(source: str, claimed: object, assembled: str) -> None:
-        if claimed != assembled:
+        if not _same_text(claimed, assembled):
             claimed = str(claimed)
             raise _failure('closing_copy_differs', f'{source} says the text is {_preview(claimed)} '
                                                    f'({len(claimed)} characters) but the deltas assembled '
@@ -3456,10 +3475,18 @@ def _text_only_differences(streamed: Answer, unstreamed: Answer) -> list[str]:
             if a.name == b.name and b.textual and a.arguments != b.arguments and _same_json(a.arguments, b.arguments)]
 
 
+def _with_pairs_joined(answer: Answer) -> Answer:
+    """The answer with each surrogate pair in its text, reasoning and arguments joined (_paired)."""
+    return dataclasses.replace(answer, text=_paired(answer.text), reasoning=_paired(answer.reasoning),
+                               calls=tuple(call._replace(arguments=_paired(call.arguments)) for call in answer.calls))
+
+
 def compare_answers(streamed: Answer, unstreamed: Answer) -> list[str]:
     """The differences between a streamed answer and its unstreamed twin in the user's terms, the first
     first: text and reasoning, the tool calls (names and order, arguments as JSON; ids may differ), the
-    finish and the completion-token count. Empty when they are the same answer."""
+    finish and the completion-token count. Empty when they are the same answer. A surrogate pair split
+    between two deltas is the character the twin carries whole (_paired)."""
+    streamed, unstreamed = _with_pairs_joined(streamed), _with_pairs_joined(unstreamed)
     differences = [_text_difference(what, a, b) for what, a, b in (('text', streamed.text, unstreamed.text),
                                                                     ('reasoning', streamed.reasoning,
                                                                      unstreamed.reasoning)) if a != b]

@@ -341,6 +341,20 @@ class CrossCheckTests(unittest.TestCase):
                                                  answer(calls=paris), None)['notes']
         self.assertEqual(notes, ['tool call 0 has arguments equal as JSON, not as text'])
 
+    def test_a_surrogate_pair_split_between_deltas_is_the_character_the_twin_carries(self):
+        # The deltas "X\ud83d" and "\ude00Y" join to two lone halves; the unstreamed body's "\ud83d\ude00"
+        # decodes to one character (RFC 8259, section 7): the same text, arguments and reasoning.
+        split, whole = 'X\ud83d\ude00Y', 'X\U0001f600Y'
+        args_split, args_whole = '{"city": "\ud83d\ude00"}', '{"city": "\U0001f600"}'
+        self.assertEqual(stream_client.compare_answers(
+            answer(split, calls=(('get_weather', args_split),), reasoning=split),
+            answer(whole, calls=(('get_weather', args_whole),), reasoning=whole)), [])
+        for streamed, unstreamed in ((answer('X\ud83dY'), answer(whole)), (answer(split), answer('X\U0001f601Y')),
+                                     (answer(calls=(('get_weather', '{"city": "\ud83d"}'),)),
+                                      answer(calls=(('get_weather', args_whole),)))):
+            with self.subTest(streamed=ascii(streamed)):
+                self.assertEqual(len(stream_client.compare_answers(streamed, unstreamed)), 1)
+
     def test_a_pair_is_comparable_only_by_equal_token_ids_and_only_then_can_fail(self):
         cut, whole = answer(calls=(('get_weather', '{"city": "Par"}'),)), answer(calls=(('get_weather',
                                                                                           '{"city": "Paris"}'),))

@@ -126,3 +126,56 @@ class ResponseEventsTests(unittest.TestCase):
                       self.outcome(r1, expect_finish='length', max_tokens=17)[1])
         self.assertIn('expected status "incomplete" with incomplete_details.reason=max_output_tokens',
                       self.outcome(capture_events(R2), expect_finish='length', max_tokens=32)[1])
+
+
+class SplitSurrogatePairTests(unittest.TestCase):
+    """JSON escapes a character beyond the BMP as a UTF-16 surrogate pair (RFC 8259, section 7), and a
+    byte-level tokenizer may end a delta between the two halves: each delta is then valid JSON holding a
+    lone half, and the deltas joined are the character. A closing copy that carries the whole character is
+    the same text; one that carries another character, or that drops a half, is not."""
+
+    DELTAS = ['E', 'x', '7', 'r', 'E', 'x\ud83d', '\ude00u', 'nt', 'p']  # nine deltas, as in the capture
+    WHOLE = 'Ex7rEx\U0001f600untp'
+
+    def events(self, copy: str, ensure_ascii: bool = True) -> list:
+        """The real capture with its deltas replaced by DELTAS and every closing copy of the text by copy
+        (escaped as json.dumps escapes, or as raw characters)."""
+        events = capture_events(R2)
+        deltas = [with_data(event, delta=piece) for event, piece in zip(events[4:13], self.DELTAS)]
+        closing = [(kind, json.dumps(_replaced(json.loads(data), 'Ex7rEx7untrgExp', copy), ensure_ascii=ensure_ascii))
+                   for kind, data in events[13:]]
+        return events[:4] + deltas + closing
+
+    def outcome(self, events: list) -> str | None:
+        validator = stream_client.ResponseEvents()
+        try:
+            for event in events:
+                validator.accept(event)
+        except StreamError as exc:
+            return exc.kind
+        failure = validator.outcome()
+        return failure and failure.kind
+
+    def test_a_pair_split_between_two_deltas_is_the_character_its_closing_copies_carry(self):
+        for ensure_ascii in (True, False):
+            with self.subTest(escaped=ensure_ascii):
+                self.assertIsNone(self.outcome(self.events(self.WHOLE, ensure_ascii)))
+
+    def test_a_closing_copy_with_another_character_or_a_half_dropped_still_differs(self):
+        for copy in ('Ex7rEx\U0001f601untp', 'Ex7rEx\ud83duntp', 'Ex7rEx\ude00untp', 'Ex7rExuntp'):
+            with self.subTest(copy=ascii(copy)):
+                self.assertEqual(self.outcome(self.events(copy)), 'closing_copy_differs')
+
+    def test_a_lone_half_that_never_pairs_is_the_same_text_as_a_copy_with_that_half(self):
+        self.DELTAS = ['E', 'x', '7', 'r', 'E', 'x\ud83d', 'u', 'nt', 'p']
+        self.assertIsNone(self.outcome(self.events('Ex7rEx\ud83duntp')))
+        self.assertEqual(self.outcome(self.events(self.WHOLE)), 'closing_copy_differs')
+
+
+def _replaced(value, old: str, new: str):
+    """value (parsed JSON) with every string equal to old replaced by new."""
+    if isinstance(value, dict):
+        return {key: _replaced(item, old, new) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_replaced(item, old, new) for item in value]
+    return new if value == old else value

@@ -11,7 +11,7 @@ import os
 import typing
 
 from ._limits import _count, _failure, _preview, _shorten, StreamError
-from ._json import _json_key, _seen, strict_json
+from ._json import _json_key, _paired, _seen, strict_json
 from ._validator import AnswerSpec, _describe_server_error, _server_error_fields, StreamValidator
 from ._chat import ChatChunks, CompletionChunks, _token_count
 from ._responses import _output_text, ResponseEvents
@@ -294,10 +294,18 @@ def _text_only_differences(streamed: Answer, unstreamed: Answer) -> list[str]:
             if a.name == b.name and b.textual and a.arguments != b.arguments and _same_json(a.arguments, b.arguments)]
 
 
+def _with_pairs_joined(answer: Answer) -> Answer:
+    """The answer with each surrogate pair in its text, reasoning and arguments joined (_paired)."""
+    return dataclasses.replace(answer, text=_paired(answer.text), reasoning=_paired(answer.reasoning),
+                               calls=tuple(call._replace(arguments=_paired(call.arguments)) for call in answer.calls))
+
+
 def compare_answers(streamed: Answer, unstreamed: Answer) -> list[str]:
     """The differences between a streamed answer and its unstreamed twin in the user's terms, the first
     first: text and reasoning, the tool calls (names and order, arguments as JSON; ids may differ), the
-    finish and the completion-token count. Empty when they are the same answer."""
+    finish and the completion-token count. Empty when they are the same answer. A surrogate pair split
+    between two deltas is the character the twin carries whole (_paired)."""
+    streamed, unstreamed = _with_pairs_joined(streamed), _with_pairs_joined(unstreamed)
     differences = [_text_difference(what, a, b) for what, a, b in (('text', streamed.text, unstreamed.text),
                                                                     ('reasoning', streamed.reasoning,
                                                                      unstreamed.reasoning)) if a != b]

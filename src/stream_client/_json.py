@@ -13,6 +13,25 @@ import re
 from ._limits import _shorten
 
 
+_SURROGATE = re.compile('[\ud800-\udfff]')
+
+
+def _paired(text: str) -> str:
+    """text with each surrogate pair joined into its character. JSON writes a character beyond the BMP as
+    two escaped halves (RFC 8259, section 7); when a stream's deltas split the two, each delta decodes to a
+    lone half, and the deltas joined hold two code points where a whole copy holds one character. Lone
+    halves that pair with nothing stay as they are."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode('utf-16-le', 'surrogatepass').decode('utf-16-le', 'surrogatepass')
+
+
+def _same_text(claimed: object, assembled: str) -> bool:
+    """Whether a closing copy (or an unstreamed twin's text) says the same text the deltas assembled,
+    surrogate pairs split between deltas counted as their characters (_paired)."""
+    return claimed == assembled or (isinstance(claimed, str) and _paired(claimed) == _paired(assembled))
+
+
 class SchemaError(ValueError):
     """A schema (of a tool's parameters, or of --json-schema) that cannot be checked. ``kind`` says why:
     'invalid' (the schema breaks its draft's rules), 'remote' (it needs another document, which is never

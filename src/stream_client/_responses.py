@@ -7,6 +7,7 @@ import json
 
 from ._limits import _failure, _preview, _shorten
 from ._sse import TypedEvents
+from ._json import _same_text
 from ._dialects import Dialect, _RESPONSES_UNNUMBERED, _RESPONSES_UNTYPED
 from ._validator import AnswerSpec, _NOTHING, Pieces, _reported_count, StreamValidator, ToolCall
 from ._chat import _token_count
@@ -322,7 +323,7 @@ class ResponseEvents(StreamValidator):
             self._check_same(source, claimed, ''.join(part.text for part in item.parts))
 
     def _check_arguments(self, source: str, call: ToolCall, claimed: object) -> None:
-        if claimed != call.arguments:
+        if not _same_text(claimed, call.arguments):
             raise _failure('closing_copy_differs', f'{source} says tool call {call.index} ({call.name}) has the '
                                                    f'arguments {_preview(str(claimed))}, but its deltas assembled '
                                                    f'{_preview(call.arguments)}')
@@ -389,7 +390,7 @@ class ResponseEvents(StreamValidator):
 
     @staticmethod
     def _check_same(source: str, claimed: object, assembled: str) -> None:
-        if claimed != assembled:
+        if not _same_text(claimed, assembled):
             claimed = str(claimed)
             raise _failure('closing_copy_differs', f'{source} says the text is {_preview(claimed)} '
                                                    f'({len(claimed)} characters) but the deltas assembled '
