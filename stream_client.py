@@ -6548,10 +6548,14 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
         _tell_workers(control_write, reason, settings.processes)
 
     def relay(fd: int) -> None:
-        with os.fdopen(fd, 'r', encoding='utf-8') as lines:
+        with os.fdopen(fd, 'r', encoding='utf-8', errors='replace') as lines:
             for line in lines:
+                try:
+                    record = json.loads(line)
+                except ValueError:  # cut by the worker's death: that run has no record, and the load says so
+                    continue
                 with lock:
-                    on_record(json.loads(line))
+                    on_record(record)
     cancel.on_cancel(tell)  # before the forks: a worker forked after a cancel finds it waiting in the pipe
     try:
         for number in range(settings.processes):  # every fork before any thread of this load starts
@@ -6632,7 +6636,10 @@ _SCHEDULE_FIELDS = ('first_text_from_schedule_ms', 'duration_from_schedule_ms')
 _PERCENTILES = ('p50', 'p90', 'p99', 'max')
 # The summary's own figures a gate may read, by the name the summary's JSON gives them.
 _PLAIN_FIGURES = ('runs', 'ok', 'not_ok', 'ok_ratio', 'good', 'goodput_per_s', 'slo_attainment', 'first_chunk_good',
-                  'runs_per_s', 'ok_runs_per_s', 'stale_connection_failures')
+                  'runs_per_s', 'ok_runs_per_s', 'stale_connection_failures', 'sessions_ok_ratio')
+# The figures a gate reads from a workload's block of the summary, by (block, field): a session can end not
+# ok with every run of it ok (ended by max_tool_rounds), which ok_ratio, over runs, cannot show.
+_BLOCK_FIGURES = {'sessions_ok_ratio': ('sessions', 'ok_ratio')}
 _UNCLASSIFIED = 'unclassified'  # the kind of a failure in a record older than error_kind
 _OPERATORS = {'<=': operator.le, '>=': operator.ge, '==': operator.eq, '!=': operator.ne, '<': operator.lt,
               '>': operator.gt}
@@ -6714,6 +6721,9 @@ def _figure_value(result: dict, gate: _FailIf) -> float | None:
         entry = result.get('delta', {}).get(gate.figure.removeprefix(_DELTA))
         return entry and entry['relative_pct' if gate.relative else 'difference']
     result = result.get('candidate', result)
+    if gate.figure in _BLOCK_FIGURES:
+        block, field = _BLOCK_FIGURES[gate.figure]
+        return (result.get(block) or {}).get(field)
     name, _, part = gate.figure.partition('.')
     if name == 'error_kind':
         return result['not_ok_by_kind'].get(part, 0)
@@ -7982,6 +7992,7 @@ class _SessionSummary:
 
     def __init__(self) -> None:
         self.sessions = self.ok = self.turns = self.not_started = self.tool_rounds = self.runs = 0
+        self.planned: dict = {}  # load id: the sessions it planned (load.sessions)
         self.by_kind: collections.Counter = collections.Counter()
         self.first_text: dict[int, list] = collections.defaultdict(list)
         self.turn_ms: dict[int, list] = collections.defaultdict(list)
@@ -7992,6 +8003,7 @@ class _SessionSummary:
             return
         self.runs += 1
         key = ((record.get('load') or {}).get('id'), record['session'])
+        self.planned.setdefault(key[0], (record.get('load') or {}).get('sessions'))
         turn = self._open.get(key)
         if turn is not None and turn[0] != record['turn']:
             self._close_turn(turn)
@@ -8019,7 +8031,9 @@ class _SessionSummary:
 
     def result(self) -> dict:
         indexes = sorted(set(self.first_text) | set(self.turn_ms))
-        return {'sessions': self.sessions, 'ok': self.ok, 'not_ok': self.sessions - self.ok,
+        planned = sum(count for count in self.planned.values() if isinstance(count, int)) or None
+        return {'sessions': self.sessions, 'planned': planned, 'ok': self.ok, 'not_ok': self.sessions - self.ok,
+                'ok_ratio': None if planned is None else self.ok / planned,  # of the planned: one never run is not ok
                 'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
                 'runs': self.runs, 'turns': self.turns, 'turns_not_started': self.not_started,
                 'tool_rounds': self.tool_rounds,
@@ -10133,6 +10147,16 @@ class _LoadView:
             self.out.flush()
 
 
+def _say_lost(prog: str, loads: _LoadCheck) -> bool:
+    """Say in one line what a load that ran to its end has no record of (a worker process that died, a bug
+    in this client), and whether it lacked anything: such a load is never ok (exit 1)."""
+    missing = loads.missing()
+    if missing:
+        print(f'{prog}: warning: the load ran to its end, but not every planned run has a record: '
+              f'{"; ".join(missing)}', file=sys.stderr)
+    return bool(missing)
+
+
 # ==== src/stream_client/_workloads_cli.py ====
 # --sessions FILE and --trace FILE from the command line.
 #
@@ -10337,8 +10361,10 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
     table = _CsvFile(csv_fd) if csv_fd is not None else None
     write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
     quiet = args.quiet
+    loads = _LoadCheck()  # what the load planned, against the records it wrote
 
     def on_record(record: dict) -> None:
+        loads.add(record)
         try:
             output.write(_json_text(record) + '\n')
             output.flush()
@@ -10404,6 +10430,8 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
         return 2
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]
+    if _say_lost(prog, loads):
+        return 1
     if gates is not None:
         return 0 if _gates_held(result) else 1
     return 0 if block.all_ok(workload.planned) else 1
@@ -11603,9 +11631,11 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
                      None if searching else sum(_shard_runs(step.runs, step.shard) for step in steps))
     write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
     statuses: set = set()  # the HTTP statuses the runs got
+    loads = _LoadCheck()   # what each load (step) planned, against the records it wrote
 
     def on_record(record: dict) -> None:
         statuses.add((record['http'] or {}).get('status'))
+        loads.add(record)
         try:
             output.write(_json_text(record) + '\n')
             output.flush()
@@ -11664,7 +11694,8 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
         return 2
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]
-    return 0 if _gates_held(result) else 1
+    lost = _say_lost(prog, loads)
+    return 0 if _gates_held(result) and not lost else 1
 
 
 def _repeated(args, steps):

@@ -27,7 +27,7 @@ import stream_client
 from stream_client import stream, StreamError
 from .support import (
     answer, ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, PageReader,
-    resolving_llm_test_to_loopback, row, run_building_fails_for, run_cli, run_in_terminal, script_command, script_env,
+    resolving_llm_test_to_loopback, row, run_building_fails_for, run_cli, run_in_process, run_in_terminal, script_command, script_env,
     sse_response, TRACES, URL_PATHS)
 
 
@@ -1005,6 +1005,28 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual(record['source'], 'fixture')
         with self.assertRaises(ChildProcessError):  # ended and reaped
             os.waitpid(fixture.pid, os.WNOHANG)
+
+    def test_a_worker_process_that_dies_leaves_a_load_that_says_what_it_lost_and_exits_1(self):
+        # A worker process that dies mid-load (a bug, the kernel's OOM killer) took runs with it: the load
+        # ran to its end, so every planned run should have a record. One warning line and exit 1, never 0.
+        real_run = stream_client._run
+
+        def die_in_run_5(request, *args, **kwargs):
+            record = real_run(request, *args, **kwargs)
+            if b'"die"' in request.body:
+                os._exit(3)
+            return record
+        prompts = self.dir / 'prompts.txt'
+        prompts.write_text(''.join(json.dumps(text) + '\n' for text in ('a', 'b', 'c', 'd', 'e', 'die') * 2))
+        with mock.patch.object(stream_client, '_run', die_in_run_5), contextlib.redirect_stdout(io.StringIO()):
+            done = run_in_process('--fixture', 'ok', '--prompts', str(prompts), '--runs', '12', '--concurrency', '2',
+                                  '--processes', '2', '--output', 'died.jsonl', cwd=self.tmp.name)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        lost = [line for line in done.stderr.splitlines() if 'planned run' in line]
+        self.assertEqual(len(lost), 1, done.stderr)
+        self.assertRegex(lost[0], r'^stream_client\.py: warning: the load ran to its end, but not every planned run '
+                                  r'has a record: load [0-9a-f]+: \d+ of 12 planned runs ha(s|ve) no record')
+        self.assertNotIn('Traceback', done.stderr)
 
     def test_the_runs_of_a_spread_load_run_in_other_processes(self):
         # _run() is wrapped before the fork, so each worker's records say which process ran them.

@@ -207,6 +207,21 @@ class SessionLoadTests(unittest.TestCase):
         turn_one_end = thinking[1]['offset_ms'] + thinking[1]['duration_ms']
         self.assertGreaterEqual(thinking[2]['offset_ms'] - turn_one_end, 50)  # at least the think time
 
+    def test_a_gate_sees_a_session_that_ended_not_ok_with_every_run_of_it_ok(self):
+        # s0's one run is ok, but it still calls a tool after its 0 tool rounds: the session is not ok. A gate
+        # on ok_ratio (over runs) holds; sessions_ok_ratio (over the planned sessions) fails, as it must.
+        lines = [session_line(0, turns=2, max_tool_rounds=0), session_line(1, turns=1)]
+        path = self.write('gated.jsonl', ''.join(json.dumps(line) + '\n' for line in lines))
+        for number, (gate, status) in enumerate((('ok_ratio < 1', 0), ('sessions_ok_ratio < 1', 1))):
+            with self.subTest(gate=gate):
+                done = run_cli('--fixture', 'agent', '--sessions', path, '--fail-if', gate, '--output',
+                               f'gated-{number}.jsonl', cwd=self.folder)
+                self.assertEqual(done.returncode, status, done.stderr)
+                summary = json.loads(done.stdout)
+                self.assertEqual((summary['sessions']['planned'], summary['sessions']['ok_ratio']), (2, 0.5))
+                again = run_cli('--summary', f'gated-{number}.jsonl', '--fail-if', gate, cwd=self.folder)
+                self.assertEqual((again.returncode, json.loads(again.stdout)['gates']), (status, summary['gates']))
+
     def test_a_cancel_ends_the_sessions_in_flight_as_interrupted_and_starts_no_other(self):
         sessions = _parse_sessions('f', ''.join(json.dumps(session_line(n, turns=3, think_time_s=30)) + '\n'
                                                 for n in range(3)))

@@ -18,7 +18,7 @@ from ._exchange import Cancel
 from ._verdict import _interrupted_before_sending
 from ._record import _failed_record
 from ._transport import run
-from ._plan import _planned_steps, _shard_runs
+from ._plan import _LoadCheck, _planned_steps, _shard_runs
 from ._load import LoadSettings, run_load, _scheduled_runs
 from ._gates import _evaluate_gates, _gates_held, _parse_gates, _SCHEDULE_FIELDS
 from ._summary import _parse_slos, _saturation_step, Summary, _summary_table
@@ -32,7 +32,7 @@ from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args,
     _served_model, _terminate, _unchecked_line, _unset_key_note)
 from ._workload_flags import _check_workload_flags
-from ._views import _compare_table, _LiveView, _LoadView
+from ._views import _compare_table, _LiveView, _LoadView, _say_lost
 from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_blocks, _workload_load
 from ._server_metrics import _metrics_lines, _metrics_settings, _saved_metrics, _Scraper
 from ._exporter_cli import _exporter_command
@@ -438,9 +438,11 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
                      None if searching else sum(_shard_runs(step.runs, step.shard) for step in steps))
     write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
     statuses: set = set()  # the HTTP statuses the runs got
+    loads = _LoadCheck()   # what each load (step) planned, against the records it wrote
 
     def on_record(record: dict) -> None:
         statuses.add((record['http'] or {}).get('status'))
+        loads.add(record)
         try:
             output.write(_json_text(record) + '\n')
             output.flush()
@@ -499,7 +501,8 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
         return 2
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]
-    return 0 if _gates_held(result) else 1
+    lost = _say_lost(prog, loads)
+    return 0 if _gates_held(result) and not lost else 1
 
 
 def _repeated(args, steps):

@@ -21,7 +21,10 @@ _SCHEDULE_FIELDS = ('first_text_from_schedule_ms', 'duration_from_schedule_ms')
 _PERCENTILES = ('p50', 'p90', 'p99', 'max')
 # The summary's own figures a gate may read, by the name the summary's JSON gives them.
 _PLAIN_FIGURES = ('runs', 'ok', 'not_ok', 'ok_ratio', 'good', 'goodput_per_s', 'slo_attainment', 'first_chunk_good',
-                  'runs_per_s', 'ok_runs_per_s', 'stale_connection_failures')
+                  'runs_per_s', 'ok_runs_per_s', 'stale_connection_failures', 'sessions_ok_ratio')
+# The figures a gate reads from a workload's block of the summary, by (block, field): a session can end not
+# ok with every run of it ok (ended by max_tool_rounds), which ok_ratio, over runs, cannot show.
+_BLOCK_FIGURES = {'sessions_ok_ratio': ('sessions', 'ok_ratio')}
 _UNCLASSIFIED = 'unclassified'  # the kind of a failure in a record older than error_kind
 _OPERATORS = {'<=': operator.le, '>=': operator.ge, '==': operator.eq, '!=': operator.ne, '<': operator.lt,
               '>': operator.gt}
@@ -103,6 +106,9 @@ def _figure_value(result: dict, gate: _FailIf) -> float | None:
         entry = result.get('delta', {}).get(gate.figure.removeprefix(_DELTA))
         return entry and entry['relative_pct' if gate.relative else 'difference']
     result = result.get('candidate', result)
+    if gate.figure in _BLOCK_FIGURES:
+        block, field = _BLOCK_FIGURES[gate.figure]
+        return (result.get(block) or {}).get(field)
     name, _, part = gate.figure.partition('.')
     if name == 'error_kind':
         return result['not_ok_by_kind'].get(part, 0)

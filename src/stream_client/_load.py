@@ -293,10 +293,14 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
         _tell_workers(control_write, reason, settings.processes)
 
     def relay(fd: int) -> None:
-        with os.fdopen(fd, 'r', encoding='utf-8') as lines:
+        with os.fdopen(fd, 'r', encoding='utf-8', errors='replace') as lines:
             for line in lines:
+                try:
+                    record = json.loads(line)
+                except ValueError:  # cut by the worker's death: that run has no record, and the load says so
+                    continue
                 with lock:
-                    on_record(json.loads(line))
+                    on_record(record)
     cancel.on_cancel(tell)  # before the forks: a worker forked after a cancel finds it waiting in the pipe
     try:
         for number in range(settings.processes):  # every fork before any thread of this load starts

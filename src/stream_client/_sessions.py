@@ -187,6 +187,7 @@ class _SessionSummary:
 
     def __init__(self) -> None:
         self.sessions = self.ok = self.turns = self.not_started = self.tool_rounds = self.runs = 0
+        self.planned: dict = {}  # load id: the sessions it planned (load.sessions)
         self.by_kind: collections.Counter = collections.Counter()
         self.first_text: dict[int, list] = collections.defaultdict(list)
         self.turn_ms: dict[int, list] = collections.defaultdict(list)
@@ -197,6 +198,7 @@ class _SessionSummary:
             return
         self.runs += 1
         key = ((record.get('load') or {}).get('id'), record['session'])
+        self.planned.setdefault(key[0], (record.get('load') or {}).get('sessions'))
         turn = self._open.get(key)
         if turn is not None and turn[0] != record['turn']:
             self._close_turn(turn)
@@ -224,7 +226,9 @@ class _SessionSummary:
 
     def result(self) -> dict:
         indexes = sorted(set(self.first_text) | set(self.turn_ms))
-        return {'sessions': self.sessions, 'ok': self.ok, 'not_ok': self.sessions - self.ok,
+        planned = sum(count for count in self.planned.values() if isinstance(count, int)) or None
+        return {'sessions': self.sessions, 'planned': planned, 'ok': self.ok, 'not_ok': self.sessions - self.ok,
+                'ok_ratio': None if planned is None else self.ok / planned,  # of the planned: one never run is not ok
                 'not_ok_by_kind': dict(sorted(self.by_kind.items(), key=lambda item: (-item[1], item[0]))),
                 'runs': self.runs, 'turns': self.turns, 'turns_not_started': self.not_started,
                 'tool_rounds': self.tool_rounds,

@@ -4,11 +4,13 @@
 the verdict and comparison lines are written here.
 """
 import os
+import sys
 import threading
 import time
 
 from ._limits import _count
 from ._request import PreparedRequest
+from ._plan import _LoadCheck
 from ._summary import Summary, _summary_table
 
 
@@ -171,3 +173,13 @@ class _LoadView:
         if self.live:
             self.out.write(_summary_table(result) + '\n')
             self.out.flush()
+
+
+def _say_lost(prog: str, loads: _LoadCheck) -> bool:
+    """Say in one line what a load that ran to its end has no record of (a worker process that died, a bug
+    in this client), and whether it lacked anything: such a load is never ok (exit 1)."""
+    missing = loads.missing()
+    if missing:
+        print(f'{prog}: warning: the load ran to its end, but not every planned run has a record: '
+              f'{"; ".join(missing)}', file=sys.stderr)
+    return bool(missing)

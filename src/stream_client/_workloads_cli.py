@@ -27,7 +27,8 @@ from ._sessions import _run_sessions, _SessionRows, _SessionSummary
 from ._trace import _fitted, _run_trace, _Tokenizer, _trace_prompts, _TraceSummary
 from ._headers import _parse_header
 from ._args import _answer_files, _extra, _prompt
-from ._views import _verdict_line
+from ._plan import _LoadCheck
+from ._views import _say_lost, _verdict_line
 
 _SESSION_APIS = ('chat', 'messages', 'responses')
 
@@ -225,8 +226,10 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
     table = _CsvFile(csv_fd) if csv_fd is not None else None
     write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
     quiet = args.quiet
+    loads = _LoadCheck()  # what the load planned, against the records it wrote
 
     def on_record(record: dict) -> None:
+        loads.add(record)
         try:
             output.write(_json_text(record) + '\n')
             output.flush()
@@ -292,6 +295,8 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
         return 2
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]
+    if _say_lost(prog, loads):
+        return 1
     if gates is not None:
         return 0 if _gates_held(result) else 1
     return 0 if block.all_ok(workload.planned) else 1
