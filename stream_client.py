@@ -11110,9 +11110,11 @@ class _CapacitySearch:
             return None if step is None else \
                 _saturation_step([step.result(0)], summary.target())['rate'] is not None
         verdicts: list[tuple[float, bool | None]] = []
-        while (rate := _next_probe(self.low, self.high, verdicts, self.TOLERANCE)) is not None:
+        rate = _next_probe(self.low, self.high, verdicts, self.TOLERANCE)
+        while rate is not None:
             yield self.probe(len(verdicts), rate)
             verdicts.append((rate, passed(rate)))
+            rate = _next_probe(self.low, self.high, verdicts, self.TOLERANCE)
 
 
 def _next_probe(low: float, high: float, verdicts: list[tuple[float, bool | None]], tolerance: float) -> float | None:
