@@ -221,7 +221,11 @@ class PageRun:
 
     def stop(self, process: subprocess.Popen, line: int, what: str) -> None:
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
+        try:
+            _, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
         self.check(process.returncode == 0, line, f'{what}: exit status {process.returncode} after Ctrl+C\n{stderr}')
 
     def probe_exporter(self, command: DocCommand) -> None:
