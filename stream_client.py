@@ -11488,7 +11488,7 @@ class _CapacitySearch:
     """--find-capacity LO:HI: open-loop probes of --duration seconds, bisecting on the rate. A probe
     passes when it is under capacity as a sweep's step is (attainment at the target, runs started on
     time); LO is probed first (failing it, the capacity is below LO), then HI (passing it, above HI),
-    then the middle of the bracket until the bracket is within TOLERANCE of its top."""
+    then the middle of the bracket until the bracket is within TOLERANCE of its top (_next_probe)."""
 
     TOLERANCE = 0.05
 
@@ -11507,7 +11507,7 @@ class _CapacitySearch:
                              'LO below HI, e.g. 1:64')
         if args.duration is None or not _positive_finite(args.duration):
             raise UsageError('--find-capacity needs --duration: how many seconds each probe runs')
-        self.args = args
+        self.args, self.processes = args, 1 if args.processes is None else args.processes
         self.slos, self.slo_target = _parse_slos(args.slo or []), _slo_target(args)
         self.warmup = _warmup(args.warmup)
         fewest = _scheduled_runs(self.low, args.arrivals, args.seed, args.duration)  # more runs at a higher rate
@@ -11518,30 +11518,41 @@ class _CapacitySearch:
     def probe(self, number: int, rate: float) -> LoadSettings:
         args = self.args
         return LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate, args.arrivals, args.seed, args.keep_alive, args.duration,
-                            number, self.slos, self.slo_target, 1 if args.processes is None else args.processes,
-                            *self.warmup, search=(self.low, self.high))
+                            number, self.slos, self.slo_target, self.processes, *self.warmup, search=(self.low, self.high))
 
     def probes(self, summary: Summary):
-        """The probes in turn, each chosen from the summary of the ones before."""
+        """The probes in turn, each chosen (by _next_probe) from the summary of the ones before."""
         def passed(rate: float) -> bool | None:
             step = (summary.steps or {}).get(rate)
             return None if step is None else \
                 _saturation_step([step.result(0)], summary.target())['rate'] is not None
-        low, high, number = self.low, self.high, 0
-        for rate in (low, high):
-            yield self.probe(number, rate)
-            number += 1
-            verdict = passed(rate)
-            if verdict is None or verdict == (rate == high):  # none ran, LO failed or HI passed: nothing between
-                return
-        while high - low > self.TOLERANCE * high:
-            middle = round((low + high) / 2, 3)
-            yield self.probe(number, middle)
-            number += 1
-            verdict = passed(middle)
-            if verdict is None:
-                return
-            low, high = (middle, high) if verdict else (low, middle)
+        verdicts: list[tuple[float, bool | None]] = []
+        rate = _next_probe(self.low, self.high, verdicts, self.TOLERANCE)
+        while rate is not None:
+            yield self.probe(len(verdicts), rate)
+            verdicts.append((rate, passed(rate)))
+            rate = _next_probe(self.low, self.high, verdicts, self.TOLERANCE)
+
+
+def _next_probe(low: float, high: float, verdicts: list[tuple[float, bool | None]], tolerance: float) -> float | None:
+    """The rate --find-capacity LOW:HIGH probes next, given the (rate, passed) of its probes so far in
+    order (passed None: the probe was not judged, no run of it ran), or None when the search is over:
+    LOW first (failing it, the capacity is below LOW), then HIGH (passing it, at least HIGH), then the
+    middle of the bracket, keeping the half where the capacity lies, until the bracket is within
+    tolerance of its top. Sans-IO: the decisions of a search, from its probes' verdicts alone."""
+    for number, (rate, passed) in enumerate(verdicts):
+        if passed is None or (number == 0 and not passed) or (number == 1 and passed):
+            return None  # none ran, LOW failed or HIGH passed: nothing between to search
+        if number >= 2:
+            low, high = (rate, high) if passed else (low, rate)
+    if len(verdicts) < 2:
+        return (low, high)[len(verdicts)]
+    return round((low + high) / 2, 3) if high - low > tolerance * high else None
+
+
+def _first_step(steps: list[LoadSettings] | _CapacitySearch) -> LoadSettings | _CapacitySearch:
+    """What every step of a load shares (its SLOs, its processes): the first step's, or the search's."""
+    return steps if isinstance(steps, _CapacitySearch) else steps[0]
 
 
 def _concurrency_steps(args) -> list[LoadSettings]:
@@ -11622,7 +11633,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     as its run ends; print the summary (and write the report); return the exit status. SIGINT and
     SIGTERM cancel the load: no new run or step starts, the runs in flight end as interrupted and keep
     their records; a second signal changes nothing."""
-    first = steps if isinstance(steps, _CapacitySearch) else steps[0]
+    first = _first_step(steps)
     summary, cancel = Summary(first.slos, first.slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
     table = _CsvFile(csv_fd) if csv_fd is not None else None
@@ -11754,7 +11765,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed,
-                                   own_process=steps is not None and steps[0].processes > 1)
+                                   own_process=steps is not None and _first_step(steps).processes > 1)
             url = fixture.url if fixture else args.url or _DEFAULT_URL
             workload = _plan_workload(args, url)
             requests = workload.requests if workload is not None else \
