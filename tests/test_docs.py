@@ -67,6 +67,13 @@ USER_PACED = {('decisions.md', '--slo first_text_from_schedule_ms=800'), ('decis
 WAITING = {'cli.md', 'connections.md', 'decisions.md', 'fixture.md', 'goodput.md', 'workloads.md'}
 
 
+
+def _interruptible() -> None:
+    """In a server's new process: Ctrl+C (SIGINT) stops it as in a terminal, also when this suite runs as a
+    background job, whose children inherit SIGINT ignored (and Python then never turns it into
+    KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 class DocCommand(NamedTuple):
     """One command of a page: where it is, what it runs, how the doc says it exits, and where its stdout goes."""
 
@@ -209,7 +216,7 @@ class PageRun:
             self.stop(self.servers.pop(port)[0], command.line, f'the server of port {port}')
         process = subprocess.Popen(script_command(FIXTURE_SCRIPT, *args), cwd=self.cwd, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   env=script_env(self.env))
+                                   env=script_env(self.env), preexec_fn=_interruptible)
         line = first_line(process.stdout)
         if not line:  # it refused to start, as the doc may say
             _, stderr = process.communicate(timeout=30)
