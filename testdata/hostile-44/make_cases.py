@@ -518,3 +518,329 @@ case("T28-mixed-shapes-equal-timestamps", "traces",
      {"rc": 0, "asserts": ["len(R('o.jsonl')) == 2",
                            "sorted(r['trace']['length_by'] for r in R('o.jsonl')) == ['approximation', 'prompt']"]},
      files={"t.jsonl": jl({"timestamp": 5, "prompt": "a"}, {"timestamp": 5, "input_length": 8})}, server={"responses": [comp_text()]})
+
+# =========================================================================================
+# Gates (docs/decisions.md "Gates", docs/loads.md)
+# =========================================================================================
+G = "docs/decisions.md#gates---fail-if: "
+LOAD_OK = {"args": ["--fixture", "ok", "--runs", "4", "--concurrency", "4", "--output", "load.jsonl", "--quiet"], "rc": 0}
+
+
+def bad_gate(id, expr, why):
+    case(id, "gates", G + "a bad expression (" + why + ") is one line on stderr and exit 2, before anything is sent or any file is created",
+         ["--fixture", "ok", "--runs", "2", "--output", "o.jsonl", "--quiet", "--fail-if", expr],
+         dict(NO_TB, absent=["o.jsonl"]))
+
+
+bad_gate("G01-p95", "first_text_ms.p95 > 1", "a percentile it does not compute, p95")
+bad_gate("G02-unknown-kind", "error_kind.eof_before_the_end > 0", "an unknown failure kind")
+bad_gate("G03-bound-word", "ok_ratio < abc", "a bound that is not a number")
+bad_gate("G04-bound-nan", "ok_ratio < nan", "a bound that is not a number: nan")
+bad_gate("G05-delta-without-compare", "delta.first_text_ms.p99 > 10", "a delta. gate without --compare")
+bad_gate("G06-percent-on-plain-figure", "ok_ratio < 50%", "a % bound on a figure that is not a difference")
+bad_gate("G07-unknown-figure", "tokens_per_s > 1", "a figure the summary does not have")
+
+case("G08-default-gate-recorded", "gates", G + "without --fail-if the gate is every run ok, written 'ok_ratio < 1', and the summary's gates says so",
+     ["--fixture", "ok", "--runs", "2", "--output", "o.jsonl", "--quiet"],
+     {"rc": 0, "asserts": ["out['gates'] == [{'expr': 'ok_ratio < 1', 'value': 1.0, 'held': True}]"]})
+case("G09-percentile-of-no-ok-run", "gates", G + "a gate fails when the summary lacks its figure (a percentile when no run was ok): value null, held false, exit 1",
+     ["--fixture", "http-error", "--runs", "2", "--output", "o.jsonl", "--quiet", "--fail-if", "first_text_ms.p99 > 100000"],
+     {"rc": 1, "asserts": ["out['gates'][0]['value'] is None", "out['gates'][0]['held'] is False"]})
+case("G10-gate-replaces-default", "gates", G + "the exit status is what the gates say: 'ok_ratio > 0.5' holds on a load of failures, exit 0",
+     ["--fixture", "broken", "--runs", "2", "--output", "o.jsonl", "--quiet", "--fail-if", "ok_ratio > 0.5"],
+     {"rc": 0, "asserts": ["out['gates'][0]['held'] is True", "out['not_ok'] == 2"]})
+case("G11-one-run-refuses-gate", "gates", G + "one run takes no gate (flag table: --fail-if 'no' for one run): exit 2, nothing sent, no file",
+     ["--fixture", "ok", "--output", "o.jsonl", "--quiet", "--fail-if", "ok_ratio < 1"], dict(NO_TB, absent=["o.jsonl"]))
+case("G12-summary-empty-file-gate", "gates", "docs/loads.md: --summary of no record is 'no runs', exit 1 (a gate that would hold cannot change it)",
+     ["--summary", "empty.jsonl", "--fail-if", "runs < 1"], {"rc": 1}, files={"empty.jsonl": ""})
+case("G13-summary-cut-line-beats-gate", "gates", "docs/cli.md exit status: --summary of a file that is not whole (a cut line) exits 1 whatever the gates say",
+     ["--summary", "cut.jsonl", "--fail-if", "runs < 1"], {"rc": 1, "stderr_contains": ["skipped"]},
+     pre=[dict(LOAD_OK, then=[{"file": "load.jsonl", "to": "cut.jsonl", "truncate_last": True}])])
+case("G14-sessions-ratio-on-plain-load", "gates", G + "a load of no sessions has no sessions_ok_ratio, and its gate fails (value null, exit 1)",
+     ["--fixture", "ok", "--runs", "2", "--output", "o.jsonl", "--quiet", "--fail-if", "sessions_ok_ratio < 0.5"],
+     {"rc": 1, "asserts": ["out['gates'][0]['value'] is None", "out['gates'][0]['held'] is False"]})
+case("G15-sessions-ratio-summary-plain-file", "gates", G + "--summary of a plain load: sessions_ok_ratio has no figure, the gate fails, exit 1",
+     ["--summary", "load.jsonl", "--fail-if", "sessions_ok_ratio < 0.5"], {"rc": 1}, pre=[LOAD_OK])
+case("G16-warmup-left-out-of-gates", "gates", G.replace("gates---fail-if", "warm-up-runs---warmup") + "warm-up runs are left out of the summary and its gates: --runs 3 --warmup 1 gives runs 2, warmup_runs 1",
+     ["--fixture", "ok", "--runs", "3", "--warmup", "1", "--output", "o.jsonl", "--quiet", "--fail-if", "runs != 2"],
+     {"rc": 0, "asserts": ["out['warmup_runs'] == 1", "out['gates'][0]['held'] is True", "sum(r['warmup'] for r in R('o.jsonl')) == 1"]})
+case("G17-summary-slo-override", "gates", "docs/goodput.md: --summary FILE --slo judges saved runs by other bounds: first_text_ms=1 makes no run good, the slo_attainment gate fails, exit 1",
+     ["--summary", "load.jsonl", "--slo", "first_text_ms=1", "--fail-if", "slo_attainment < 0.99"],
+     {"rc": 1, "asserts": ["out['good'] == 0", "out['gates'][0]['held'] is False"]}, pre=[LOAD_OK])
+case("G18-known-kind-zero", "gates", G + "error_kind.KIND is 0 when no run failed with it: 'error_kind.client_error > 0' holds, exit 0",
+     ["--summary", "load.jsonl", "--fail-if", "error_kind.client_error > 0"],
+     {"rc": 0, "asserts": ["out['gates'][0]['value'] == 0"]}, pre=[LOAD_OK])
+case("G19-summary-of-not-ok-default-gate", "gates", "docs/loads.md: --summary exits 1 when a run summarised was not ok (the default gate)",
+     ["--summary", "b.jsonl"], {"rc": 1, "asserts": ["out['gates'][0]['held'] is False"]},
+     pre=[{"args": ["--fixture", "broken", "--runs", "2", "--output", "b.jsonl", "--quiet"], "rc": 1}])
+
+# =========================================================================================
+# Comparisons (docs/decisions.md "Comparing two loads")
+# =========================================================================================
+CP = "docs/decisions.md#comparing-two-loads---compare-base-candidate: "
+BASE = {"args": ["--fixture", "ok", "--runs", "4", "--concurrency", "4", "--output", "base.jsonl", "--quiet"], "rc": 0}
+CAND = {"args": ["--fixture", "ok", "--runs", "4", "--concurrency", "4", "--output", "cand.jsonl", "--quiet"], "rc": 0}
+BROKEN = {"args": ["--fixture", "broken", "--runs", "4", "--concurrency", "4", "--output", "cand.jsonl", "--quiet"], "rc": 1}
+
+case("C01-two-loads", "compare", CP + "two loads: one JSON line with base, candidate, delta (p50/p90/p99 with ci95 and significant), gates; exit 0 without --fail-if",
+     ["--compare", "base.jsonl", "cand.jsonl"],
+     {"rc": 0, "asserts": ["set(['base', 'candidate', 'delta']) <= set(out)",
+                           "set(['first_text_ms.p50', 'first_text_ms.p90', 'first_text_ms.p99']) <= set(out['delta'])",
+                           "'ci95' in out['delta']['first_text_ms.p99'] and 'significant' in out['delta']['first_text_ms.p99']",
+                           "out['delta']['not_ok']['relative_pct'] is None"]}, pre=[BASE, CAND])
+case("C02-load-vs-single-record", "compare", CP + "a load and a single record are not compared: exit 2, one line",
+     ["--compare", "base.jsonl", "one.json"], NO_TB,
+     pre=[BASE, {"args": ["--fixture", "ok", "--output", "one.json", "--quiet"], "rc": 0}])
+case("C03-empty-file", "compare", CP + "a file that holds no load (an empty file) is refused before anything is compared: exit 2, one line",
+     ["--compare", "base.jsonl", "empty.jsonl"], NO_TB, files={"empty.jsonl": ""}, pre=[BASE])
+case("C04-csv-file", "compare", CP + "a --csv table (lines that are not JSON) is refused: exit 2, one line",
+     ["--compare", "base.jsonl", "cand.csv"], NO_TB,
+     pre=[BASE, {"args": ["--fixture", "ok", "--runs", "2", "--output", "c.jsonl", "--csv", "cand.csv", "--quiet"], "rc": 0}])
+case("C05-candidate-lacks-record", "compare", CP + "a side with fewer records than its load planned gets the --summary warning, and the exit status is 1 without any gate",
+     ["--compare", "base.jsonl", "cut.jsonl"], {"rc": 1, "stderr_contains": ["warning"]},
+     pre=[BASE, dict(CAND, then=[{"file": "cand.jsonl", "to": "cut.jsonl", "drop_lines": [1]}])])
+case("C06-delta-ok-ratio-gate", "compare", CP + "'delta.ok_ratio < -0.01' fails when the candidate's runs all failed: exit 1",
+     ["--compare", "base.jsonl", "cand.jsonl", "--fail-if", "delta.ok_ratio < -0.01"],
+     {"rc": 1, "asserts": ["out['gates'][0]['held'] is False"]}, pre=[BASE, BROKEN])
+case("C07-delta-schedule-figure-closed-loops", "compare", CP + "a delta. figure neither load has (a schedule's figure of closed loops) fails its gate: exit 1",
+     ["--compare", "base.jsonl", "cand.jsonl", "--fail-if", "delta.first_text_from_schedule_ms.p99 > 10"],
+     {"rc": 1, "asserts": ["out['gates'][0]['held'] is False"]}, pre=[BASE, CAND])
+case("C08-differ-in-api-warns", "compare", CP + "loads that differ in API: one warning line naming it, the comparison goes on, exit 0",
+     ["--compare", "base.jsonl", "cand.jsonl"], {"rc": 0, "stderr_contains": ["differ in", "API"]},
+     pre=[BASE, {"args": ["--fixture", "ok", "--api", "completions", "--runs", "4", "--concurrency", "4", "--output", "cand.jsonl", "--quiet"], "rc": 0}])
+case("C09-markdown", "compare", CP + "--format markdown prints a Markdown table instead of the JSON line",
+     ["--compare", "base.jsonl", "cand.jsonl", "--format", "markdown"],
+     {"rc": 0, "asserts": ["out is None", "'|' in stdout"]}, pre=[BASE, CAND])
+case("C10-compare-refuses-runs", "compare", "docs/loads.md: --summary and --compare only read; a flag only a run uses (--runs) is exit 2",
+     ["--compare", "base.jsonl", "cand.jsonl", "--runs", "3"], NO_TB, pre=[BASE, CAND])
+case("C11-percent-gate-base-zero", "compare", CP + "relative_pct is null when the base is 0; 'delta.not_ok > 10%' with base 0 and candidate 4 cannot show the candidate is good: the gate must not hold (exit 1)",
+     ["--compare", "base.jsonl", "cand.jsonl", "--fail-if", "delta.not_ok > 10%"],
+     {"rc": 1, "asserts": ["out['gates'][0]['held'] is False"]}, pre=[BASE, BROKEN])
+case("C12-mixed-sources-refused", "compare", "docs/cli.md: --compare refuses records of different sources (fixture, endpoint) without --mixed-sources",
+     ["--compare", "base.jsonl", "cand.jsonl"], {"rc": 2},
+     pre=[BASE, {"args": ["--url", "{ORIGIN}/v1/chat/completions", "--model", "m", "--runs", "4", "--concurrency", "4", "--output", "cand.jsonl", "--quiet"], "rc": 0}],
+     server={"responses": [chat_text()]})
+case("C13-delta-kind-gate", "compare", CP + "error_kind.KIND deltas for every kind either load failed with: 'delta.error_kind.eof_before_done > 0' fails, exit 1",
+     ["--compare", "base.jsonl", "cand.jsonl", "--fail-if", "delta.error_kind.eof_before_done > 0"],
+     {"rc": 1, "asserts": ["out['gates'][0]['value'] == 4"]}, pre=[BASE, BROKEN])
+case("C14-candidate-cut-line", "compare", CP + "a cut line is left out with the --summary warning, and the exit status is 1 whatever the gates say",
+     ["--compare", "base.jsonl", "cut.jsonl", "--fail-if", "delta.ok_ratio < -1"], {"rc": 1, "stderr_contains": ["warning"]},
+     pre=[BASE, dict(CAND, then=[{"file": "cand.jsonl", "to": "cut.jsonl", "truncate_last": True}])])
+case("C15-dialect-differs-warns", "compare", CP + "the dialect (request.dialect) is one of the request settings compared: loads run with --dialect strict and --dialect tgi get the warning line",
+     ["--compare", "base.jsonl", "cand.jsonl"], {"rc": 0, "stderr_contains": ["differ in", "dialect"]},
+     pre=[{"args": BASE["args"] + ["--dialect", "strict"], "rc": 0}, {"args": CAND["args"] + ["--dialect", "tgi"], "rc": 0}])
+
+# =========================================================================================
+# Shards (docs/goodput.md "One load from many machines", docs/cli.md)
+# =========================================================================================
+SH = "docs/goodput.md#one-load-from-many-machines: "
+SHARD = lambda i, n, runs=6, extra=(): {"args": ["--fixture", "ok", "--runs", str(runs), "--rate", "50", "--seed", "3", "--shard", "%d/%d" % (i, n), "--output", "s%d.jsonl" % i, "--quiet"] + list(extra), "rc": 0}
+
+for id, flag, why in [("H01-index-equals-n", ["--shard", "2/2"], "I is from 0 to N-1"), ("H02-zero-shards", ["--shard", "0/0"], "N of 0"),
+                      ("H03-with-rates", ["--shard", "0/2", "--rates", "5,10", "--duration", "1"], "not with --rates"),
+                      ("H04-start-at-no-z", ["--shard", "0/2", "--start-at", "{UTC_PLUS_2S_NOZ}"], "the Z is required"),
+                      ("H05-start-at-2-days", ["--start-at", "{UTC_PLUS_2D}"], "at most a day ahead"),
+                      ("H06-start-at-2-hours-behind", ["--start-at", "{UTC_MINUS_2H}"], "at most an hour behind"),
+                      ("H07-shard-negative", ["--shard", "-1/2"], "I from 0")]:
+    case(id, "shards", SH + "bad --shard/--start-at (" + why + "): exit 2, one line, no file",
+         ["--fixture", "ok", "--runs", "4", "--rate", "20", "--output", "o.jsonl", "--quiet"] + flag, dict(NO_TB, absent=["o.jsonl"]))
+case("H08-one-run-start-at", "shards", "docs/cli.md flag table: --start-at with one run is 'no': exit 2",
+     ["--fixture", "ok", "--output", "o.jsonl", "--quiet", "--start-at", "{UTC_MINUS_10S}"], dict(NO_TB, absent=["o.jsonl"]))
+case("H09-two-shards-add-up", "shards", SH + "shard I sends the runs i with i % N == I; --summary of the N files counts the runs, verdicts and planned runs one process's load would (6, 6, 6), exit 0",
+     ["--summary", "s0.jsonl", "s1.jsonl"],
+     {"rc": 0, "asserts": ["out['runs'] == 6 and out['ok'] == 6 and out['planned_runs'] == 6",
+                           "sorted(r['run'] for r in R('s0.jsonl')) == [0, 2, 4]", "sorted(r['run'] for r in R('s1.jsonl')) == [1, 3, 5]",
+                           "R('s0.jsonl')[0]['load']['plan']['id'] == R('s1.jsonl')[0]['load']['plan']['id']"]},
+     pre=[SHARD(0, 2), SHARD(1, 2)])
+case("H10-shard-missing", "shards", SH + "--summary of shard 0 of 2 alone: exit 2 and a line naming 'shard 1/2 missing'",
+     ["--summary", "s0.jsonl"], {"rc": 2, "stderr_contains": ["1/2", "missing"]}, pre=[SHARD(0, 2)])
+case("H11-shard-twice", "shards", SH + "a shard given twice: exit 2, 'given twice'",
+     ["--summary", "s0.jsonl", "s0.jsonl", "s1.jsonl"], {"rc": 2, "stderr_contains": ["twice"]}, pre=[SHARD(0, 2), SHARD(1, 2)])
+case("H12-shard-share", "shards", "docs/record.md load.plan: with --shard, load.runs is the shard's share (runs 1, 3 of 5: 2) and plan.runs the plan's (5)",
+     ["--summary", "s1.jsonl", "s0.jsonl"],
+     {"rc": 0, "asserts": ["sorted(r['run'] for r in R('s1.jsonl')) == [1, 3]", "R('s1.jsonl')[0]['load']['runs'] == 2",
+                           "R('s1.jsonl')[0]['load']['plan']['runs'] == 5", "R('s1.jsonl')[0]['load']['plan']['shards'] == 2",
+                           "out['runs'] == 5 and out['planned_runs'] == 5"]},
+     pre=[SHARD(0, 2, 5), SHARD(1, 2, 5)])
+case("H13-shard-lacks-line", "shards", SH + "a shard file with a record removed: the summary of both warns of the missing run, exit 1",
+     ["--summary", "s0.jsonl", "cut1.jsonl"], {"rc": 1, "stderr_contains": ["warning"]},
+     pre=[SHARD(0, 2), dict(SHARD(1, 2), then=[{"file": "s1.jsonl", "to": "cut1.jsonl", "drop_lines": [0]}])])
+case("H14-more-shards-than-runs", "shards", SH + "(not documented) --runs 2 over 3 shards: shard 2 would send no run; it is refused up front with one line and no file, never a run that writes an empty file",
+     ["--fixture", "ok", "--runs", "2", "--rate", "50", "--seed", "3", "--shard", "2/3", "--output", "s2.jsonl", "--quiet"],
+     dict(NO_TB, absent=["s2.jsonl"]))
+case("H15-different-plans", "shards", SH + "shards of two different plans (seeds 3 and 4): each plan lacks a shard, exit 2",
+     ["--summary", "s0.jsonl", "s1.jsonl"], {"rc": 2, "stderr_contains": ["missing"]},
+     pre=[SHARD(0, 2), dict(SHARD(1, 2), args=SHARD(1, 2)["args"][:7] + ["4"] + SHARD(1, 2)["args"][8:])])
+case("H16-start-at-behind-sends-at-once", "shards", SH + "a process that starts late sends the runs already due at once, and their queued_ms says how late (start 10 s ago: > 5000 ms)",
+     ["--fixture", "ok", "--runs", "2", "--rate", "20", "--start-at", "{UTC_MINUS_10S}", "--output", "o.jsonl", "--quiet"],
+     {"rc": 0, "asserts": ["min(r['queued_ms'] for r in R('o.jsonl')) > 5000", "R('o.jsonl')[0]['load']['plan']['start_at'] is not None"]})
+case("H17-trace-shard-message", "shards", "docs/cli.md#flags-and-workloads: the example line 'stream_client.py: error: --shard does not work with --trace yet (docs/cli.md#flags-and-workloads)'",
+     ["--fixture", "ok", "--api", "completions", "--trace", "t.jsonl", "--shard", "0/2", "--output", "o.jsonl"],
+     dict(NO_TB, stderr_contains=["stream_client.py: error: --shard does not work with --trace yet (docs/cli.md#flags-and-workloads)"]),
+     files={"t.jsonl": jl({"timestamp": 0, "prompt": "a"})})
+case("H18-shard-gate-over-files", "shards", SH + "--summary of the shard files with --fail-if gates the whole load: 'runs != 6' holds, exit 0",
+     ["--summary", "s0.jsonl", "s1.jsonl", "--fail-if", "runs != 6"], {"rc": 0}, pre=[SHARD(0, 2), SHARD(1, 2)])
+case("H19-shard-unsharded-merge", "shards", SH + "a load that is not sharded is shard 0 of 1 (load.plan.shard 0, shards 1)",
+     ["--summary", "o.jsonl"], {"rc": 0, "asserts": ["R('o.jsonl')[0]['load']['plan']['shard'] == 0", "R('o.jsonl')[0]['load']['plan']['shards'] == 1"]},
+     pre=[{"args": ["--fixture", "ok", "--runs", "2", "--output", "o.jsonl", "--quiet"], "rc": 0}])
+
+# =========================================================================================
+# Dialects (docs/dialects.md) in sessions, traces and loads; vendor streams (OpenAI, Anthropic)
+# =========================================================================================
+DI = "docs/dialects.md: "
+ONE = ["--model", "m", "--quiet", "--output", "o.json"]
+TOOLS_FILE = {"tools.json": TOOLS_JSON}
+
+
+def one_run(id, doc, url_path, responses, rc, asserts, extra=(), files=None):
+    case(id, "dialects", doc, ["--url", "{ORIGIN}" + url_path] + ONE + list(extra),
+         {"rc": rc, "asserts": asserts}, server={"responses": responses}, files=dict(files or {}))
+
+
+TGI_CALL = chat_call(args_pieces=['{', ' "city": "Paris"', '}'], tgi=True, finish=None, fp=TGI_FP, headers=TGI_H)
+
+case("D01-tgi-call-in-session", "dialects",
+     DI + "TGI's tool call ([DONE], no finish_reason, one call with valid arguments, detected by x-compute-type) is ok under the tgi dialect, so the session executes it: the next request carries the assistant call (id '0') and the tool result",
+     SURL + ["--sessions", "s.jsonl", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["len(reqs) == 2", "R('o.jsonl')[0]['ok'] is True", "R('o.jsonl')[0]['dialect'] == 'tgi'",
+                           "reqs[1]['body']['messages'][-1]['tool_call_id'] == '0'",
+                           "json.loads(reqs[1]['body']['messages'][-2]['tool_calls'][0]['function']['arguments']) == {'city': 'Paris'}"]},
+     files={"s.jsonl": jl(SES_TOOLS)},
+     server={"responses": [TGI_CALL, chat_text(headers=TGI_H, fp=TGI_FP)]})
+
+one_run("D02-tgi-two-calls", DI + "under tgi, two calls without a finish_reason are not TGI's shape: no_finish_reason, exit 1", "/v1/chat/completions",
+        [chat_call(args_pieces=['{"city": "Paris"}'], tgi=True, finish=None, fp=TGI_FP, headers=TGI_H, second_call=True)], 1,
+        ["R('o.json')[0]['error_kind'] == 'no_finish_reason'"], ["--tools", "tools.json"], TOOLS_FILE)
+one_run("D03-tgi-call-with-text", DI + "under tgi, a call with text beside it is not TGI's shape: not ok (no_finish_reason or text_in_tool_call), exit 1", "/v1/chat/completions",
+        [chat_call(args_pieces=['{"city": "Paris"}'], tgi=True, finish=None, fp=TGI_FP, headers=TGI_H, text_beside="hi")], 1,
+        ["R('o.json')[0]['ok'] is False"], ["--tools", "tools.json"], TOOLS_FILE)
+one_run("D04-tgi-args-cut-then-done", DI + "under tgi the call's arguments must be one complete JSON object: '{\"city\": \"Par' then [DONE] is not ok, exit 1", "/v1/chat/completions",
+        [chat_call(args_pieces=['{', ' "city": "Par'], tgi=True, finish=None, fp=TGI_FP, headers=TGI_H)], 1,
+        ["R('o.json')[0]['ok'] is False"], ["--tools", "tools.json"], TOOLS_FILE)
+one_run("D05-strict-refuses-tgi-call", DI + "--dialect strict applies the vendor rules only: TGI's finish-less call is no_finish_reason", "/v1/chat/completions",
+        [TGI_CALL], 1, ["R('o.json')[0]['error_kind'] == 'no_finish_reason'", "R('o.json')[0]['dialect'] == 'strict'"],
+        ["--tools", "tools.json", "--dialect", "strict"], TOOLS_FILE)
+one_run("D06-tgi-detected-by-fingerprint", DI + "a chat chunk whose system_fingerprint ends in -native selects tgi (no header): ok, dialect tgi, notes say what detected it", "/v1/chat/completions",
+        [chat_call(args_pieces=['{', ' "city": "Paris"', '}'], tgi=True, finish=None, fp=TGI_FP)], 0,
+        ["R('o.json')[0]['dialect'] == 'tgi'", "any('tgi' in n for n in R('o.json')[0]['notes'])"], ["--tools", "tools.json"], TOOLS_FILE)
+one_run("D07-tgi-text-needs-finish", DI + "the tgi exception is for one tool call alone: a text answer with [DONE] and no finish_reason is no_finish_reason", "/v1/chat/completions",
+        [chat_text(finish=None, headers=TGI_H, fp=TGI_FP)], 1, ["R('o.json')[0]['error_kind'] == 'no_finish_reason'"])
+one_run("D08-tgi-call-length", DI + "under tgi a finish_reason that does come decides as usual: length on the call is budget_exhausted", "/v1/chat/completions",
+        [chat_call(args_pieces=['{', ' "city": "Paris"', '}'], tgi=True, finish="length", fp=TGI_FP, headers=TGI_H)], 1,
+        ["R('o.json')[0]['error_kind'] == 'budget_exhausted'"], ["--tools", "tools.json"], TOOLS_FILE)
+one_run("D09-tgi-forced-no-header", DI + "--dialect tgi applies the rule with no header or fingerprint", "/v1/chat/completions",
+        [chat_call(args_pieces=['{', ' "city": "Paris"', '}'], tgi=True, finish=None)], 0,
+        ["R('o.json')[0]['ok'] is True", "R('o.json')[0]['dialect'] == 'tgi'"], ["--tools", "tools.json", "--dialect", "tgi"], TOOLS_FILE)
+one_run("D10-tgi-schema-violation", DI + "under tgi the call's arguments must be valid against the tool's parameters: {\"town\": ...} is tool_arguments_schema", "/v1/chat/completions",
+        [chat_call(args_pieces=['{', ' "town": "Paris"', '}'], tgi=True, finish=None, fp=TGI_FP, headers=TGI_H)], 1,
+        ["R('o.json')[0]['error_kind'] == 'tool_arguments_schema'"], ["--tools", "tools.json"], TOOLS_FILE)
+
+case("D11-llama-detection-per-response", "dialects",
+     DI + "without --dialect the response chooses: in a load, the run whose response says Server: llama.cpp is judged by llama.cpp, the run whose response does not is judged by the vendor rules (no sequence_number: not ok); exit 1",
+     ["--url", "{ORIGIN}/v1/responses", "--model", "m", "--quiet", "--runs", "2", "--output", "o.jsonl", "--max-tokens", "64"],
+     {"rc": 1, "asserts": ["sorted(r['ok'] for r in R('o.jsonl')) == [False, True]",
+                           "[r['dialect'] for r in sorted(R('o.jsonl'), key=lambda r: r['run'])] == ['llama.cpp', None]"]},
+     server={"responses": [resp_llama(), resp_llama(headers=())]})
+
+case("D12-llama-trace-budget", "dialects",
+     DI + "llama.cpp Responses: usage.output_tokens must be below max_output_tokens; a trace line's output_length 3 is the budget: 3 output tokens is budget_exhausted, 2 is ok",
+     ["--url", "{ORIGIN}/v1/responses", "--model", "m", "--quiet", "--trace", "t.jsonl", "--output", "o.jsonl"],
+     {"rc": 1, "asserts": ["[q['body']['max_output_tokens'] for q in reqs] == [3, 3]",
+                           "sorted((r['ok'], r['error_kind']) for r in R('o.jsonl')) == [(False, 'budget_exhausted'), (True, None)]"]},
+     files={"t.jsonl": jl({"timestamp": 0, "prompt": "a", "output_length": 3}, {"timestamp": 300, "prompt": "b", "output_length": 3})},
+     server={"responses": [resp_llama(out_tokens=3), resp_llama(out_tokens=2)]})
+
+one_run("D13-llama-no-usage", DI + "llama.cpp Responses without usage.output_tokens is dialect_unproven", "/v1/responses",
+        [resp_llama(usage=False)], 1, ["R('o.json')[0]['error_kind'] == 'dialect_unproven'"], ["--max-tokens", "64"])
+one_run("D14-llama-messages-interleaved-ok", DI + "llama.cpp Messages: the text block starts while the thinking block is open, all stop at the end before message_delta end_turn: ok", "/v1/messages",
+        [llama_msg_thinking_text()], 0, ["R('o.json')[0]['ok'] is True", "R('o.json')[0]['dialect'] == 'llama.cpp'", "R('o.json')[0]['text'] == 'Paris'"])
+one_run("D15-llama-messages-block-open-at-delta", DI + "llama.cpp Messages: every block must stop before message_delta: the text block left open is not ok", "/v1/messages",
+        [llama_msg_thinking_text(close_before_delta=False)], 1, ["R('o.json')[0]['ok'] is False"])
+one_run("D16-llama-messages-max-tokens", DI + "llama.cpp Messages: stop_reason max_tokens decides as in the vendor protocol: budget_exhausted", "/v1/messages",
+        [llama_msg_thinking_text(stop_reason="max_tokens")], 1, ["R('o.json')[0]['error_kind'] == 'budget_exhausted'"])
+
+LL = ["x-litellm-version: 1.108.7"]
+one_run("D17-litellm-responses-ok", DI + "LiteLLM Responses: no event: lines, [DONE] after response.completed; x-litellm-version selects litellm: ok", "/v1/responses",
+        [resp_vendor(headers=LL, event_lines=False, done_after=True)], 0, ["R('o.json')[0]['ok'] is True", "R('o.json')[0]['dialect'] == 'litellm'"])
+one_run("D18-litellm-two-done", DI + "LiteLLM: after the terminal event one data: [DONE] and nothing else: a second [DONE] is not ok", "/v1/responses",
+        [resp_vendor(headers=LL, event_lines=False, done_after=True, extra_after=["[DONE]"])], 1, ["R('o.json')[0]['ok'] is False"])
+one_run("D19-litellm-event-message", DI + "LiteLLM: 'event: message' is no line to SSE (its default type): accepted", "/v1/responses",
+        [resp_vendor(headers=LL, event_lines="message", done_after=True)], 0, ["R('o.json')[0]['ok'] is True"])
+one_run("D20-litellm-before-llama", DI + "LiteLLM's header selects litellm first, whatever the server behind it (Server: llama.cpp too)", "/v1/responses",
+        [resp_vendor(headers=LL + ["Server: llama.cpp"], event_lines=False, done_after=True)], 0, ["R('o.json')[0]['dialect'] == 'litellm'"])
+one_run("D21-litellm-done-missing", DI + "LiteLLM: after the terminal event one data: [DONE] is expected; (inferred) without it the proxy's stream is judged as a vendor one: the answer finished by response.completed is ok or refused, never a traceback", "/v1/responses",
+        [resp_vendor(headers=LL, event_lines=False, done_after=False)], [0, 1], ["R('o.json') is not None"])
+case("D22-dialect-bogus", "dialects", "docs/cli.md: --dialect is strict, llama.cpp, tgi or litellm: another name is exit 2, one line, nothing sent",
+     ["--url", "{ORIGIN}/v1/chat/completions"] + ONE + ["--dialect", "vllm"], dict(NO_TB, absent=["o.json"], asserts=["len(reqs) == 0"]),
+     server={"responses": [chat_text()]})
+one_run("D23-llama-no-chat-exception", DI + "llama.cpp's rules are for Responses and Messages: a chat stream from llama-server without finish_reason is no_finish_reason", "/v1/chat/completions",
+        [chat_text(finish=None, headers=["Server: llama.cpp"])], 1, ["R('o.json')[0]['error_kind'] == 'no_finish_reason'"])
+one_run("D24-anthropic-pings", "Anthropic Messages streaming (docs.anthropic.com messages-streaming): 'event streams may also include any number of ping events'; docs/apis.md: ping is accepted in every state: ok", "/v1/messages",
+        [msg_events([("ping", {}), ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}), ("ping", {}),
+                     ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "Paris"}}), ("ping", {}),
+                     ("content_block_stop", {"index": 0}), ("ping", {})])], 0, ["R('o.json')[0]['ok'] is True"])
+one_run("D25-anthropic-two-message-deltas", "Anthropic: 'one or more message_delta events'; docs/apis.md: the last stop_reason is kept: end_turn then max_tokens is budget_exhausted", "/v1/messages",
+        [dict(msg_text(), events=msg_text()["events"][:-1] + [{"event": "message_delta", "data": {"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": None}, "usage": {"output_tokens": 12}}}] + msg_text()["events"][-1:])],
+        1, ["R('o.json')[0]['error_kind'] == 'budget_exhausted'"])
+one_run("D26-openai-include-usage", "OpenAI chat streaming (stream_options.include_usage): an extra chunk before [DONE] with usage and choices an empty array, other chunks usage null: ok", "/v1/chat/completions",
+        [{"events": [chunk({"role": "assistant", "content": ""}, usage=None, extra={"usage": None}), chunk({"content": "READY"}, extra={"usage": None}),
+                     chunk({}, finish="stop", extra={"usage": None}),
+                     {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}},
+                     "[DONE]"]}], 0, ["R('o.json')[0]['ok'] is True"])
+one_run("D27-openai-content-filter", "OpenAI chat: finish_reason content_filter is not a finished answer (unexpected_finish)", "/v1/chat/completions",
+        [chat_text(finish="content_filter")], 1, ["R('o.json')[0]['error_kind'] == 'unexpected_finish'"])
+case("D28-llama-messages-session", "dialects",
+     DI + "llama.cpp Messages tool_use (thinking block open while the tool_use block streams) is ok under the detected dialect; the session sends the tool_result back with its tool_use_id",
+     ["--url", "{ORIGIN}/v1/messages", "--model", "m", "--quiet", "--sessions", "s.jsonl", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["len(reqs) == 2", "R('o.jsonl')[0]['dialect'] == 'llama.cpp'",
+                           "reqs[1]['body']['messages'][-1]['content'][0]['tool_use_id'] == 'Kx8Vn3Qp'"]},
+     files={"s.jsonl": jl(SES_TOOLS)},
+     server={"responses": [msg_events([
+         ("content_block_start", {"index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+         ("content_block_delta", {"index": 0, "delta": {"type": "thinking_delta", "thinking": "Need it."}}),
+         ("content_block_start", {"index": 1, "content_block": {"type": "tool_use", "id": "Kx8Vn3Qp", "name": "get_weather"}}),
+         ("content_block_delta", {"index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"city": "Paris"}'}}),
+         ("content_block_delta", {"index": 0, "delta": {"type": "signature_delta", "signature": ""}}),
+         ("content_block_stop", {"index": 0}), ("content_block_stop", {"index": 1})], stop_reason="tool_use", headers=("Server: llama.cpp",)),
+         llama_msg_thinking_text()]})
+
+# =========================================================================================
+# Cross-area: --summary of saved sessions/loads/traces that are doubled (found while probing)
+# =========================================================================================
+MTR = jl({"id": "a", "turns": ["hello"]}, dict(SES_TOOLS, max_tool_rounds=0))
+MAKE_MTR = {"args": ["--fixture", "agent", "--sessions", "s.jsonl", "--output", "ses.jsonl", "--quiet"], "rc": 1}
+case("X01-summary-session-not-ok-verdict", "sessions",
+     "docs/decisions.md: '--summary FILE ... the same records give the same verdicts'; docs/loads.md: 'a load's printed summary equals --summary of its file'; docs/workloads.md: a sessions load exits 1 when a session is not ok. The load with a session ended by max_tool_rounds exits 1, so --summary of its file must too",
+     ["--summary", "ses.jsonl"], {"rc": 1}, files={"s.jsonl": MTR}, pre=[MAKE_MTR])
+case("X02-sessions-file-twice-gate", "gates",
+     "docs/workloads.md: sessions.ok_ratio is the ok sessions over the sessions the load planned; a session ended by max_tool_rounds is not ok. The same file given twice to --summary must not make 'sessions_ok_ratio < 1' hold (ok_ratio never above the truth 0.5, or the double refused as shards are)",
+     ["--summary", "ses.jsonl", "ses.jsonl", "--fail-if", "sessions_ok_ratio < 1"], {"rc": [1, 2]},
+     files={"s.jsonl": MTR}, pre=[MAKE_MTR])
+case("X03-load-file-twice", "gates",
+     "docs/goodput.md: --summary refuses a shard given twice ('run 0 appears twice'), and a load that is not sharded is shard 0 of 1; so the same load file given twice must not be summarized as 8 runs of 4 planned with exit 0",
+     ["--summary", "load.jsonl", "load.jsonl"], {"rc": [1, 2]}, pre=[LOAD_OK])
+case("X04-load-record-duplicated", "gates",
+     "docs/loads.md: --summary checks the file is whole against load.runs; a record given twice (run 0 appears twice) is not a whole load: not exit 0 with runs 5 of 4 planned",
+     ["--summary", "dup.jsonl"], {"rc": [1, 2]},
+     pre=[dict(LOAD_OK, then=[{"file": "load.jsonl", "to": "dup.jsonl", "dup_first": True}])])
+case("X05-trace-file-twice", "traces",
+     "docs/workloads.md: --summary recomputes a trace's block and checks every line has its record; the same replay given twice must not be 4 runs of 2 planned, exit 0",
+     ["--summary", "tr.jsonl", "tr.jsonl"], {"rc": [1, 2]},
+     files={"t.jsonl": jl({"timestamp": 0, "prompt": "a"}, {"timestamp": 5, "prompt": "b"})},
+     pre=[{"args": ["--fixture", "ok", "--trace", "t.jsonl", "--output", "tr.jsonl", "--quiet"], "rc": 0}])
+case("X06-sessions-summary-has-gates", "sessions",
+     "docs/loads.md summary keys: 'gates: each --fail-if gate (without one, the gate every run ok)'; docs/cli.md: with --sessions the summary gets gates. A sessions load without --fail-if prints a summary with gates",
+     SURL + ["--sessions", "s.jsonl", "--output", "o.jsonl"], {"rc": 0, "asserts": ["'gates' in out"]},
+     files={"s.jsonl": jl({"id": "a", "turns": ["x"]})}, server={"responses": [chat_text()]})
+case("X07-trace-summary-has-gates", "traces",
+     "docs/loads.md summary keys: 'gates: each --fail-if gate (without one, the gate every run ok)'. A trace replay without --fail-if prints a summary with gates",
+     CURL + ["--trace", "t.jsonl", "--output", "o.jsonl"], {"rc": 0, "asserts": ["'gates' in out"]},
+     files={"t.jsonl": jl({"timestamp": 0, "prompt": "a"})}, server={"responses": [comp_text()]})
+
+# =========================================================================================
+ids = [c["id"] for c in CASES]
+assert len(ids) == len(set(ids)), "duplicate ids"
+with open(os.path.join(HERE, "cases.json"), "w", encoding="utf-8") as f:
+    json.dump(CASES, f, indent=1, ensure_ascii=True)
+    f.write("\n")
+print("%d cases written" % len(CASES))

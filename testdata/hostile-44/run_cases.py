@@ -202,14 +202,18 @@ def _run_case(case):
             p = os.path.join(d, name)
             with open(p, "w", encoding="utf-8", errors="surrogatepass") as f:
                 f.write(content if isinstance(content, str) else "\n".join(json.dumps(x) for x in content) + "\n")
-        env = {"DIR": d}
+        now = time.time()
+        env = {"DIR": d, "UTC_MINUS_10S": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 10)),
+               "UTC_MINUS_2H": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 7200)),
+               "UTC_PLUS_2D": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 2 * 86400)),
+               "UTC_PLUS_2S_NOZ": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now + 2))}
         if "server" in case:
             srv = Scripted(case["server"])
             env["PORT"] = srv.port
             env["ORIGIN"] = "http://127.0.0.1:%d" % srv.port
         for step in case.get("pre", []):
             rc, so, se = run_cmd([subst(a, env) for a in step["args"]], d, {}, step.get("timeout", 30))
-            if "rc" in step and rc != step["rc"]:
+            if "rc" in step and rc not in (step["rc"] if isinstance(step["rc"], list) else [step["rc"]]):
                 return False, "pre-step %s exited %s (wanted %s): %s" % (step["args"][:3], rc, step["rc"], se.strip()[-300:])
             for edit in step.get("then", []):
                 apply_edit(d, edit)
@@ -286,6 +290,8 @@ def apply_edit(d, edit):
             if cur != v:
                 keep.append(l)
         lines = keep
+    if edit.get("dup_first"):
+        lines = lines[:1] + lines
     if "truncate_last" in edit:
         lines[-1] = lines[-1][: len(lines[-1]) // 2]
     target = os.path.join(d, edit.get("to", edit["file"]))
