@@ -31,6 +31,7 @@ import itertools
 import json
 import random
 import select
+import signal
 import socket
 import ssl
 import threading
@@ -1533,6 +1534,11 @@ def mode_choice(mode: str) -> str:
     raise argparse.ArgumentTypeError(f'no mode {mode!r}{hint} (--help lists the {len(CHOICES)} modes)')
 
 
+def _stop(signum, frame) -> None:
+    """SIGTERM's handler: stop serving as Ctrl+C does (and print what the mixed mode served)."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog=_program_name('fixture_server'), description=__doc__.splitlines()[0],
                            allow_abbrev=False)
@@ -1613,6 +1619,7 @@ def main(argv: list[str] | None = None) -> int:
         what = f'replay of {args.replay}' if args.replay else f'{args.mode}, {args.profile} profile'
         print(f'Synthetic fixture ({what}; /v1/completions, /v1/responses and /v1/messages too) listening on '
               f'{instance.scheme}://127.0.0.1:{instance.server_port}/v1/chat/completions', flush=True)
+        signal.signal(signal.SIGTERM, _stop)  # a SIGTERM (kill, docker stop) stops it as Ctrl+C does
         try:
             instance.serve_forever()
         except KeyboardInterrupt:

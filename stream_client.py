@@ -6203,6 +6203,7 @@ class _LoadCheck:
 
     def __init__(self) -> None:
         self.loads: dict[str, dict] = {}  # load id: what it planned, the records seen, the sessions seen and ended
+        self.repeated: str | None = None  # the first run number seen twice in one load
 
     def add(self, record: dict) -> None:
         load = record.get('load')
@@ -6211,14 +6212,25 @@ class _LoadCheck:
         seen = self.loads.get(load['id'])
         if seen is None:
             seen = self.loads[load['id']] = {'runs': load.get('runs'), 'sessions': load.get('sessions'),
-                                             'records': 0, 'last_run': -1, 'sessions_seen': set(), 'ended': set()}
+                                             'records': 0, 'last_run': -1, 'sessions_seen': set(), 'ended': set(),
+                                             'numbers': set()}
         seen['records'] += 1
         if record.get('run') is not None:
+            if record['run'] in seen['numbers'] and self.repeated is None:
+                self.repeated = f'load {load["id"]}: run {record["run"]} appears twice'
+            seen['numbers'].add(record['run'])
             seen['last_run'] = max(seen['last_run'], record['run'])
         if 'session' in record:
             seen['sessions_seen'].add(record['session'])
             if record.get('session_end') is not None:
                 seen['ended'].add(record['session'])
+
+    def check(self) -> None:
+        """UsageError when a load's run appears twice: a file given twice, or a record repeated, would count
+        its runs twice (a shard given twice is _ShardCheck's)."""
+        if self.repeated is not None:
+            raise UsageError(f'{self.repeated} (a file given twice, or a record repeated): give each load\'s '
+                             'file once')
 
     def missing(self) -> list[str]:
         """What each load that is not whole lacks, one phrase per load: 'load ID: 1 of 200 planned runs has
@@ -6647,6 +6659,7 @@ _EXPRESSION = re.compile(r'\s*([A-Za-z_][\w.-]*)\s*(<=|>=|==|!=|<|>)\s*(\S+?)(%?
 _DELTA = 'delta.'  # a figure's difference between two loads (--compare BASE CANDIDATE): candidate less base
 # The gate a load is held to without --fail-if: every run ok (a summary without runs has no ratio, and fails).
 _DEFAULT_GATE = 'ok_ratio < 1'
+_DEFAULT_SESSIONS_GATE = 'sessions_ok_ratio < 1'  # and, for a load of sessions, every session ok
 
 
 @dataclasses.dataclass(frozen=True)
@@ -6711,6 +6724,12 @@ def _parse_gate(text: str) -> _FailIf:
 def _parse_gates(texts: list[str] | None) -> tuple:
     """The --fail-if expressions given, parsed; without any, the default gate (every run ok)."""
     return tuple(_parse_gate(text) for text in texts or [_DEFAULT_GATE])
+
+
+def _default_gates(result: dict) -> tuple:
+    """The gates a summary is held to without --fail-if: every run ok, and with a sessions block, every
+    planned session ok too (a session can end not ok with all its runs ok)."""
+    return _parse_gates(None) + ((_parse_gate(_DEFAULT_SESSIONS_GATE),) if 'sessions' in result else ())
 
 
 def _figure_value(result: dict, gate: _FailIf) -> float | None:
@@ -8042,9 +8061,6 @@ class _SessionSummary:
                                                     'turn_ms': _percentiles(self.turn_ms[index])}
                                        for index in indexes}}
 
-    def all_ok(self, planned: int) -> bool:
-        """Every planned session ran to its end and was ok."""
-        return self.sessions == planned and self.ok == planned
 
     def table(self) -> str:
         """The sessions block for a person: the counts, then per turn index the p50 times."""
@@ -8247,8 +8263,6 @@ class _TraceSummary:
         return {'lines': self.runs, 'ok': self.ok, 'speed': self.speed, 'late_ms': _percentiles(self.late),
                 'length_by': dict(sorted(self.length_by.items()))}
 
-    def all_ok(self, planned: int) -> bool:
-        return self.runs == planned and self.ok == planned
 
     def table(self) -> str:
         late = _percentiles(self.late)
@@ -8818,7 +8832,7 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
               slo_target: float | None = None, each=None) -> tuple[Summary, Report | None]:
     """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
     (default: the bounds their loads were run with); UsageError for unreadable files, records that
-    cannot be counted, mixed sources or loads run with different bounds. A line of broken JSON is
+    cannot be counted, mixed sources, loads run with different bounds or a run given twice. A line of broken JSON is
     left out, and said so in the summary's ``skipped``; what a load planned and has no record of (a run,
     a session, a session's last record) is said in its ``missing``. ``each``, if given, is called with every
     record."""
@@ -8835,6 +8849,7 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
                 drawing.add(record)
     _check_sources(summary.seen['sources'], mixed_sources, 'summarize')
     shards.check()
+    loads.check()
     summary.missing = loads.missing()
     summary.slo_bounds()
     return summary, drawing
@@ -9937,13 +9952,17 @@ _OTHER_COMMANDS = ('--sessions', '--trace', '--compare', '--format', '--summary'
 _SEE = '(docs/cli.md#flags-and-workloads)'
 
 
-def _given(parser, args) -> dict[str, bool]:
-    """Each flag of the table: whether it was given (its value is not its default)."""
+def _given(parser, args, argv: list[str]) -> dict[str, bool]:
+    """Each flag of the table: whether it was given, on the command line (argv: its default value given
+    is given too, as --arrivals poisson is) or with a value other than its default."""
     actions = {action.option_strings[-1]: action for action in parser._actions if action.option_strings}
-    return {flag: getattr(args, actions[flag].dest) != actions[flag].default for flag in _FLAG_TABLE}
+    words = argv[:argv.index('--')] if '--' in argv else argv  # after '--' come values only
+    named = {word.split('=', 1)[0] for word in words}
+    return {flag: bool(named & set(actions[flag].option_strings))
+            or getattr(args, actions[flag].dest) != actions[flag].default for flag in _FLAG_TABLE}
 
 
-def _workload_of(parser, args) -> tuple[int, str | None]:
+def _workload_of(parser, args, argv: list[str]) -> tuple[int, str | None]:
     """The workload the command line asks for, as its column in _FLAG_TABLE, and the flag that chose it
     (None for one run)."""
     if args.sessions is not None and args.trace is not None:
@@ -9952,17 +9971,18 @@ def _workload_of(parser, args) -> tuple[int, str | None]:
         return 2, '--sessions'
     if args.trace is not None:
         return 3, '--trace'
-    given = _given(parser, args)
+    given = _given(parser, args, argv)
     for flag in _LOAD_MAKERS:
         if given[flag] and (flag != '--runs' or args.runs != 1):
             return 1, flag
     return 0, None
 
 
-def _check_workload_flags(parser, args) -> None:
-    """UsageError, one line, for the first flag given that the workload does not honour (in the table's order)."""
-    column, chosen_by = _workload_of(parser, args)
-    given = _given(parser, args)
+def _check_workload_flags(parser, args, argv: list[str]) -> None:
+    """UsageError, one line, for the first flag given (on the command line argv, or with a value other than
+    its default) that the workload does not honour, in the table's order."""
+    column, chosen_by = _workload_of(parser, args, argv)
+    given = _given(parser, args, argv)
     for flag, cells in _FLAG_TABLE.items():
         cell = cells[column]
         if not given[flag] or cell == _YES or (cell == _LOAD and flag in _LOAD_MAKERS):
@@ -9975,9 +9995,14 @@ def _check_workload_flags(parser, args) -> None:
         if cell == 'for-trace':
             raise UsageError(f'{flag} is for --trace{", not " + chosen_by if chosen_by else ""} {_SEE}')
         raise UsageError(f'{flag} does not go with {chosen_by}: {_WHY[cell]} {_SEE}')
-    if given['--arrivals'] and args.rate is None and args.rates is None and args.find_capacity is None:
+    open_loop = args.rate is not None or args.rates is not None or args.find_capacity is not None
+    if given['--arrivals'] and not open_loop:
         raise UsageError(f'--arrivals spaces the starts of an open loop: give --rate (a closed loop starts each run '
                          f'when a slot frees) {_SEE}')
+    if given['--seed'] and not (open_loop or args.input_tokens is not None or args.output_tokens is not None
+                                or args.fixture == 'mixed'):
+        raise UsageError(f'--seed seeds what a load draws (the arrivals of --rate, the lengths of --input-tokens and '
+                         f'--output-tokens, --fixture mixed), and this command draws nothing {_SEE}')
 
 
 # ==== src/stream_client/_views.py ====
@@ -10109,7 +10134,8 @@ def _cell(value) -> str:
 
 class _LoadView:
     """What stderr shows during a load: on a terminal one status line updated in place, then the summary
-    table; elsewhere one line per run that is not ok. --quiet shows nothing."""
+    table; elsewhere one line per run that is not ok, and at the end one per gate that failed. --quiet shows
+    nothing."""
 
     def __init__(self, out, quiet: bool, runs: int | None) -> None:
         self.out, self.quiet, self.runs = out, quiet, runs
@@ -10142,9 +10168,13 @@ class _LoadView:
             self.out.flush()
 
     def finish(self, result: dict) -> None:
+        """The summary table on a terminal; elsewhere (a CI log) the line of each gate that failed."""
         if self.live:
             self.out.write(_summary_table(result) + '\n')
-            self.out.flush()
+        elif not self.quiet:
+            self.out.write(''.join(line + '\n' for line, gate in zip(_gate_lines(result['gates']), result['gates'])
+                                   if not gate['held']))
+        self.out.flush()
 
 
 def _say_lost(prog: str, loads: _LoadCheck) -> bool:
@@ -10171,13 +10201,12 @@ _SESSION_APIS = ('chat', 'messages', 'responses')
 class _Workload(typing.NamedTuple):
     """A workload read and prepared: its requests (the first one's settings stand for all), how to run
     it (run(on_record, cancel)), what its summary block counts (a _SessionSummary or a _TraceSummary),
-    the block's name, and whether every run of it got its record and was ok."""
+    the block's name, and the bounds its runs are held to."""
 
     requests: list
     run: typing.Callable
     block: typing.Any
     name: str
-    planned: int
     slos: tuple = ()
     slo_target: float | None = None
 
@@ -10216,7 +10245,7 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
     settings = LoadSettings(len(sessions), args.concurrency, args.rate, args.arrivals, args.seed, args.keep_alive,
                             slos=_parse_slos(args.slo or []), slo_target=args.slo_target)
     return _Workload(requests, lambda on_record, cancel: _run_sessions(sessions, requests, settings, on_record, cancel),
-                     _SessionSummary(), 'sessions', len(sessions), settings.slos, settings.slo_target)
+                     _SessionSummary(), 'sessions', settings.slos, settings.slo_target)
 
 
 def _prepare_session(args, url: str, model: str, session: _Session, extra: dict | None,
@@ -10266,7 +10295,7 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
     in_flight = min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT)
     return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, in_flight,
                                                                     on_record, cancel),
-                     _TraceSummary(speed), 'trace', len(lines), _parse_slos(args.slo or []), args.slo_target)
+                     _TraceSummary(speed), 'trace', _parse_slos(args.slo or []), args.slo_target)
 
 
 def _preparer(args, url: str, model: str, key_env: str):
@@ -10349,13 +10378,13 @@ class _WorkloadReport(Report):
                                                                   + '\n</body></html>\n')
 
 
-def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, prog: str, gates: tuple | None = None,
+def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, prog: str, gates: tuple = (),
                    csv_fd: int | None = None, scraper: _Scraper | None = None) -> int:
     """Run the workload, appending each run's record to the reserved JSON Lines file as it ends (and its row
-    to --csv), with --server-metrics scraped meanwhile; print the summary (with its block, and the gates of
-    --fail-if); return the exit status: with gates, 0 when every gate held, as for a load; without, 0 when
-    every run (every session) got its record and was ok. SIGINT and SIGTERM cancel: nothing more starts,
-    the runs in flight end as interrupted."""
+    to --csv), with --server-metrics scraped meanwhile; print the summary (with its block and its gates);
+    return the exit status: 0 when every gate held (those of --fail-if; without, every run and every session
+    ok) and every planned run has its record, as for a load. SIGINT and SIGTERM cancel: nothing more
+    starts, the runs in flight end as interrupted."""
     summary, block, cancel = Summary(workload.slos, workload.slo_target), workload.block, Cancel()
     report = _WorkloadReport(summary) if report_fd is not None else None
     table = _CsvFile(csv_fd) if csv_fd is not None else None
@@ -10409,8 +10438,7 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
     result = {**summary.result(), workload.name: block.result()}
     if metrics is not None:
         result['server_metrics'] = metrics
-    if gates is not None:
-        result['gates'] = _evaluate_gates(gates, result)
+    result['gates'] = _evaluate_gates(gates or _default_gates(result), result)
     if not quiet:
         person = sys.stderr.isatty()
         lines = ([_summary_table(result)] if person else []) + [block.table()]
@@ -10430,11 +10458,8 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
         return 2
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]
-    if _say_lost(prog, loads):
-        return 1
-    if gates is not None:
-        return 0 if _gates_held(result) else 1
-    return 0 if block.all_ok(workload.planned) else 1
+    lost = _say_lost(prog, loads)
+    return 0 if _gates_held(result) and not lost else 1
 
 
 def _workload_blocks(paths: list[str]) -> dict:
@@ -11367,7 +11392,7 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
         result['server_metrics'] = metrics
         if report is not None:
             report.drawn_on_timeline.append(drawing)
-    result['gates'] = _evaluate_gates(gates, result)
+    result['gates'] = _evaluate_gates(gates or _default_gates(result), result)
     if report_fd is not None:
         _write_report(report_fd, report)
     whole = _reading_warnings(prog, summary, args.summary)
@@ -11688,7 +11713,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     result = summary.result()
     if metrics is not None:
         result['server_metrics'] = metrics
-    result['gates'] = _evaluate_gates(gates, result)
+    result['gates'] = _evaluate_gates(gates or _default_gates(result), result)
     view.clear()
     view.finish(result)
     if scraper is not None and not args.quiet and (view.live or result['server_metrics']['failed']):
@@ -11736,7 +11761,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.compare and args.summary:
                 raise UsageError('--compare and --summary exclude each other: compare single records side '
                                  'by side, or summarise loads')
-            gates = _parse_gates(args.fail_if) if args.fail_if or not args.compare else ()
+            gates = _parse_gates(args.fail_if) if args.fail_if else ()  # none: each summary's default gates
             if any(gate.compares for gate in gates) and not args.compare:
                 raise UsageError(f'--fail-if {next(gate.text for gate in gates if gate.compares)!r}: a delta. '
                                  'figure compares two loads: give --compare BASE CANDIDATE')
@@ -11756,7 +11781,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.output == '-':
                 raise UsageError('--output - is not supported: stdout carries the summary line; '
                                  'give the evidence a file name')
-            _check_workload_flags(parser, args)  # a flag the workload would ignore: refused before anything
+            _check_workload_flags(parser, args, sys.argv[1:] if argv is None else argv)  # refused before anything
             workload_flag = args.sessions is not None or args.trace is not None
             steps = None if workload_flag else _planned_steps(args, _repeated(args, _load_settings(args)))
             if workload_flag:
@@ -11788,7 +11813,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if workload is not None:
-            return _workload_load(args, workload, fd, report_fd, parser.prog, gates if args.fail_if else None, csv_fd,
+            return _workload_load(args, workload, fd, report_fd, parser.prog, gates, csv_fd,
                                   _Scraper(metrics, metrics_fd) if metrics else None)
         if steps is not None:
             return _run_load(args, requests, steps, fd, report_fd, parser.prog, gates, csv_fd,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import re
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -524,6 +525,14 @@ class FixtureCommandLineTests(unittest.TestCase):
                                  '--tls-key', str(HERE / 'testdata' / 'tls' / 'server.key'))
         self.assertTrue(url.startswith('https://127.0.0.1:'))
         self.assertTrue(stream(url, 'm', 'p', ca_file=str(HERE / 'testdata' / 'tls' / 'ca.pem'))['ok'])
+
+    def test_sigterm_stops_it_as_ctrl_c_does_and_the_mixed_mode_says_what_it_served(self):
+        server, url = self.start('--mode', 'mixed', '--seed', '3')
+        stream(url, 'm', 'p')
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=30)
+        self.assertEqual((server.returncode, err), (0, ''))
+        self.assertRegex(out.splitlines()[-1], r'^served: [a-z-]+ 1$')
 
     def test_bad_flags_exit_2(self):
         for args in (['--rate', '5'], ['--tokens', '3', '--rate', '0'], ['--delay', '-1'], ['--tokens', '0'],

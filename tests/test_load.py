@@ -275,7 +275,10 @@ class LoadTests(unittest.TestCase):
         summary = json.loads(done.stdout)
         self.assertEqual((summary['runs'], summary['ok']), (30, sum(record['ok'] for record in records)))
         self.assertEqual(done.returncode, 0 if summary['ok'] == 30 else 1)
-        self.assertEqual(done.stderr.count('\n'), summary['not_ok'])  # one line per run that is not ok
+        # one line per run that is not ok, then one per gate that failed (here the default: every run ok)
+        self.assertEqual(done.stderr.count('\n'), summary['not_ok'] + (summary['not_ok'] > 0))
+        if summary['not_ok']:
+            self.assertEqual(done.stderr.splitlines()[-1], f'gate FAILED fail if ok_ratio < 1: {summary["ok"] / 30:g}')
         again = run_cli('--fixture', 'ok', '--runs', '2', '--output', 'mixed.jsonl', cwd=self.tmp.name)
         self.assertEqual(again.returncode, 2)
         self.assertEqual((self.dir / 'mixed.jsonl').read_text().splitlines(), lines)
@@ -1182,6 +1185,13 @@ class SummaryReadingTests(unittest.TestCase):
         self.assertEqual(again.stderr, f'stream_client.py: warning: short.jsonl: not every planned run has a record: load {load}: '
                                        '1 of 4 planned runs has no record\n')
         self.assertEqual((json.loads(again.stdout)['runs'], json.loads(again.stdout)['ok']), (3, 3))
+        for name, text in (('twice', b''.join(lines) * 2), ('repeated', b''.join(lines + lines[1:2]))):
+            with self.subTest(name):
+                (self.dir / f'{name}.jsonl').write_bytes(text)
+                doubled = run_cli('--summary', f'{name}.jsonl', cwd=self.tmp.name)
+                self.assertEqual(doubled.returncode, 2, doubled.stderr)
+                self.assertIn(f'error: load {load}: run ', doubled.stderr)
+                self.assertEqual(doubled.stderr.count('\n'), 1)
         whole = run_cli('--summary', 'load.jsonl', cwd=self.tmp.name)
         self.assertEqual((whole.returncode, whole.stderr), (0, ''))
 

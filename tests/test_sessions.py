@@ -221,6 +221,18 @@ class SessionLoadTests(unittest.TestCase):
                 self.assertEqual((summary['sessions']['planned'], summary['sessions']['ok_ratio']), (2, 0.5))
                 again = run_cli('--summary', f'gated-{number}.jsonl', '--fail-if', gate, cwd=self.folder)
                 self.assertEqual((again.returncode, json.loads(again.stdout)['gates']), (status, summary['gates']))
+        # Without --fail-if, the default gates: every run ok and every planned session ok, live and read back.
+        done = run_cli('--fixture', 'agent', '--sessions', path, '--output', 'default.jsonl', cwd=self.folder)
+        again = run_cli('--summary', 'default.jsonl', cwd=self.folder)
+        for ran in (done, again):
+            self.assertEqual((ran.returncode, [(g['expr'], g['held']) for g in json.loads(ran.stdout)['gates']]),
+                             (1, [('ok_ratio < 1', True), ('sessions_ok_ratio < 1', False)]), ran.stderr)
+        # The same file given twice would count each session twice (2 of 2 planned ok, say): refused.
+        twice = run_cli('--summary', 'default.jsonl', 'default.jsonl', '--fail-if', 'sessions_ok_ratio < 0.5',
+                        cwd=self.folder)
+        self.assertEqual(twice.returncode, 2, twice.stderr)
+        self.assertRegex(twice.stderr, r'^stream_client\.py: error: load [0-9a-f]+: run 0 appears twice \(a file given '
+                                       r'twice, or a record repeated\): give each load\'s file once\n$')
 
     def test_a_cancel_ends_the_sessions_in_flight_as_interrupted_and_starts_no_other(self):
         sessions = _parse_sessions('f', ''.join(json.dumps(session_line(n, turns=3, think_time_s=30)) + '\n'

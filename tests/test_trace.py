@@ -71,8 +71,11 @@ class TraceReplayTests(unittest.TestCase):
         self.assertEqual((summary['runs'], summary['ok'], summary['planned_runs']), (200, 200, 200))
         self.assertEqual({key: summary['trace'][key] for key in ('lines', 'ok', 'speed', 'length_by')},
                          {'lines': 200, 'ok': 200, 'speed': 2.0, 'length_by': {'tokenize': 200}})
+        self.assertEqual(summary['gates'], [{'expr': 'ok_ratio < 1', 'value': 1.0, 'held': True}])  # the default
         again = run_cli('--summary', 'replay.jsonl', cwd=self.folder)
         self.assertEqual(json.loads(again.stdout)['trace'], summary['trace'])  # recomputed from the records alone
+        twice = run_cli('--summary', 'replay.jsonl', 'replay.jsonl', cwd=self.folder)  # 400 runs of 200: refused
+        self.assertEqual((twice.returncode, twice.stderr.count('\n')), (2, 1), twice.stderr)
         records = sorted(self.records('replay.jsonl'), key=lambda record: record['run'])
         self.assertEqual([record['trace']['line'] for record in records], list(range(1, 201)))
         for record, line in zip(records, lines):

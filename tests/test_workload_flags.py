@@ -293,11 +293,11 @@ class FlagTableTests(unittest.TestCase):
         for flag in _LOAD_MAKERS:
             with self.subTest(flag=flag):
                 self.assertEqual(_FLAG_TABLE[flag][:2], ('load', 'yes'))
-                args = parser.parse_args([flag, *self.typed(SAMPLE[flag]), '--output', 'x'])
-                self.assertEqual(stream_client._workload_of(parser, args), (1, flag))
+                typed = [flag, *self.typed(SAMPLE[flag]), '--output', 'x']
+                self.assertEqual(stream_client._workload_of(parser, parser.parse_args(typed), typed), (1, flag))
         for typed in ([], ['--runs', '1'], ['--seed', '3', '--input-tokens', '5']):
             with self.subTest(typed=typed):
-                self.assertEqual(stream_client._workload_of(parser, parser.parse_args(typed)), (0, None))
+                self.assertEqual(stream_client._workload_of(parser, parser.parse_args(typed), typed), (0, None))
 
     def test_each_refused_pair_exits_2_naming_both_flags_before_anything_is_sent(self):
         server = CountingServer()
@@ -349,8 +349,9 @@ class FlagTableTests(unittest.TestCase):
             with self.subTest(workload=column, gate='a broken run'):
                 ran = self.run_workload(column, Effect(['--fail-if', 'not_ok > 0'], None, None, mode='truncated'))
                 self.assertEqual((ran.status, ran.summary['gates'][0]['held']), (1, False), ran.stderr)
-                ran = self.run_workload(column, Effect([], None, None, mode='truncated'))
-                self.assertEqual((ran.status, 'gates' in ran.summary), (1, False))
+                ran = self.run_workload(column, Effect([], None, None, mode='truncated'))  # the default gates
+                self.assertEqual((ran.status, ran.summary['gates'][0]), (1, {'expr': 'ok_ratio < 1', 'value': 0.0,
+                                                                             'held': False}))
 
     def test_what_sessions_and_traces_honour_is_checked_before_anything_is_sent(self):
         server = CountingServer()
@@ -359,7 +360,10 @@ class FlagTableTests(unittest.TestCase):
                  (SESSIONS, '--slo-target', '5'): '--slo-target must be a fraction above 0 and at most 1',
                  (TRACE, '--slo-target', '0'): '--slo-target must be a fraction above 0 and at most 1',
                  (SESSIONS, '--arrivals', 'constant'): '--arrivals spaces the starts of an open loop: give --rate',
-                 (LOAD, '--runs', '2', '--arrivals', 'constant'): '--arrivals spaces the starts of an open loop'}
+                 (LOAD, '--runs', '2', '--arrivals', 'constant'): '--arrivals spaces the starts of an open loop',
+                 (LOAD, '--runs', '2', '--arrivals', 'poisson'): '--arrivals spaces the starts of an open loop',
+                 (LOAD, '--runs', '2', '--seed', '9'): '--seed seeds what a load draws',
+                 (TRACE, '--seed', '0'): '--seed seeds what a load draws'}
         for (column, *flags), words in cases.items():
             with self.subTest(workload=column, flags=flags):
                 folder = self.folder()

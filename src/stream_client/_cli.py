@@ -20,7 +20,7 @@ from ._record import _failed_record
 from ._transport import run
 from ._plan import _LoadCheck, _planned_steps, _shard_runs
 from ._load import LoadSettings, run_load, _scheduled_runs
-from ._gates import _evaluate_gates, _gates_held, _parse_gates, _SCHEDULE_FIELDS
+from ._gates import _default_gates, _evaluate_gates, _gates_held, _parse_gates, _SCHEDULE_FIELDS
 from ._summary import _parse_slos, _saturation_step, Summary, _summary_table
 from ._comparison import _compare_loads, _comparison_markdown, _LoadHeader, _loads_differ, _settings_differ
 from ._report import Report
@@ -174,7 +174,7 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
         result['server_metrics'] = metrics
         if report is not None:
             report.drawn_on_timeline.append(drawing)
-    result['gates'] = _evaluate_gates(gates, result)
+    result['gates'] = _evaluate_gates(gates or _default_gates(result), result)
     if report_fd is not None:
         _write_report(report_fd, report)
     whole = _reading_warnings(prog, summary, args.summary)
@@ -495,7 +495,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     result = summary.result()
     if metrics is not None:
         result['server_metrics'] = metrics
-    result['gates'] = _evaluate_gates(gates, result)
+    result['gates'] = _evaluate_gates(gates or _default_gates(result), result)
     view.clear()
     view.finish(result)
     if scraper is not None and not args.quiet and (view.live or result['server_metrics']['failed']):
@@ -543,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.compare and args.summary:
                 raise UsageError('--compare and --summary exclude each other: compare single records side '
                                  'by side, or summarise loads')
-            gates = _parse_gates(args.fail_if) if args.fail_if or not args.compare else ()
+            gates = _parse_gates(args.fail_if) if args.fail_if else ()  # none: each summary's default gates
             if any(gate.compares for gate in gates) and not args.compare:
                 raise UsageError(f'--fail-if {next(gate.text for gate in gates if gate.compares)!r}: a delta. '
                                  'figure compares two loads: give --compare BASE CANDIDATE')
@@ -563,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.output == '-':
                 raise UsageError('--output - is not supported: stdout carries the summary line; '
                                  'give the evidence a file name')
-            _check_workload_flags(parser, args)  # a flag the workload would ignore: refused before anything
+            _check_workload_flags(parser, args, sys.argv[1:] if argv is None else argv)  # refused before anything
             workload_flag = args.sessions is not None or args.trace is not None
             steps = None if workload_flag else _planned_steps(args, _repeated(args, _load_settings(args)))
             if workload_flag:
@@ -595,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if workload is not None:
-            return _workload_load(args, workload, fd, report_fd, parser.prog, gates if args.fail_if else None, csv_fd,
+            return _workload_load(args, workload, fd, report_fd, parser.prog, gates, csv_fd,
                                   _Scraper(metrics, metrics_fd) if metrics else None)
         if steps is not None:
             return _run_load(args, requests, steps, fd, report_fd, parser.prog, gates, csv_fd,

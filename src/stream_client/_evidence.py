@@ -281,7 +281,7 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
               slo_target: float | None = None, each=None) -> tuple[Summary, Report | None]:
     """The summary (and, if asked, the report) of the records in saved evidence files, judged by slos
     (default: the bounds their loads were run with); UsageError for unreadable files, records that
-    cannot be counted, mixed sources or loads run with different bounds. A line of broken JSON is
+    cannot be counted, mixed sources, loads run with different bounds or a run given twice. A line of broken JSON is
     left out, and said so in the summary's ``skipped``; what a load planned and has no record of (a run,
     a session, a session's last record) is said in its ``missing``. ``each``, if given, is called with every
     record."""
@@ -298,6 +298,7 @@ def summarize(paths: list[str], mixed_sources: bool = False, report: bool = Fals
                 drawing.add(record)
     _check_sources(summary.seen['sources'], mixed_sources, 'summarize')
     shards.check()
+    loads.check()
     summary.missing = loads.missing()
     summary.slo_bounds()
     return summary, drawing

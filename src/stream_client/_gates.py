@@ -32,6 +32,7 @@ _EXPRESSION = re.compile(r'\s*([A-Za-z_][\w.-]*)\s*(<=|>=|==|!=|<|>)\s*(\S+?)(%?
 _DELTA = 'delta.'  # a figure's difference between two loads (--compare BASE CANDIDATE): candidate less base
 # The gate a load is held to without --fail-if: every run ok (a summary without runs has no ratio, and fails).
 _DEFAULT_GATE = 'ok_ratio < 1'
+_DEFAULT_SESSIONS_GATE = 'sessions_ok_ratio < 1'  # and, for a load of sessions, every session ok
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +97,12 @@ def _parse_gate(text: str) -> _FailIf:
 def _parse_gates(texts: list[str] | None) -> tuple:
     """The --fail-if expressions given, parsed; without any, the default gate (every run ok)."""
     return tuple(_parse_gate(text) for text in texts or [_DEFAULT_GATE])
+
+
+def _default_gates(result: dict) -> tuple:
+    """The gates a summary is held to without --fail-if: every run ok, and with a sessions block, every
+    planned session ok too (a session can end not ok with all its runs ok)."""
+    return _parse_gates(None) + ((_parse_gate(_DEFAULT_SESSIONS_GATE),) if 'sessions' in result else ())
 
 
 def _figure_value(result: dict, gate: _FailIf) -> float | None:

@@ -110,6 +110,7 @@ class _LoadCheck:
 
     def __init__(self) -> None:
         self.loads: dict[str, dict] = {}  # load id: what it planned, the records seen, the sessions seen and ended
+        self.repeated: str | None = None  # the first run number seen twice in one load
 
     def add(self, record: dict) -> None:
         load = record.get('load')
@@ -118,14 +119,25 @@ class _LoadCheck:
         seen = self.loads.get(load['id'])
         if seen is None:
             seen = self.loads[load['id']] = {'runs': load.get('runs'), 'sessions': load.get('sessions'),
-                                             'records': 0, 'last_run': -1, 'sessions_seen': set(), 'ended': set()}
+                                             'records': 0, 'last_run': -1, 'sessions_seen': set(), 'ended': set(),
+                                             'numbers': set()}
         seen['records'] += 1
         if record.get('run') is not None:
+            if record['run'] in seen['numbers'] and self.repeated is None:
+                self.repeated = f'load {load["id"]}: run {record["run"]} appears twice'
+            seen['numbers'].add(record['run'])
             seen['last_run'] = max(seen['last_run'], record['run'])
         if 'session' in record:
             seen['sessions_seen'].add(record['session'])
             if record.get('session_end') is not None:
                 seen['ended'].add(record['session'])
+
+    def check(self) -> None:
+        """UsageError when a load's run appears twice: a file given twice, or a record repeated, would count
+        its runs twice (a shard given twice is _ShardCheck's)."""
+        if self.repeated is not None:
+            raise UsageError(f'{self.repeated} (a file given twice, or a record repeated): give each load\'s '
+                             'file once')
 
     def missing(self) -> list[str]:
         """What each load that is not whole lacks, one phrase per load: 'load ID: 1 of 200 planned runs has

@@ -237,9 +237,6 @@ class _SessionSummary:
                                                     'turn_ms': _percentiles(self.turn_ms[index])}
                                        for index in indexes}}
 
-    def all_ok(self, planned: int) -> bool:
-        """Every planned session ran to its end and was ok."""
-        return self.sessions == planned and self.ok == planned
 
     def table(self) -> str:
         """The sessions block for a person: the counts, then per turn index the p50 times."""

@@ -147,8 +147,6 @@ class _TraceSummary:
         return {'lines': self.runs, 'ok': self.ok, 'speed': self.speed, 'late_ms': _percentiles(self.late),
                 'length_by': dict(sorted(self.length_by.items()))}
 
-    def all_ok(self, planned: int) -> bool:
-        return self.runs == planned and self.ok == planned
 
     def table(self) -> str:
         late = _percentiles(self.late)

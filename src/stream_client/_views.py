@@ -11,6 +11,7 @@ import time
 from ._limits import _count
 from ._request import PreparedRequest
 from ._plan import _LoadCheck
+from ._gates import _gate_lines
 from ._summary import Summary, _summary_table
 
 
@@ -137,7 +138,8 @@ def _cell(value) -> str:
 
 class _LoadView:
     """What stderr shows during a load: on a terminal one status line updated in place, then the summary
-    table; elsewhere one line per run that is not ok. --quiet shows nothing."""
+    table; elsewhere one line per run that is not ok, and at the end one per gate that failed. --quiet shows
+    nothing."""
 
     def __init__(self, out, quiet: bool, runs: int | None) -> None:
         self.out, self.quiet, self.runs = out, quiet, runs
@@ -170,9 +172,13 @@ class _LoadView:
             self.out.flush()
 
     def finish(self, result: dict) -> None:
+        """The summary table on a terminal; elsewhere (a CI log) the line of each gate that failed."""
         if self.live:
             self.out.write(_summary_table(result) + '\n')
-            self.out.flush()
+        elif not self.quiet:
+            self.out.write(''.join(line + '\n' for line, gate in zip(_gate_lines(result['gates']), result['gates'])
+                                   if not gate['held']))
+        self.out.flush()
 
 
 def _say_lost(prog: str, loads: _LoadCheck) -> bool:

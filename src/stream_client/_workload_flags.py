@@ -82,13 +82,17 @@ _OTHER_COMMANDS = ('--sessions', '--trace', '--compare', '--format', '--summary'
 _SEE = '(docs/cli.md#flags-and-workloads)'
 
 
-def _given(parser, args) -> dict[str, bool]:
-    """Each flag of the table: whether it was given (its value is not its default)."""
+def _given(parser, args, argv: list[str]) -> dict[str, bool]:
+    """Each flag of the table: whether it was given, on the command line (argv: its default value given
+    is given too, as --arrivals poisson is) or with a value other than its default."""
     actions = {action.option_strings[-1]: action for action in parser._actions if action.option_strings}
-    return {flag: getattr(args, actions[flag].dest) != actions[flag].default for flag in _FLAG_TABLE}
+    words = argv[:argv.index('--')] if '--' in argv else argv  # after '--' come values only
+    named = {word.split('=', 1)[0] for word in words}
+    return {flag: bool(named & set(actions[flag].option_strings))
+            or getattr(args, actions[flag].dest) != actions[flag].default for flag in _FLAG_TABLE}
 
 
-def _workload_of(parser, args) -> tuple[int, str | None]:
+def _workload_of(parser, args, argv: list[str]) -> tuple[int, str | None]:
     """The workload the command line asks for, as its column in _FLAG_TABLE, and the flag that chose it
     (None for one run)."""
     if args.sessions is not None and args.trace is not None:
@@ -97,17 +101,18 @@ def _workload_of(parser, args) -> tuple[int, str | None]:
         return 2, '--sessions'
     if args.trace is not None:
         return 3, '--trace'
-    given = _given(parser, args)
+    given = _given(parser, args, argv)
     for flag in _LOAD_MAKERS:
         if given[flag] and (flag != '--runs' or args.runs != 1):
             return 1, flag
     return 0, None
 
 
-def _check_workload_flags(parser, args) -> None:
-    """UsageError, one line, for the first flag given that the workload does not honour (in the table's order)."""
-    column, chosen_by = _workload_of(parser, args)
-    given = _given(parser, args)
+def _check_workload_flags(parser, args, argv: list[str]) -> None:
+    """UsageError, one line, for the first flag given (on the command line argv, or with a value other than
+    its default) that the workload does not honour, in the table's order."""
+    column, chosen_by = _workload_of(parser, args, argv)
+    given = _given(parser, args, argv)
     for flag, cells in _FLAG_TABLE.items():
         cell = cells[column]
         if not given[flag] or cell == _YES or (cell == _LOAD and flag in _LOAD_MAKERS):
@@ -120,6 +125,11 @@ def _check_workload_flags(parser, args) -> None:
         if cell == 'for-trace':
             raise UsageError(f'{flag} is for --trace{", not " + chosen_by if chosen_by else ""} {_SEE}')
         raise UsageError(f'{flag} does not go with {chosen_by}: {_WHY[cell]} {_SEE}')
-    if given['--arrivals'] and args.rate is None and args.rates is None and args.find_capacity is None:
+    open_loop = args.rate is not None or args.rates is not None or args.find_capacity is not None
+    if given['--arrivals'] and not open_loop:
         raise UsageError(f'--arrivals spaces the starts of an open loop: give --rate (a closed loop starts each run '
                          f'when a slot frees) {_SEE}')
+    if given['--seed'] and not (open_loop or args.input_tokens is not None or args.output_tokens is not None
+                                or args.fixture == 'mixed'):
+        raise UsageError(f'--seed seeds what a load draws (the arrivals of --rate, the lengths of --input-tokens and '
+                         f'--output-tokens, --fixture mixed), and this command draws nothing {_SEE}')

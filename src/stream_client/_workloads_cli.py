@@ -16,7 +16,7 @@ from ._json import _json_text
 from ._request import _positive_finite, prepare, PreparedRequest
 from ._exchange import Cancel
 from ._load import LoadSettings, _MAX_OPEN_LOOP_IN_FLIGHT
-from ._gates import _evaluate_gates, _gate_lines, _gates_held
+from ._gates import _default_gates, _evaluate_gates, _gate_lines, _gates_held
 from ._summary import _parse_slos, Summary, _summary_table
 from ._report import Report
 from ._evidence import _CsvFile, _ignore_signals, iter_records, _SIGNAL_EXIT, _write_report
@@ -36,13 +36,12 @@ _SESSION_APIS = ('chat', 'messages', 'responses')
 class _Workload(typing.NamedTuple):
     """A workload read and prepared: its requests (the first one's settings stand for all), how to run
     it (run(on_record, cancel)), what its summary block counts (a _SessionSummary or a _TraceSummary),
-    the block's name, and whether every run of it got its record and was ok."""
+    the block's name, and the bounds its runs are held to."""
 
     requests: list
     run: typing.Callable
     block: typing.Any
     name: str
-    planned: int
     slos: tuple = ()
     slo_target: float | None = None
 
@@ -81,7 +80,7 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
     settings = LoadSettings(len(sessions), args.concurrency, args.rate, args.arrivals, args.seed, args.keep_alive,
                             slos=_parse_slos(args.slo or []), slo_target=args.slo_target)
     return _Workload(requests, lambda on_record, cancel: _run_sessions(sessions, requests, settings, on_record, cancel),
-                     _SessionSummary(), 'sessions', len(sessions), settings.slos, settings.slo_target)
+                     _SessionSummary(), 'sessions', settings.slos, settings.slo_target)
 
 
 def _prepare_session(args, url: str, model: str, session: _Session, extra: dict | None,
@@ -131,7 +130,7 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
     in_flight = min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT)
     return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, in_flight,
                                                                     on_record, cancel),
-                     _TraceSummary(speed), 'trace', len(lines), _parse_slos(args.slo or []), args.slo_target)
+                     _TraceSummary(speed), 'trace', _parse_slos(args.slo or []), args.slo_target)
 
 
 def _preparer(args, url: str, model: str, key_env: str):
@@ -214,13 +213,13 @@ class _WorkloadReport(Report):
                                                                   + '\n</body></html>\n')
 
 
-def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, prog: str, gates: tuple | None = None,
+def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, prog: str, gates: tuple = (),
                    csv_fd: int | None = None, scraper: _Scraper | None = None) -> int:
     """Run the workload, appending each run's record to the reserved JSON Lines file as it ends (and its row
-    to --csv), with --server-metrics scraped meanwhile; print the summary (with its block, and the gates of
-    --fail-if); return the exit status: with gates, 0 when every gate held, as for a load; without, 0 when
-    every run (every session) got its record and was ok. SIGINT and SIGTERM cancel: nothing more starts,
-    the runs in flight end as interrupted."""
+    to --csv), with --server-metrics scraped meanwhile; print the summary (with its block and its gates);
+    return the exit status: 0 when every gate held (those of --fail-if; without, every run and every session
+    ok) and every planned run has its record, as for a load. SIGINT and SIGTERM cancel: nothing more
+    starts, the runs in flight end as interrupted."""
     summary, block, cancel = Summary(workload.slos, workload.slo_target), workload.block, Cancel()
     report = _WorkloadReport(summary) if report_fd is not None else None
     table = _CsvFile(csv_fd) if csv_fd is not None else None
@@ -274,8 +273,7 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
     result = {**summary.result(), workload.name: block.result()}
     if metrics is not None:
         result['server_metrics'] = metrics
-    if gates is not None:
-        result['gates'] = _evaluate_gates(gates, result)
+    result['gates'] = _evaluate_gates(gates or _default_gates(result), result)
     if not quiet:
         person = sys.stderr.isatty()
         lines = ([_summary_table(result)] if person else []) + [block.table()]
@@ -295,11 +293,8 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
         return 2
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]
-    if _say_lost(prog, loads):
-        return 1
-    if gates is not None:
-        return 0 if _gates_held(result) else 1
-    return 0 if block.all_ok(workload.planned) else 1
+    lost = _say_lost(prog, loads)
+    return 0 if _gates_held(result) and not lost else 1
 
 
 def _workload_blocks(paths: list[str]) -> dict:
