@@ -1,0 +1,136 @@
+"""Real tool-call bytes in every run of the suite: the live tier's captures of vLLM 0.32 serving the agent
+model (testdata/vllm-0.32.0-agent/), replayed without a server; and the rule of --cross-check they showed
+(white space the unstreamed path drops beside calls), with its hostile cases."""
+from __future__ import annotations
+
+import json
+import unittest
+
+import stream_client
+from .agent_support import AGENT_CAPTURES, CASES, raw_answer, record_calls, THINK
+from .support import answer
+
+CASES_BY_NAME = {case.name: case for case in CASES}
+
+
+def captures() -> list[tuple[str, str, object, bool]]:
+    """(file stem, api, case, is a pair) of every kept streamed capture: NAME is i{interval}_{api}_{case}[_pair]."""
+    found = []
+    for path in sorted(AGENT_CAPTURES.glob('i*.http')):
+        stem = path.name[:-len('.http')]
+        if stem.endswith('_unstreamed'):
+            continue
+        interval, api, rest = stem.split('_', 2)
+        pair = rest.endswith('_pair')
+        found.append((stem, api, CASES_BY_NAME[rest[:-len('_pair')] if pair else rest], pair))
+    return found
+
+
+def judged(stem: str, api: str, pair: bool) -> tuple[stream_client.Verdict, stream_client.ResponseReader, dict | None]:
+    """A kept capture judged as a run judges it, sans-IO: its request rebuilt from the kept body."""
+    sent = json.loads((AGENT_CAPTURES / f'{stem}.request.json').read_text())
+    body = sent['body']
+    tools = body.get('tools')
+    if tools and api != 'chat':  # the kept body is in the API's own shape; the spec needs the chat shape
+        tools = [{'type': 'function', 'function': {'name': tool['name'], 'parameters': tool.get('parameters') or
+                                                    tool.get('input_schema')}} for tool in tools]
+    choice = body.get('tool_choice')
+    if isinstance(choice, dict):
+        choice = choice.get('name') or (choice.get('function') or {}).get('name') or \
+            {'any': 'required', 'auto': 'auto'}.get(choice.get('type'))
+    schema = _schema_of(api, body)
+    request = stream_client.prepare('http://127.0.0.1:9' + sent['path'], 'agent', 'kept', cross_check=pair,
+                                    max_tokens=200, tools=tools, tool_choice=choice, json_schema=schema)
+    reader = stream_client.ResponseReader(request.new_validator())
+    reader.feed((AGENT_CAPTURES / f'{stem}.http').read_bytes())
+    reader.eof()
+    cross = None
+    if pair:
+        twin = stream_client.UnstreamedReader()
+        twin.feed((AGENT_CAPTURES / f'{stem}_unstreamed.http').read_bytes())
+        twin.eof()
+        cross = stream_client.compare_twin(reader, twin, request)
+    return stream_client.judge(reader, None, cross), reader, cross
+
+
+def _schema_of(api: str, body: dict) -> dict | None:
+    if api == 'chat':
+        return ((body.get('response_format') or {}).get('json_schema') or {}).get('schema')
+    if api == 'responses':
+        return ((body.get('text') or {}).get('format') or {}).get('schema')
+    return ((body.get('output_config') or {}).get('format') or {}).get('schema')
+
+
+class AgentCaptureTests(unittest.TestCase):
+    def test_there_are_captures_of_each_kind_on_each_api(self):
+        kept = {(api, case.name, pair) for _, api, case, pair in captures()}
+        for case in CASES:
+            for api in ('chat', 'responses', 'messages'):
+                self.assertIn((api, case.name, False), kept)
+            self.assertIn(('chat', case.name, True), kept)
+
+    def test_each_kept_capture_is_ok_with_the_calls_its_bytes_carry(self):
+        for stem, api, case, pair in captures():
+            with self.subTest(stem):
+                verdict, reader, cross = judged(stem, api, pair)
+                self.assertTrue(verdict.ok, verdict.message)
+                fields = reader.validator.fields()
+                raw = raw_answer(api, (AGENT_CAPTURES / f'{stem}.http').read_bytes())
+                self.assertEqual(record_calls(fields), raw['calls'])
+                self.assertEqual([(name, json.loads(arguments)) for name, arguments in raw['calls']],
+                                 [(name, arguments) for name, arguments in case.calls])
+                self.assertEqual(bool(fields['reasoning_text']), case.reasoning)
+                if pair:
+                    self.assertEqual((cross['comparable'], cross['same']), (True, True), cross)
+
+    def test_the_white_space_before_a_thinking_models_call_is_a_note_not_a_difference(self):
+        # vLLM 0.32: reasoning, then "\n\n" as content, then the call; the unstreamed path drops the "\n\n"
+        stem = next(stem for stem, api, case, pair in captures() if pair and case.name == 'think_then_call')
+        verdict, reader, cross = judged(stem, 'chat', True)
+        self.assertEqual(reader.validator.text, '\n\n')
+        self.assertEqual((verdict.ok, cross['comparable'], cross['same'], cross['differences']), (True, True, True, []))
+        self.assertEqual(cross['notes'], ["the streamed text '\\n\\n' is white space only, which the unstreamed "
+                                          'answer drops beside its tool calls'])
+
+
+PARIS = (('get_weather', '{"city": "Paris"}'),)
+
+
+class WhiteSpaceRuleTests(unittest.TestCase):
+    """The rule is vLLM's (content.strip() == "" dropped once calls are extracted) and nothing wider."""
+
+    def differences(self, streamed_text: str, unstreamed_text: str, streamed_calls=PARIS, unstreamed_calls=PARIS):
+        streamed = answer(streamed_text, streamed_calls, 'tool_calls', 9, tuple(range(9)))
+        unstreamed = answer(unstreamed_text, unstreamed_calls, 'tool_calls', 9, tuple(range(9)))
+        return stream_client.compare_answers(streamed, unstreamed)
+
+    def test_white_space_alone_beside_calls_is_the_same_answer(self):
+        for text in ('\n\n', ' ', '\t\n ', '\u3000', '\n' * 50):
+            with self.subTest(text=text):
+                self.assertEqual(self.differences(text, ''), [])
+
+    def test_anything_else_still_differs(self):
+        cases = {
+            'text beside the white space': ('\n\nx', ''),
+            'the unstreamed side kept other white space': ('\n\n', '\n'),
+            'the unstreamed side has text': ('\n\n', 'It is sunny.'),
+            'the stream is empty, the twin white space': ('', '\n\n'),
+            'no calls on the unstreamed side': ('\n\n', '', PARIS, ()),
+            'no calls on either side': ('\n\n', '', (), ()),
+            'a zero-width space is not white space': ('\u200b', ''),
+        }
+        for name, (streamed, unstreamed, *calls) in cases.items():
+            with self.subTest(name):
+                self.assertTrue(self.differences(streamed, unstreamed, *calls))
+
+    def test_a_pair_that_differs_only_so_is_ok_and_one_that_differs_otherwise_fails(self):
+        streamed = answer('\n\n', PARIS, 'tool_calls', 9, tuple(range(9)))
+        same = stream_client.cross_check_record(streamed, 200, answer('', PARIS, 'tool_calls', 9, tuple(range(9))), None)
+        self.assertIsNone(stream_client._cross_check_failure(same))
+        other = stream_client.cross_check_record(streamed, 200, answer('\n', PARIS, 'tool_calls', 9, tuple(range(9))),
+                                                 None)
+        self.assertEqual(stream_client._cross_check_failure(other).kind, 'cross_check_differs')
+
+
+if __name__ == '__main__':
+    unittest.main()
