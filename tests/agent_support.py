@@ -11,6 +11,8 @@ import json
 import typing
 from pathlib import Path
 
+import stream_client
+
 HERE = Path(__file__).resolve().parent.parent
 AGENT_CAPTURES = HERE / 'testdata' / 'vllm-0.32.0-agent'
 PATHS = {'chat': '/v1/chat/completions', 'responses': '/v1/responses', 'messages': '/v1/messages'}
@@ -53,6 +55,62 @@ CASES = (
          text='{"city": "Paris", "country": "France"}'),
 )
 
+# The answer after a tool result: the history a client sends back, in each API's own shape.
+AFTER_TOOL_RESULT = Case('after_tool_result', 'What is the weather in Paris?', text='It is sunny in Paris.')
+RESULT = '{"condition": "sunny"}'
+HISTORY = {
+    'chat': ('messages', [
+        {'role': 'user', 'content': AFTER_TOOL_RESULT.prompt},
+        {'role': 'assistant', 'content': None, 'tool_calls': [{'id': 'call_1', 'type': 'function', 'function': {
+            'name': 'get_weather', 'arguments': '{"city": "Paris"}'}}]},
+        {'role': 'tool', 'tool_call_id': 'call_1', 'content': RESULT}]),
+    'responses': ('input', [
+        {'role': 'user', 'content': AFTER_TOOL_RESULT.prompt},
+        {'type': 'function_call', 'call_id': 'call_1', 'name': 'get_weather', 'arguments': '{"city": "Paris"}'},
+        {'type': 'function_call_output', 'call_id': 'call_1', 'output': RESULT}]),
+    'messages': ('messages', [
+        {'role': 'user', 'content': AFTER_TOOL_RESULT.prompt},
+        {'role': 'assistant', 'content': [{'type': 'tool_use', 'id': 'toolu_1', 'name': 'get_weather',
+                                           'input': {'city': 'Paris'}}]},
+        {'role': 'user', 'content': [{'type': 'tool_result', 'tool_use_id': 'toolu_1', 'content': RESULT}]}]),
+}
+
+
+def after_tool_result(api: str, body: dict) -> dict:
+    """A prepared body of AFTER_TOOL_RESULT with the history of one call and its result in place of the prompt."""
+    key, history = HISTORY[api]
+    return {**body, key: history}
+
+
+def judge_raw(path: str, body: dict, streamed: bytes, unstreamed: bytes | None = None):
+    """(verdict, reader, cross_check) of a raw response to body at path (and of its unstreamed twin), judged
+    as a run judges them, sans-IO: the answer spec rebuilt from the body in its API's shape."""
+    api = next(api for api, suffix in PATHS.items() if path.endswith(suffix))
+    tools = body.get('tools')
+    if tools and api != 'chat':
+        tools = [{'type': 'function', 'function': {'name': tool['name'], 'parameters': tool.get('parameters') or
+                                                    tool.get('input_schema')}} for tool in tools]
+    choice = body.get('tool_choice')
+    if isinstance(choice, dict):
+        choice = choice.get('name') or (choice.get('function') or {}).get('name') or \
+            {'any': 'required', 'auto': 'auto'}.get(choice.get('type'))
+    schema = {'chat': lambda: ((body.get('response_format') or {}).get('json_schema') or {}).get('schema'),
+              'responses': lambda: ((body.get('text') or {}).get('format') or {}).get('schema'),
+              'messages': lambda: ((body.get('output_config') or {}).get('format') or {}).get('schema')}[api]()
+    request = stream_client.prepare('http://127.0.0.1:9' + path, 'agent', 'kept', cross_check=unstreamed is not None,
+                                    max_tokens=body.get('max_tokens') or body.get('max_output_tokens'), tools=tools,
+                                    tool_choice=choice, json_schema=schema)
+    reader = stream_client.ResponseReader(request.new_validator())
+    reader.feed(streamed)
+    reader.eof()
+    cross = None
+    if unstreamed is not None:
+        twin = stream_client.UnstreamedReader()
+        twin.feed(unstreamed)
+        twin.eof()
+        cross = stream_client.compare_twin(reader, twin, request)
+    return stream_client.judge(reader, None, cross), reader, cross
+
 
 def dechunk(body: bytes) -> bytes:
     """A chunked body's payload (the last chunk may be missing: a cut stream)."""
@@ -75,7 +133,7 @@ def raw_events(response: bytes) -> list[tuple[str | None, dict | str]]:
     if b'transfer-encoding: chunked' in head.lower():
         body = dechunk(body)
     events = []
-    for block in body.decode('utf-8').replace('\r\n', '\n').split('\n\n'):
+    for block in body.decode('utf-8', 'replace').replace('\r\n', '\n').split('\n\n')[:-1]:  # whole events only
         kind, data = None, []
         for line in block.split('\n'):
             if line.startswith('event:'):

@@ -7,10 +7,13 @@ import json
 import unittest
 
 import stream_client
-from .agent_support import AGENT_CAPTURES, CASES, raw_answer, record_calls, THINK
+from .agent_support import AFTER_TOOL_RESULT, AGENT_CAPTURES, CASES, judge_raw, raw_answer, record_calls
 from .support import answer
 
-CASES_BY_NAME = {case.name: case for case in CASES}
+# the live tier's relay cuts (tests/live/test_agent_live.py CUTS) and the failure each must be
+CUT_KINDS = {'inside-an-event': 'eof_in_chunk', 'after-the-event': 'no_last_chunk',
+             'after-the-event-with-a-last-chunk': 'eof_before_done'}
+CASES_BY_NAME = {case.name: case for case in CASES + (AFTER_TOOL_RESULT,)}
 
 
 def captures() -> list[tuple[str, str, object, bool]]:
@@ -27,38 +30,10 @@ def captures() -> list[tuple[str, str, object, bool]]:
 
 
 def judged(stem: str, api: str, pair: bool) -> tuple[stream_client.Verdict, stream_client.ResponseReader, dict | None]:
-    """A kept capture judged as a run judges it, sans-IO: its request rebuilt from the kept body."""
+    """A kept capture judged as a run judges it, sans-IO, its request rebuilt from the kept body."""
     sent = json.loads((AGENT_CAPTURES / f'{stem}.request.json').read_text())
-    body = sent['body']
-    tools = body.get('tools')
-    if tools and api != 'chat':  # the kept body is in the API's own shape; the spec needs the chat shape
-        tools = [{'type': 'function', 'function': {'name': tool['name'], 'parameters': tool.get('parameters') or
-                                                    tool.get('input_schema')}} for tool in tools]
-    choice = body.get('tool_choice')
-    if isinstance(choice, dict):
-        choice = choice.get('name') or (choice.get('function') or {}).get('name') or \
-            {'any': 'required', 'auto': 'auto'}.get(choice.get('type'))
-    schema = _schema_of(api, body)
-    request = stream_client.prepare('http://127.0.0.1:9' + sent['path'], 'agent', 'kept', cross_check=pair,
-                                    max_tokens=200, tools=tools, tool_choice=choice, json_schema=schema)
-    reader = stream_client.ResponseReader(request.new_validator())
-    reader.feed((AGENT_CAPTURES / f'{stem}.http').read_bytes())
-    reader.eof()
-    cross = None
-    if pair:
-        twin = stream_client.UnstreamedReader()
-        twin.feed((AGENT_CAPTURES / f'{stem}_unstreamed.http').read_bytes())
-        twin.eof()
-        cross = stream_client.compare_twin(reader, twin, request)
-    return stream_client.judge(reader, None, cross), reader, cross
-
-
-def _schema_of(api: str, body: dict) -> dict | None:
-    if api == 'chat':
-        return ((body.get('response_format') or {}).get('json_schema') or {}).get('schema')
-    if api == 'responses':
-        return ((body.get('text') or {}).get('format') or {}).get('schema')
-    return ((body.get('output_config') or {}).get('format') or {}).get('schema')
+    twin = (AGENT_CAPTURES / f'{stem}_unstreamed.http').read_bytes() if pair else None
+    return judge_raw(sent['path'], sent['body'], (AGENT_CAPTURES / f'{stem}.http').read_bytes(), twin)
 
 
 class AgentCaptureTests(unittest.TestCase):
@@ -68,6 +43,18 @@ class AgentCaptureTests(unittest.TestCase):
             for api in ('chat', 'responses', 'messages'):
                 self.assertIn((api, case.name, False), kept)
             self.assertIn(('chat', case.name, True), kept)
+        for api in ('chat', 'responses', 'messages'):
+            self.assertIn((api, 'after_tool_result', False), kept)
+            self.assertEqual(len(list(AGENT_CAPTURES.glob(f'cut_{api}_*.http'))), len(CUT_KINDS))
+
+    def test_each_real_stream_the_relay_cut_inside_a_calls_arguments_is_not_ok(self):
+        for path in sorted(AGENT_CAPTURES.glob('cut_*.http')):
+            with self.subTest(path.name):
+                _, api, cut = path.name[:-len('.http')].split('_', 2)
+                sent = json.loads(path.with_name(path.name.replace('.http', '.request.json')).read_text())
+                verdict, reader, _ = judge_raw(sent['path'], sent['body'], path.read_bytes())
+                self.assertEqual((verdict.ok, verdict.kind), (False, CUT_KINDS[cut]), verdict.message)
+                self.assertTrue(raw_answer(api, path.read_bytes())['calls'])  # a call had begun
 
     def test_each_kept_capture_is_ok_with_the_calls_its_bytes_carry(self):
         for stem, api, case, pair in captures():

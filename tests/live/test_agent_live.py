@@ -22,7 +22,9 @@ import urllib.parse
 from pathlib import Path
 
 import stream_client
-from tests.agent_support import APIS, CASES, Case, HERE, PATHS, raw_answer, record_calls, WEATHER_TOOL
+from tests.agent_support import (
+    AFTER_TOOL_RESULT, after_tool_result, APIS, CASES, Case, HERE, judge_raw, PATHS, raw_answer, record_calls,
+    WEATHER_TOOL)
 
 URL = os.environ.get('STREAM_CLIENT_LIVE_URL', '').rstrip('/')
 MODEL = os.environ.get('STREAM_CLIENT_LIVE_MODEL', 'agent')
@@ -98,10 +100,10 @@ class AgentCaseTests(unittest.TestCase):
             self.assertEqual((cross['same'], cross['unstreamed_problem']), (True, None), cross)
             self.assertEqual(cross['comparable'], True if api == 'chat' else None, cross)
         tokens = record['tokens_per_event']
-        if tokens is not None:  # chat with --cross-check: the ids show the server's --stream-interval
-            self.assertLessEqual(tokens['most'], INTERVAL, tokens)
-            if tokens['tokens'] > 2 * INTERVAL:
-                self.assertEqual(tokens['most'], INTERVAL, tokens)
+        if tokens is not None and INTERVAL > 1 and tokens['tokens'] >= 3 * INTERVAL:
+            # chat with --cross-check: the ids show the server's --stream-interval (at least that many per
+            # event; more when vLLM merges the outputs of a slow reader, as it may at any interval)
+            self.assertGreaterEqual(tokens['median'], INTERVAL, tokens)
         return record
 
     def test_each_case_on_each_api_streamed(self):
@@ -118,6 +120,23 @@ class AgentCaseTests(unittest.TestCase):
                     self.check_case(api, case, cross_check=True)
                     if api == 'chat':
                         keep(f'i{INTERVAL}_{api}_{case.name}_pair', prepared(api, case, cross_check=True))
+
+    def test_the_answer_after_a_tool_result_on_each_api(self):
+        # the client sends such a history only in --sessions (below); here one round, judged sans-IO
+        for api in APIS:
+            with self.subTest(api=api):
+                request = prepared(api, AFTER_TOOL_RESULT)
+                body = after_tool_result(api, json.loads(request.body))
+                data = json.dumps(body).encode()
+                raw = raw_exchange(URL + request.path, data)
+                verdict, reader, _ = judge_raw(request.path, body, raw)
+                self.assertTrue(verdict.ok, verdict.message)
+                self.assertEqual((reader.validator.text, reader.validator.calls), (AFTER_TOOL_RESULT.text, []))
+                self.assertEqual(raw_answer(api, raw)['text'], AFTER_TOOL_RESULT.text)
+                if KEEP:
+                    (Path(KEEP) / f'i{INTERVAL}_{api}_after_tool_result.http').write_bytes(raw)
+                    (Path(KEEP) / f'i{INTERVAL}_{api}_after_tool_result.request.json').write_text(
+                        json.dumps({'path': request.path, 'body': body}, ensure_ascii=False) + '\n')
 
 
 SESSIONS_CITIES = ('Paris', 'Tokyo', 'London', 'Berlin', 'Rome', 'Madrid', 'Cairo', 'Lima', 'Oslo', 'Delhi',
@@ -168,7 +187,9 @@ class AgentSessionTests(unittest.TestCase):
 
 _ARGUMENTS = {'chat': re.compile(rb'"arguments":"[^"]'), 'responses': re.compile(rb'response\.function_call_arguments\.delta'),
               'messages': re.compile(rb'input_json_delta')}
-CUTS = ('inside-an-event', 'after-the-event', 'after-the-event-with-a-last-chunk')
+# each cut and the failure it must be: the transport's, then (a whole HTTP body) the event stream's end
+CUTS = {'inside-an-event': 'eof_in_chunk', 'after-the-event': 'no_last_chunk',
+        'after-the-event-with-a-last-chunk': 'eof_before_done'}
 
 
 class CuttingRelay(threading.Thread):
@@ -182,6 +203,7 @@ class CuttingRelay(threading.Thread):
         self.listener = socket.create_server(('127.0.0.1', 0))
         self.url = f'http://127.0.0.1:{self.listener.getsockname()[1]}'
         self.cut_at: int | None = None
+        self.sent = b''
 
     def run(self) -> None:
         client, _ = self.listener.accept()
@@ -208,7 +230,8 @@ class CuttingRelay(threading.Thread):
                 event_end = end + 4  # the event's blank line, then the chunk's CRLF
                 self.cut_at = {'inside-an-event': found.end() + 2}.get(self.cut, event_end)
                 tail = b'0\r\n\r\n' if self.cut == 'after-the-event-with-a-last-chunk' else b''
-                client.sendall(bytes(response[:self.cut_at]) + tail)
+                self.sent = bytes(response[:self.cut_at]) + tail
+                client.sendall(self.sent)
 
     def __enter__(self) -> CuttingRelay:
         self.start()
@@ -223,10 +246,14 @@ class CutRelayTests(unittest.TestCase):
     def test_a_real_stream_cut_inside_a_calls_arguments_is_never_ok(self):
         case = CASES[0]
         for api in APIS:
-            for cut in CUTS:
+            for cut, kind in CUTS.items():
                 with self.subTest(api=api, cut=cut):
+                    request = prepared(api, case)
                     with CuttingRelay(api, cut) as relay:
                         record = stream_client.run(prepared(api, case, base=relay.url))
                     self.assertIsNotNone(relay.cut_at, 'the relay saw no call arguments')
-                    self.assertFalse(record['ok'], record)
-                    self.assertIsNotNone(record['error_kind'])
+                    self.assertEqual((record['ok'], record['error_kind']), (False, kind), record['error'])
+                    if KEEP:
+                        (Path(KEEP) / f'cut_{api}_{cut}.http').write_bytes(relay.sent)
+                        (Path(KEEP) / f'cut_{api}_{cut}.request.json').write_text(json.dumps(
+                            {'path': request.path, 'body': json.loads(request.body)}, ensure_ascii=False) + '\n')
