@@ -8,7 +8,7 @@ import unittest
 
 import stream_client
 from .agent_support import AFTER_TOOL_RESULT, AGENT_CAPTURES, CASES, judge_raw, raw_answer, record_calls
-from .support import answer
+from .support import answer, SSE_HEAD, TRACES
 
 # the live tier's relay cuts (tests/live/test_agent_live.py CUTS) and the failure each must be
 CUT_KINDS = {'inside-an-event': 'eof_in_chunk', 'after-the-event': 'no_last_chunk',
@@ -117,6 +117,56 @@ class WhiteSpaceRuleTests(unittest.TestCase):
         other = stream_client.cross_check_record(streamed, 200, answer('\n', PARIS, 'tool_calls', 9, tuple(range(9))),
                                                  None)
         self.assertEqual(stream_client._cross_check_failure(other).kind, 'cross_check_differs')
+
+
+class BudgetProofTests(unittest.TestCase):
+    """The whole budget used by a tool-call finish is cleared only by a twin given one token more that
+    generated exactly the stream's ids and stopped: hostile twins, judged sans-IO. The stream is vLLM 0.32's
+    x3 (end-of-sequence on the 40th of 40 tokens, finish tool_calls, arguments "true")."""
+
+    def reader(self, name: str = 'x3_chat_pair_eos_on_last_budget_token_stream.http', max_tokens: int = 40):
+        request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'tiny', 'hi', cross_check=True,
+                                        max_tokens=max_tokens, tools=json.loads(
+                                            (TRACES / 'x3_chat_pair_eos_on_last_budget_token_stream.request.json')
+                                            .read_text())['tools'], tool_choice='required')
+        reader = stream_client.ResponseReader(request.new_validator())
+        reader.feed((TRACES / name).read_bytes())
+        reader.eof()
+        return reader
+
+    def verdict(self, twin: stream_client.Answer | None, budget: int | None) -> tuple[str | None, bool | None]:
+        reader = self.reader()
+        streamed = stream_client._streamed_answer(reader.validator)
+        cross = stream_client.cross_check_record(streamed, 200, twin, None, budget)
+        return stream_client.judge(reader, None, cross).kind, cross['ended_by_itself']
+
+    def test_the_twin_is_given_one_token_more_only_when_the_signal_fires_on_a_stream_with_ids(self):
+        self.assertEqual(stream_client._budget_proof_wanted(self.reader().validator), 41)
+        self.assertIsNone(stream_client._budget_proof_wanted(self.reader(max_tokens=41).validator))  # budget not used
+        self.assertIsNone(stream_client._budget_proof_wanted(
+            self.reader('x1_chat_pair_tool_call_stream.http', max_tokens=200).validator))
+
+    def test_only_the_same_ids_below_the_raised_budget_and_a_stop_clear_it(self):
+        ids = stream_client._streamed_answer(self.reader().validator).token_ids
+        same = answer('', (('get_time', 'true'),), 'tool_calls', 40, ids)
+        cases = {
+            'the same ids, one token of room left, stopped': (same, 41, ('tool_arguments_not_object', True)),
+            'one token more: the stream was cut': (answer('', (('get_time', 'true'),), 'tool_calls', 41, ids + (7,)),
+                                                   41, ('budget_used_by_tool_call', False)),
+            'the twin was not given more': (same, None, ('budget_used_by_tool_call', None)),
+            'a budget no larger than the ids': (same, 40, ('budget_used_by_tool_call', False)),
+            'a twin without ids': (answer('', (('get_time', 'true'),), 'tool_calls', 40, None), 41,
+                                   ('budget_used_by_tool_call', False)),
+            'the same ids, ended by the budget': (answer('', (('get_time', 'true'),), 'length', 40, ids), 41,
+                                                  ('budget_used_by_tool_call', False)),
+            'one id differs': (answer('', (('get_time', 'true'),), 'tool_calls', 40, ids[:-1] + (3,)), 41,
+                               ('budget_used_by_tool_call', False)),
+            'no twin answer': (None, 41, ('budget_used_by_tool_call', None)),
+        }
+        for name, (twin, budget, expected) in cases.items():
+            with self.subTest(name):
+                kind, ended = self.verdict(twin, budget)
+                self.assertEqual((kind, ended if twin is not None else None), expected)
 
 
 if __name__ == '__main__':

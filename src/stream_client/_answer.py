@@ -109,17 +109,39 @@ def _tool_markup_in_text(answer: Answer, spec: AnswerSpec) -> str | None:
             'did not extract a call')
 
 
-def _answer_problem(validator: StreamValidator) -> StreamError | None:
+def _budget_proof_wanted(validator: StreamValidator) -> int | None:
+    """The budget to give the unstreamed twin so that it can show whether the model ended by itself, when
+    the stream shows the whole budget used by a tool-call finish and carries token ids: one token more.
+    None otherwise (the twin is then the same request)."""
+    if not validator.done or validator.token_ids is None or validator.expect_finish != 'stop':
+        return None
+    if _budget_used_by_tool_call(_streamed_answer(validator), validator.max_tokens) is None:
+        return None
+    return validator.max_tokens + 1
+
+
+def _ended_by_itself(streamed: Answer, unstreamed: Answer | None, budget: int | None) -> bool:
+    """Whether a twin given one token more than the stream used (``budget``) proves that the model ended
+    by itself on the stream's last token: the twin generated exactly the stream's token ids, fewer than its
+    budget, and did not end by the budget. vLLM's stream names no end-of-sequence id (its stop_reason is
+    null for the model's own end, as for a cut), so the ids of a run with room for one more are the proof."""
+    return (budget is not None and unstreamed is not None and streamed.token_ids is not None
+            and unstreamed.token_ids == streamed.token_ids and len(streamed.token_ids) < budget
+            and unstreamed.ended_as in ('stop', 'tool_calls'))
+
+
+def _answer_problem(validator: StreamValidator, cross_check: dict | None = None) -> StreamError | None:
     """Why the streamed answer is not a finished one, or None when it is: the validator's outcome, and
     the two signals of a finished stream. The whole budget used by a tool-call finish comes first (it
-    explains arguments cut short), markup in the text after the outcome. It reads the stream alone:
-    no later phase (the unstreamed twin of --cross-check) can clear what it finds."""
+    explains arguments cut short), markup in the text after the outcome. It reads the stream alone, but
+    for one proof: a --cross-check twin given one token more that generated the same token ids and
+    stopped (``ended_by_itself`` in ``cross_check``) shows that the last token was the model's own end."""
     outcome = validator.outcome()
     if not validator.done:
         return outcome
     answer = _streamed_answer(validator)
     budget = _budget_used_by_tool_call(answer, validator.max_tokens) if validator.expect_finish == 'stop' else None
-    if budget:
+    if budget and not (cross_check and cross_check.get('ended_by_itself') is True):
         return _failure('budget_used_by_tool_call', budget)
     if outcome:
         return outcome
@@ -330,10 +352,11 @@ def compare_answers(streamed: Answer, unstreamed: Answer) -> list[str]:
 
 
 def cross_check_record(streamed: Answer, status: int | None, unstreamed: Answer | None,
-                       problem: str | None) -> dict:
+                       problem: str | None, budget: int | None = None) -> dict:
     """The record's ``cross_check``: whether the pair is comparable (both sent token ids: true when they
     are equal, false when they diverge; null without them), whether the answers are the same, and how
-    they differ. ``problem`` says why the unstreamed request failed, or why its answer is not finished."""
+    they differ. ``problem`` says why the unstreamed request failed, or why its answer is not finished.
+    ``budget``: the twin was given that many tokens, one more than the stream used (_budget_proof_wanted)."""
     streamed_ids = streamed.token_ids
     unstreamed_ids = unstreamed.token_ids if unstreamed is not None else None
     comparable = None if streamed_ids is None or unstreamed_ids is None else streamed_ids == unstreamed_ids
@@ -346,6 +369,8 @@ def cross_check_record(streamed: Answer, status: int | None, unstreamed: Answer 
                           'unstreamed': None if unstreamed_ids is None else len(unstreamed_ids)},
             'completion_tokens': {'streamed': streamed.completion_tokens,
                                   'unstreamed': unstreamed.completion_tokens if unstreamed else None},
+            'unstreamed_max_tokens': budget, 'ended_by_itself': _ended_by_itself(streamed, unstreamed, budget)
+            if budget is not None else None,
             'unstreamed_status': status, 'unstreamed_finish': unstreamed.finish if unstreamed else None,
             'unstreamed_problem': problem,
             'unstreamed_text': unstreamed.text if unstreamed else None,
