@@ -8,7 +8,7 @@ import unittest
 
 import stream_client
 from .agent_support import AFTER_TOOL_RESULT, AGENT_CAPTURES, CASES, judge_raw, raw_answer, record_calls
-from .support import answer, SSE_HEAD, TRACES
+from .support import answer, Fixture, TRACES
 
 # the live tier's relay cuts (tests/live/test_agent_live.py CUTS) and the failure each must be
 CUT_KINDS = {'inside-an-event': 'eof_in_chunk', 'after-the-event': 'no_last_chunk',
@@ -145,6 +145,28 @@ class BudgetProofTests(unittest.TestCase):
         self.assertIsNone(stream_client._budget_proof_wanted(self.reader(max_tokens=41).validator))  # budget not used
         self.assertIsNone(stream_client._budget_proof_wanted(
             self.reader('x1_chat_pair_tool_call_stream.http', max_tokens=200).validator))
+
+    def test_the_agent_models_end_on_the_last_budget_token_is_ok_with_its_twin_and_refused_alone(self):
+        # vLLM 0.32, the agent model, max_tokens 24: <|im_end|> is the 24th token of one whole call, finish
+        # tool_calls. The kept twin was sent with max_tokens 25 and stopped on the same 24 ids.
+        stem = AGENT_CAPTURES / 'eos_chat_single_call_max24'
+        streamed, twin = (stem.with_name(stem.name + '_stream.http').read_bytes(),
+                          stem.with_name(stem.name + '_unstreamed.http').read_bytes())
+        sent = json.loads(stem.with_name(stem.name + '_unstreamed.request.json').read_text())['body']
+        self.assertEqual(sent['max_tokens'], 25)
+        records = {}
+        for cross_check in (False, True):
+            with Fixture(replay=streamed, replay_twin=twin) as fixture:
+                records[cross_check] = stream_client.stream(fixture.url, 'agent', 'What is the weather in Paris?',
+                                                            idle=5, max_tokens=24, tools=sent['tools'],
+                                                            cross_check=cross_check)
+                if cross_check:
+                    self.assertEqual(fixture.last_request[1]['max_tokens'], 25)
+        self.assertEqual((records[False]['ok'], records[False]['error_kind']), (False, 'budget_used_by_tool_call'))
+        cross = records[True]['cross_check']
+        self.assertTrue(records[True]['ok'], records[True]['error'])
+        self.assertEqual((cross['comparable'], cross['ended_by_itself'], cross['token_ids']['streamed']), (True, True, 24))
+        self.assertEqual(records[True]['tool_calls'][0]['arguments'], '{"city": "Paris"}')
 
     def test_only_the_same_ids_below_the_raised_budget_and_a_stop_clear_it(self):
         ids = stream_client._streamed_answer(self.reader().validator).token_ids
