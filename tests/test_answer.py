@@ -61,9 +61,10 @@ class CrossCheckTests(unittest.TestCase):
         'pair-markup-leak': PairRow('application', 'tool_markup_in_text', 'tool-call markup <tool_call> in the visible '
                                     'text at character 0', True, False, 'streamed text and unstreamed differ from '
                                     "character 0: '<tool_call>", 'tool_calls'),
+        # the twin is given one token more (129) to show whether the model ended by itself: it used it
         'pair-budget-relabelled': PairRow('application', 'budget_used_by_tool_call', 'the whole budget of 128 tokens '
-                                          'was used', True, False, "streamed text and unstreamed differ from character 0: "
-                                          "'' and '<tool_call>", 'length'),
+                                          'was used', False, False, "streamed text and unstreamed differ from character 0: "
+                                          "'' and '<tool_call>", 'length', diverged_at=128),
         'pair-diverged': PairRow(None, None, None, False, False, 'streamed text and unstreamed differ from character 5',
                                  'stop', diverged_at=1),
     }
@@ -88,7 +89,9 @@ class CrossCheckTests(unittest.TestCase):
         self.assertEqual(bool(cross['differences']), not expected.same)
         if expected.first_difference:
             self.assertTrue(cross['differences'][0].startswith(expected.first_difference), cross['differences'])
-        self.assertEqual(cross['token_ids']['streamed'], cross['token_ids']['unstreamed'])
+        raised = cross['unstreamed_max_tokens']  # a twin given one more token than the stream used
+        self.assertEqual(cross['token_ids']['streamed'] + (raised is not None), cross['token_ids']['unstreamed'])
+        self.assertEqual(cross['ended_by_itself'], False if raised is not None else None)
         self.assertEqual(record['tokens_per_event']['tokens'], cross['token_ids']['streamed'])
 
     def test_every_pair_mode_gets_its_record_through_the_command_line_in_one_run_and_in_a_load(self):
@@ -212,19 +215,27 @@ class CrossCheckTests(unittest.TestCase):
         self.assertTrue(cross['unstreamed_text'].startswith('<tool_call>\n{"name": "get_time"'))
         self.assertEqual(cross['differences'][1], 'the stream has 1 tool call and the unstreamed answer 0')
 
-    def test_a_real_end_on_the_last_budget_token_stays_not_ok_with_its_agreeing_twin(self):
-        # vLLM 0.32, seed 22: end-of-sequence is the 40th of 40 tokens, finish tool_calls on both sides.
-        # Both answers agree, so both may be cut: the twin cannot clear what the stream alone shows.
+    def test_a_real_end_on_the_last_budget_token_is_shown_by_a_twin_given_one_token_more(self):
+        # vLLM 0.32, seed 22: end-of-sequence (id 2) is the 40th of 40 tokens, finish tool_calls. Alone, the
+        # stream cannot show it ended by itself; with --cross-check the twin is sent with max_tokens 41, and
+        # its 40 ids (the kept twin: the same generation, which stopped there) prove it, so the verdict is
+        # the call's own: its arguments "true" are not an object.
         alone = replay_pair('x3_chat_pair_eos_on_last_budget_token', cross_check=False)
-        paired = replay_pair('x3_chat_pair_eos_on_last_budget_token')
-        for record in (alone, paired):
-            self.assertEqual((record['ok'], record['error_layer'], record['error_kind']),
-                             (False, 'application', 'budget_used_by_tool_call'))
-            self.assertIn('the whole budget of 40 tokens was used', record['error'])
-        self.assertEqual((paired['cross_check']['comparable'], paired['cross_check']['same']), (True, True))
+        self.assertEqual((alone['ok'], alone['error_layer'], alone['error_kind']),
+                         (False, 'application', 'budget_used_by_tool_call'))
+        self.assertIn('the whole budget of 40 tokens was used', alone['error'])
+        streamed, unstreamed, body = pair_capture('x3_chat_pair_eos_on_last_budget_token')
+        with Fixture(replay=streamed, replay_twin=unstreamed) as fixture:
+            paired = stream(fixture.url, 'tiny', 'hi', idle=2, max_tokens=body['max_tokens'], tools=body['tools'],
+                            tool_choice=body['tool_choice'], temperature=body['temperature'],
+                            extra={'seed': body['seed']}, cross_check=True)
+            self.assertEqual(fixture.last_request[1]['max_tokens'], 41)
+        cross = paired['cross_check']
+        self.assertEqual((cross['comparable'], cross['unstreamed_max_tokens'], cross['ended_by_itself']), (True, 41, True))
+        self.assertEqual((paired['ok'], paired['error_kind']), (False, 'tool_arguments_not_object'))
 
-    def test_the_exporters_probe_of_a_cross_check_target_keeps_the_streams_verdict(self):
-        # the same pair as above, probed as Prometheus would: the agreeing twin clears nothing there either
+    def test_the_exporters_probe_of_a_cross_check_target_judges_as_a_run_does(self):
+        # the same pair as above, probed as Prometheus would: the twin given one token more proves the end there too
         streamed, unstreamed, body = pair_capture('x3_chat_pair_eos_on_last_budget_token')
         with Fixture(replay=streamed, replay_twin=unstreamed) as fixture:
             request = stream_client.prepare(fixture.url, 'tiny', 'hi', idle=2, max_tokens=body['max_tokens'],
@@ -236,10 +247,10 @@ class CrossCheckTests(unittest.TestCase):
                                               lambda name, record: kept.append(record), lambda line: None)
             answer = exporter.probe('target=pair', '10')
         self.assertEqual(answer.status, 200)
-        self.assertEqual((kept[0]['ok'], kept[0]['error_kind'], kept[0]['cross_check']['same']),
-                         (False, 'budget_used_by_tool_call', True))
+        self.assertEqual((kept[0]['ok'], kept[0]['error_kind'], kept[0]['cross_check']['ended_by_itself']),
+                         (False, 'tool_arguments_not_object', True))
         self.assertRegex(answer.body, r'(?m)^probe_success 0$')
-        self.assertRegex(answer.body, r'(?m)^stream_probe_error_info\{kind="budget_used_by_tool_call"\} 1$')
+        self.assertRegex(answer.body, r'(?m)^stream_probe_error_info\{kind="tool_arguments_not_object"\} 1$')
 
     def test_every_signal_of_the_stream_alone_stands_with_an_agreeing_twin(self):
         for kind, (validator, events) in STREAM_SIGNALS.items():
@@ -441,7 +452,9 @@ class CrossCheckTests(unittest.TestCase):
         with Fixture('pair-budget-relabelled', profile='vllm') as fixture:
             record = stream(fixture.url, 'm', 'p', tools=fixture_server.TOOLS, max_tokens=40, cross_check=True)
         self.assertEqual((record['completion_tokens'], record['cross_check']['completion_tokens']['unstreamed']),
-                         (40, 40))
+                         (40, 41))  # the twin was given one token more, and used it: the stream was cut
+        self.assertEqual((record['error_kind'], record['cross_check']['ended_by_itself']),
+                         ('budget_used_by_tool_call', False))
 
     def test_a_load_cancelled_during_the_unstreamed_request_says_so(self):
         with Fixture('pair-honest', profile='vllm') as fixture:

@@ -109,17 +109,39 @@ def _tool_markup_in_text(answer: Answer, spec: AnswerSpec) -> str | None:
             'did not extract a call')
 
 
-def _answer_problem(validator: StreamValidator) -> StreamError | None:
+def _budget_proof_wanted(validator: StreamValidator) -> int | None:
+    """The budget to give the unstreamed twin so that it can show whether the model ended by itself, when
+    the stream shows the whole budget used by a tool-call finish and carries token ids: one token more.
+    None otherwise (the twin is then the same request)."""
+    if not validator.done or validator.token_ids is None or validator.expect_finish != 'stop':
+        return None
+    if _budget_used_by_tool_call(_streamed_answer(validator), validator.max_tokens) is None:
+        return None
+    return validator.max_tokens + 1
+
+
+def _ended_by_itself(streamed: Answer, unstreamed: Answer | None, budget: int | None) -> bool:
+    """Whether a twin given one token more than the stream used (``budget``) proves that the model ended
+    by itself on the stream's last token: the twin generated exactly the stream's token ids, fewer than its
+    budget, and did not end by the budget. vLLM's stream names no end-of-sequence id (its stop_reason is
+    null for the model's own end, as for a cut), so the ids of a run with room for one more are the proof."""
+    return (budget is not None and unstreamed is not None and streamed.token_ids is not None
+            and unstreamed.token_ids == streamed.token_ids and len(streamed.token_ids) < budget
+            and unstreamed.ended_as in ('stop', 'tool_calls'))
+
+
+def _answer_problem(validator: StreamValidator, cross_check: dict | None = None) -> StreamError | None:
     """Why the streamed answer is not a finished one, or None when it is: the validator's outcome, and
     the two signals of a finished stream. The whole budget used by a tool-call finish comes first (it
-    explains arguments cut short), markup in the text after the outcome. It reads the stream alone:
-    no later phase (the unstreamed twin of --cross-check) can clear what it finds."""
+    explains arguments cut short), markup in the text after the outcome. It reads the stream alone, but
+    for one proof: a --cross-check twin given one token more that generated the same token ids and
+    stopped (``ended_by_itself`` in ``cross_check``) shows that the last token was the model's own end."""
     outcome = validator.outcome()
     if not validator.done:
         return outcome
     answer = _streamed_answer(validator)
     budget = _budget_used_by_tool_call(answer, validator.max_tokens) if validator.expect_finish == 'stop' else None
-    if budget:
+    if budget and not (cross_check and cross_check.get('ended_by_itself') is True):
         return _failure('budget_used_by_tool_call', budget)
     if outcome:
         return outcome
@@ -288,10 +310,22 @@ def _call_difference(index: int, streamed: AnsweredCall, unstreamed: AnsweredCal
 
 
 def _text_only_differences(streamed: Answer, unstreamed: Answer) -> list[str]:
-    """The tool calls whose arguments are equal as JSON but not as text: kept in the record, not a difference."""
-    return [f'tool call {index} has arguments equal as JSON, not as text' for index, (a, b)
-            in enumerate(zip(streamed.calls, unstreamed.calls))
-            if a.name == b.name and b.textual and a.arguments != b.arguments and _same_json(a.arguments, b.arguments)]
+    """What differs without being a difference, kept in the record: the stream's white-space text the
+    unstreamed path drops beside calls, and tool calls whose arguments are equal as JSON but not as text."""
+    dropped = [f'the streamed text {_preview(streamed.text)} is white space only, which the unstreamed answer '
+               'drops beside its tool calls'] if _white_space_dropped(streamed, unstreamed) else []
+    return dropped + [f'tool call {index} has arguments equal as JSON, not as text' for index, (a, b)
+                      in enumerate(zip(streamed.calls, unstreamed.calls))
+                      if a.name == b.name and b.textual and a.arguments != b.arguments
+                      and _same_json(a.arguments, b.arguments)]
+
+
+def _white_space_dropped(streamed: Answer, unstreamed: Answer) -> bool:
+    """Whether the texts differ only as vLLM's two paths promise when calls were made: the stream keeps
+    content that is only white space (Qwen3's "\n\n" after its reasoning), the unstreamed path drops it
+    (vLLM 0.32, parser/abstract_parser.py: ``if content and content.strip() == "": content = None``
+    once calls are extracted). Python's own str.strip, as vLLM's."""
+    return bool(unstreamed.calls) and unstreamed.text == '' and streamed.text != '' and not streamed.text.strip()
 
 
 def _with_pairs_joined(answer: Answer) -> Answer:
@@ -304,11 +338,13 @@ def compare_answers(streamed: Answer, unstreamed: Answer) -> list[str]:
     """The differences between a streamed answer and its unstreamed twin in the user's terms, the first
     first: text and reasoning, the tool calls (names and order, arguments as JSON; ids may differ), the
     finish and the completion-token count. Empty when they are the same answer. A surrogate pair split
-    between two deltas is the character the twin carries whole (_paired)."""
+    between two deltas is the character the twin carries whole (_paired); white space alone as the stream's
+    text beside calls, which the unstreamed path drops, is a note (_text_only_differences)."""
     streamed, unstreamed = _with_pairs_joined(streamed), _with_pairs_joined(unstreamed)
     differences = [_text_difference(what, a, b) for what, a, b in (('text', streamed.text, unstreamed.text),
                                                                     ('reasoning', streamed.reasoning,
-                                                                     unstreamed.reasoning)) if a != b]
+                                                                     unstreamed.reasoning))
+                   if a != b and not (what == 'text' and _white_space_dropped(streamed, unstreamed))]
     if len(streamed.calls) != len(unstreamed.calls):
         differences.append(f'the stream has {_count(len(streamed.calls), "tool call")} and the unstreamed '
                            f'answer {len(unstreamed.calls)}')
@@ -324,10 +360,11 @@ def compare_answers(streamed: Answer, unstreamed: Answer) -> list[str]:
 
 
 def cross_check_record(streamed: Answer, status: int | None, unstreamed: Answer | None,
-                       problem: str | None) -> dict:
+                       problem: str | None, budget: int | None = None) -> dict:
     """The record's ``cross_check``: whether the pair is comparable (both sent token ids: true when they
     are equal, false when they diverge; null without them), whether the answers are the same, and how
-    they differ. ``problem`` says why the unstreamed request failed, or why its answer is not finished."""
+    they differ. ``problem`` says why the unstreamed request failed, or why its answer is not finished.
+    ``budget``: the twin was given that many tokens, one more than the stream used (_budget_proof_wanted)."""
     streamed_ids = streamed.token_ids
     unstreamed_ids = unstreamed.token_ids if unstreamed is not None else None
     comparable = None if streamed_ids is None or unstreamed_ids is None else streamed_ids == unstreamed_ids
@@ -340,6 +377,8 @@ def cross_check_record(streamed: Answer, status: int | None, unstreamed: Answer 
                           'unstreamed': None if unstreamed_ids is None else len(unstreamed_ids)},
             'completion_tokens': {'streamed': streamed.completion_tokens,
                                   'unstreamed': unstreamed.completion_tokens if unstreamed else None},
+            'unstreamed_max_tokens': budget, 'ended_by_itself': _ended_by_itself(streamed, unstreamed, budget)
+            if budget is not None else None,
             'unstreamed_status': status, 'unstreamed_finish': unstreamed.finish if unstreamed else None,
             'unstreamed_problem': problem,
             'unstreamed_text': unstreamed.text if unstreamed else None,

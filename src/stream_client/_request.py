@@ -482,6 +482,16 @@ def _unstreamed_twin(request: PreparedRequest, body: dict) -> PreparedRequest:
                                                    headers, data))
 
 
+def _twin_with_budget(twin: PreparedRequest, max_tokens: int) -> PreparedRequest:
+    """The unstreamed twin with another ``max_tokens`` (chat and completions, the APIs with token ids):
+    one token more than the stream used, to show whether the model ended by itself (_budget_proof_wanted)."""
+    body = json.loads(twin.body)
+    body['max_tokens'] = max_tokens
+    data = json.dumps(body, ensure_ascii=False).encode()
+    return dataclasses.replace(twin, body=data, wire=_render_request(twin.scheme, twin.host, twin.port, twin.path,
+                                                                     twin.headers, data))
+
+
 def _models_request(request: PreparedRequest) -> PreparedRequest:
     """GET /v1/models beside the request's API path (a prefix kept: /proxy/v1/chat/completions asks
     /proxy/v1/models; at the origin's /v1/models for a server mounted elsewhere), with the same key,

@@ -16,10 +16,10 @@ import typing
 
 from ._limits import _count, _failure, Interrupted, _READ_SIZE, _SEND_HOLDING_GATE, StreamError
 from ._validator import Pieces
-from ._answer import cross_check_record, _streamed_answer
+from ._answer import _budget_proof_wanted, cross_check_record, _streamed_answer
 from ._http import _ResponseHeadParser
 from ._reader import Capture, UnstreamedReader
-from ._request import prepare, PreparedRequest
+from ._request import prepare, PreparedRequest, _twin_with_budget
 from ._exchange import (
     Cancel, _Connection, _Exchange, _Gate, KeptConnections, _OPEN_GATE, _Phase, _recv_stamped, _recv_unstamped)
 from ._verdict import (
@@ -126,15 +126,17 @@ def _cross_check(x: _Exchange, cancel: Cancel | None) -> dict:
     if x.reader.head is None or x.reader.head.status != 200:
         return {**compare_twin(x.reader, None, x.request), 'unstreamed_started_ms': None, 'unstreamed_ended_ms': None}
     started = time.perf_counter()
+    budget = _budget_proof_wanted(x.reader.validator)  # the whole budget used by a call: one token more
+    request = _twin_with_budget(x.request.twin, budget) if budget is not None else x.request.twin
     with x.gate.released():
-        twin = _fetch_unstreamed(_twin_exchange(x, cancel))
-    return {**compare_twin(x.reader, twin, x.request), **_twin_stamps(x, started)}
+        twin = _fetch_unstreamed(_twin_exchange(x, request, cancel))
+    return {**compare_twin(x.reader, twin, x.request, budget), **_twin_stamps(x, started)}
 
 
-def _twin_exchange(x: _Exchange, cancel: Cancel | None) -> _Exchange:
+def _twin_exchange(x: _Exchange, request: PreparedRequest, cancel: Cancel | None) -> _Exchange:
     """The twin's exchange, inside the run's bounds: the run's idle timeout and deadline (which a caller such
     as the exporter may have cut) on the run's own clock, so that --deadline bounds the pair as a whole."""
-    twin = _Exchange(dataclasses.replace(x.request.twin, idle=x.request.idle, deadline=x.request.deadline),
+    twin = _Exchange(dataclasses.replace(request, idle=x.request.idle, deadline=x.request.deadline),
                      cancel=cancel)
     twin.timeline = x.timeline
     return twin

@@ -17,9 +17,11 @@ from ._request import PreparedRequest
 from ._exchange import _Exchange, _Phase
 
 
-def compare_twin(reader: ResponseReader, twin: UnstreamedReader | None, request: PreparedRequest) -> dict:
+def compare_twin(reader: ResponseReader, twin: UnstreamedReader | None, request: PreparedRequest,
+                 budget: int | None = None) -> dict:
     """The record's ``cross_check`` from the streamed response and its unstreamed twin, both read to their
-    end (sans-IO); ``twin`` None when it was not sent, the streamed request having got no 200."""
+    end (sans-IO); ``twin`` None when it was not sent, the streamed request having got no 200. ``budget``:
+    the twin's max_tokens when it was raised by one (_budget_proof_wanted)."""
     streamed = _streamed_answer(reader.validator)
     if twin is None:
         return cross_check_record(streamed, None, None, 'not sent: the streamed request got no answer with status 200')
@@ -27,8 +29,8 @@ def compare_twin(reader: ResponseReader, twin: UnstreamedReader | None, request:
     try:
         answer = twin.answer(request.api)
     except StreamError as exc:
-        return cross_check_record(streamed, status, None, str(exc))
-    return cross_check_record(streamed, status, answer, _unstreamed_problem(answer, request.expect_finish))
+        return cross_check_record(streamed, status, None, str(exc), budget)
+    return cross_check_record(streamed, status, answer, _unstreamed_problem(answer, request.expect_finish), budget)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +66,7 @@ def judge(reader: ResponseReader, failure: StreamError | None = None, cross_chec
     the answer itself.
     """
     failure = failure or reader.error or reader.early_end()
-    outcome = _answer_problem(reader.validator)
+    outcome = _answer_problem(reader.validator, cross_check)
     application_complete = outcome is None and not (failure is not None and failure.server_error)
     if failure is not None:
         if failure.layer != 'transport':
