@@ -2874,7 +2874,8 @@ class ResponseEvents(StreamValidator):
         claimed = [(item.get('call_id'), item.get('name'), item.get('arguments'))
                    for item in output if isinstance(item, dict) and item.get('type') == 'function_call']
         assembled = [(call.id, call.name, call.arguments) for call in self.calls]
-        if claimed != assembled:
+        if len(claimed) != len(assembled) or not all(
+                said[:2] == made[:2] and _same_text(said[2], made[2]) for said, made in zip(claimed, assembled)):
             raise _failure('closing_copy_differs', f'{kind} lists the function calls {_preview(json.dumps(claimed))}, '
                                                    f'but the stream assembled {_preview(json.dumps(assembled))}')
 
@@ -3304,10 +3305,16 @@ def _budget_proof_wanted(validator: StreamValidator) -> int | None:
 def _ended_by_itself(streamed: Answer, unstreamed: Answer | None, budget: int | None) -> bool:
     """Whether a twin given one token more than the stream used (``budget``) proves that the model ended
     by itself on the stream's last token: the twin generated exactly the stream's token ids, fewer than its
-    budget, and did not end by the budget. vLLM's stream names no end-of-sequence id (its stop_reason is
-    null for the model's own end, as for a cut), so the ids of a run with room for one more are the proof."""
-    return (budget is not None and unstreamed is not None and streamed.token_ids is not None
-            and unstreamed.token_ids == streamed.token_ids and len(streamed.token_ids) < budget
+    budget, and did not end by the budget; and each side's usage, where it counts completion tokens, counts
+    exactly those ids (ids that undercount the tokens prove nothing). vLLM's stream names no end-of-sequence
+    id (its stop_reason is null for the model's own end, as for a cut), so the ids of a run with room for
+    one more are the proof."""
+    if budget is None or unstreamed is None or streamed.token_ids is None:
+        return False
+    generated = len(streamed.token_ids)
+    return (unstreamed.token_ids == streamed.token_ids and generated < budget
+            and all(count == generated for count in (streamed.completion_tokens, unstreamed.completion_tokens)
+                    if count is not None)
             and unstreamed.ended_as in ('stop', 'tool_calls'))
 
 

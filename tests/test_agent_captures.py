@@ -184,6 +184,9 @@ class BudgetProofTests(unittest.TestCase):
             'one id differs': (answer('', (('get_time', 'true'),), 'tool_calls', 40, ids[:-1] + (3,)), 41,
                                ('budget_used_by_tool_call', False)),
             'no twin answer': (None, 41, ('budget_used_by_tool_call', None)),
+            # the same ids, but a usage that counts the whole raised budget: the ids undercount what it generated
+            'the twin\'s usage counts 41': (answer('', (('get_time', 'true'),), 'tool_calls', 41, ids), 41,
+                                             ('budget_used_by_tool_call', False)),
         }
         for name, (twin, budget, expected) in cases.items():
             with self.subTest(name):

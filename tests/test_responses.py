@@ -7,7 +7,7 @@ import unittest
 import stream_client
 from stream_client import StreamError
 from .support import (
-    capture_events, dechunk, feedings, message_of, R2, responses_events, split_capture, TRACES, with_data)
+    capture_events, dechunk, feedings, message_of, R2, responses_events, split_capture, TRACES, WEATHER, with_data)
 
 
 class ResponseEventsTests(unittest.TestCase):
@@ -165,6 +165,30 @@ class SplitSurrogatePairTests(unittest.TestCase):
         for copy in ('Ex7rEx\U0001f601untp', 'Ex7rEx\ud83duntp', 'Ex7rEx\ude00untp', 'Ex7rExuntp'):
             with self.subTest(copy=ascii(copy)):
                 self.assertEqual(self.outcome(self.events(copy)), 'closing_copy_differs')
+
+    def test_a_pair_split_in_a_calls_arguments_is_the_character_the_terminal_events_calls_carry(self):
+        call = {'type': 'function_call', 'id': 'fc_1', 'call_id': 'call_1', 'name': 'get_weather', 'arguments': ''}
+        whole = '{"city": "X\U0001f600Y"}'
+        for copy, verdict in ((whole, None), ('{"city": "X\U0001f601Y"}', 'closing_copy_differs')):
+            with self.subTest(copy=ascii(copy)):
+                events = responses_events(
+                    {'type': 'response.created', 'response': {'status': 'in_progress', 'output': []}},
+                    {'type': 'response.output_item.added', 'output_index': 0, 'item': call},
+                    *[{'type': 'response.function_call_arguments.delta', 'output_index': 0, 'item_id': 'fc_1',
+                       'delta': piece} for piece in ('{"city": "X\ud83d', '\ude00Y"}')],
+                    {'type': 'response.function_call_arguments.done', 'output_index': 0, 'item_id': 'fc_1',
+                     'arguments': whole},
+                    {'type': 'response.output_item.done', 'output_index': 0, 'item': {**call, 'arguments': whole}},
+                    {'type': 'response.completed', 'response': {'status': 'completed',
+                                                                'output': [{**call, 'arguments': copy}]}})
+                validator = stream_client.ResponseEvents(spec=WEATHER)
+                try:
+                    for event in events:
+                        validator.accept(event)
+                    failure = validator.outcome()
+                except StreamError as exc:
+                    failure = exc
+                self.assertEqual(failure and failure.kind, verdict)
 
     def test_a_lone_half_that_never_pairs_is_the_same_text_as_a_copy_with_that_half(self):
         self.DELTAS = ['E', 'x', '7', 'r', 'E', 'x\ud83d', 'u', 'nt', 'p']
