@@ -27,7 +27,9 @@ from unittest import mock
 
 import fixture_server
 import stream_client
-from stream_client import _ANSWER_LINE_CHARS, _ChunkedBody, ChatChunks, Events, stream, StreamError
+from stream_client import ChatChunks, Events, stream, StreamError
+from stream_client._http import _ChunkedBody
+from stream_client._limits import _ANSWER_LINE_CHARS
 
 
 HERE = Path(__file__).resolve().parent.parent  # the top of the checkout
@@ -591,7 +593,7 @@ def fake_exchange(phase: str, *, proxy: bool = False, started_ago: float = 0.0, 
                                     proxy=types.SimpleNamespace(address='127.0.0.1:3128',
                                                                 connect_request=lambda host, port: b'')
                                     if proxy else None)
-    fields = dict(request=request, phase=stream_client._Phase[phase], cancel=None, reused=False,
+    fields = dict(request=request, phase=stream_client._exchange._Phase[phase], cancel=None, reused=False,
                   reader=stream_client.ResponseReader(ChatChunks()), connection=None, idle_s=None,
                   timeline=types.SimpleNamespace(started=time.perf_counter() - started_ago))
     return types.SimpleNamespace(**{**fields, **extra})

@@ -113,10 +113,10 @@ class WhiteSpaceRuleTests(unittest.TestCase):
     def test_a_pair_that_differs_only_so_is_ok_and_one_that_differs_otherwise_fails(self):
         streamed = answer('\n\n', PARIS, 'tool_calls', 9, tuple(range(9)))
         same = stream_client.cross_check_record(streamed, 200, answer('', PARIS, 'tool_calls', 9, tuple(range(9))), None)
-        self.assertIsNone(stream_client._cross_check_failure(same))
+        self.assertIsNone(stream_client._answer._cross_check_failure(same))
         other = stream_client.cross_check_record(streamed, 200, answer('\n', PARIS, 'tool_calls', 9, tuple(range(9))),
                                                  None)
-        self.assertEqual(stream_client._cross_check_failure(other).kind, 'cross_check_differs')
+        self.assertEqual(stream_client._answer._cross_check_failure(other).kind, 'cross_check_differs')
 
 
 class BudgetProofTests(unittest.TestCase):
@@ -136,14 +136,14 @@ class BudgetProofTests(unittest.TestCase):
 
     def verdict(self, twin: stream_client.Answer | None, budget: int | None) -> tuple[str | None, bool | None]:
         reader = self.reader()
-        streamed = stream_client._streamed_answer(reader.validator)
+        streamed = stream_client._answer._streamed_answer(reader.validator)
         cross = stream_client.cross_check_record(streamed, 200, twin, None, budget)
         return stream_client.judge(reader, None, cross).kind, cross['ended_by_itself']
 
     def test_the_twin_is_given_one_token_more_only_when_the_signal_fires_on_a_stream_with_ids(self):
-        self.assertEqual(stream_client._budget_proof_wanted(self.reader().validator), 41)
-        self.assertIsNone(stream_client._budget_proof_wanted(self.reader(max_tokens=41).validator))  # budget not used
-        self.assertIsNone(stream_client._budget_proof_wanted(
+        self.assertEqual(stream_client._answer._budget_proof_wanted(self.reader().validator), 41)
+        self.assertIsNone(stream_client._answer._budget_proof_wanted(self.reader(max_tokens=41).validator))  # budget not used
+        self.assertIsNone(stream_client._answer._budget_proof_wanted(
             self.reader('x1_chat_pair_tool_call_stream.http', max_tokens=200).validator))
 
     def test_the_agent_models_end_on_the_last_budget_token_is_ok_with_its_twin_and_refused_alone(self):
@@ -169,7 +169,7 @@ class BudgetProofTests(unittest.TestCase):
         self.assertEqual(records[True]['tool_calls'][0]['arguments'], '{"city": "Paris"}')
 
     def test_only_the_same_ids_below_the_raised_budget_and_a_stop_clear_it(self):
-        ids = stream_client._streamed_answer(self.reader().validator).token_ids
+        ids = stream_client._answer._streamed_answer(self.reader().validator).token_ids
         same = answer('', (('get_time', 'true'),), 'tool_calls', 40, ids)
         cases = {
             'the same ids, one token of room left, stopped': (same, 41, ('tool_arguments_not_object', True)),

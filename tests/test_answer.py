@@ -259,9 +259,9 @@ class CrossCheckTests(unittest.TestCase):
                 reader.feed(SSE_HEAD + b'\r\n' + sse_body(events))
                 reader.eof()
                 alone = stream_client.judge(reader)
-                streamed = stream_client._streamed_answer(reader.validator)
+                streamed = stream_client._answer._streamed_answer(reader.validator)
                 twin = stream_client.cross_check_record(streamed, 200, streamed,
-                                                        stream_client._unstreamed_problem(streamed))
+                                                        stream_client._answer._unstreamed_problem(streamed))
                 self.assertEqual((twin['comparable'], twin['same']),
                                  (True if streamed.token_ids is not None else None, True))
                 self.assertEqual(alone.kind, kind)
@@ -371,28 +371,28 @@ class CrossCheckTests(unittest.TestCase):
                                                                                           '{"city": "Paris"}'),))
         record = stream_client.cross_check_record(cut, 200, whole, None)
         self.assertEqual((record['comparable'], record['same'], record['diverged_at_token']), (True, False, None))
-        failure = stream_client._cross_check_failure(record)
+        failure = stream_client._answer._cross_check_failure(record)
         self.assertEqual((failure.layer, failure.kind), ('cross-check', 'cross_check_differs'))
         self.assertEqual(failure.message, 'the same 3 tokens, but streamed tool call 0 has arguments {"city": "Par"} '
                                           'and unstreamed {"city": "Paris"}')
         diverged = stream_client.cross_check_record(cut, 200, dataclasses.replace(whole, token_ids=(1, 9, 3, 4)), None)
         self.assertEqual((diverged['comparable'], diverged['diverged_at_token']), (False, 1))
-        self.assertIsNone(stream_client._cross_check_failure(diverged))
+        self.assertIsNone(stream_client._answer._cross_check_failure(diverged))
         without = stream_client.cross_check_record(dataclasses.replace(cut, token_ids=None), 200, whole, None)
         self.assertEqual((without['comparable'], without['same'], without['token_ids']['streamed']), (None, False, None))
-        self.assertIsNone(stream_client._cross_check_failure(without))
+        self.assertIsNone(stream_client._answer._cross_check_failure(without))
         failed = stream_client.cross_check_record(cut, 503, None, 'http: expected status 200, got 503')
         self.assertEqual((failed['comparable'], failed['same'], failed['unstreamed_status']), (None, None, 503))
-        self.assertIsNone(stream_client._cross_check_failure(failed))
-        self.assertIsNone(stream_client._unstreamed_problem(answer(finish='length'), 'length'))
-        self.assertEqual(stream_client._unstreamed_problem(answer(finish='length')),
+        self.assertIsNone(stream_client._answer._cross_check_failure(failed))
+        self.assertIsNone(stream_client._answer._unstreamed_problem(answer(finish='length'), 'length'))
+        self.assertEqual(stream_client._answer._unstreamed_problem(answer(finish='length')),
                          'the unstreamed answer did not finish: its finish is length')
-        self.assertEqual(stream_client._first_divergence((1, 2), (1, 2, 3)), 2)
-        self.assertIsNone(stream_client._first_divergence((1, 2), (1, 2)))
+        self.assertEqual(stream_client._answer._first_divergence((1, 2), (1, 2, 3)), 2)
+        self.assertIsNone(stream_client._answer._first_divergence((1, 2), (1, 2)))
 
     def test_the_two_single_stream_signals(self):
         spec = stream_client.AnswerSpec((('get_weather', None),), 'auto')
-        budget = stream_client._budget_used_by_tool_call
+        budget = stream_client._answer._budget_used_by_tool_call
         self.assertEqual(budget(answer(calls=(('get_weather', '{}'),), finish='tool_calls', tokens=64), 64),
                          'the whole budget of 64 tokens was used; vLLM reports a call cut by max_tokens as '
                          '"tool_calls"; raise --max-tokens')
@@ -403,7 +403,7 @@ class CrossCheckTests(unittest.TestCase):
                          answer('text', finish='stop', tokens=64),
                          answer(calls=(('get_weather', '{}'),), finish='tool_calls', tokens=None)):
             self.assertIsNone(budget(finished, 64))
-        markup = stream_client._tool_markup_in_text
+        markup = stream_client._answer._tool_markup_in_text
         for text, marker in (('Sure. <tool_call>{"name": "x"}</tool_call>', '<tool_call> in the visible text at '
                                                                             'character 6'),
                              ('<|python_tag|>{"name": "x"}', '<|python_tag|> in the visible text at character 0'),
@@ -420,7 +420,7 @@ class CrossCheckTests(unittest.TestCase):
                      '{"choices": [], "usage": {"completion_tokens": 5}}', '[DONE]'):
             validator.accept(data)
         self.assertIn('the arguments are not JSON', validator.outcome().message)
-        failure = stream_client._answer_problem(validator)
+        failure = stream_client._answer._answer_problem(validator)
         self.assertEqual(failure.kind, 'budget_used_by_tool_call')
         self.assertTrue(failure.message.startswith('the whole budget of 5 tokens was used'))
 
@@ -430,14 +430,14 @@ class CrossCheckTests(unittest.TestCase):
                      chunk_json(delta={'content': 'b'}, token_ids=[]), chunk_json(finish_reason='stop'), '[DONE]'):
             validator.accept(data)
         self.assertEqual((validator.token_ids, validator.tokens_per_event), ([1, 2, 3, 4], [3, 1]))
-        self.assertEqual(stream_client._tokens_per_event(validator), {'events': 2, 'tokens': 4, 'most': 3, 'median': 2})
+        self.assertEqual(stream_client._answer._tokens_per_event(validator), {'events': 2, 'tokens': 4, 'most': 3, 'median': 2})
         four = ChatChunks()  # an even count of events: the median is the mean of the two middle counts
         for data in (chunk_json(delta={'content': 'a'}, token_ids=[1]), chunk_json(delta={'content': 'b'}, token_ids=[2, 3]),
                      chunk_json(delta={'content': 'c'}, token_ids=[4, 5]), chunk_json(delta={'content': 'd'}, token_ids=[6]),
                      chunk_json(finish_reason='stop'), '[DONE]'):
             four.accept(data)
-        self.assertEqual(stream_client._tokens_per_event(four)['median'], 1.5)
-        self.assertIsNone(stream_client._tokens_per_event(ChatChunks()))
+        self.assertEqual(stream_client._answer._tokens_per_event(four)['median'], 1.5)
+        self.assertIsNone(stream_client._answer._tokens_per_event(ChatChunks()))
         with self.assertRaisesRegex(stream_client.StreamError, 'expected token_ids to be a list of integers in event 1'):
             ChatChunks().accept(chunk_json(delta={}, token_ids=[1, 'x']))
 
@@ -490,7 +490,7 @@ class CrossCheckTests(unittest.TestCase):
                                                  'not_comparable': 1, 'without_token_ids': 0, 'unstreamed_failed': 1})
         self.assertEqual(result['not_ok_by_layer'], {'cross-check': 1})
         self.assertIn('cross-check: 4 pairs, 3 compared: 1 same, 2 different; 1 not comparable, 0 without token ids, '
-                      '1 unstreamed failed', stream_client._summary_table(result))
+                      '1 unstreamed failed', stream_client._summary._summary_table(result))
         cells = PageReader(report.html()).text
         self.assertIn('cross-check: not comparable', cells)
         self.assertIsNone(stream_client.Summary().result()['cross_check'])

@@ -76,9 +76,9 @@ class ChatChunkTests(unittest.TestCase):
                 self.assertIn(words, error.message)
 
     def test_server_error_message_is_bounded(self):
-        error = stream_client._server_error_fields({'error': {'message': 'x' * 5000, 'type': 'T', 'code': 500}})
+        error = stream_client._validator._server_error_fields({'error': {'message': 'x' * 5000, 'type': 'T', 'code': 500}})
         self.assertEqual((len(error['message']), error['type'], error['code']), (1000, 'T', 500))
-        self.assertEqual(stream_client._server_error_fields({'object': 'error', 'message': 'flat', 'code': 404}),
+        self.assertEqual(stream_client._validator._server_error_fields({'object': 'error', 'message': 'flat', 'code': 404}),
                          {'message': 'flat', 'type': None, 'code': 404})
 
     def test_error_event_keeps_the_servers_fields(self):

@@ -54,7 +54,7 @@ class CommandLineTests(unittest.TestCase):
                 lines = (self.dir / f'load{processes}.jsonl').read_text().splitlines()
                 self.assertEqual([json.loads(line)['text'] for line in lines], ['Hel\ud800lo w\u00e9'] * 2)
                 self.assertEqual(json.loads(done.stdout.splitlines()[-1])['ok'], 2)
-        self.assertEqual(stream_client._json_text({'text': 'w\u00e9'}), '{"text": "w\u00e9"}')  # kept as itself
+        self.assertEqual(stream_client._json._json_text({'text': 'w\u00e9'}), '{"text": "w\u00e9"}')  # kept as itself
 
     def test_fixture_demo_writes_an_ok_record_and_one_summary_line(self):
         done = run_cli('--fixture', 'ok', '--output', 'run.json', cwd=self.tmp.name)
@@ -202,7 +202,7 @@ class CommandLineTests(unittest.TestCase):
         fd = os.open(self.dir / 'c.http', os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         capture = stream_client.Capture()
         capture.keep(b'5\r\nsk-ab\r\n')
-        self.assertEqual(stream_client._save_capture(fd, str(self.dir / 'c.http'), capture, ('sk-ab',)),
+        self.assertEqual(stream_client._evidence._save_capture(fd, str(self.dir / 'c.http'), capture, ('sk-ab',)),
                          str(self.dir / 'c.http'))
         self.assertEqual((self.dir / 'c.http').read_bytes(), b'5\r\n*****\r\n')
 
@@ -256,14 +256,14 @@ class CommandLineTests(unittest.TestCase):
 
     def test_the_verdict_line_names_the_dialect_that_judged_the_run(self):
         ok = {'ok': True, 'content_events': 2, 'first_text_ms': 5.0, 'duration_ms': 9.0, 'cross_check': None}
-        self.assertEqual(stream_client._verdict_line({**ok, 'dialect': 'llama.cpp'}),
+        self.assertEqual(stream_client._views._verdict_line({**ok, 'dialect': 'llama.cpp'}),
                          'ok: 2 content events, first text 5 ms, done 9 ms; dialect llama.cpp (docs/dialects.md)')
         for dialect in (None, 'strict'):
-            self.assertEqual(stream_client._verdict_line({**ok, 'dialect': dialect}),
+            self.assertEqual(stream_client._views._verdict_line({**ok, 'dialect': dialect}),
                              'ok: 2 content events, first text 5 ms, done 9 ms')
         failed = {'ok': False, 'error_layer': 'application', 'error': 'application: x', 'cross_check': None,
                   'dialect': 'tgi'}
-        self.assertEqual(stream_client._verdict_line(failed), 'NOT OK [application]: x; dialect tgi (docs/dialects.md)')
+        self.assertEqual(stream_client._views._verdict_line(failed), 'NOT OK [application]: x; dialect tgi (docs/dialects.md)')
 
     def test_terminal_verdict_names_the_failing_layer(self):
         status, screen = self.run_in_pty('truncated', '--output', 'run.json')
@@ -286,8 +286,8 @@ class CommandLineTests(unittest.TestCase):
         done = run_cli('--compare', 'ok.json', 'broken.json', cwd=self.tmp.name)
         self.assertEqual((done.returncode, done.stderr), (0, ''))
         lines = done.stdout.splitlines()
-        self.assertEqual([line[:12].rstrip() for line in lines], [name for name, _ in stream_client._COMPARE_COLUMNS])
-        rows = {name: line[12:].split() for (name, _), line in zip(stream_client._COMPARE_COLUMNS, lines)}
+        self.assertEqual([line[:12].rstrip() for line in lines], [name for name, _ in stream_client._views._COMPARE_COLUMNS])
+        rows = {name: line[12:].split() for (name, _), line in zip(stream_client._views._COMPARE_COLUMNS, lines)}
         reads = json.loads((self.dir / 'ok.json').read_text())['content_reads']  # 1 or 2, as the reads fell
         self.assertEqual(rows['file'], ['ok.json', 'broken.json'])
         self.assertEqual([rows[name] for name in ('source', 'ok', 'layer', 'events', 'tokens', 'text reads')],
@@ -313,7 +313,7 @@ class CommandLineTests(unittest.TestCase):
                               done.stderr)
         done = run_cli('--compare', 'replay.json', 'endpoint.json', '--mixed-sources', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertEqual(len(done.stdout.splitlines()), len(stream_client._COMPARE_COLUMNS))
+        self.assertEqual(len(done.stdout.splitlines()), len(stream_client._views._COMPARE_COLUMNS))
 
     def test_compare_warns_when_the_configurations_differ(self):
         self.cli('ok', '--output', 'a.json')
@@ -335,7 +335,7 @@ class CommandLineTests(unittest.TestCase):
         self.assertRegex(record['response_id'], r'^chatcmpl-[0-9a-f]{16}$')
         usage = re.sub(r'-\n\s+', '-', run_cli('--help', cwd=self.tmp.name).stdout)  # argparse wraps at hyphens
         self.assertIn('drip until --deadline', ' '.join(usage.split()))
-        self.assertEqual(stream_client._FIXTURE_PROFILES, fixture_server.PROFILE_NAMES)
+        self.assertEqual(stream_client._args._FIXTURE_PROFILES, fixture_server.PROFILE_NAMES)
 
     def test_a_mistyped_fixture_mode_gets_the_close_ones_in_one_line(self):
         done = run_cli('--fixture', 'okk', '--output', 'run.json', cwd=self.tmp.name)
@@ -460,11 +460,11 @@ class CommandLineTests(unittest.TestCase):
         late = ('import os, signal, sys\n'
                 f'sys.path.insert(0, {str(HERE)!r})\n'
                 'import stream_client\n'
-                'emit = stream_client._emit\n'
+                'emit = stream_client._cli._emit\n'
                 'def signalled(text):\n'
                 '    os.kill(os.getpid(), getattr(signal, os.environ["LATE_SIGNAL"]))\n'
                 '    emit(text)\n'
-                'stream_client._emit = signalled\n'
+                'stream_client._cli._emit = signalled\n'
                 'sys.exit(stream_client.main(sys.argv[1:]))\n')
         for name, args in (('one run', []), ('a load', ['--runs', '3', '--concurrency', '3'])):
             for signum in ('SIGINT', 'SIGTERM'):

@@ -38,7 +38,7 @@ class ComparisonTests(unittest.TestCase):
         including = {name: 0 for name in ('first_text_ms.p50', 'first_text_ms.p90', 'first_text_ms.p99')}
         for repeat in range(20):
             loads = [load_records(draw(f'{repeat} {name}'), name) for name in ('base', 'candidate')]
-            comparison = stream_client._compare_loads(summary_of(loads[0]), summary_of(loads[1]), seed=repeat)
+            comparison = stream_client._comparison._compare_loads(summary_of(loads[0]), summary_of(loads[1]), seed=repeat)
             for name in including:
                 low, high = comparison['delta'][name]['ci95']
                 including[name] += low <= 0 <= high
@@ -50,8 +50,8 @@ class ComparisonTests(unittest.TestCase):
         rng = random.Random(7)
         base = load_records([rng.lognormvariate(5, 0.3) for _ in range(60)], 'a')
         slower = load_records([1.2 * rng.lognormvariate(5, 0.3) for _ in range(60)], 'b')
-        forward = stream_client._compare_loads(summary_of(base), summary_of(slower), seed=1)
-        backward = stream_client._compare_loads(summary_of(slower), summary_of(base), seed=1)
+        forward = stream_client._comparison._compare_loads(summary_of(base), summary_of(slower), seed=1)
+        backward = stream_client._comparison._compare_loads(summary_of(slower), summary_of(base), seed=1)
         for name in ('first_text_ms.p50', 'duration_ms.p50'):
             self.assertTrue(forward['delta'][name]['significant'])
             self.assertGreater(forward['delta'][name]['ci95'][0], 0)
@@ -63,23 +63,23 @@ class ComparisonTests(unittest.TestCase):
     def test_the_same_seed_gives_the_same_intervals(self):
         rng = random.Random(3)
         loads = [summary_of(load_records([rng.uniform(10, 20) for _ in range(30)], name)) for name in 'ab']
-        first, again = (stream_client._compare_loads(*loads, seed=5) for _ in range(2))
+        first, again = (stream_client._comparison._compare_loads(*loads, seed=5) for _ in range(2))
         self.assertEqual(first, again)
         self.assertNotEqual(first['delta']['first_text_ms.p50']['ci95'],
-                            stream_client._compare_loads(*loads, seed=6)['delta']['first_text_ms.p50']['ci95'])
+                            stream_client._comparison._compare_loads(*loads, seed=6)['delta']['first_text_ms.p50']['ci95'])
 
     def test_verdicts_goodput_and_attainment_are_compared(self):
         base = load_records([10.0] * 4, 'a')
         candidate = load_records([10.0] * 4, 'b')
         candidate[0] = {**candidate[0], 'ok': False, 'error_layer': 'application', 'error_kind': 'eof_before_done',
                         'error': 'application: cut'}
-        comparison = stream_client._compare_loads(summary_of(base), summary_of(candidate), seed=0)
+        comparison = stream_client._comparison._compare_loads(summary_of(base), summary_of(candidate), seed=0)
         delta = comparison['delta']
         self.assertEqual((delta['not_ok']['base'], delta['not_ok']['candidate']), (0, 1))
         self.assertEqual(delta['error_kind.eof_before_done']['difference'], 1)
         self.assertEqual((delta['slo_attainment']['difference'], delta['ok_ratio']['relative_pct']), (-0.25, -25.0))
         self.assertIn('goodput_per_s', delta)
-        table = stream_client._comparison_markdown(comparison, ('a.jsonl', 'b.jsonl'))
+        table = stream_client._comparison._comparison_markdown(comparison, ('a.jsonl', 'b.jsonl'))
         self.assertIn('| figure | base (a.jsonl) | candidate (b.jsonl) | difference | 95% interval |', table)
         self.assertIn('| not_ok | 0 | 1 | +1 | |', table)
         self.assertIn('| error_kind.eof_before_done | 0 | 1 | +1 |', table)

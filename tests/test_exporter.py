@@ -206,7 +206,7 @@ class ExporterCoreTests(unittest.TestCase):
     """The sans-IO parts: the targets file, the deadline, the query, the exposition, the single-flight."""
 
     def setUp(self) -> None:
-        self.parser = stream_client._parser()
+        self.parser = stream_client._args._parser()
 
     def test_targets_read_like_the_command_line_they_replace(self):
         targets = stream_client.parse_targets({'targets': {
@@ -266,23 +266,23 @@ class ExporterCoreTests(unittest.TestCase):
         targets = stream_client.parse_targets({'targets': {'a': {
             'url': 'http://127.0.0.1:8000/v1/chat/completions', 'model': 'm',
             'header': ['X-Tenant: tenant-7f3a9c2e41d8', 'X-Route: eu']}}}, self.parser)
-        request = stream_client._prepare_targets(targets, None)['a']
+        request = stream_client._exporter._prepare_targets(targets, None)['a']
         self.assertIn(b'X-Tenant: tenant-7f3a9c2e41d8\r\nX-Route: eu\r\n', request.wire)
         self.assertEqual(request.settings['headers'], ['X-Tenant', 'X-Route'])
         owned = stream_client.parse_targets({'targets': {'a': {'fixture': 'ok', 'header': ['Host: x.example']}}},
                                             self.parser)
         with self.assertRaises(stream_client.UsageError) as caught:
-            stream_client._prepare_targets(owned, lambda *settings: 'http://127.0.0.1:9/v1/chat/completions')
+            stream_client._exporter._prepare_targets(owned, lambda *settings: 'http://127.0.0.1:9/v1/chat/completions')
         self.assertEqual(str(caught.exception), "target a: header 'Host' is set by the client (the client sends the "
                                                 'host of url); it cannot be given')
 
     def test_the_deadline_is_the_sooner_of_the_targets_and_the_scrape_timeout_less_a_margin(self):
-        margin = stream_client._SCRAPE_TIMEOUT_MARGIN
+        margin = stream_client._exporter._SCRAPE_TIMEOUT_MARGIN
         cases = [(60.0, None, 60.0), (60.0, '10', 10 - margin), (5.0, '30', 5.0), (60.0, '0.6', 0.3),
                  (60.0, 'soon', 60.0), (60.0, '-1', 60.0), (60.0, 'nan', 60.0), (60.0, '0', 60.0)]
         for target, header, expected in cases:
             with self.subTest(header=header):
-                self.assertAlmostEqual(stream_client._probe_deadline(target, header), expected)
+                self.assertAlmostEqual(stream_client._exporter._probe_deadline(target, header), expected)
 
     def test_the_probe_query_names_a_target_of_the_file_and_never_a_url(self):
         names = {'ok', 'prod-eu'}
@@ -294,10 +294,10 @@ class ExporterCoreTests(unittest.TestCase):
                    'target=ok&module=x': ('bad_query', 'unknown parameter'), '%zz': ('bad_query', 'malformed query')}
         for query, name in {'target=ok': 'ok', 'target=prod-eu': 'prod-eu'}.items():
             with self.subTest(query):
-                self.assertEqual(stream_client._probe_target(query, names), name)
+                self.assertEqual(stream_client._exporter._probe_target(query, names), name)
         for query, (reason, message) in refused.items():
             with self.subTest(query):
-                refusal = stream_client._probe_target(query, names)
+                refusal = stream_client._exporter._probe_target(query, names)
                 self.assertEqual(refusal.reason, reason)
                 self.assertIn(message, refusal.message)
 
@@ -306,10 +306,10 @@ class ExporterCoreTests(unittest.TestCase):
                  '0.0.0.0:9116': ('0.0.0.0', 9116), '[::1]:9116': ('::1', 9116), '10.1.2.3:0': ('10.1.2.3', 0)}
         for value, address in cases.items():
             with self.subTest(value):
-                self.assertEqual(stream_client._exporter_address(value), address)
+                self.assertEqual(stream_client._exporter_cli._exporter_address(value), address)
         for value in ('monitor.example:9116', '9116x', '70000', '', 'host:'):
             with self.subTest(value), self.assertRaises(ValueError):
-                stream_client._exporter_address(value)
+                stream_client._exporter_cli._exporter_address(value)
 
     def test_probe_metrics_follow_the_format_and_the_naming_conventions(self):
         records = {'ok': run_fixture('ok'), 'broken': run_fixture('broken'),
@@ -393,7 +393,7 @@ class ExporterCoreTests(unittest.TestCase):
         release.set()
         first.join(30)
         second.join(30)
-        self.assertEqual(runs, [10 - stream_client._SCRAPE_TIMEOUT_MARGIN])
+        self.assertEqual(runs, [10 - stream_client._exporter._SCRAPE_TIMEOUT_MARGIN])
         self.assertEqual(kept, ['a'])
         self.assertEqual([answer.status for answer in answers], [200, 200])
         self.assertEqual(answers[0].body, answers[1].body)
@@ -421,7 +421,7 @@ class ExporterCoreTests(unittest.TestCase):
 
     def test_the_request_target_follows_rfc_9112_host_and_absolute_form(self):
         here = ('127.0.0.1', 9118)
-        target = stream_client._origin_target
+        target = stream_client._exporter._origin_target
         self.assertEqual(target('/probe?target=a', 'HTTP/1.1', ['127.0.0.1:9118'], here), '/probe?target=a')
         self.assertEqual(target('/metrics', 'HTTP/1.0', [], here), '/metrics')  # HTTP/1.0 needs no Host
         self.assertEqual(target('/metrics', 'HTTP/1.1', [''], here), '/metrics')  # an empty Host is a Host
@@ -501,16 +501,16 @@ class ExporterCoreTests(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             lines = Path(tmp, 'lines.jsonl')
             lines.write_text(json.dumps(fake_record(0)) + '\n')
-            os.close(stream_client._append_output(str(lines)))
+            os.close(stream_client._exporter_cli._append_output(str(lines)))
             cases = {'cut.jsonl': json.dumps(fake_record(0)), 'single.json': json.dumps(fake_record(0), indent=2) + '\n',
                      'notes.txt': 'hello\n'}
             for name, text in cases.items():
                 with self.subTest(name):
                     Path(tmp, name).write_text(text)
                     with self.assertRaises(stream_client.UsageError):
-                        stream_client._append_output(str(Path(tmp, name)))
+                        stream_client._exporter_cli._append_output(str(Path(tmp, name)))
                     self.assertEqual(Path(tmp, name).read_text(), text)
-            fd = stream_client._append_output(str(Path(tmp, 'new.jsonl')))
+            fd = stream_client._exporter_cli._append_output(str(Path(tmp, 'new.jsonl')))
             os.close(fd)
             self.assertEqual(os.stat(Path(tmp, 'new.jsonl')).st_mode & 0o777, 0o600)
 

@@ -168,7 +168,7 @@ class FixtureVerdictTests(unittest.TestCase):
         reads = [(1.0, SSE_HEAD + b'\r\n' + event(role='assistant')), (2.0, event(reasoning='think')),
                  (3.0, event(content='a')), (4.0, event(content='b') + event(content='c')),
                  (5.0, f'data: {chunk_json(finish_reason="stop")}\n\ndata: [DONE]\n\n'.encode())]
-        reader, timeline = stream_client.ResponseReader(ChatChunks()), stream_client._Timeline()
+        reader, timeline = stream_client.ResponseReader(ChatChunks()), stream_client._exchange._Timeline()
         timeline.started = 0.0
         for at, raw in reads:
             timeline.note_read(at, reader.feed(raw))
@@ -191,7 +191,7 @@ class FixtureVerdictTests(unittest.TestCase):
             log = []
             def note(what):
                 log.append((what, sorted(sys.modules), threading.active_count()))
-            start, connect = stream_client._Timeline.start, socket.create_connection
+            start, connect = stream_client._exchange._Timeline.start, socket.create_connection
             def logged_start(self):
                 note('clock')
                 start(self)
@@ -199,7 +199,7 @@ class FixtureVerdictTests(unittest.TestCase):
                 sock = connect(*args, **kwargs)
                 note('connected')
                 return sock
-            stream_client._Timeline.start, socket.create_connection = logged_start, logged_connect
+            stream_client._exchange._Timeline.start, socket.create_connection = logged_start, logged_connect
             record = stream_client.stream(sys.argv[2], 'm', 'p')
             print(json.dumps([record['ok'], log]))
         ''')
@@ -214,7 +214,7 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertEqual(threads_connected, threads_at_start)
 
     def test_buffering_rule(self):
-        self.assertEqual([stream_client._buffered_delivery(events, reads) for events, reads in
+        self.assertEqual([stream_client._record._buffered_delivery(events, reads) for events, reads in
                           ((7, 1), (8, 1), (8, 2), (8, 3), (64, 16), (64, 17), (0, 0))],
                          [None, True, True, False, True, False, None])
 
@@ -494,8 +494,8 @@ class FixtureVerdictTests(unittest.TestCase):
 
     def test_a_server_error_kind_is_kept_when_the_status_does_not_say_it(self):
         error = {'message': 'no', 'type': 'BadRequestError', 'code': 400}
-        self.assertEqual(stream_client._describe_server_error(error, ('400', 'Bad Request')), "'no' (BadRequestError)")
-        self.assertEqual(stream_client._describe_server_error(error, ('503', 'Service Unavailable')),
+        self.assertEqual(stream_client._validator._describe_server_error(error, ('400', 'Bad Request')), "'no' (BadRequestError)")
+        self.assertEqual(stream_client._validator._describe_server_error(error, ('503', 'Service Unavailable')),
                          "'no' (BadRequestError 400)")
 
     def test_guide_error_page_says_its_message_once(self):

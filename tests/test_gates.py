@@ -20,13 +20,13 @@ class GateParserTests(unittest.TestCase):
     """The expression FIGURE OP NUMBER, without I/O."""
 
     def test_an_expression_names_its_figure_operator_and_bound(self):
-        gate = stream_client._parse_gate(' first_text_ms.p99 >= 500 ')
+        gate = stream_client._gates._parse_gate(' first_text_ms.p99 >= 500 ')
         self.assertEqual((gate.text, gate.figure, gate.operator, gate.bound),
                          ('first_text_ms.p99 >= 500', 'first_text_ms.p99', '>=', 500.0))
-        self.assertEqual(stream_client._parse_gate('error_kind.eof_before_done>0').operator, '>')
+        self.assertEqual(stream_client._gates._parse_gate('error_kind.eof_before_done>0').operator, '>')
 
     def test_a_gate_fails_when_its_expression_is_true_or_its_figure_is_missing(self):
-        gate = stream_client._parse_gate('not_ok > 0')
+        gate = stream_client._gates._parse_gate('not_ok > 0')
         self.assertEqual([gate.failed_by(value) for value in (0, 1, None)], [False, True, True])
 
     def test_a_bad_expression_says_what_is_wrong(self):
@@ -37,16 +37,16 @@ class GateParserTests(unittest.TestCase):
                             ('ok_ratio < 1e999', 'must be a finite number'),
                             ('ok_ratio < abc', 'must be a finite number')):
             with self.subTest(text=text), self.assertRaises(stream_client.UsageError) as caught:
-                stream_client._parse_gate(text)
+                stream_client._gates._parse_gate(text)
             self.assertIn(words, str(caught.exception))
             self.assertNotIn('\n', str(caught.exception))
 
     def test_without_fail_if_the_gate_is_every_run_ok(self):
-        gates = stream_client._parse_gates(None)
+        gates = stream_client._gates._parse_gates(None)
         base = {'not_ok_by_kind': {}, 'latency_ms': {}}
         for runs, ok, held in ((3, 3, True), (10_000, 9_999, False), (0, 0, False)):
             result = {**base, 'ok_ratio': ok / runs if runs else None}
-            self.assertEqual([gate['held'] for gate in stream_client._evaluate_gates(gates, result)], [held])
+            self.assertEqual([gate['held'] for gate in stream_client._gates._evaluate_gates(gates, result)], [held])
 
 
 class GateCommandTests(unittest.TestCase):

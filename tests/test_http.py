@@ -5,7 +5,8 @@ import unittest
 from typing import NamedTuple
 
 import stream_client
-from stream_client import _ChunkedBody, _ContentLengthBody, stream, StreamError
+from stream_client import stream, StreamError
+from stream_client._http import _ChunkedBody, _ContentLengthBody
 from .support import (
     ANSWER_EVENTS, chunked, consume, dechunk, feedings, Fixture, message_of, replay, split_capture, SSE_HEAD, TRACES)
 
@@ -175,11 +176,11 @@ class StrictHttpTests(unittest.TestCase):
         self.assertEqual((record['http']['status'], record['http']['interim']), (200, [102, 103]))
 
     def test_an_obs_fold_joins_its_value_with_a_space(self):
-        head = stream_client._ResponseHeadParser().feed(SSE_HEAD + b'X-Long: a \r\n\t b\r\n\r\n')
+        head = stream_client._http._ResponseHeadParser().feed(SSE_HEAD + b'X-Long: a \r\n\t b\r\n\r\n')
         self.assertEqual(head.get('x-long'), 'a b')
 
     def test_a_field_is_found_by_its_name_in_any_case_with_every_line_in_order(self):
-        head = stream_client._ResponseHeadParser().feed(
+        head = stream_client._http._ResponseHeadParser().feed(
             SSE_HEAD + b'Via: 1.1 a\r\nConnection: keep-alive, Upgrade\r\nvia: 1.1 b\r\nconnection: close\r\n'
                        b'VIA: 1.1 c\r\n\r\n')
         self.assertEqual(head.get_all('via'), ['1.1 a', '1.1 b', '1.1 c'])

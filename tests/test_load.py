@@ -173,7 +173,7 @@ class LoadTests(unittest.TestCase):
         self.assertEqual((record['ok'], record['connection']['peer'][:10]), (True, '127.0.0.1:'))
         reached = types.SimpleNamespace(peer_ip='192.0.2.7', peer='192.0.2.7:8000')  # as if DNS changed meanwhile
         with self.assertRaises(StreamError) as caught:
-            stream_client._check_plain_peer(reached, types.SimpleNamespace(host='llm.test'))
+            stream_client._transport._check_plain_peer(reached, types.SimpleNamespace(host='llm.test'))
         self.assertEqual(str(caught.exception), 'connect: plain http is allowed only to loopback addresses, but '
                                                 'llm.test connected to 192.0.2.7:8000; nothing was sent')
 
@@ -195,10 +195,10 @@ class LoadTests(unittest.TestCase):
         cancel = stream_client.Cancel()
         x = fake_exchange('HEADERS', reused=True, idle_s=0.0, cancel=cancel,
                           connection=types.SimpleNamespace(requests=29))
-        self.assertEqual(stream_client._exchange_failure(ConnectionResetError(104, 'reset'), x).kind,
+        self.assertEqual(stream_client._verdict._exchange_failure(ConnectionResetError(104, 'reset'), x).kind,
                          'stale_connection')  # before any cancel: the server closed it while idle
         cancel.cancel('SIGINT')
-        failure = stream_client._exchange_failure(ConnectionResetError(104, 'reset'), x)
+        failure = stream_client._verdict._exchange_failure(ConnectionResetError(104, 'reset'), x)
         self.assertEqual((failure.layer, failure.kind), ('interrupted', 'interrupted'))
         self.assertEqual(failure.message, 'SIGINT during the headers phase after 0 content events')
 
@@ -213,8 +213,8 @@ class LoadTests(unittest.TestCase):
 
     def test_percentiles_use_the_nearest_rank(self):
         values = list(range(1, 101))
-        self.assertEqual(stream_client._percentiles(values), {'p50': 50, 'p90': 90, 'p99': 99, 'max': 100})
-        histogram = stream_client._GapHistogram()
+        self.assertEqual(stream_client._summary._percentiles(values), {'p50': 50, 'p90': 90, 'p99': 99, 'max': 100})
+        histogram = stream_client._summary._GapHistogram()
         histogram.add([0.0] * 50 + [10.0] * 49 + [200.0])
         result = histogram.result()
         self.assertEqual((result['p50'], result['max'], result['count']), (0.0, 200.0, 100))
@@ -406,7 +406,7 @@ class LoadTests(unittest.TestCase):
             ran.append(job)
             if job == 1:
                 cancelled.set()
-        pool = stream_client._Pool(2, work, admit)
+        pool = stream_client._load._Pool(2, work, admit)
         for job in range(6):
             pool.submit(job)
         pool.close()
@@ -421,7 +421,7 @@ class LoadTests(unittest.TestCase):
         request = stream_client.prepare(f'http://127.0.0.1:{listener.getsockname()[1]}/v1/chat/completions', 'm', 'p')
         cancel = stream_client.Cancel()
         cancel.cancel('SIGTERM')
-        record = stream_client._run(request, stream_client._Show(), None, cancel, None)
+        record = stream_client._transport._run(request, stream_client._transport._Show(), None, cancel, None)
         self.assertEqual((record['error_layer'], record['error']), ('interrupted', 'interrupted: SIGTERM before the request was sent'))
         with self.assertRaises(BlockingIOError):
             listener.accept()
@@ -486,11 +486,11 @@ class LoadTests(unittest.TestCase):
                 pass
         request = stream_client.prepare('http://[::1]:8000/v1/chat/completions', 'm', 'p', idle=10, deadline=60)
         quiet, shown = Terminal(), Terminal()
-        stream_client._LiveView(quiet, False).wait_notice(request)  # the timer's call, made at once
-        self.assertEqual(''.join(quiet), f'waiting {stream_client._LiveView.WAIT_NOTICE_S:g} s so far for the answer '
+        stream_client._views._LiveView(quiet, False).wait_notice(request)  # the timer's call, made at once
+        self.assertEqual(''.join(quiet), f'waiting {stream_client._views._LiveView.WAIT_NOTICE_S:g} s so far for the answer '
                                          'from [::1]:8000; the run ends after --idle 10 s without a byte or at '
                                          '--deadline 60 s; Ctrl+C stops it and keeps the record\n')
-        view = stream_client._LiveView(shown, False)
+        view = stream_client._views._LiveView(shown, False)
         view.text('READY')
         view.wait_notice(request)  # too late: something is on the screen
         self.assertEqual(shown, ['READY'])
@@ -503,13 +503,13 @@ class LoadTests(unittest.TestCase):
         for run in range(30):
             summary.add(fake_record(run, ok=run % 3 == 0, error=f'{stream_client.LAYERS[run % 11]}: '
                                                                 f'{"a long message " * 10}{run}'))
-        table = stream_client._summary_table(summary.result())
+        table = stream_client._summary._summary_table(summary.result())
         self.assertIn('not ok by layer', table)
         for line in table.splitlines():
-            self.assertLessEqual(len(line), stream_client._TERMINAL_COLUMNS, line)
+            self.assertLessEqual(len(line), stream_client._summary._TERMINAL_COLUMNS, line)
         records = [{**fake_record(0), 'model': 'Qwen/Qwen2.5-1.5B-Instruct', 'source': 'endpoint'}] * 2
-        for line in stream_client._compare_table(['before.json', 'after.json'], records).splitlines():
-            self.assertLessEqual(len(line), stream_client._TERMINAL_COLUMNS, line)
+        for line in stream_client._views._compare_table(['before.json', 'after.json'], records).splitlines():
+            self.assertLessEqual(len(line), stream_client._summary._TERMINAL_COLUMNS, line)
 
     def test_a_summary_counts_the_runs_each_load_planned(self):
         def line(run: int, load_id: str | None, runs: int) -> dict:
@@ -523,7 +523,7 @@ class LoadTests(unittest.TestCase):
             summary.add(record)
         result = summary.result()
         self.assertEqual((result['runs'], result['planned_runs']), (4, 251))
-        self.assertIn('runs 4  ok 4  not ok 0  (of 251 planned)', stream_client._summary_table(result))
+        self.assertIn('runs 4  ok 4  not ok 0  (of 251 planned)', stream_client._summary._summary_table(result))
         report = stream_client.Report(summary)
         self.assertIn('<h1>4 of 4 runs ok  (of 251 planned)</h1>', report.html())
 
@@ -556,7 +556,7 @@ class LoadTests(unittest.TestCase):
         self.assertEqual((done.returncode, summary['runs'], summary['not_ok'], summary['warmup_runs']), (0, 4, 0, 2))
         self.assertEqual(summary['gates'], [{'expr': 'ok_ratio < 1', 'value': 1.0, 'held': True}])
         self.assertIn('<h1>4 of 4 runs ok</h1>', (self.dir / 'warm.html').read_text())
-        self.assertIn('and 2 warm-up runs, left out of every figure below', stream_client._summary_table(summary))
+        self.assertIn('and 2 warm-up runs, left out of every figure below', stream_client._summary._summary_table(summary))
         (self.dir / 'cold.jsonl').write_text(''.join(json.dumps({**record, 'warmup': False}) + '\n'
                                                      for record in records))
         self.assertEqual(run_cli('--summary', 'cold.jsonl', cwd=self.tmp.name).returncode, 1)
@@ -569,7 +569,7 @@ class LoadTests(unittest.TestCase):
         records = {record['run']: record for record in map(json.loads, (self.dir / 'load.jsonl').read_text().splitlines())}
         with open(self.dir / 'load.csv', newline='', encoding='utf-8') as file:
             rows = list(csv.DictReader(file))
-        self.assertEqual(list(rows[0]), list(stream_client._CSV_COLUMNS))
+        self.assertEqual(list(rows[0]), list(stream_client._evidence._CSV_COLUMNS))
         self.assertEqual(sorted(int(row['run']) for row in rows), list(range(10)))
         for row in rows:
             record = records[int(row['run'])]
@@ -623,7 +623,7 @@ class LoadTests(unittest.TestCase):
         self.assertAlmostEqual(spread['first_text_ms.p50']['stdev'], statistics.stdev(values), places=2)
         self.assertEqual(spread['ok_ratio'], {'values': [1.0] * 3, 'min': 1.0, 'max': 1.0, 'mean': 1.0, 'stdev': 0.0})
         self.assertEqual(json.loads(run_cli('--summary', 'fresh.jsonl', cwd=self.tmp.name).stdout), summary)
-        self.assertIn('across 3 repeats:', stream_client._summary_table(summary))
+        self.assertIn('across 3 repeats:', stream_client._summary._summary_table(summary))
         seeds = {json.loads(line)['load']['seed'] for line in (self.dir / 'same.jsonl').read_text().splitlines()}
         self.assertEqual(seeds, {0})
         for args in (('--runs', '2', '--repeat', '1'), ('--repeat', '2'), ('--runs', '2', '--repeat-seeds', 'same'),
@@ -666,7 +666,7 @@ class GoodputTests(unittest.TestCase):
                            '--output', 'mixed.jsonl', '--quiet', cwd=self.tmp.name, timeout=90)
         summary, records = json.loads(done.stdout), self.records('mixed.jsonl')
         bounds = (('first_text_ms', 30000), ('max_event_gap_ms', 30000))
-        good = [r for r in records if r['ok'] and stream_client._meets_slos(r, bounds)]
+        good = [r for r in records if r['ok'] and stream_client._summary._meets_slos(r, bounds)]
         self.assertEqual(summary['good'], len(good))
         self.assertLess(summary['good'], summary['runs'])  # mixed serves failures too: some runs are not good
         self.assertEqual(summary['slo_attainment'], round(len(good) / len(records), 4))
@@ -693,11 +693,11 @@ class GoodputTests(unittest.TestCase):
     def test_a_bound_on_a_figure_the_run_lacks_is_not_met(self):
         ok = {'ok': True, 'first_text_ms': 10.0, 'duration_ms': 50.0, 'mean_event_gap_ms': None,
               'max_event_gap_ms': None}
-        self.assertTrue(stream_client._meets_slos(ok, (('max_event_gap_ms', 5.0),)))  # one content event: no gap
-        self.assertFalse(stream_client._meets_slos({**ok, 'first_text_ms': None}, (('max_event_gap_ms', 5.0),)))
-        self.assertFalse(stream_client._meets_slos({**ok, 'first_text_ms': None}, (('first_text_ms', 5.0),)))
-        self.assertFalse(stream_client._meets_slos(ok, (('duration_ms', 49.9),)))
-        self.assertTrue(stream_client._meets_slos(ok, (('duration_ms', 50.0),)))
+        self.assertTrue(stream_client._summary._meets_slos(ok, (('max_event_gap_ms', 5.0),)))  # one content event: no gap
+        self.assertFalse(stream_client._summary._meets_slos({**ok, 'first_text_ms': None}, (('max_event_gap_ms', 5.0),)))
+        self.assertFalse(stream_client._summary._meets_slos({**ok, 'first_text_ms': None}, (('first_text_ms', 5.0),)))
+        self.assertFalse(stream_client._summary._meets_slos(ok, (('duration_ms', 49.9),)))
+        self.assertTrue(stream_client._summary._meets_slos(ok, (('duration_ms', 50.0),)))
 
     def test_the_saturation_step_is_the_last_under_capacity_and_says_what_failed_next(self):
         def step(rate, attainment, achieved=None, scheduled=None, interrupted=False):
@@ -717,14 +717,14 @@ class GoodputTests(unittest.TestCase):
                  ([step(1, None)], (None, 1, 'attainment None'))]
         for steps, (rate, exceeded, why) in cases:
             with self.subTest(steps=steps):
-                found = stream_client._saturation_step(steps, 0.99)
+                found = stream_client._summary._saturation_step(steps, 0.99)
                 self.assertEqual((found['rate'], found['exceeded_at']), (rate, exceeded))
                 self.assertIn(why, found['why'])
 
     def test_the_schedule_of_a_timed_step_is_computed_in_advance(self):
-        self.assertEqual(stream_client._scheduled_runs(4, 'constant', 0, 1.0), 4)
-        self.assertEqual(stream_client._scheduled_runs(4, 'constant', 0, 1.01), 5)
-        settings = stream_client.LoadSettings(runs=stream_client._scheduled_runs(50, 'poisson', 3, 2.0), rate=50,
+        self.assertEqual(stream_client._load._scheduled_runs(4, 'constant', 0, 1.0), 4)
+        self.assertEqual(stream_client._load._scheduled_runs(4, 'constant', 0, 1.01), 5)
+        settings = stream_client.LoadSettings(runs=stream_client._load._scheduled_runs(50, 'poisson', 3, 2.0), rate=50,
                                               seed=3, duration=2.0)
         offsets = list(stream_client.arrival_offsets(settings))
         self.assertTrue(offsets and max(offsets) < 2.0)
@@ -817,11 +817,11 @@ class GoodputTests(unittest.TestCase):
         levels = summary['concurrency_steps']
         self.assertEqual([(level['concurrency'], level['runs'], level['ok']) for level in levels],
                          [(1, 8, 8), (4, 8, 8), (8, 8, 8)])
-        self.assertEqual(summary['knee'], stream_client._knee(levels))
+        self.assertEqual(summary['knee'], stream_client._summary._knee(levels))
         # at 8 in flight, 4 runs wait for a slot: for a run to end (at least 70 ms), then 3 delays to first text
         self.assertGreaterEqual(levels[2]['latency_ms']['first_text_ms']['p90'], 100)
         self.assertEqual(json.loads(run_cli('--summary', 'knee.jsonl', cwd=self.tmp.name).stdout), summary)
-        self.assertIn(f'knee at {summary["knee"]["concurrency"]} in flight', stream_client._summary_table(summary))
+        self.assertIn(f'knee at {summary["knee"]["concurrency"]} in flight', stream_client._summary._summary_table(summary))
         for args in (('--concurrencies', '1,4'), ('--concurrencies', '1,x', '--runs', '2'),
                      ('--concurrencies', '1,1', '--runs', '2'), ('--concurrencies', '1,2', '--runs', '2', '--rate', '3'),
                      ('--concurrencies', '1,2', '--runs', '2', '--concurrency', '3')):
@@ -846,7 +846,7 @@ class GoodputTests(unittest.TestCase):
                  (levels((1, 1.0)), (1, None, 'the knee lies above the highest'))]
         for steps, (knee, past, why) in cases:
             with self.subTest(steps=steps):
-                found = stream_client._knee(steps)
+                found = stream_client._summary._knee(steps)
                 self.assertEqual((found['concurrency'], found['past']), (knee, past))
                 self.assertIn(why, found['why'])
 
@@ -855,14 +855,14 @@ class GoodputTests(unittest.TestCase):
         # at or under 40 and fails every one above, however fast the machine that runs the test.
         def search(low: float, high: float, capacity: float, unjudged: float | None = None) -> list[float]:
             verdicts = []
-            while (rate := stream_client._next_probe(low, high, verdicts, 0.05)) is not None:
+            while (rate := stream_client._cli._next_probe(low, high, verdicts, 0.05)) is not None:
                 verdicts.append((rate, None if rate == unjudged else rate <= capacity))
             return [rate for rate, _ in verdicts]
         probes = search(10, 80, 40)
         self.assertEqual(probes, [10, 80, 45, 27.5, 36.25, 40.625, 38.438, 39.532])  # LO, HI, then the middles
         steps = [{'rate': rate, 'slo_attainment': 1.0 if rate <= 40 else 0.5, 'achieved_rate': rate,
                   'scheduled_rate': rate, 'interrupted': False} for rate in sorted(probes)]
-        found = stream_client._saturation_step(steps, 0.99)  # what the summary makes of the probes
+        found = stream_client._summary._saturation_step(steps, 0.99)  # what the summary makes of the probes
         self.assertEqual((found['rate'], found['exceeded_at']), (39.532, 40.625))
         self.assertLessEqual(40.625 - 39.532, 0.05 * 40.625)
         self.assertEqual(search(10, 80, 5), [10])  # LO fails: the capacity is below it
@@ -880,13 +880,13 @@ class GoodputTests(unittest.TestCase):
                        '--quiet', cwd=self.tmp.name, timeout=120)
         self.assertEqual(done.returncode, 0, done.stderr)  # every run ok: the default gate holds
         summary, records = json.loads(done.stdout), self.records('capacity.jsonl')
-        self.assertEqual(stream_client._scheduled_runs(10, 'constant', 0, 1.0), 10)  # not 11: no summed rounding
+        self.assertEqual(stream_client._load._scheduled_runs(10, 'constant', 0, 1.0), 10)  # not 11: no summed rounding
         steps = {step['rate']: step for step in summary['steps']}
         probed = [rate for _, rate in sorted({(r['load']['step'], r['load']['rate']) for r in records})]
-        verdicts = [(rate, stream_client._saturation_step([steps[rate]], 0.8)['rate'] is not None) for rate in probed]
+        verdicts = [(rate, stream_client._summary._saturation_step([steps[rate]], 0.8)['rate'] is not None) for rate in probed]
         for number, rate in enumerate(probed):
-            self.assertEqual(stream_client._next_probe(10, 80, verdicts[:number], 0.05), rate, verdicts)
-        self.assertIsNone(stream_client._next_probe(10, 80, verdicts, 0.05), verdicts)
+            self.assertEqual(stream_client._cli._next_probe(10, 80, verdicts[:number], 0.05), rate, verdicts)
+        self.assertIsNone(stream_client._cli._next_probe(10, 80, verdicts, 0.05), verdicts)
         self.assertEqual(sorted(probed), sorted(steps))
         capacity = summary['capacity']
         self.assertEqual(capacity, {'rate': summary['saturation_rate'], 'probes': len(probed),
@@ -895,7 +895,7 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual(len(records), sum(step['scheduled_runs'] for step in summary['steps']))
         self.assertEqual(json.loads(run_cli('--summary', 'capacity.jsonl', cwd=self.tmp.name).stdout), summary)
         if capacity['rate'] is not None:
-            self.assertIn(f'capacity {capacity["rate"]:g} runs/s at the target', stream_client._summary_table(summary))
+            self.assertIn(f'capacity {capacity["rate"]:g} runs/s at the target', stream_client._summary._summary_table(summary))
         for args in (('--find-capacity', '10:80'), ('--find-capacity', '80:10', '--duration', '1'),
                      ('--find-capacity', '10', '--duration', '1'), ('--find-capacity', '1:8', '--duration', '1',
                                                                    '--rate', '3')):
@@ -931,10 +931,10 @@ class GoodputTests(unittest.TestCase):
         again = run_cli('--summary', 'sweep.jsonl', '--report', 'sweep.html', cwd=self.tmp.name)
         self.assertEqual(json.loads(again.stdout), summary)
         self.assertIn(['4 (cut)'], [cells[:1] for cells in PageReader((self.dir / 'sweep.html').read_text()).cells])
-        table = stream_client._summary_table(summary).splitlines()
+        table = stream_client._summary._summary_table(summary).splitlines()
         step = next(line for line in table if line.startswith('       4'))  # the step's row
         self.assertTrue(step.endswith('  cut'), table)
-        self.assertLessEqual(len(step), stream_client._TERMINAL_COLUMNS)
+        self.assertLessEqual(len(step), stream_client._summary._TERMINAL_COLUMNS)
 
     def test_a_cancel_calls_its_hooks_once_at_once(self):
         cancel, called = stream_client.Cancel(), []
@@ -980,7 +980,7 @@ class GoodputTests(unittest.TestCase):
         read, write = os.pipe()
         os.close(read)  # every worker has ended: EPIPE
         try:
-            stream_client._tell_workers(write, 'SIGINT', 2)
+            stream_client._load._tell_workers(write, 'SIGINT', 2)
         finally:
             os.close(write)
 
@@ -1041,7 +1041,7 @@ class GoodputTests(unittest.TestCase):
 
     def test_the_fixture_of_a_spread_load_serves_from_its_own_process(self):
         threads = threading.active_count()
-        fixture = stream_client._Fixture('ok', 'vllm', 'chat', 0, own_process=True)
+        fixture = stream_client._args._Fixture('ok', 'vllm', 'chat', 0, own_process=True)
         try:
             self.assertEqual(threading.active_count(), threads)  # nothing alive here for the workers' forks
             record = stream(fixture.url, 'm', 'p')
@@ -1055,7 +1055,7 @@ class GoodputTests(unittest.TestCase):
     def test_a_worker_process_that_dies_leaves_a_load_that_says_what_it_lost_and_exits_1(self):
         # A worker process that dies mid-load (a bug, the kernel's OOM killer) took runs with it: the load
         # ran to its end, so every planned run should have a record. One warning line and exit 1, never 0.
-        real_run = stream_client._run
+        real_run = stream_client._transport._run
 
         def die_in_run_5(request, *args, **kwargs):
             record = real_run(request, *args, **kwargs)
@@ -1076,7 +1076,7 @@ class GoodputTests(unittest.TestCase):
 
     def test_the_runs_of_a_spread_load_run_in_other_processes(self):
         # _run() is wrapped before the fork, so each worker's records say which process ran them.
-        real_run = stream_client._run
+        real_run = stream_client._transport._run
 
         def run_and_say_where(*args, **kwargs):
             return {**real_run(*args, **kwargs), 'pid': os.getpid()}

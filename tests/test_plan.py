@@ -9,7 +9,8 @@ import unittest
 from pathlib import Path
 
 import stream_client
-from stream_client import _parse_shard, _parse_start_at, _plan_id, UsageError
+from stream_client import UsageError
+from stream_client._plan import _parse_shard, _parse_start_at, _plan_id
 from .support import CLIENT, FIXTURE_SCRIPT, run_cli, run_in_terminal, script_command, script_env
 
 RUNS, SHARDS = 400, 4

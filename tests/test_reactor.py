@@ -45,12 +45,12 @@ class ReactorTests(unittest.TestCase):
                 self.assertEqual(found, found[:1] * 5)
 
     def test_every_read_of_a_pass_is_stamped_before_any_of_them_is_fed(self):
-        reactor, fed, pairs = stream_client._Reactor(), [], [tcp_pair(self) for _ in range(3)]
+        reactor, fed, pairs = stream_client._reactor._Reactor(), [], [tcp_pair(self) for _ in range(3)]
         self.addCleanup(reactor.close)
         for ours, theirs in pairs:
             theirs.sendall(b'HTTP/1.1 200 OK\r\n')
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
-        readings = [stream_client._Reading(stream_client._Connection(ours), stream_client._Exchange(request),
+        readings = [stream_client._reactor._Reading(stream_client._exchange._Connection(ours), stream_client._exchange._Exchange(request),
                                            time.perf_counter()) for ours, _ in pairs]
         reads = collections.deque()
         for reading in readings:
@@ -73,7 +73,7 @@ class ReactorTests(unittest.TestCase):
             raise RuntimeError('a bug')
         with Fixture('ok') as fixture:
             for where in ('_read_ready', '_feed'):
-                with self.subTest(where=where), mock.patch.object(stream_client._Reactor, where, broken):
+                with self.subTest(where=where), mock.patch.object(stream_client._reactor._Reactor, where, broken):
                     records = self.load_records(fixture.url, 4, True)
                     self.assertEqual([record['error_kind'] for record in records], ['client_error'] * 4)
                     self.assertTrue(all('RuntimeError' in record['error'] for record in records))
@@ -128,7 +128,7 @@ class ReactorTests(unittest.TestCase):
                     self.assertEqual(sum(record['connection']['reused'] for record in records), 4 if keep_alive else 0)
 
     def test_the_gate_lets_one_worker_through_until_it_waits_on_the_network(self):
-        gate, inside, order = stream_client._Gate(threading.Lock()), threading.Event(), []
+        gate, inside, order = stream_client._exchange._Gate(threading.Lock()), threading.Event(), []
 
         def second() -> None:
             with gate:
@@ -143,5 +143,5 @@ class ReactorTests(unittest.TestCase):
             order.append('first back')
         other.join()
         self.assertEqual(order, ['second in', 'first back'])
-        with stream_client._OPEN_GATE, stream_client._OPEN_GATE.released(), stream_client._OPEN_GATE:
+        with stream_client._exchange._OPEN_GATE, stream_client._exchange._OPEN_GATE.released(), stream_client._exchange._OPEN_GATE:
             pass  # a single run's gate holds nothing

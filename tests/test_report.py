@@ -73,16 +73,16 @@ class ReportTests(unittest.TestCase):
             report.add(record)
         page = report.html()
         reader = PageReader(page)
-        self.assertEqual(reader.rows, stream_client._REPORT_TIMELINE_ROWS)
-        self.assertIn(f'A sample of {stream_client._REPORT_TIMELINE_ROWS} of the 2500 runs', page)
+        self.assertEqual(reader.rows, stream_client._report._REPORT_TIMELINE_ROWS)
+        self.assertIn(f'A sample of {stream_client._report._REPORT_TIMELINE_ROWS} of the 2500 runs', page)
         self.assertEqual(reader.cell('not ok: transport'), '250')
         self.assertIn('250 runs, 1 distinct message', page)
 
     def test_the_layers_colours_are_far_apart(self):
         def rgb(colour: str) -> tuple[int, ...]:
             return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
-        colours = list(stream_client._LAYER_COLOURS.values())
-        self.assertEqual(set(stream_client._LAYER_COLOURS) - {None}, set(stream_client.LAYERS))
+        colours = list(stream_client._report._LAYER_COLOURS.values())
+        self.assertEqual(set(stream_client._report._LAYER_COLOURS) - {None}, set(stream_client.LAYERS))
         closest = min(math.dist(rgb(a), rgb(b)) for a, b in itertools.combinations(colours, 2))
         self.assertGreater(closest, 60)  # the four purples and two blacks of before were under 45 apart
 
@@ -99,10 +99,10 @@ class ReportTests(unittest.TestCase):
         self.assertIn('as many lanes as runs were in flight at most (4)', page)
         heights = {float(value) for value in re.findall(r'<rect x="[\d.]+" y="\d+" width="[\d.]+" height="([\d.]+)" '
                                                         r'fill="#008856"/>', page)}
-        self.assertEqual(heights, {stream_client._MAX_LANE_PX - 1})  # not 1 px: 500 runs share 4 lanes
-        self.assertEqual(stream_client._lanes(report.rows[:6]), [0, 1, 2, 3, 0, 1])
-        self.assertEqual(stream_client._ticks(0, 12.4), [0, 2, 4, 6, 8, 10, 12])
-        self.assertEqual(stream_client._ticks(152.0, 155.4), [152.0, 152.5, 153.0, 153.5, 154.0, 154.5, 155.0])
+        self.assertEqual(heights, {stream_client._report._MAX_LANE_PX - 1})  # not 1 px: 500 runs share 4 lanes
+        self.assertEqual(stream_client._report._lanes(report.rows[:6]), [0, 1, 2, 3, 0, 1])
+        self.assertEqual(stream_client._report._ticks(0, 12.4), [0, 2, 4, 6, 8, 10, 12])
+        self.assertEqual(stream_client._report._ticks(152.0, 155.4), [152.0, 152.5, 153.0, 153.5, 154.0, 154.5, 155.0])
         for label in ('0 s', '2 s', '10 s', '12 s'):  # the span is 12.575 s
             self.assertTrue(f'>{label}</text>' in page, label)
         self.assertTrue('viewBox="0 0 1400 ' in page)

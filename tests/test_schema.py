@@ -155,7 +155,7 @@ class JsonSchemaTests(unittest.TestCase):
         for pattern, words in (('(?i)a', 'the group (?i is not ECMA-262'), ('\\a', 'the escape \\a is not ECMA-262'),
                                ('a**', 'nothing to repeat'), ('[z-a]', 'out of order'), ('[a', 'never closed')):
             self.refused({'pattern': pattern}, 'invalid', words)
-        self.assertIs(stream_client._ecma_pattern('^x$'), stream_client._ecma_pattern('^x$'))  # compiled once
+        self.assertIs(stream_client._ecma._ecma_pattern('^x$'), stream_client._ecma._ecma_pattern('^x$'))  # compiled once
 
     def test_what_is_refused_and_what_is_only_listed(self):
         for schema, kind, words in (

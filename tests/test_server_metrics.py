@@ -10,7 +10,7 @@ import unittest
 from pathlib import Path
 
 import fixture_server
-from stream_client import _ExpositionError, _metrics_lines, _parse_exposition, _quantiles, _MetricsSummary
+from stream_client._server_metrics import _ExpositionError, _metrics_lines, _parse_exposition, _quantiles, _MetricsSummary
 from .support import Fixture, HERE, LoopbackServer, run_cli, run_in_terminal
 
 TESTDATA = HERE / 'testdata' / 'vllm-0.32.0-cpu'

@@ -10,7 +10,8 @@ from unittest import mock
 
 import fixture_server
 import stream_client
-from stream_client import _Conversation, _parse_sessions, UsageError
+from stream_client import UsageError
+from stream_client._workloads import _Conversation, _parse_sessions
 from .support import (arguments, chunk_json, Fixture, HERE, LoopbackServer, MESSAGE_START, message_end, message_event,
                       opening, run_cli, sse_response, TEXT_BLOCK, text_delta, URL_PATHS)
 
@@ -246,7 +247,7 @@ class SessionLoadTests(unittest.TestCase):
         with Fixture('agent') as fixture:
             requests = [stream_client.prepare(fixture.url, 'm', session.turns[0], tools=session.tools)
                         for session in sessions]
-            stream_client._run_sessions(sessions, requests, stream_client.LoadSettings(3, 2), on_record, cancel)
+            stream_client._sessions._run_sessions(sessions, requests, stream_client.LoadSettings(3, 2), on_record, cancel)
         self.assertEqual(sorted({r['session'] for r in records}), ['s0', 's1'])  # s2 never started
         ends = [r['session_end'] for r in records if 'session_end' in r]
         self.assertEqual([(end['ok'], end['ended_by'], end['not_started_turns']) for end in ends],
@@ -254,7 +255,7 @@ class SessionLoadTests(unittest.TestCase):
 
     def test_a_run_whose_request_cannot_be_built_is_a_client_error_record_and_the_other_sessions_go_on(self):
         path = self.sessions_file(2, turns=2)
-        real = stream_client._with_conversation
+        real = stream_client._sessions._with_conversation
 
         def failing(request, conversation):  # session s1's second turn cannot be encoded
             if any(item.get('content') == 'session 1 turn 2: weather?' for item in conversation.items):
@@ -282,13 +283,13 @@ class SessionLoadTests(unittest.TestCase):
 
     def test_a_failure_between_two_runs_ends_the_session_on_its_last_record(self):
         path = self.sessions_file(2, turns=2)
-        real = stream_client._Conversation.answer
+        real = stream_client._workloads._Conversation.answer
 
         def failing(conversation, text, calls):  # session s1's answer in turn 2 cannot go into its history
             if any(item.get('content') == 'session 1 turn 2: weather?' for item in conversation.items):
                 raise ValueError('a deliberate failure taking the answer')
             return real(conversation, text, calls)
-        with mock.patch.object(stream_client._Conversation, 'answer', failing):
+        with mock.patch.object(stream_client._workloads._Conversation, 'answer', failing):
             done = run_cli('--fixture', 'agent', '--sessions', path, '--concurrency', '2', '--output', 'between.jsonl',
                            cwd=self.folder)
         self.assertEqual(done.returncode, 1, done.stderr)
@@ -501,7 +502,7 @@ class SessionFileTests(unittest.TestCase):
         self.check_refused(json.dumps(line) + '\n', 'line 1: tools[0]')
 
     def test_the_results_of_a_tool_are_consumed_in_order_and_the_last_repeats(self):
-        from stream_client import _ToolResults
+        from stream_client._workloads import _ToolResults
         session = _parse_sessions('f', json.dumps(session_line(0)))[0]
         results = _ToolResults(session)
         self.assertEqual([results.next('get_weather') for _ in range(4)], ['{"temp": 20}', 'sunny', 'sunny', 'sunny'])

@@ -12,7 +12,8 @@ import unittest
 
 import fixture_server
 import stream_client
-from stream_client import _parse_trace, _prompt_words, _trace_offsets, _trace_prompts, _Tokenizer
+from stream_client._trace import _trace_offsets, _trace_prompts, _Tokenizer
+from stream_client._workloads import _parse_trace, _prompt_words
 from .support import Fixture, LoopbackServer, run_building_fails_for, run_cli
 
 BLOCK = 16

@@ -23,7 +23,8 @@ from unittest import mock
 
 import fixture_server
 import stream_client
-from stream_client import _ANSWER_LINE_CHARS, stream
+from stream_client import stream
+from stream_client._limits import _ANSWER_LINE_CHARS
 from .support import (
     answer, ANSWER_EVENTS, arguments, chunk_json, chunked, CLIENT, Fixture, in_threads, LoopbackServer, replay,
     resolving_llm_test_to_loopback, run_cli, ScriptedSocket, split_capture, SSE_HEAD, sse_response, tcp_pair, TLS,
@@ -34,7 +35,7 @@ def answer_options(capture: str) -> dict:
     """stream()'s api, tools, tool_choice and json_schema, as the request of a capture asked for them."""
     request = json.loads((TRACES / f'{capture}.request.json').read_text())
     body = request.get('body', request)
-    api = stream_client._API_PATHS.get(request.get('path'), 'chat')
+    api = stream_client._request._API_PATHS.get(request.get('path'), 'chat')
     tools, choice = body.get('tools'), body.get('tool_choice')
     if tools and api == 'responses':  # back to the chat-completions shape that --tools takes
         tools = [{'type': 'function', 'function': {k: v for k, v in tool.items() if k != 'type'}} for tool in tools]
@@ -477,7 +478,7 @@ class ProxyTests(unittest.TestCase):
         self.assertEqual(len(proxy.seen), 1)
 
     def test_which_proxy_the_environment_names(self):
-        from_env = stream_client._proxy_from_environment
+        from_env = stream_client._request._proxy_from_environment
         self.assertIsNone(from_env('https', '127.0.0.1', {'HTTPS_PROXY': 'http://p:3128'}))  # loopback: never
         self.assertIsNone(from_env('https', 'localhost', {'HTTPS_PROXY': 'http://p:3128'}))
         self.assertEqual(from_env('https', 'llm.test', {'HTTPS_PROXY': 'http://upper:1', 'https_proxy': 'lower:2'}).address,
@@ -501,7 +502,7 @@ class ProxyTests(unittest.TestCase):
                  ('::1', '::1', True), ('', 'example.com', False), ('10.0.0.0/8', 'ten.example', False)]
         for no_proxy, host, bypasses in cases:
             with self.subTest(no_proxy=no_proxy, host=host):
-                self.assertIs(stream_client._bypasses_proxy(host, no_proxy), bypasses)
+                self.assertIs(stream_client._request._bypasses_proxy(host, no_proxy), bypasses)
 
 
 class ClosingTlsServer(LoopbackServer):
@@ -614,7 +615,7 @@ class TlsClosureTests(unittest.TestCase):
         lenient = ssl.create_default_context()
         lenient.options |= ssl.OP_IGNORE_UNEXPECTED_EOF  # as Python 3.8 and 3.9, or an OpenSSL configuration, set it
         with mock.patch.object(ssl, 'create_default_context', lambda **kwargs: lenient):
-            context = stream_client._ssl_context(None)
+            context = stream_client._request._ssl_context(None)
         self.assertFalse(context.options & ssl.OP_IGNORE_UNEXPECTED_EOF)
 
     def test_the_reader_is_told_of_an_incomplete_close(self):
@@ -715,7 +716,7 @@ class TwinDeadlineTests(unittest.TestCase):
 
     def test_the_twin_runs_on_the_runs_clock_and_under_its_bounds_as_a_caller_cut_them(self):
         twins = []
-        real = stream_client._fetch_unstreamed
+        real = stream_client._transport._fetch_unstreamed
 
         def fetch(x):
             entered = time.perf_counter()
@@ -731,7 +732,7 @@ class TwinDeadlineTests(unittest.TestCase):
         self.assertEqual(record['cross_check']['same'], True)
 
 
-KERNEL_STAMPS = stream_client._SO_TIMESTAMPNS is not None  # Linux on the common architectures
+KERNEL_STAMPS = stream_client._exchange._SO_TIMESTAMPNS is not None  # Linux on the common architectures
 
 
 class PacedServer(threading.Thread):
@@ -788,10 +789,10 @@ class ArrivalStampTests(unittest.TestCase):
         theirs, _ = listener.accept()
         listener.close()
         cls.keeper = [ours, theirs]
-        stream_client._ask_kernel_stamps(ours)
+        stream_client._exchange._ask_kernel_stamps(ours)
         for _ in range(500):
             theirs.sendall(b'.')
-            if stream_client._recv_stamped(stream_client._Connection(ours))[1] is not None:
+            if stream_client._exchange._recv_stamped(stream_client._exchange._Connection(ours))[1] is not None:
                 break
             time.sleep(0.01)
 
@@ -801,9 +802,9 @@ class ArrivalStampTests(unittest.TestCase):
             sock.close()
 
     def test_a_kernel_stamp_is_taken_only_between_the_latest_stamp_and_the_reads_return(self):
-        timeline, offset = stream_client._Timeline(), 1_700_000_000 * 10**9  # the wall clock's lead
+        timeline, offset = stream_client._exchange._Timeline(), 1_700_000_000 * 10**9  # the wall clock's lead
         self.assertIsNone(timeline.read_stamps)
-        started, slack = timeline.started, stream_client._STAMP_SLACK
+        started, slack = timeline.started, stream_client._limits._STAMP_SLACK
 
         def kernel(at: float) -> int:
             return round(at * 1e9) + offset
@@ -815,18 +816,18 @@ class ArrivalStampTests(unittest.TestCase):
         self.assertEqual(timeline.arrival(started + 9, kernel(started + 1), offset), started + 9)
         self.assertEqual(timeline.read_stamps, 'client')
         for stepped in (-3.0, 30.0):
-            later = stream_client._Timeline()
+            later = stream_client._exchange._Timeline()
             self.assertEqual(later.arrival(later.started + 1, kernel(later.started + stepped), offset), later.started + 1)
             self.assertEqual(later.read_stamps, 'client')
-        first = stream_client._Timeline()
+        first = stream_client._exchange._Timeline()
         self.assertEqual(first.arrival(first.started + 1, None, offset), first.started + 1)  # no stamp: its return
         self.assertEqual(first.read_stamps, 'client')
 
-    def busy_client_run(self, server: PacedServer, **options) -> tuple[dict, stream_client._Exchange, float]:
+    def busy_client_run(self, server: PacedServer, **options) -> tuple[dict, stream_client._exchange._Exchange, float]:
         """One run whose client, shown the first text, lets the server write the rest and stays busy 50 ms
         after that write: the exchange it filled, and when the client stopped being busy."""
         exchanges, free = [], []
-        build = stream_client._build_record
+        build = stream_client._record._build_record
 
         def keep(x):
             exchanges.append(x)
@@ -863,16 +864,16 @@ class ArrivalStampTests(unittest.TestCase):
         self.assertEqual(record['read_stamps'], 'client')
         self.assertGreaterEqual(x.timeline.last_text_at, free)
 
-    @unittest.skipUnless(KERNEL_STAMPS and stream_client._EPOLL, 'the kernel stamps reads on Linux only')
+    @unittest.skipUnless(KERNEL_STAMPS and stream_client._reactor._EPOLL, 'the kernel stamps reads on Linux only')
     def test_the_reactor_stamps_a_read_when_its_bytes_arrived(self):
         ours, theirs = tcp_pair(self)
-        reactor, connection = stream_client._Reactor(), stream_client._Connection(ours)
+        reactor, connection = stream_client._reactor._Reactor(), stream_client._exchange._Connection(ours)
         self.addCleanup(reactor.close)
         self.assertTrue(connection.kernel_stamps)
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
-        x = stream_client._Exchange(request)
-        x.phase = stream_client._Phase.HEADERS
-        reading = stream_client._Reading(connection, x, time.perf_counter())
+        x = stream_client._exchange._Exchange(request)
+        x.phase = stream_client._exchange._Phase.HEADERS
+        reading = stream_client._reactor._Reading(connection, x, time.perf_counter())
         ours.setblocking(False)
         reactor._readings[reading.fd] = reading
         before = time.perf_counter()
@@ -886,10 +887,10 @@ class ArrivalStampTests(unittest.TestCase):
         self.assertLess(x.timeline.headers_at, sent + 0.005)  # the read returned 50 ms later
         self.assertGreater(x.timeline.headers_at, before - 0.005)
 
-    @unittest.skipUnless(stream_client._EPOLL, 'a load is read by a reactor on Linux only')
+    @unittest.skipUnless(stream_client._reactor._EPOLL, 'a load is read by a reactor on Linux only')
     def test_the_reactor_holds_the_gate_while_it_feeds_and_lets_it_go_while_it_waits(self):
-        gate = stream_client._Gate(threading.Lock())
-        reactor = stream_client._Reactor(gate)
+        gate = stream_client._exchange._Gate(threading.Lock())
+        reactor = stream_client._reactor._Reactor(gate)
         self.addCleanup(reactor.close)
         ours, theirs = tcp_pair(self)
         entered, during = threading.Event(), []
@@ -903,12 +904,12 @@ class ArrivalStampTests(unittest.TestCase):
             during.append(entered.wait(0.1))
             return []
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
-        x = stream_client._Exchange(request, gate=gate)
+        x = stream_client._exchange._Exchange(request, gate=gate)
         with mock.patch.object(stream_client, '_take_read', take_read), \
                 mock.patch.object(stream_client, '_read_over', lambda x, raw: True):
             theirs.sendall(b'HTTP/1.1 200 OK\r\n')
             with gate:  # as a worker sends and then waits for its response
-                reactor.read(stream_client._Connection(ours), x)
+                reactor.read(stream_client._exchange._Connection(ours), x)
         self.assertEqual(during, [False])  # no worker got in while the reactor fed the read
         self.assertTrue(entered.is_set())  # one did once the reactor waited again
 
@@ -919,20 +920,20 @@ class ArrivalStampTests(unittest.TestCase):
         class Sock(ScriptedSocket):
             def sendall(self, data: bytes) -> None:
                 held.append(gate._lock.locked())
-        held, gate = [], stream_client._Gate(threading.Lock())
-        limit = stream_client._SEND_HOLDING_GATE
+        held, gate = [], stream_client._exchange._Gate(threading.Lock())
+        limit = stream_client._limits._SEND_HOLDING_GATE
         for prompt in ('p', 'p' * limit):
-            x = stream_client._Exchange(stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', prompt),
+            x = stream_client._exchange._Exchange(stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', prompt),
                                         gate=gate)
             with gate:
-                stream_client._exchange(types.SimpleNamespace(sock=Sock(response)), x, stream_client._Show(), None)
+                stream_client._exchange(types.SimpleNamespace(sock=Sock(response)), x, stream_client._transport._Show(), None)
             self.assertEqual(x.reader.validator.content_events, 1)
         self.assertEqual(held, [True, False])
 
-    @unittest.skipUnless(stream_client._EPOLL, 'a load is read by a reactor on Linux only')
+    @unittest.skipUnless(stream_client._reactor._EPOLL, 'a load is read by a reactor on Linux only')
     def test_ringing_the_reactor_never_blocks_a_worker_that_holds_the_gate(self):
-        gate = stream_client._Gate(threading.Lock())
-        reactor, rang = stream_client._Reactor(gate), threading.Event()
+        gate = stream_client._exchange._Gate(threading.Lock())
+        reactor, rang = stream_client._reactor._Reactor(gate), threading.Event()
 
         def ring_often() -> None:
             for _ in range(100_000):  # more bytes than a pipe holds

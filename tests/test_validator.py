@@ -122,7 +122,7 @@ class ToolCallTests(unittest.TestCase):
                 return type(exc).__name__, str(exc)
         for text in texts:
             with self.subTest(text=text[:20]):
-                self.assertEqual(outcome(stream_client._json_value, text), outcome(json.loads, text))
+                self.assertEqual(outcome(stream_client._json._json_value, text), outcome(json.loads, text))
 
     def test_the_schema_subset(self):
         JsonSchema = stream_client.JsonSchema
@@ -208,7 +208,7 @@ class AnswerBoundTests(unittest.TestCase):
         profile.dumps = lambda value: json.dumps(value).encode()
         body = b''.join(b'%x\r\n%s\r\n' % (len(write), write) for write in plan(profile)) + b'0\r\n\r\n'
         reader = stream_client.ResponseReader(stream_client.VALIDATORS[api](spec=spec))
-        for piece in pieces(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + body, stream_client._READ_SIZE):
+        for piece in pieces(SSE_HEAD + b'Transfer-Encoding: chunked\r\n\r\n' + body, stream_client._limits._READ_SIZE):
             reader.feed(piece)
         return stream_client.judge(reader)
 
@@ -236,6 +236,6 @@ class AnswerBoundTests(unittest.TestCase):
 
     def test_the_line_bound_follows_from_the_answer_bound(self):
         escaped = len(json.dumps(self.ASTRAL)) - 2
-        self.assertEqual(escaped, stream_client._JSON_ESCAPE_CHARS)
-        self.assertGreaterEqual(stream_client._ANSWER_LINE_CHARS,
-                                2 * stream_client.MAX_TEXT_CHARS * escaped + stream_client._MAX_ENVELOPE_CHARS)
+        self.assertEqual(escaped, stream_client._limits._JSON_ESCAPE_CHARS)
+        self.assertGreaterEqual(stream_client._limits._ANSWER_LINE_CHARS,
+                                2 * stream_client.MAX_TEXT_CHARS * escaped + stream_client._limits._MAX_ENVELOPE_CHARS)

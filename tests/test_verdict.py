@@ -39,7 +39,7 @@ def answer_problem_kind(validator: stream_client.StreamValidator, events: list) 
     """The kind answer_problem() gives the answer these events make: the outcome, or a signal of the whole."""
     for event in events:
         validator.accept(event)
-    failure = stream_client._answer_problem(validator)
+    failure = stream_client._answer._answer_problem(validator)
     return failure and failure.kind
 
 
@@ -101,24 +101,24 @@ FUNCTION_ITEM = {'type': 'response.output_item.added', 'output_index': 0,
 # One way to produce each kind of failure, through the code that reports it. Each row is
 # (kind, a producer returning the kind that the client reported).
 FAILURE_PRODUCERS = {
-    'connect_failed': lambda: stream_client._classify(ConnectionRefusedError(111, 'refused'),
+    'connect_failed': lambda: stream_client._verdict._classify(ConnectionRefusedError(111, 'refused'),
                                                       fake_exchange('CONNECT')).kind,
-    'not_loopback': lambda: kind_raised(lambda: stream_client._check_plain_peer(
+    'not_loopback': lambda: kind_raised(lambda: stream_client._transport._check_plain_peer(
         types.SimpleNamespace(peer_ip='192.0.2.7', peer='192.0.2.7:80'), types.SimpleNamespace(host='x.test'))),
-    'proxy_unreachable': lambda: stream_client._classify(ConnectionRefusedError(111, 'refused'),
+    'proxy_unreachable': lambda: stream_client._verdict._classify(ConnectionRefusedError(111, 'refused'),
                                                          fake_exchange('CONNECT', proxy=True)).kind,
-    'proxy_closed': lambda: kind_raised(lambda: stream_client._open_tunnel(ScriptedSocket(),
+    'proxy_closed': lambda: kind_raised(lambda: stream_client._transport._open_tunnel(ScriptedSocket(),
                                                                            fake_exchange('PROXY', proxy=True))),
-    'proxy_bad_answer': lambda: kind_raised(lambda: stream_client._open_tunnel(
+    'proxy_bad_answer': lambda: kind_raised(lambda: stream_client._transport._open_tunnel(
         ScriptedSocket(b'HTTX/1.1 200 OK\r\n\r\n'), fake_exchange('PROXY', proxy=True))),
-    'proxy_refused': lambda: kind_raised(lambda: stream_client._open_tunnel(
+    'proxy_refused': lambda: kind_raised(lambda: stream_client._transport._open_tunnel(
         ScriptedSocket(b'HTTP/1.1 407 Proxy Authentication Required\r\n\r\n'), fake_exchange('PROXY', proxy=True))),
-    'proxy_extra_bytes': lambda: kind_raised(lambda: stream_client._open_tunnel(
+    'proxy_extra_bytes': lambda: kind_raised(lambda: stream_client._transport._open_tunnel(
         ScriptedSocket(b'HTTP/1.1 200 OK\r\n\r\nearly'), fake_exchange('PROXY', proxy=True))),
-    'proxy_tunnel_failed': lambda: stream_client._classify(ConnectionResetError(104, 'reset'),
+    'proxy_tunnel_failed': lambda: stream_client._verdict._classify(ConnectionResetError(104, 'reset'),
                                                            fake_exchange('PROXY', proxy=True)).kind,
-    'certificate_invalid': lambda: stream_client._classify(_certificate_error(), fake_exchange('TLS')).kind,
-    'tls_failed': lambda: stream_client._classify(_tls_error(), fake_exchange('TLS')).kind,
+    'certificate_invalid': lambda: stream_client._verdict._classify(_certificate_error(), fake_exchange('TLS')).kind,
+    'tls_failed': lambda: stream_client._verdict._classify(_tls_error(), fake_exchange('TLS')).kind,
     'head_too_long': lambda: kind_of_response(SSE_HEAD + b'X-Long: ' + b'a' * 70_000),
     'unexpected_101': lambda: kind_of_response(b'HTTP/1.1 101 Switching Protocols\r\n\r\n'),
     'bad_status_line': lambda: kind_of_response(b'HTTX/1.1 200 OK\r\n\r\n'),
@@ -131,11 +131,11 @@ FAILURE_PRODUCERS = {
     'bad_content_length': lambda: kind_of_response(SSE_HEAD + b'Content-Length: five\r\n\r\n'),
     'content_type': lambda: kind_of_response(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{}'),
     'status_not_200': lambda: kind_of_response(b'HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n'),
-    'no_response_head': lambda: stream_client._classify(ConnectionResetError(104, 'reset'),
+    'no_response_head': lambda: stream_client._verdict._classify(ConnectionResetError(104, 'reset'),
                                                         fake_exchange('HEADERS')).kind,
     'no_response': lambda: kind_of_response(b''),
     'eof_in_head': lambda: kind_of_response(b'HTTP/1.1 200 OK\r\n'),
-    'stale_connection': lambda: stream_client._exchange_failure(
+    'stale_connection': lambda: stream_client._verdict._exchange_failure(
         ConnectionResetError(104, 'reset'), fake_exchange('HEADERS', reused=True, idle_s=2.0,
                                                           connection=types.SimpleNamespace(requests=2))).kind,
     'body_truncated': lambda: kind_of_response(SSE_HEAD + b'Content-Length: 10\r\n\r\ndata'),
@@ -153,9 +153,9 @@ FAILURE_PRODUCERS = {
     'trailer_too_long': lambda: kind_of_response(CHUNKED + b'0\r\n' + b'X-T: ' + b'a' * 4000 + b'\r\n' * 1
                                                  + (b'X-T: ' + b'a' * 4000 + b'\r\n') * 5),
     'bad_trailer_line': lambda: kind_of_response(CHUNKED + b'0\r\nno colon\r\n\r\n'),
-    'connection_failed': lambda: stream_client._classify(ConnectionResetError(104, 'reset'),
+    'connection_failed': lambda: stream_client._verdict._classify(ConnectionResetError(104, 'reset'),
                                                          fake_exchange('BODY')).kind,
-    'unended_after_terminal': lambda: stream_client._timeout_failure(_done_but_unended()).kind,
+    'unended_after_terminal': lambda: stream_client._verdict._timeout_failure(_done_but_unended()).kind,
     'line_too_long': lambda: kind_raised(lambda: Events().feed(b'x' * (MAX_LINE_CHARS + 1))),
     'event_too_long': lambda: with_bound('MAX_EVENT_CHARS', 1000, lambda: kind_raised(
         lambda: Events().feed((b'data: ' + b'x' * 600 + b'\n') * 2))),
@@ -231,20 +231,20 @@ FAILURE_PRODUCERS = {
     'answer_not_json': lambda: kind_of_events(ChatChunks(spec=CITY), [TEXT, STOP, DONE]),
     'answer_schema': lambda: kind_of_events(ChatChunks(spec=CITY), [chunk_json(delta={'content': '{"city": 3}'}),
                                                                     STOP, DONE]),
-    'connect_timeout': lambda: stream_client._timeout_failure(fake_exchange('CONNECT')).kind,
-    'proxy_timeout': lambda: stream_client._timeout_failure(fake_exchange('PROXY', proxy=True)).kind,
-    'tls_timeout': lambda: stream_client._timeout_failure(fake_exchange('TLS')).kind,
-    'headers_timeout': lambda: stream_client._timeout_failure(fake_exchange('HEADERS')).kind,
-    'idle_timeout': lambda: stream_client._timeout_failure(fake_exchange('BODY')).kind,
-    'deadline': lambda: stream_client._timeout_failure(fake_exchange('BODY', started_ago=10.0)).kind,
-    'interrupted': lambda: stream_client._interruption(fake_exchange('BODY'), 'SIGINT').kind,
-    'client_error': lambda: stream_client._classify(ValueError('a bug'), fake_exchange('BODY')).kind,
+    'connect_timeout': lambda: stream_client._verdict._timeout_failure(fake_exchange('CONNECT')).kind,
+    'proxy_timeout': lambda: stream_client._verdict._timeout_failure(fake_exchange('PROXY', proxy=True)).kind,
+    'tls_timeout': lambda: stream_client._verdict._timeout_failure(fake_exchange('TLS')).kind,
+    'headers_timeout': lambda: stream_client._verdict._timeout_failure(fake_exchange('HEADERS')).kind,
+    'idle_timeout': lambda: stream_client._verdict._timeout_failure(fake_exchange('BODY')).kind,
+    'deadline': lambda: stream_client._verdict._timeout_failure(fake_exchange('BODY', started_ago=10.0)).kind,
+    'interrupted': lambda: stream_client._verdict._interruption(fake_exchange('BODY'), 'SIGINT').kind,
+    'client_error': lambda: stream_client._verdict._classify(ValueError('a bug'), fake_exchange('BODY')).kind,
     'budget_used_by_tool_call': lambda: answer_problem_kind(ChatChunks(max_tokens=5, spec=WEATHER), [
         opening(), arguments('{"city": "Paris"}'), chunk_json(finish_reason='tool_calls'),
         '{"choices": [], "usage": {"completion_tokens": 5}}', '[DONE]']),
     'tool_markup_in_text': lambda: answer_problem_kind(ChatChunks(spec=WEATHER), [
         chunk_json(delta={'content': '<tool_call>{"name": "get_weather"}</tool_call>'}, finish_reason='stop'), '[DONE]']),
-    'cross_check_differs': lambda: stream_client._cross_check_failure(
+    'cross_check_differs': lambda: stream_client._answer._cross_check_failure(
         {'comparable': True, 'same': False, 'token_ids': {'streamed': 3}, 'differences': ['the text differs']}).kind,
     'token_ids_invalid': lambda: kind_raised(lambda: ChatChunks().accept(chunk_json(token_ids='12'))),
     'too_many_token_ids': lambda: with_bound('_MAX_TOKEN_IDS', 2, lambda: kind_raised(

@@ -15,7 +15,7 @@ import unittest
 
 import fixture_server
 import stream_client
-from stream_client import _FLAG_TABLE, _LOAD_MAKERS, _WORKLOADS
+from stream_client._workload_flags import _FLAG_TABLE, _LOAD_MAKERS, _WORKLOADS
 from .support import Fixture, HERE, run_cli
 
 COLUMNS = ('one', 'load', 'sessions', 'trace')  # the table's columns, in its order, as the tests name them
@@ -274,13 +274,13 @@ class FlagTableTests(unittest.TestCase):
         return Ran(done.returncode, summary, records, set(os.listdir(folder)), folder, done.stderr)
 
     def test_the_table_has_a_row_for_every_flag_of_a_workload_and_a_cell_for_each_workload(self):
-        flags = {option for action in stream_client._parser()._actions for option in action.option_strings
+        flags = {option for action in stream_client._args._parser()._actions for option in action.option_strings
                  if option.startswith('--')}
-        decided = set(_FLAG_TABLE) | set(stream_client._EVERY_WORKLOAD) | set(stream_client._OTHER_COMMANDS)
+        decided = set(_FLAG_TABLE) | set(stream_client._workload_flags._EVERY_WORKLOAD) | set(stream_client._workload_flags._OTHER_COMMANDS)
         self.assertEqual(flags - decided, set(), 'a flag nobody decided for the workloads')
         self.assertEqual(decided - flags, set(), 'a flag the parser does not have')
-        self.assertEqual(len(set(_FLAG_TABLE) & (set(stream_client._EVERY_WORKLOAD) | set(stream_client._OTHER_COMMANDS))), 0)
-        words = {'yes', 'load', 'not yet', *stream_client._WHY}
+        self.assertEqual(len(set(_FLAG_TABLE) & (set(stream_client._workload_flags._EVERY_WORKLOAD) | set(stream_client._workload_flags._OTHER_COMMANDS))), 0)
+        words = {'yes', 'load', 'not yet', *stream_client._workload_flags._WHY}
         for flag, cells in _FLAG_TABLE.items():
             with self.subTest(flag=flag):
                 self.assertEqual(len(cells), len(_WORKLOADS))
@@ -289,15 +289,15 @@ class FlagTableTests(unittest.TestCase):
         self.assertEqual(set(SAMPLE), set(_FLAG_TABLE))
 
     def test_the_flags_that_make_a_load_make_one(self):
-        parser = stream_client._parser()
+        parser = stream_client._args._parser()
         for flag in _LOAD_MAKERS:
             with self.subTest(flag=flag):
                 self.assertEqual(_FLAG_TABLE[flag][:2], ('load', 'yes'))
                 typed = [flag, *self.typed(SAMPLE[flag]), '--output', 'x']
-                self.assertEqual(stream_client._workload_of(parser, parser.parse_args(typed), typed), (1, flag))
+                self.assertEqual(stream_client._workload_flags._workload_of(parser, parser.parse_args(typed), typed), (1, flag))
         for typed in ([], ['--runs', '1'], ['--seed', '3', '--input-tokens', '5']):
             with self.subTest(typed=typed):
-                self.assertEqual(stream_client._workload_of(parser, parser.parse_args(typed), typed), (0, None))
+                self.assertEqual(stream_client._workload_flags._workload_of(parser, parser.parse_args(typed), typed), (0, None))
 
     def test_each_refused_pair_exits_2_naming_both_flags_before_anything_is_sent(self):
         server = CountingServer()
@@ -394,7 +394,7 @@ class FlagTableTests(unittest.TestCase):
         table = re.search(r'<!-- the flag table -->\n(.*?)\n<!-- end of the flag table -->', doc, re.S)
         self.assertIsNotNone(table, 'docs/cli.md has no flag table between its markers')
         self.assertEqual(table[1], '\n'.join(rows))
-        for name in stream_client._EVERY_WORKLOAD:
+        for name in stream_client._workload_flags._EVERY_WORKLOAD:
             self.assertIn(f'`{name}`', doc[table.end():table.end() + 2000], 'the flags every workload honours')
 
 
