@@ -16,12 +16,34 @@ import threading
 import unittest
 from pathlib import Path
 
+import importlib.util
+
 import fixture_server
-import stream_client
-from stream_client import Events, stream
+
+
+def _the_shipped_file(path: Path):
+    """stream_client.py beside this file, the one file users copy, as a module of its own: whatever this
+    process imports as stream_client elsewhere (tests/ runs the package in src/), the tests here run the
+    generated file, and leave sys.modules as they found it."""
+    spec = importlib.util.spec_from_file_location('stream_client', path)
+    module = importlib.util.module_from_spec(spec)
+    before = sys.modules.get('stream_client')
+    sys.modules['stream_client'] = module  # while it runs: its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if before is None:
+            del sys.modules['stream_client']
+        else:
+            sys.modules['stream_client'] = before
+    return module
+
+
+stream_client = _the_shipped_file(Path(__file__).resolve().parent / 'stream_client.py')
+Events, stream = stream_client.Events, stream_client.stream
 
 try:
-    from tests.support import AMALGAMATE, CLIENT, Fixture, HERE, script_command, script_env
+    from tests.support import AMALGAMATE, CLIENT, Fixture, HERE, script_command, script_env, shipped_command
 except ImportError:  # the guide's three files alone
     AMALGAMATE, HERE = None, Path(__file__).resolve().parent
 CHECKOUT = unittest.skipIf(AMALGAMATE is None, 'needs the checkout (tests/support.py), not only the guide\'s files')
@@ -136,9 +158,9 @@ class DocsTests(unittest.TestCase):
 
     def test_every_flag_that_help_prints_is_in_the_docs(self):
         docs = self.docs_text()
-        for name in ('stream_client.py', 'fixture_server.py'):
-            usage = subprocess.run(script_command(str(HERE / name), '--help'), capture_output=True, text=True, timeout=30,
-                                   env=script_env()).stdout
+        for name, command in (('stream_client.py', shipped_command('--help')),
+                              ('fixture_server.py', script_command(str(HERE / 'fixture_server.py'), '--help'))):
+            usage = subprocess.run(command, capture_output=True, text=True, timeout=30, env=script_env()).stdout
             flags = set(re.findall(r'(?<![\w-])(--[a-z][a-z-]*)', re.sub(r'-\n\s+', '-', usage)))
             self.assertGreater(len(flags), 10)
             for flag in sorted(flags):

@@ -40,35 +40,54 @@ AMALGAMATE = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(AMALGAMATE)
 FIXTURE_SCRIPT = str(HERE / 'fixture_server.py')
 
-# The tests run the scripts as `python3 SCRIPT ARGS` does, in a new process, with two differences. The
-# script's bytecode comes from a cache: Python compiles a script given by its path on every start and
-# never caches it (0.12 s for stream_client.py here, in each of about 200 children); this launcher runs
-# the same code, compiled once into a cache of the suite's own, as __main__ with the script's argv[0],
-# __file__ and sys.path[0], without the site module (-S: the scripts need the standard library only, and
-# a site-packages .pth file can cost more than the script's own start). And the built-in fixture (--fixture) writes FIXTURE_DELAY apart, not 50 ms:
-# the launcher loads fixture_server beside the script first and sets its DELAY, which --fixture then
-# uses. Users have no such knob: the pacing of --fixture is for a person to watch, and only this
-# launcher changes it. A test that needs the person's pacing passes fixture_delay=None.
-# CopiedAloneTests and the tests of how a script names itself start the file itself.
+# The tests run the scripts as `python3 SCRIPT ARGS` does, in a new process, with three differences.
+# CLIENT (stream_client.py) runs as the package in src/, the code that is edited, not as the generated file
+# (test_stream.py runs the generated file itself): the launcher puts src/ and the checkout's top first on
+# the path and calls the package's main() with argv[0] CLIENT, so that the program names itself as the file
+# does. Other scripts' bytecode comes from a cache: Python compiles a script given by its path on every
+# start and never caches it; this launcher runs the same code, compiled once into a cache of the suite's
+# own, as __main__ with the script's argv[0], __file__ and sys.path[0]. Both run without the site module
+# (-S: the scripts need the standard library only, and a site-packages .pth file can cost more than the
+# script's own start). And the built-in fixture (--fixture) writes FIXTURE_DELAY apart, not 50 ms: the
+# launcher loads fixture_server first and sets its DELAY, which --fixture then uses. Users have no such
+# knob: the pacing of --fixture is for a person to watch, and only this launcher changes it. A test that
+# needs the person's pacing passes fixture_delay=None. CopiedAloneTests and the tests of how a script
+# names itself start the generated file itself (SHIPPED_COMMAND).
 _PYCACHE = tempfile.TemporaryDirectory(prefix='stream-tests-pycache-')
 atexit.register(_PYCACHE.cleanup)
 FIXTURE_DELAY = 0.002  # seconds between the built-in fixture's writes in the tests' command lines
+SRC = str(HERE / 'src')
 _LAUNCHER = ('import __main__, importlib.machinery, os, sys\n'
              'sys.argv.pop(0)\n'
              'delay = sys.argv.pop(0)\n'
+             'package = sys.argv.pop(0)\n'
              'sys.path[0] = os.path.dirname(sys.argv[0])\n'
+             'if package:\n'
+             '    sys.path[:0] = [package]\n'
              'if delay:\n'
              '    import fixture_server\n'
              '    fixture_server.DELAY = float(delay)\n'
+             'if package:\n'
+             '    from stream_client._cli import main\n'
+             '    sys.exit(main())\n'
              '__main__.__file__ = sys.argv[0]\n'
              "exec(importlib.machinery.SourceFileLoader('__main__', sys.argv[0]).get_code('__main__'), __main__.__dict__)\n")
 
 
 def script_command(path: str, *args: str, fixture_delay: float | None = FIXTURE_DELAY) -> list[str]:
-    """The command that runs the script at path with args, its bytecode cached and the built-in fixture
-    paced fixture_delay apart (None: as for a user; see _LAUNCHER). Only stream_client.py has --fixture."""
-    paced = fixture_delay is not None and path == CLIENT
-    return [sys.executable, '-S', '-c', _LAUNCHER, repr(fixture_delay) if paced else '', path, *args]
+    """The command that runs the script at path with args (CLIENT: the package in src/), its bytecode cached
+    and the built-in fixture paced fixture_delay apart (None: as for a user; see _LAUNCHER). Only
+    stream_client.py has --fixture."""
+    client = path == CLIENT
+    paced = fixture_delay is not None and client
+    return [sys.executable, '-S', '-c', _LAUNCHER, repr(fixture_delay) if paced else '', SRC if client else '', path,
+            *args]
+
+
+def shipped_command(*args: str, fixture_delay: float | None = FIXTURE_DELAY) -> list[str]:
+    """The command that runs the generated stream_client.py itself (its bytecode cached, --fixture paced)."""
+    paced = fixture_delay is not None
+    return [sys.executable, '-S', '-c', _LAUNCHER, repr(fixture_delay) if paced else '', '', CLIENT, *args]
 
 
 def script_env(env: dict | None = None) -> dict:

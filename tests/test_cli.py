@@ -20,7 +20,7 @@ import fixture_server
 import stream_client
 from .support import (
     CLIENT, fake_record, Fixture, FIXTURE_SCRIPT, HERE, LoopbackServer, replay, run_cli, run_in_terminal,
-    script_command, script_env, TRACES)
+    script_command, script_env, SRC, TRACES)
 
 
 class CommandLineTests(unittest.TestCase):
@@ -458,8 +458,8 @@ class CommandLineTests(unittest.TestCase):
     def test_a_signal_once_the_evidence_is_on_disk_changes_nothing(self):
         # The client, made to signal itself just before it prints its summary line: a run and a load.
         late = ('import os, signal, sys\n'
-                f'sys.path.insert(0, {str(HERE)!r})\n'
-                'import stream_client\n'
+                f'sys.path.insert(0, {SRC!r})\n'
+                'import stream_client, stream_client._cli\n'
                 'emit = stream_client._cli._emit\n'
                 'def signalled(text):\n'
                 '    os.kill(os.getpid(), getattr(signal, os.environ["LATE_SIGNAL"]))\n'

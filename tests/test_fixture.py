@@ -22,7 +22,7 @@ from stream_client import ChatChunks, stream
 from .support import (
     ANSWER, answer, APIS, chunk_json, dechunk, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, HERE, in_threads,
     JSON_ANSWER, mode_runs, parse_all, replay, run_fixture, script_command, script_env, split_capture, SSE_HEAD,
-    sse_response, TOOLS, TRACES, URL_PATHS, Verdict, with_body, AFTER_TOOL_RESULT)
+    sse_response, SRC, TOOLS, TRACES, URL_PATHS, Verdict, with_body, AFTER_TOOL_RESULT)
 
 
 def chunk_keys(payload: bytes) -> list[tuple]:
@@ -204,7 +204,7 @@ class FixtureVerdictTests(unittest.TestCase):
             print(json.dumps([record['ok'], log]))
         ''')
         with Fixture(delay=0) as fixture:
-            done = subprocess.run([sys.executable, '-c', code, str(HERE), fixture.url], capture_output=True,
+            done = subprocess.run([sys.executable, '-c', code, SRC, fixture.url], capture_output=True,
                                   text=True, timeout=60, check=True)
         ok, log = json.loads(done.stdout)
         self.assertTrue(ok)

@@ -1064,7 +1064,7 @@ class GoodputTests(unittest.TestCase):
             return record
         prompts = self.dir / 'prompts.txt'
         prompts.write_text(''.join(json.dumps(text) + '\n' for text in ('a', 'b', 'c', 'd', 'e', 'die') * 2))
-        with mock.patch.object(stream_client, '_run', die_in_run_5), contextlib.redirect_stdout(io.StringIO()):
+        with mock.patch.object(stream_client._load, '_run', die_in_run_5), contextlib.redirect_stdout(io.StringIO()):
             done = run_in_process('--fixture', 'ok', '--prompts', str(prompts), '--runs', '12', '--concurrency', '2',
                                   '--processes', '2', '--output', 'died.jsonl', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 1, done.stderr)
@@ -1081,7 +1081,7 @@ class GoodputTests(unittest.TestCase):
         def run_and_say_where(*args, **kwargs):
             return {**real_run(*args, **kwargs), 'pid': os.getpid()}
         records: list[dict] = []
-        with Fixture('ok') as fixture, mock.patch.object(stream_client, "_run", run_and_say_where):
+        with Fixture('ok') as fixture, mock.patch.object(stream_client._load, "_run", run_and_say_where):
             requests = [stream_client.prepare(fixture.url, 'm', 'p')]
             stream_client.run_load(requests, stream_client.LoadSettings(runs=12, concurrency=4, processes=2),
                                    records.append, stream_client.Cancel())

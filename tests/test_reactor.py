@@ -23,7 +23,7 @@ class ReactorTests(unittest.TestCase):
     def load_records(self, url: str, runs: int, epoll: bool, **options) -> list[dict]:
         records: list[dict] = []
         request = stream_client.prepare(url, 'synthetic-fixture', 'READY', **options)
-        with mock.patch.object(stream_client, '_EPOLL', epoll):
+        with mock.patch.object(stream_client._load, '_EPOLL', epoll):
             stream_client.run_load([request], stream_client.LoadSettings(runs=runs, concurrency=runs), records.append,
                                    stream_client.Cancel())
         return sorted(records, key=lambda record: record['run'])
@@ -61,7 +61,7 @@ class ReactorTests(unittest.TestCase):
         def take_read(x, raw, now, kernel_ns, wall_offset_ns=None):
             fed.append((time.perf_counter(), now))
             return []
-        with mock.patch.object(stream_client, '_take_read', take_read):
+        with mock.patch.object(stream_client._reactor, '_take_read', take_read):
             while reads:
                 reactor._feed(*reads.popleft())
         self.assertEqual(len(fed), 3)
@@ -77,7 +77,7 @@ class ReactorTests(unittest.TestCase):
                     records = self.load_records(fixture.url, 4, True)
                     self.assertEqual([record['error_kind'] for record in records], ['client_error'] * 4)
                     self.assertTrue(all('RuntimeError' in record['error'] for record in records))
-            with mock.patch.object(stream_client, '_take_read', broken):  # a bug in one run's read
+            with mock.patch.object(stream_client._reactor, '_take_read', broken):  # a bug in one run's read
                 records = self.load_records(fixture.url, 4, True)
             self.assertEqual([record['error_kind'] for record in records], ['client_error'] * 4)
             self.assertTrue(all(record['ok'] for record in self.load_records(fixture.url, 4, True)))
@@ -104,7 +104,7 @@ class ReactorTests(unittest.TestCase):
         def broken(*args, **kwargs):
             raise RuntimeError('a bug')
         with Fixture('ok', profile='vllm') as fixture:
-            for target, name in ((stream_client.KeptConnections, 'take'), (stream_client, '_run')):
+            for target, name in ((stream_client.KeptConnections, 'take'), (stream_client._load, '_run')):
                 with self.subTest(name), mock.patch.object(target, name, broken):
                     records: list[dict] = []
                     stream_client.run_load([stream_client.prepare(fixture.url, 'synthetic-fixture', 'READY')],

@@ -261,7 +261,7 @@ class SessionLoadTests(unittest.TestCase):
             if any(item.get('content') == 'session 1 turn 2: weather?' for item in conversation.items):
                 raise UnicodeEncodeError('utf-8', '\ud83d', 0, 1, 'surrogates not allowed')
             return real(request, conversation)
-        with mock.patch.object(stream_client, '_with_conversation', failing):
+        with mock.patch.object(stream_client._sessions, '_with_conversation', failing):
             done = run_cli('--fixture', 'agent', '--sessions', path, '--concurrency', '2', '--output', 'built.jsonl',
                            cwd=self.folder)
         self.assertEqual(done.returncode, 1, done.stderr)  # a session not ok

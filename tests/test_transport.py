@@ -722,7 +722,7 @@ class TwinDeadlineTests(unittest.TestCase):
             entered = time.perf_counter()
             twins.append((x, entered))
             return real(x)
-        with Fixture('pair-honest') as fixture, mock.patch.object(stream_client, '_fetch_unstreamed', fetch):
+        with Fixture('pair-honest') as fixture, mock.patch.object(stream_client._transport, '_fetch_unstreamed', fetch):
             request = stream_client.prepare(fixture.url, 'm', 'p', tools=fixture_server.TOOLS, cross_check=True)
             record = stream_client.run(dataclasses.replace(request, idle=7.0, deadline=9.0))  # as the exporter cuts it
         (x, entered), = twins
@@ -839,7 +839,7 @@ class ArrivalStampTests(unittest.TestCase):
                 server.second_sent.wait(10)
                 time.sleep(0.05)
                 free.append(time.perf_counter())
-        with mock.patch.object(stream_client, '_build_record', keep):
+        with mock.patch.object(stream_client._transport, '_build_record', keep):
             record = stream(server.url, 'm', 'p', on_text=busy, **options)
         return record, exchanges[0], free[0]
 
@@ -857,7 +857,7 @@ class ArrivalStampTests(unittest.TestCase):
         self.assertLessEqual(x.timeline.ended, free)  # the end is the last bytes' arrival, not the client's return
 
     def test_without_kernel_stamps_an_event_is_stamped_when_the_read_returned(self):
-        with mock.patch.object(stream_client, '_SO_TIMESTAMPNS', None):
+        with mock.patch.object(stream_client._exchange, '_SO_TIMESTAMPNS', None):
             server = PacedServer()
             record, x, free = self.busy_client_run(server)
         self.assertTrue(record['ok'], record['error'])
@@ -905,8 +905,8 @@ class ArrivalStampTests(unittest.TestCase):
             return []
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
         x = stream_client._exchange._Exchange(request, gate=gate)
-        with mock.patch.object(stream_client, '_take_read', take_read), \
-                mock.patch.object(stream_client, '_read_over', lambda x, raw: True):
+        with mock.patch.object(stream_client._reactor, '_take_read', take_read), \
+                mock.patch.object(stream_client._reactor, '_read_over', lambda x, raw: True):
             theirs.sendall(b'HTTP/1.1 200 OK\r\n')
             with gate:  # as a worker sends and then waits for its response
                 reactor.read(stream_client._exchange._Connection(ours), x)
@@ -926,7 +926,7 @@ class ArrivalStampTests(unittest.TestCase):
             x = stream_client._exchange._Exchange(stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', prompt),
                                         gate=gate)
             with gate:
-                stream_client._exchange(types.SimpleNamespace(sock=Sock(response)), x, stream_client._transport._Show(), None)
+                stream_client._transport._exchange(types.SimpleNamespace(sock=Sock(response)), x, stream_client._transport._Show(), None)
             self.assertEqual(x.reader.validator.content_events, 1)
         self.assertEqual(held, [True, False])
 

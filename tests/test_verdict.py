@@ -1,9 +1,11 @@
 """The verdict (_verdict): every failure kind produced by the code that reports it."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import ssl
+import sys
 import types
 import unittest
 from unittest import mock
@@ -44,8 +46,12 @@ def answer_problem_kind(validator: stream_client.StreamValidator, events: list) 
 
 
 def with_bound(name: str, value: int, action):
-    """What action returns while the module's bound NAME is VALUE."""
-    with mock.patch.object(stream_client, name, value):
+    """What action returns while the bound NAME is VALUE in every module of the package that reads it."""
+    modules = [module for module_name, module in sorted(sys.modules.items())
+               if module_name.startswith('stream_client.') and hasattr(module, name)]
+    with contextlib.ExitStack() as patches:
+        for module in modules:
+            patches.enter_context(mock.patch.object(module, name, value))
         return action()
 
 
