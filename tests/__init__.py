@@ -13,3 +13,14 @@ _loaded = sys.modules.get('stream_client')
 if _loaded is not None and not getattr(_loaded, '__path__', None):
     raise ImportError(f'stream_client was imported from {_loaded.__file__} before tests/: the tests must run the '
                       f'package in {_SRC}')
+
+
+def load_tests(loader, standard_tests, pattern):
+    """Discovery (python3 -m unittest) of this package: its tests, run by a few worker processes at once
+    (tests/parallel.py), or here when STREAM_TESTS_SERIAL is set."""
+    from . import parallel
+    found = loader.discover(str(Path(__file__).resolve().parent), pattern or 'test*.py',
+                            str(Path(__file__).resolve().parent.parent))
+    standard_tests.addTests(found)
+    processes = parallel.workers()
+    return parallel.ParallelSuite(standard_tests, processes) if processes else standard_tests
