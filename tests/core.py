@@ -1,0 +1,6 @@
+"""The core tier, sans-IO: ``python3 -m unittest tests.core`` (see tiers.py)."""
+from .tiers import tier_suite
+
+
+def load_tests(loader, standard_tests, pattern):
+    return tier_suite(loader, core=True)
