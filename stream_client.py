@@ -9445,12 +9445,16 @@ _FIXTURE_PROFILES = ('guide', 'vllm', 'llama.cpp', 'tgi', 'sglang', 'ollama')
 
 
 def _fixture_server():
-    """The fixture module, for --fixture: fixture_server.py beside this file, loaded only then, so that
-    this file copied alone runs everything else. UsageError if it is not there."""
+    """The fixture module, for --fixture: fixture_server.py beside this file (or, for the package in src/,
+    where the path finds it: the checkout's top), loaded only then, so that this file copied alone runs
+    everything else. UsageError if it is not there."""
     loaded = sys.modules.get('fixture_server')
     if loaded is not None:
         return loaded
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), _FIXTURE_FILE)
+    if not os.path.isfile(path):  # the package in src/, run from a checkout: fixture_server.py on the path
+        found = importlib.util.find_spec('fixture_server')
+        path = found.origin if found is not None and found.origin else path
     if not os.path.isfile(path):
         raise UsageError(f'--fixture needs {_FIXTURE_FILE} beside {os.path.basename(__file__)} (in '
                          f'{os.path.dirname(path)}); copy it there, or point --url at a server')
