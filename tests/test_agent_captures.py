@@ -9,6 +9,7 @@ import unittest
 import stream_client
 from .agent_support import AFTER_TOOL_RESULT, AGENT_CAPTURES, CASES, judge_raw, raw_answer, record_calls
 from .support import answer, Fixture, TRACES
+from .tiers import sans_io
 
 # the live tier's relay cuts (tests/live/test_agent_live.py CUTS) and the failure each must be
 CUT_KINDS = {'inside-an-event': 'eof_in_chunk', 'after-the-event': 'no_last_chunk',
@@ -36,6 +37,7 @@ def judged(stem: str, api: str, pair: bool) -> tuple[stream_client.Verdict, stre
     return judge_raw(sent['path'], sent['body'], (AGENT_CAPTURES / f'{stem}.http').read_bytes(), twin)
 
 
+@sans_io
 class AgentCaptureTests(unittest.TestCase):
     def test_there_are_captures_of_each_kind_on_each_api(self):
         kept = {(api, case.name, pair) for _, api, case, pair in captures()}
@@ -83,6 +85,7 @@ class AgentCaptureTests(unittest.TestCase):
 PARIS = (('get_weather', '{"city": "Paris"}'),)
 
 
+@sans_io
 class WhiteSpaceRuleTests(unittest.TestCase):
     """The rule is vLLM's (content.strip() == "" dropped once calls are extracted) and nothing wider."""
 
@@ -140,6 +143,7 @@ class BudgetProofTests(unittest.TestCase):
         cross = stream_client.cross_check_record(streamed, 200, twin, None, budget)
         return stream_client.judge(reader, None, cross).kind, cross['ended_by_itself']
 
+    @sans_io
     def test_the_twin_is_given_one_token_more_only_when_the_signal_fires_on_a_stream_with_ids(self):
         self.assertEqual(stream_client._answer._budget_proof_wanted(self.reader().validator), 41)
         self.assertIsNone(stream_client._answer._budget_proof_wanted(self.reader(max_tokens=41).validator))  # budget not used
@@ -168,6 +172,7 @@ class BudgetProofTests(unittest.TestCase):
         self.assertEqual((cross['comparable'], cross['ended_by_itself'], cross['token_ids']['streamed']), (True, True, 24))
         self.assertEqual(records[True]['tool_calls'][0]['arguments'], '{"city": "Paris"}')
 
+    @sans_io
     def test_only_the_same_ids_below_the_raised_budget_and_a_stop_clear_it(self):
         ids = stream_client._answer._streamed_answer(self.reader().validator).token_ids
         same = answer('', (('get_time', 'true'),), 'tool_calls', 40, ids)

@@ -19,6 +19,7 @@ from .support import (
     answer, arguments, chunk_json, CITY, DONE, fake_record, feedings, Fixture, HERE, message_end,
     MESSAGE_START, opening, PageReader, run_cli, split_capture, SSE_HEAD, STOP, TEXT, TEXT_BLOCK, text_delta, TRACES,
     URL_PATHS, WEATHER)
+from .tiers import sans_io
 
 
 def pair_capture(name: str) -> tuple[bytes, bytes, dict]:
@@ -121,6 +122,7 @@ class CrossCheckTests(unittest.TestCase):
                                          'not_comparable': 2 * (expected.comparable is False), 'without_token_ids': 0,
                                          'unstreamed_failed': 0})
 
+    @sans_io
     def test_without_cross_check_the_request_is_byte_for_byte_what_it_was(self):
         # sha256 of the whole request as sent, computed before --cross-check existed
         wires = {
@@ -145,6 +147,7 @@ class CrossCheckTests(unittest.TestCase):
                                        b'true, "stream_options": {"include_usage": true}, "max_tokens": 64, '
                                        b'"temperature": 0.0, "n": 1}')
 
+    @sans_io
     def test_the_twin_is_the_same_body_unstreamed_and_token_ids_are_asked_only_where_served(self):
         for api, path in URL_PATHS.items():
             with self.subTest(api=api):
@@ -252,6 +255,7 @@ class CrossCheckTests(unittest.TestCase):
         self.assertRegex(answer.body, r'(?m)^probe_success 0$')
         self.assertRegex(answer.body, r'(?m)^stream_probe_error_info\{kind="tool_arguments_not_object"\} 1$')
 
+    @sans_io
     def test_every_signal_of_the_stream_alone_stands_with_an_agreeing_twin(self):
         for kind, (validator, events) in STREAM_SIGNALS.items():
             with self.subTest(kind):
@@ -267,6 +271,7 @@ class CrossCheckTests(unittest.TestCase):
                 self.assertEqual(alone.kind, kind)
                 self.assertEqual(stream_client.judge(reader, None, twin), alone)
 
+    @sans_io
     def test_unstreamed_answers_of_each_api_are_parsed_strictly(self):
         unstreamed = split_capture(TRACES / 'x1_chat_pair_tool_call_unstreamed.http')[1]
         self.assertEqual(stream_client.unstreamed_answer('chat', unstreamed),
@@ -304,6 +309,7 @@ class CrossCheckTests(unittest.TestCase):
                     stream_client.unstreamed_answer('chat', body)
                 self.assertIn(words, str(caught.exception))
 
+    @sans_io
     def test_the_unstreamed_reader_reads_the_same_answer_at_every_chunk_boundary(self):
         capture = (TRACES / 'x1_chat_pair_tool_call_unstreamed.http').read_bytes()
         expected = stream_client.unstreamed_answer('chat', split_capture(TRACES /
@@ -327,6 +333,7 @@ class CrossCheckTests(unittest.TestCase):
         with self.assertRaisesRegex(stream_client.StreamError, "http: expected status 200, got 400 Bad Request: 'no'"):
             refused.answer('chat')
 
+    @sans_io
     def test_the_comparison_names_the_first_difference_in_the_users_terms(self):
         paris = (('get_weather', '{"city": "Paris"}'),)
         cases = {
@@ -352,6 +359,7 @@ class CrossCheckTests(unittest.TestCase):
                                                  answer(calls=paris), None)['notes']
         self.assertEqual(notes, ['tool call 0 has arguments equal as JSON, not as text'])
 
+    @sans_io
     def test_a_surrogate_pair_split_between_deltas_is_the_character_the_twin_carries(self):
         # The deltas "X\ud83d" and "\ude00Y" join to two lone halves; the unstreamed body's "\ud83d\ude00"
         # decodes to one character (RFC 8259, section 7): the same text, arguments and reasoning.
@@ -366,6 +374,7 @@ class CrossCheckTests(unittest.TestCase):
             with self.subTest(streamed=ascii(streamed)):
                 self.assertEqual(len(stream_client.compare_answers(streamed, unstreamed)), 1)
 
+    @sans_io
     def test_a_pair_is_comparable_only_by_equal_token_ids_and_only_then_can_fail(self):
         cut, whole = answer(calls=(('get_weather', '{"city": "Par"}'),)), answer(calls=(('get_weather',
                                                                                           '{"city": "Paris"}'),))
@@ -390,6 +399,7 @@ class CrossCheckTests(unittest.TestCase):
         self.assertEqual(stream_client._answer._first_divergence((1, 2), (1, 2, 3)), 2)
         self.assertIsNone(stream_client._answer._first_divergence((1, 2), (1, 2)))
 
+    @sans_io
     def test_the_two_single_stream_signals(self):
         spec = stream_client.AnswerSpec((('get_weather', None),), 'auto')
         budget = stream_client._answer._budget_used_by_tool_call
@@ -414,6 +424,7 @@ class CrossCheckTests(unittest.TestCase):
         self.assertIsNone(markup(answer('<tool_call>'), stream_client.AnswerSpec()))  # no tools offered
         self.assertIsNone(markup(answer('Paris is sunny.'), spec))
 
+    @sans_io
     def test_the_budget_signal_explains_cut_arguments_once(self):
         validator = ChatChunks(max_tokens=5, spec=WEATHER)
         for data in (opening(), arguments('{"city": "Par'), chunk_json(finish_reason='tool_calls'),
@@ -424,6 +435,7 @@ class CrossCheckTests(unittest.TestCase):
         self.assertEqual(failure.kind, 'budget_used_by_tool_call')
         self.assertTrue(failure.message.startswith('the whole budget of 5 tokens was used'))
 
+    @sans_io
     def test_token_ids_are_kept_and_counted_per_event(self):
         validator = ChatChunks()
         for data in (chunk_json(delta={'content': 'a'}, token_ids=[1, 2, 3]), chunk_json(delta={}, token_ids=[4]),
@@ -578,6 +590,7 @@ def hostile_verdict(folder: Path, case: dict) -> stream_client.Verdict:
     return stream_client.judge(reader, None, cross)
 
 
+@sans_io
 class HostileIssue34Tests(unittest.TestCase):
     """Issue 34's cases, written from the protocols by someone who had not read this code: an entry that
     carries nothing after the finish is accepted, anything carried is refused, and a --cross-check twin
@@ -596,6 +609,7 @@ class HostileIssue34Tests(unittest.TestCase):
                 self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expect, f'{verdict.message}; {case["rule"]}')
 
 
+@sans_io
 class HostileIssue39Tests(unittest.TestCase):
     """Issue 39's cases (testdata/hostile-39), written from the servers' source by someone who had not read
     this code: streams each dialect must accept, streams it must refuse, and streams where no dialect may
@@ -611,6 +625,7 @@ class HostileIssue39Tests(unittest.TestCase):
                 self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expect, f'{verdict.message}; {case["rule"]}')
 
 
+@sans_io
 class FuzzIssue39Tests(unittest.TestCase):
     """The grammar fuzzer's three cases of issue 39 (testdata/fuzz-39), each beside the stream it was
     mutated from: two false successes on the Responses API's reasoning parts, and one false reject of a
@@ -639,6 +654,7 @@ class FuzzIssue39Tests(unittest.TestCase):
 PEER_STREAMS = HERE / 'testdata' / 'peer_streams'
 
 
+@sans_io
 class PeerStreamTests(unittest.TestCase):
     """Streams other projects recorded (the OpenAI and Anthropic SDKs' fixtures, TGI's snapshots), each
     judged as its own project's tests say: complete is ok; cut, budget and refusal are not, with the right
@@ -678,6 +694,7 @@ class PeerStreamTests(unittest.TestCase):
 HOSTILE_PAIRS = HERE / 'testdata' / 'hostile-cc'
 
 
+@sans_io
 class HostilePairTests(unittest.TestCase):
     """Cross-check pairs written from the protocols by someone who had not read this code: each streamed
     response and its unstreamed twin, judged without a socket as a run judges them."""

@@ -7,8 +7,10 @@ import unittest
 import stream_client
 from stream_client import ChatChunks, StreamError
 from .support import arguments, chunk_json, DONE, HERE, message_of, opening, STOP, TEXT, URL_PATHS, WEATHER
+from .tiers import sans_io
 
 
+@sans_io
 class ChatChunkTests(unittest.TestCase):
     def rejected(self, *events: str) -> StreamError:
         chunks = ChatChunks()
@@ -117,6 +119,7 @@ class ChatChunkTests(unittest.TestCase):
         self.assertEqual((chunks.text, chunks.finish_reason), ('Ex', 'length'))
 
 
+@sans_io
 class CompletionChunksTests(unittest.TestCase):
     def test_text_finish_usage_and_done(self):
         chunks = stream_client.CompletionChunks()
@@ -156,6 +159,7 @@ class CompletionChunksTests(unittest.TestCase):
 LITELLM = HERE / 'testdata' / 'litellm-1.108.7'
 
 
+@sans_io
 class LiteLLMTests(unittest.TestCase):
     """Real LiteLLM 1.108.7 streams in front of vLLM 0.32: each ends with LiteLLM's usage chunk, an entry
     for choice 0 that carries nothing, and gets the verdict the same request got straight from vLLM."""
@@ -187,6 +191,7 @@ class LiteLLMTests(unittest.TestCase):
                 self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expected, verdict.message)
 
 
+@sans_io
 class RefusalTests(unittest.TestCase):
     """OpenAI's refusal deltas: the model declined, which is named as such and kept in the record."""
 

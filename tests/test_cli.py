@@ -21,6 +21,7 @@ import stream_client
 from .support import (
     CLIENT, fake_record, Fixture, FIXTURE_SCRIPT, HERE, LoopbackServer, replay, run_cli, run_in_terminal,
     script_command, script_env, SRC, TRACES)
+from .tiers import sans_io
 
 
 class CommandLineTests(unittest.TestCase):
@@ -198,6 +199,7 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(replayed[key], original[key], key)
         self.assertEqual(original['capture'], {'bytes': len(captured), 'truncated': False, 'file': 'run.http'})
 
+    @sans_io
     def test_capture_masks_the_key_without_changing_lengths(self):
         fd = os.open(self.dir / 'c.http', os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         capture = stream_client.Capture()
@@ -254,6 +256,7 @@ class CommandLineTests(unittest.TestCase):
         self.assertEqual(lines[1], 'READY \u2713')
         self.assertRegex(lines[2], r'^ok: 2 content events, first text \d+ ms, done \d+ ms$')
 
+    @sans_io
     def test_the_verdict_line_names_the_dialect_that_judged_the_run(self):
         ok = {'ok': True, 'content_events': 2, 'first_text_ms': 5.0, 'duration_ms': 9.0, 'cross_check': None}
         self.assertEqual(stream_client._views._verdict_line({**ok, 'dialect': 'llama.cpp'}),

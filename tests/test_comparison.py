@@ -9,6 +9,7 @@ from pathlib import Path
 
 import stream_client
 from .support import fake_record, Fixture, run_cli
+from .tiers import sans_io
 
 
 def load_records(values: list[float], load_id: str) -> list[dict]:
@@ -24,6 +25,7 @@ def summary_of(records: list[dict]) -> stream_client.Summary:
     return summary
 
 
+@sans_io
 class ComparisonTests(unittest.TestCase):
     """The difference of each figure, and whether its interval excludes 0, computed without I/O."""
 
@@ -123,6 +125,7 @@ class CompareCommandTests(unittest.TestCase):
     def write_load(self, name: str, records: list[dict], tail: str = '') -> None:
         (self.dir / name).write_text(''.join(json.dumps(record) + '\n' for record in records) + tail)
 
+    @sans_io
     def test_compare_says_what_summary_says_of_a_file_that_is_not_whole_and_exits_1(self):
         records = load_records([1.0, 2.0, 3.0, 4.0], 'x')
         self.write_load('base.jsonl', load_records([1.0, 2.0, 3.0, 4.0], 'y'))
@@ -142,6 +145,7 @@ class CompareCommandTests(unittest.TestCase):
         whole = run_cli('--compare', 'base.jsonl', 'base.jsonl', cwd=self.tmp.name)
         self.assertEqual((whole.returncode, whole.stderr), (0, ''))
 
+    @sans_io
     def test_compare_of_a_load_refuses_what_is_not_a_load(self):
         self.write_load('base.jsonl', load_records([1.0, 2.0], 'y'))
         (self.dir / 'table.csv').write_text('run,ok,first_text_ms\n0,true,1.0\n1,true,2.0\n')
@@ -156,6 +160,7 @@ class CompareCommandTests(unittest.TestCase):
                     self.assertEqual((done.returncode, done.stderr.count('\n'), done.stdout), (2, 1, ''), done.stderr)
                     self.assertIn(words, done.stderr)
 
+    @sans_io
     def test_compare_warns_in_one_line_when_the_loads_differ_in_api_workload_or_settings(self):
         self.write_load('base.jsonl', load_records([1.0, 2.0], 'y'))
         def changed(**changes) -> list[dict]:

@@ -8,6 +8,7 @@ import unittest
 import fixture_server
 import stream_client
 from .support import dechunk, HERE, split_capture
+from .tiers import sans_io
 
 STREAMS = HERE / 'testdata' / 'dialects' / 'streams'
 # each stream written from its server's formatter: its API, whether --tools went with it, and the
@@ -43,6 +44,7 @@ def events_of(name: str) -> tuple[bytes, list[bytes]]:
     return b'\r\n'.join(lines) + b'\r\n', [event + b'\n\n' for event in dechunk(body).split(b'\n\n') if event]
 
 
+@sans_io
 class DialectTests(unittest.TestCase):
     def test_each_stream_gets_its_verdict_under_its_dialect_detected_or_named(self):
         for name, (_, _, kind) in VERDICTS.items():
@@ -172,6 +174,7 @@ def judge_litellm(head: bytes, events: list[bytes], dialect: str | None = None) 
     return stream_client.judge(reader, None, None), reader.validator.fields()
 
 
+@sans_io
 class LiteLLMDialectTests(unittest.TestCase):
     """LiteLLM's Responses stream: no event: lines, and data: [DONE] after response.completed."""
 
@@ -205,6 +208,7 @@ class LiteLLMDialectTests(unittest.TestCase):
 HOSTILE_LITELLM = HERE / 'testdata' / 'hostile-litellm'
 
 
+@sans_io
 class HostileLiteLLMTests(unittest.TestCase):
     """The litellm dialect's cases, written from docs/dialects.md and the real capture by someone who had
     not read this code (testdata/hostile-litellm/README.md), each judged without a socket."""

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .support import CLIENT, Fixture, FIXTURE_SCRIPT, HERE, run_cli, script_command, script_env
+from .tiers import sans_io
 
 PAGES = [HERE / 'README.md', *sorted((HERE / 'docs').glob('*.md'))]
 COMMAND = re.compile(r'^\s*(?:\$ )?python3 (stream_client|fixture_server)\.py(?=\s|$)')
@@ -296,6 +297,7 @@ class DocCommandTests(unittest.TestCase):
                          'an entry of USER_PACED matches no command of the docs')
         self.assertGreater(sum(len(run.commands) for run in runs) - len(SKIPPED), 60)
 
+    @sans_io
     def test_the_reader_finds_every_command(self):
         # the parts of a page the command test relies on, on a page made up for it
         page = Path(tempfile.mkdtemp()) / 'page.md'

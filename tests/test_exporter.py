@@ -21,6 +21,7 @@ import stream_client
 from .support import (
     answer, CLIENT, fake_record, Fixture, PageReader, row, run_cli, run_fixture, script_command,
     script_env, TwinServer)
+from .tiers import sans_io
 
 
 # The exporter: a strict reader of the Prometheus text exposition format 0.0.4
@@ -174,6 +175,7 @@ class Exporter:
         return [json.loads(line) for line in self.output.read_text().splitlines()]
 
 
+@sans_io
 class ExpositionParserTests(unittest.TestCase):
     """The strict reader itself: it must refuse what Prometheus would, or its passes mean nothing."""
 
@@ -208,6 +210,7 @@ class ExporterCoreTests(unittest.TestCase):
     def setUp(self) -> None:
         self.parser = stream_client._args._parser()
 
+    @sans_io
     def test_targets_read_like_the_command_line_they_replace(self):
         targets = stream_client.parse_targets({'targets': {
             'prod': {'url': 'https://llm.example/v1/chat/completions', 'model': 'm', 'max_tokens': 16,
@@ -220,6 +223,7 @@ class ExporterCoreTests(unittest.TestCase):
         self.assertEqual(prod.args.deadline, 60.0)  # the flag's default
         self.assertEqual((targets['demo'].args.fixture, targets['demo'].api_key_env), ('tool-call', None))
 
+    @sans_io
     def test_a_bad_targets_file_names_the_target_and_the_field(self):
         cases = {
             'not the shape': ([], 'expected {"targets"'),
@@ -247,6 +251,7 @@ class ExporterCoreTests(unittest.TestCase):
                 self.assertNotIn('\n', str(caught.exception))
                 self.assertNotIn('12345', str(caught.exception))
 
+    @sans_io
     def test_cross_check_is_a_target_key_only_once_its_flag_exists(self):
         data = {'targets': {'a': {'fixture': 'ok', 'cross_check': True}}}
         if '--cross-check' not in self.parser._option_string_actions:
@@ -256,12 +261,14 @@ class ExporterCoreTests(unittest.TestCase):
             self.parser.add_argument('--cross-check', action='store_true')
         self.assertIs(stream_client.parse_targets(data, self.parser)['a'].args.cross_check, True)
 
+    @sans_io
     def test_a_target_may_name_its_servers_dialect(self):
         targets = stream_client.parse_targets({'targets': {'a': {'fixture': 'ok', 'dialect': 'llama.cpp'}}}, self.parser)
         self.assertEqual(targets['a'].args.dialect, 'llama.cpp')
         with self.assertRaises(stream_client.UsageError):
             stream_client.parse_targets({'targets': {'a': {'fixture': 'ok', 'dialect': 'vllm'}}}, self.parser)
 
+    @sans_io
     def test_a_target_sends_its_headers_and_refuses_those_the_client_owns(self):
         targets = stream_client.parse_targets({'targets': {'a': {
             'url': 'http://127.0.0.1:8000/v1/chat/completions', 'model': 'm',
@@ -276,6 +283,7 @@ class ExporterCoreTests(unittest.TestCase):
         self.assertEqual(str(caught.exception), "target a: header 'Host' is set by the client (the client sends the "
                                                 'host of url); it cannot be given')
 
+    @sans_io
     def test_the_deadline_is_the_sooner_of_the_targets_and_the_scrape_timeout_less_a_margin(self):
         margin = stream_client._exporter._SCRAPE_TIMEOUT_MARGIN
         cases = [(60.0, None, 60.0), (60.0, '10', 10 - margin), (5.0, '30', 5.0), (60.0, '0.6', 0.3),
@@ -284,6 +292,7 @@ class ExporterCoreTests(unittest.TestCase):
             with self.subTest(header=header):
                 self.assertAlmostEqual(stream_client._exporter._probe_deadline(target, header), expected)
 
+    @sans_io
     def test_the_probe_query_names_a_target_of_the_file_and_never_a_url(self):
         names = {'ok', 'prod-eu'}
         refused = {'target=nope': ('unknown_target', "unknown target 'nope'"),
@@ -301,6 +310,7 @@ class ExporterCoreTests(unittest.TestCase):
                 self.assertEqual(refusal.reason, reason)
                 self.assertIn(message, refusal.message)
 
+    @sans_io
     def test_exporter_addresses_are_loopback_unless_spelled_out(self):
         cases = {'9116': ('127.0.0.1', 9116), ':9116': ('127.0.0.1', 9116), 'localhost:9116': ('127.0.0.1', 9116),
                  '0.0.0.0:9116': ('0.0.0.0', 9116), '[::1]:9116': ('::1', 9116), '10.1.2.3:0': ('10.1.2.3', 0)}
@@ -419,6 +429,7 @@ class ExporterCoreTests(unittest.TestCase):
                                                                       'the headers phase after 0 content events')
         self.assertEqual(server.twins, 1)
 
+    @sans_io
     def test_the_request_target_follows_rfc_9112_host_and_absolute_form(self):
         here = ('127.0.0.1', 9118)
         target = stream_client._exporter._origin_target
@@ -480,6 +491,7 @@ class ExporterCoreTests(unittest.TestCase):
         self.assertEqual(value_of(own, 'stream_exporter_scrape_errors_total', reason='bad_request'), 2)
         self.assertEqual(value_of(own, 'stream_exporter_scrape_errors_total', reason='misdirected'), 1)
 
+    @sans_io
     def test_a_run_that_fails_in_the_client_keeps_a_record_and_a_probe_after_sigterm_starts_none(self):
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
         kept, runs = [], []
@@ -497,6 +509,7 @@ class ExporterCoreTests(unittest.TestCase):
         self.assertEqual(exporter.answer('/probe?target=a', None).status, 503)
         self.assertEqual(len(runs), 1)
 
+    @sans_io
     def test_appending_is_only_to_a_file_of_whole_record_lines(self):
         with tempfile.TemporaryDirectory() as tmp:
             lines = Path(tmp, 'lines.jsonl')

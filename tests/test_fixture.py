@@ -23,6 +23,7 @@ from .support import (
     ANSWER, answer, APIS, chunk_json, dechunk, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, HERE, in_threads,
     JSON_ANSWER, mode_runs, parse_all, replay, run_fixture, script_command, script_env, split_capture, SSE_HEAD,
     sse_response, SRC, TOOLS, TRACES, URL_PATHS, Verdict, with_body, AFTER_TOOL_RESULT)
+from .tiers import sans_io
 
 
 def chunk_keys(payload: bytes) -> list[tuple]:
@@ -161,6 +162,7 @@ class FixtureVerdictTests(unittest.TestCase):
                 fixture_server.PACES[pace](handler, iter(writes))
                 self.assertEqual(handler.wfile.writes, grouped)
 
+    @sans_io
     def test_the_timeline_stamps_each_read_with_its_time(self):
         # The reads of one response, each at a made-up time: every event of a read gets that read's time.
         def event(**delta: str) -> bytes:
@@ -213,6 +215,7 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertEqual(sorted(set(modules_connected) - set(modules_at_start)), [])
         self.assertEqual(threads_connected, threads_at_start)
 
+    @sans_io
     def test_buffering_rule(self):
         self.assertEqual([stream_client._record._buffered_delivery(events, reads) for events, reads in
                           ((7, 1), (8, 1), (8, 2), (8, 3), (64, 16), (64, 17), (0, 0))],
@@ -333,6 +336,7 @@ class FixtureVerdictTests(unittest.TestCase):
                 self.assertTrue(record['ok'], record['error'])
                 self.assertEqual(fixture.last_request[1], body)
 
+    @sans_io
     def test_the_url_path_or_api_chooses_the_api(self):
         request = stream_client.prepare('http://127.0.0.1:8000/proxy/v1/responses', 'm', 'p')
         self.assertEqual(request.api, 'responses')
@@ -492,6 +496,7 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertEqual(errors, {"http: expected status 200, got 503 Service Unavailable: 'the fixture in mixed "
                                   "mode served http-error to this request'"})  # the type and code repeated the status
 
+    @sans_io
     def test_a_server_error_kind_is_kept_when_the_status_does_not_say_it(self):
         error = {'message': 'no', 'type': 'BadRequestError', 'code': 400}
         self.assertEqual(stream_client._validator._describe_server_error(error, ('400', 'Bad Request')), "'no' (BadRequestError)")
@@ -752,6 +757,7 @@ class AgentModeTests(unittest.TestCase):
             self.assertFalse(text_cut['ok'])
             self.assertEqual(text_cut['error_layer'], 'transport')
 
+    @sans_io
     def test_the_cut_settings_are_checked(self):
         for settings, words in (({'cut_turn': 0}, 'turn number'), ({'cut_session': 'x'}, 'give cut_turn'),
                                 ({'cut_turn': 2, 'mode': 'ok'}, 'agent mode')):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import stream_client
 from .support import Fixture, run_cli
+from .tiers import sans_io
 
 SECRET = 'tenant-7f3a9c2e41d8'
 
@@ -90,6 +91,7 @@ class HeaderTests(unittest.TestCase):
         self.assertEqual(twice.returncode, 2)
         self.assertIn("--header 'x-a' is given twice", twice.stderr)
 
+    @sans_io
     def test_prepare_takes_headers_keeps_their_names_and_masks_their_values(self):
         request = stream_client.prepare('http://127.0.0.1:8000/v1/chat/completions', 'm', 'p',
                                         headers={'X-Session': SECRET, 'X-Short': 'eu'})

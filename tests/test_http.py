@@ -9,8 +9,10 @@ from stream_client import stream, StreamError
 from stream_client._http import _ChunkedBody, _ContentLengthBody
 from .support import (
     ANSWER_EVENTS, chunked, consume, dechunk, feedings, Fixture, message_of, replay, split_capture, SSE_HEAD, TRACES)
+from .tiers import sans_io
 
 
+@sans_io
 class FramingTests(unittest.TestCase):
     def test_content_length_counts_bytes_and_reports_shortfall_and_overrun(self):
         body = _ContentLengthBody(10)
@@ -152,6 +154,7 @@ STRICT_CASES = {
 
 
 class StrictHttpTests(unittest.TestCase):
+    @sans_io
     def test_each_case_gets_its_layer_at_every_chunking_of_the_layers(self):
         for name, case in STRICT_CASES.items():
             for feeding, chunks in feedings(case.response):
@@ -175,10 +178,12 @@ class StrictHttpTests(unittest.TestCase):
         self.assertTrue(record['ok'], record['error'])
         self.assertEqual((record['http']['status'], record['http']['interim']), (200, [102, 103]))
 
+    @sans_io
     def test_an_obs_fold_joins_its_value_with_a_space(self):
         head = stream_client._http._ResponseHeadParser().feed(SSE_HEAD + b'X-Long: a \r\n\t b\r\n\r\n')
         self.assertEqual(head.get('x-long'), 'a b')
 
+    @sans_io
     def test_a_field_is_found_by_its_name_in_any_case_with_every_line_in_order(self):
         head = stream_client._http._ResponseHeadParser().feed(
             SSE_HEAD + b'Via: 1.1 a\r\nConnection: keep-alive, Upgrade\r\nvia: 1.1 b\r\nconnection: close\r\n'

@@ -11,6 +11,7 @@ import unittest
 from pathlib import Path
 
 from .support import CLIENT, FIXTURE_SCRIPT, HERE, run_cli, script_command, script_env
+from .tiers import sans_io
 
 MANIFEST = HERE / 'deploy' / 'kubernetes' / 'stream-client-job.json'
 INDEX_ANNOTATION = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
@@ -32,6 +33,7 @@ def expand(text: str, env: dict[str, str]) -> str:
 
 
 class ManifestTests(unittest.TestCase):
+    @sans_io
     def test_the_manifest_is_an_indexed_job_of_the_one_file_in_a_stock_image(self):
         job, container, claim = manifest()
         spec, pod = job['spec'], job['spec']['template']['spec']

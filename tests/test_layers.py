@@ -5,13 +5,19 @@ import ast
 import contextlib
 import functools
 import io
+import os
+import socket
+import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 from pathlib import Path
 from unittest import mock
 
 from .support import AMALGAMATE, CLIENT, HERE
+from .tiers import sans_io, tier_suite
 
 
 SOURCE = HERE / 'src' / 'stream_client'
@@ -23,6 +29,7 @@ def built() -> list:
     return AMALGAMATE.build(AMALGAMATE.load_package())
 
 
+@sans_io
 @unittest.skipUnless(SOURCE.is_dir(), 'src/ is not beside this file (a copy of the shipped files)')
 class LayerTests(unittest.TestCase):
     """The package in src/ is layered, and stream_client.py is what it builds (tools/amalgamate.py)."""
@@ -91,3 +98,52 @@ class LayerTests(unittest.TestCase):
                         self.assertRaises(AMALGAMATE.AmalgamationError) as caught:
                     AMALGAMATE.build(AMALGAMATE.load_package(Path(tmp)))
                 self.assertIn(message, str(caught.exception))
+
+
+# The modules of the sans-IO core, which take bytes, events, records and files and return results: none of
+# them imports what waits or talks (docs/development.md).
+SANS_IO_MODULES = ('_limits', '_sse', '_json', '_ecma', '_schema', '_dialects', '_validator', '_chat', '_responses',
+                   '_messages', '_answer', '_http', '_reader', '_verdict', '_gates', '_plan', '_summary',
+                   '_comparison', '_workloads')
+WAITING_OR_TALKING = ('socket', 'ssl', 'threading', 'select', 'time', 'subprocess', 'asyncio')
+
+
+class TierTests(unittest.TestCase):
+    """The core tier (python3 -m unittest tests.core) is sans-IO, and so are the modules it tests."""
+
+    def test_the_core_tier_opens_no_socket_starts_no_thread_or_process_and_never_sleeps(self):
+        seen: list[tuple[str, str]] = []  # (test, what it did)
+        current, here = [''], threading.current_thread()
+
+        def watched(what: str, real):
+            def call(*args, **kwargs):
+                if threading.current_thread() is here:  # a thread the core started would be seen starting here;
+                    seen.append((current[0], what))     # one left by a loopback test that ran before is not its
+                return real(*args, **kwargs)
+            return call
+
+        class Watching(unittest.TestResult):
+            def startTest(self, test) -> None:
+                current[0] = test.id()
+                super().startTest(test)
+        suite, result = tier_suite(unittest.TestLoader(), core=True), Watching()
+        with mock.patch.object(socket.socket, '__init__', watched('a socket', socket.socket.__init__)), \
+                mock.patch.object(threading.Thread, 'start', watched('a thread', threading.Thread.start)), \
+                mock.patch.object(subprocess.Popen, '__init__', watched('a process', subprocess.Popen.__init__)), \
+                mock.patch.object(os, 'fork', watched('a fork', os.fork)), \
+                mock.patch.object(time, 'sleep', watched('a sleep', time.sleep)):
+            suite.run(result)
+        self.assertGreater(result.testsRun, 150)
+        self.assertEqual((result.errors, result.failures), ([], []))
+        self.assertEqual(seen, [])
+
+    @sans_io
+    def test_the_sans_io_modules_import_nothing_that_waits_or_talks(self):
+        for name in SANS_IO_MODULES:
+            tree = ast.parse((SOURCE / f'{name}.py').read_text(encoding='utf-8'))
+            imported = {alias.name.split('.')[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                        for alias in node.names}
+            imported |= {node.module.split('.')[0] for node in ast.walk(tree)
+                         if isinstance(node, ast.ImportFrom) and not node.level and node.module}
+            with self.subTest(module=name):
+                self.assertEqual(sorted(imported & set(WAITING_OR_TALKING)), [])

@@ -29,6 +29,7 @@ from .support import (
     answer, ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, PageReader,
     resolving_llm_test_to_loopback, row, run_building_fails_for, run_cli, run_in_process, run_in_terminal, script_command, script_env,
     sse_response, TRACES, URL_PATHS)
+from .tiers import sans_io
 
 
 class LoadTests(unittest.TestCase):
@@ -177,6 +178,7 @@ class LoadTests(unittest.TestCase):
         self.assertEqual(str(caught.exception), 'connect: plain http is allowed only to loopback addresses, but '
                                                 'llm.test connected to 192.0.2.7:8000; nothing was sent')
 
+    @sans_io
     def test_failed_runs_stay_out_of_the_latency_figures(self):
         summary = stream_client.Summary()
         base = {'started_at': '2026-11-30T10:00:00.000Z', 'event_gaps_ms': [1.0], 'content_events': 2,
@@ -191,17 +193,19 @@ class LoadTests(unittest.TestCase):
         self.assertEqual(result['not_ok_by_kind'], {'body_truncated': 1})
         self.assertEqual((result['wall_s'], result['completion_tokens_per_s']), (9.0, round(3 / 9, 3)))
 
+    @sans_io
     def test_a_kept_connection_shut_by_a_cancel_is_an_interruption_not_a_stale_connection(self):
         cancel = stream_client.Cancel()
         x = fake_exchange('HEADERS', reused=True, idle_s=0.0, cancel=cancel,
                           connection=types.SimpleNamespace(requests=29))
-        self.assertEqual(stream_client._verdict._exchange_failure(ConnectionResetError(104, 'reset'), x).kind,
+        self.assertEqual(stream_client._failures._exchange_failure(ConnectionResetError(104, 'reset'), x).kind,
                          'stale_connection')  # before any cancel: the server closed it while idle
         cancel.cancel('SIGINT')
-        failure = stream_client._verdict._exchange_failure(ConnectionResetError(104, 'reset'), x)
+        failure = stream_client._failures._exchange_failure(ConnectionResetError(104, 'reset'), x)
         self.assertEqual((failure.layer, failure.kind), ('interrupted', 'interrupted'))
         self.assertEqual(failure.message, 'SIGINT during the headers phase after 0 content events')
 
+    @sans_io
     def test_the_mean_in_flight_is_the_runs_durations_over_the_wall_time(self):
         summary = stream_client.Summary()
         for start, duration in (('00.000', 1000.0), ('00.500', 1000.0), ('01.000', 500.0), ('02.000', None)):
@@ -211,6 +215,7 @@ class LoadTests(unittest.TestCase):
         self.assertEqual(result['wall_s'], 2.0)  # from the first start to the last end
         self.assertEqual(result['mean_in_flight'], round(2.5 / 2.0, 3))  # failed runs were in flight too
 
+    @sans_io
     def test_percentiles_use_the_nearest_rank(self):
         values = list(range(1, 101))
         self.assertEqual(stream_client._summary._percentiles(values), {'p50': 50, 'p90': 90, 'p99': 99, 'max': 100})
@@ -498,6 +503,7 @@ class LoadTests(unittest.TestCase):
         view.verdict(fake_record(0))
         self.assertTrue(view._timer.finished.is_set())  # the verdict cancelled the notice
 
+    @sans_io
     def test_the_tables_fit_80_columns(self):
         summary = stream_client.Summary()
         for run in range(30):
@@ -511,6 +517,7 @@ class LoadTests(unittest.TestCase):
         for line in stream_client._views._compare_table(['before.json', 'after.json'], records).splitlines():
             self.assertLessEqual(len(line), stream_client._summary._TERMINAL_COLUMNS, line)
 
+    @sans_io
     def test_a_summary_counts_the_runs_each_load_planned(self):
         def line(run: int, load_id: str | None, runs: int) -> dict:
             record = fake_record(run)
@@ -547,6 +554,7 @@ class LoadTests(unittest.TestCase):
                                   cwd=self.tmp.name)
                 self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
 
+    @sans_io
     def test_warm_up_runs_are_left_out_of_the_gates_and_the_report(self):
         records = [{**fake_record(run, ok=run >= 2, error=None if run >= 2 else 'transport: cut'),
                     'warmup': run < 2} for run in range(6)]
@@ -690,6 +698,7 @@ class GoodputTests(unittest.TestCase):
                 self.assertEqual((summary['ok'], summary['good'], summary['goodput_per_s']), (0, 0, 0.0))
                 self.assertEqual(summary['first_chunk_good'], 6)  # what a first-chunk tool reports
 
+    @sans_io
     def test_a_bound_on_a_figure_the_run_lacks_is_not_met(self):
         ok = {'ok': True, 'first_text_ms': 10.0, 'duration_ms': 50.0, 'mean_event_gap_ms': None,
               'max_event_gap_ms': None}
@@ -699,6 +708,7 @@ class GoodputTests(unittest.TestCase):
         self.assertFalse(stream_client._summary._meets_slos(ok, (('duration_ms', 49.9),)))
         self.assertTrue(stream_client._summary._meets_slos(ok, (('duration_ms', 50.0),)))
 
+    @sans_io
     def test_the_saturation_step_is_the_last_under_capacity_and_says_what_failed_next(self):
         def step(rate, attainment, achieved=None, scheduled=None, interrupted=False):
             return {'rate': rate, 'slo_attainment': attainment, 'achieved_rate': rate if achieved is None else achieved,
@@ -721,6 +731,7 @@ class GoodputTests(unittest.TestCase):
                 self.assertEqual((found['rate'], found['exceeded_at']), (rate, exceeded))
                 self.assertIn(why, found['why'])
 
+    @sans_io
     def test_the_schedule_of_a_timed_step_is_computed_in_advance(self):
         self.assertEqual(stream_client._load._scheduled_runs(4, 'constant', 0, 1.0), 4)
         self.assertEqual(stream_client._load._scheduled_runs(4, 'constant', 0, 1.01), 5)
@@ -829,6 +840,7 @@ class GoodputTests(unittest.TestCase):
                 refused = run_cli('--fixture', 'ok', *args, '--output', 'no.jsonl', cwd=self.tmp.name)
                 self.assertEqual((refused.returncode, refused.stderr.count('\n')), (2, 1), refused.stderr)
 
+    @sans_io
     def test_the_knee_is_the_last_concurrency_whose_goodput_grew_by_half_its_share(self):
         def levels(*goodputs: tuple[int, float]) -> list[dict]:
             return [{'concurrency': c, 'goodput_per_s': g, 'latency_ms': {'first_text_ms': {'p50': 10.0 * c}}}
@@ -850,6 +862,7 @@ class GoodputTests(unittest.TestCase):
                 self.assertEqual((found['concurrency'], found['past']), (knee, past))
                 self.assertIn(why, found['why'])
 
+    @sans_io
     def test_a_capacity_search_bisects_on_its_probes_verdicts(self):
         # The search's decisions from given verdicts: a server whose capacity is 40 runs/s passes every probe
         # at or under 40 and fails every one above, however fast the machine that runs the test.
@@ -936,6 +949,7 @@ class GoodputTests(unittest.TestCase):
         self.assertTrue(step.endswith('  cut'), table)
         self.assertLessEqual(len(step), stream_client._summary._TERMINAL_COLUMNS)
 
+    @sans_io
     def test_a_cancel_calls_its_hooks_once_at_once(self):
         cancel, called = stream_client.Cancel(), []
         cancel.on_cancel(lambda reason: called.append(('before', reason)))
@@ -976,6 +990,7 @@ class GoodputTests(unittest.TestCase):
         self.assertFalse(load.is_alive())
         self.assertLessEqual({record['error_layer'] for record in records}, {'interrupted'})  # stalled: only the cancel ends them
 
+    @sans_io
     def test_telling_workers_that_have_all_ended_is_no_error(self):
         read, write = os.pipe()
         os.close(read)  # every worker has ended: EPIPE
@@ -1103,6 +1118,7 @@ class GoodputTests(unittest.TestCase):
         self.assertTrue(all('SIGINT' in record['error'] for record in interrupted))
         self.assertEqual((summary['runs'], summary['planned_runs']), (len(records), 200))
 
+    @sans_io
     def test_sweep_and_slo_flags_that_do_not_fit_exit_2_with_one_line(self):
         cases = {'unknown figure': ['--runs', '2', '--slo', 'ttft=100'], 'no bound': ['--runs', '2', '--slo', 'duration_ms'],
                  'negative bound': ['--runs', '2', '--slo', 'duration_ms=-5'], 'bound twice':
@@ -1135,6 +1151,7 @@ class SummaryReadingTests(unittest.TestCase):
         (self.dir / name).write_bytes(b''.join((line if isinstance(line, bytes) else json.dumps(line).encode())
                                                + b'\n' for line in lines))
 
+    @sans_io
     def test_a_field_of_the_wrong_type_is_one_line_naming_the_file_the_line_and_the_field(self):
         def edited(**fields) -> dict:
             record = fake_record(1)
@@ -1195,6 +1212,7 @@ class SummaryReadingTests(unittest.TestCase):
         whole = run_cli('--summary', 'load.jsonl', cwd=self.tmp.name)
         self.assertEqual((whole.returncode, whole.stderr), (0, ''))
 
+    @sans_io
     def test_a_cut_line_is_named_skipped_and_counted_and_the_rest_summarized(self):
         records = [fake_record(run) for run in range(4)]
         whole = [json.dumps(record, ensure_ascii=False).encode() for record in records]

@@ -6,12 +6,14 @@ import unittest
 import stream_client
 from stream_client import StreamError
 from .support import ANSWER, message_end, message_event, message_of, MESSAGE_START, TEXT_BLOCK, text_delta, WEATHER
+from .tiers import sans_io
 
 
 TOOL_BLOCK = message_event('content_block_start', content_block={'type': 'tool_use', 'id': 'toolu_1',
                                                                  'name': 'get_weather', 'input': {}}, index=0)
 
 
+@sans_io
 class MessagesEventsTests(unittest.TestCase):
     """The Anthropic Messages API's stream rules, without a socket."""
 

@@ -12,6 +12,7 @@ import stream_client
 from stream_client import UsageError
 from stream_client._plan import _parse_shard, _parse_start_at, _plan_id
 from .support import CLIENT, FIXTURE_SCRIPT, run_cli, run_in_terminal, script_command, script_env
+from .tiers import sans_io
 
 RUNS, SHARDS = 400, 4
 
@@ -30,6 +31,7 @@ def schedule(records: list[dict]) -> dict[int, tuple]:
             for record in records}
 
 
+@sans_io
 class ShardTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:
@@ -111,6 +113,7 @@ class ShardTests(unittest.TestCase):
 
 
 class PlanFlagTests(unittest.TestCase):
+    @sans_io
     def test_shard_and_start_at_are_read_strictly(self):
         self.assertEqual(_parse_shard('3/4'), (3, 4))
         for text in ('4/4', '-1/4', '1', '1/0', 'a/b', '1/4/2', ' 1/4'):
@@ -126,6 +129,7 @@ class PlanFlagTests(unittest.TestCase):
             with self.subTest(start_at=text), self.assertRaisesRegex(UsageError, message):
                 _parse_start_at(text, now)
 
+    @sans_io
     def test_the_plan_id_follows_what_fixes_the_runs_and_nothing_else(self):
         request = stream_client.prepare('http://127.0.0.1:8000/v1/chat/completions', 'm', 'p')
         load = stream_client.LoadSettings(runs=10, rate=5.0, seed=1)
@@ -146,6 +150,7 @@ class PlanFlagTests(unittest.TestCase):
         self.assertIn('runs 2/2  ok 2', screen)
         self.assertNotIn('/8', screen)
 
+    @sans_io
     def test_load_settings_check_their_shard_and_start(self):
         for shard in ((1, 1), (0, 0), (-1, 2), [0, 2], (True, 2), (0, 2.0)):
             with self.subTest(shard=shard), self.assertRaisesRegex(ValueError, '^shard must be'):
@@ -153,6 +158,7 @@ class PlanFlagTests(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, '^start_at must be'):
             stream_client.LoadSettings(runs=4, start_at=float('nan'))
 
+    @sans_io
     def test_a_shard_that_cannot_be_sent_is_refused_before_anything_is_sent(self):
         cases = {('--shard', '0/2'): '--shard is for a load',
                  ('--start-at', start_in(60)): '--start-at is for a load',

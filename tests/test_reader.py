@@ -16,6 +16,7 @@ from stream_client import stream
 from .support import (
     APIS, capture_events, CHUNKED, chunked, consume, Fixture, HERE, LoopbackServer, message_end, message_event,
     MESSAGE_START, R2, sse_response, TEXT_BLOCK, text_delta, TRACES, with_data)
+from .tiers import sans_io
 
 
 def capture_api(name: str) -> str:
@@ -125,6 +126,7 @@ FUZZ_SCALE = int(os.environ.get('FUZZ_SCALE', '1'))  # FUZZ_SCALE=20 python3 -m 
 
 
 class FuzzTests(unittest.TestCase):
+    @sans_io
     def test_truncated_responses_are_never_complete(self):
         responses = framed_responses()
         self.assertEqual({api for _, _, api in responses}, set(APIS))
@@ -135,6 +137,7 @@ class FuzzTests(unittest.TestCase):
                 verdict = consume([response[:offset]], api)
                 self.assertIsNotNone(verdict, f'{name} cut at {offset} of {len(response)} was judged complete')
 
+    @sans_io
     def test_mutated_and_rechunked_responses_only_raise_stream_errors(self):
         rng = random.Random(6)
         responses = framed_responses()
@@ -291,12 +294,14 @@ class HostileCaseTests(unittest.TestCase):
     def expected(self, case: dict) -> tuple:
         return case['expect_ok'], case['expect_layer'], HOSTILE_KINDS.get(case['file'][:2])
 
+    @sans_io
     def test_the_suite_is_whole(self):
         self.assertGreaterEqual(len(HOSTILE_CASES), 45)
         self.assertEqual({case['file'] for case in HOSTILE_CASES}, {path.name for path in (HOSTILE / 'cases').glob('*.http')})
         not_ok = {case['file'][:2] for case in self.single_runs() if not case['expect_ok']}
         self.assertEqual(not_ok, set(HOSTILE_KINDS))
 
+    @sans_io
     def test_each_hostile_stream_gets_its_verdict_whole_and_split(self):
         for case in self.single_runs():
             raw = (HOSTILE / 'cases' / case['file']).read_bytes()
@@ -422,6 +427,7 @@ class GrammarCaseTests(unittest.TestCase):
                                      record['error'])
 
 
+@sans_io
 class StrayErrorTests(unittest.TestCase):
     """A server error written outside SSE fails as an error event does, with the server's message."""
 

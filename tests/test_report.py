@@ -12,6 +12,7 @@ from pathlib import Path
 
 import stream_client
 from .support import fake_record, Fixture, PageReader, run_cli
+from .tiers import sans_io
 
 
 class ReportTests(unittest.TestCase):
@@ -63,6 +64,7 @@ class ReportTests(unittest.TestCase):
         self.assertEqual((self.dir / 'split.html').read_text(), (self.dir / 'whole.html').read_text())
         self.assertEqual(PageReader((self.dir / 'whole.html').read_text()).rows, 20)
 
+    @sans_io
     def test_beyond_two_thousand_runs_the_timeline_is_a_sample_and_says_so(self):
         summary = stream_client.Summary()
         report = stream_client.Report(summary)
@@ -78,6 +80,7 @@ class ReportTests(unittest.TestCase):
         self.assertEqual(reader.cell('not ok: transport'), '250')
         self.assertIn('250 runs, 1 distinct message', page)
 
+    @sans_io
     def test_the_layers_colours_are_far_apart(self):
         def rgb(colour: str) -> tuple[int, ...]:
             return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
@@ -86,6 +89,7 @@ class ReportTests(unittest.TestCase):
         closest = min(math.dist(rgb(a), rgb(b)) for a, b in itertools.combinations(colours, 2))
         self.assertGreater(closest, 60)  # the four purples and two blacks of before were under 45 apart
 
+    @sans_io
     def test_the_timeline_packs_runs_in_lanes_and_the_axes_have_round_ticks(self):
         summary = stream_client.Summary()
         report = stream_client.Report(summary)

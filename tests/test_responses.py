@@ -8,8 +8,10 @@ import stream_client
 from stream_client import StreamError
 from .support import (
     capture_events, dechunk, feedings, message_of, R2, responses_events, split_capture, TRACES, WEATHER, with_data)
+from .tiers import sans_io
 
 
+@sans_io
 class ResponseEventsTests(unittest.TestCase):
     def outcome(self, events: list, **expect) -> tuple[str | None, str]:
         """(layer, message) of the first failure, or (None, '') when the response is a finished answer."""
@@ -128,6 +130,7 @@ class ResponseEventsTests(unittest.TestCase):
                       self.outcome(capture_events(R2), expect_finish='length', max_tokens=32)[1])
 
 
+@sans_io
 class SplitSurrogatePairTests(unittest.TestCase):
     """JSON escapes a character beyond the BMP as a UTF-16 surrogate pair (RFC 8259, section 7), and a
     byte-level tokenizer may end a delta between the two halves: each delta is then valid JSON holding a

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import stream_client
 from .support import CLIENT, Fixture, run_cli
+from .tiers import sans_io
 
 
 DRAFT_7 = 'http://json-schema.org/draft-07/schema#'
@@ -34,6 +35,7 @@ class JsonSchemaTests(unittest.TestCase):
         self.assertIn(words, str(caught.exception))
         self.assertNotIn('\n', str(caught.exception))
 
+    @sans_io
     def test_the_applicator_and_validation_keywords(self):
         self.verdicts([
             ({'not': {'type': 'string'}}, 'a', '$: expected not to match the schema under "not", got "a"'),
@@ -70,6 +72,7 @@ class JsonSchemaTests(unittest.TestCase):
             ({'items': True, 'maxItems': 2}, [1, 2, 3], 'expected at most 2 items, got 3 items'),
         ])
 
+    @sans_io
     def test_unevaluated_keywords_see_what_every_applicator_evaluated(self):
         schema = {'type': 'object', 'properties': {'kind': {}},
                   'allOf': [{'properties': {'a': {}}}],
@@ -90,6 +93,7 @@ class JsonSchemaTests(unittest.TestCase):
              [0, 'z', 2], None),
         ])
 
+    @sans_io
     def test_references_within_the_document(self):
         self.verdicts([
             ({'$defs': {'a/b': {'type': 'integer'}, 'c~d': {'type': 'string'}, 'e%f': {'type': 'null'}},
@@ -116,6 +120,7 @@ class JsonSchemaTests(unittest.TestCase):
               'type': 'object'}, {'kids': [{'kids': [3]}]}, '$.kids[0].kids[0]: expected object, got 3'),
         ])
 
+    @sans_io
     def test_draft_7_keeps_its_own_rules(self):
         self.verdicts([
             ({'$schema': DRAFT_7, '$ref': '#/definitions/s', 'definitions': {'s': {'type': 'string'}},
@@ -134,6 +139,7 @@ class JsonSchemaTests(unittest.TestCase):
             'a': {'$ref': '#', 'minLength': 5, 'title': 'A'}}}).unchecked,
             ['prefixItems at #', 'minLength at #/properties/a (ignored beside $ref, as draft 7 says)'])
 
+    @sans_io
     def test_patterns_mean_what_ecma_262_says(self):
         self.verdicts([
             ({'pattern': '^[a-z]+$'}, 'abc\n', "$: expected a match of '^[a-z]+$', got \"abc\\n\""),
@@ -157,6 +163,7 @@ class JsonSchemaTests(unittest.TestCase):
             self.refused({'pattern': pattern}, 'invalid', words)
         self.assertIs(stream_client._ecma._ecma_pattern('^x$'), stream_client._ecma._ecma_pattern('^x$'))  # compiled once
 
+    @sans_io
     def test_what_is_refused_and_what_is_only_listed(self):
         for schema, kind, words in (
                 ({'$ref': 'https://example.com/s.json'}, 'remote', "$ref 'https://example.com/s.json' is another "

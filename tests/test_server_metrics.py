@@ -12,6 +12,7 @@ from pathlib import Path
 import fixture_server
 from stream_client._server_metrics import _ExpositionError, _metrics_lines, _parse_exposition, _quantiles, _MetricsSummary
 from .support import Fixture, HERE, LoopbackServer, run_cli, run_in_terminal
+from .tiers import sans_io
 
 TESTDATA = HERE / 'testdata' / 'vllm-0.32.0-cpu'
 
@@ -38,6 +39,7 @@ def scrape_lines(folder: str, name: str = 'load.server-metrics.jsonl') -> list[d
     return [json.loads(line) for line in Path(folder, name).read_text().splitlines()]
 
 
+@sans_io
 class ExpositionTests(unittest.TestCase):
     def test_the_text_format_is_read_with_its_types_labels_escapes_and_special_values(self):
         families = _parse_exposition(VLLM_LIKE)

@@ -14,6 +14,7 @@ from stream_client import UsageError
 from stream_client._workloads import _Conversation, _parse_sessions
 from .support import (arguments, chunk_json, Fixture, HERE, LoopbackServer, MESSAGE_START, message_end, message_event,
                       opening, run_cli, sse_response, TEXT_BLOCK, text_delta, URL_PATHS)
+from .tiers import sans_io
 
 SESSION_APIS = ('chat', 'messages', 'responses')
 RESULTS = [{'temp': 20}, 'sunny']  # get_weather's results, consumed in order (the last repeats)
@@ -501,6 +502,7 @@ class SessionFileTests(unittest.TestCase):
                 'tool_results': {'f': 'x'}}
         self.check_refused(json.dumps(line) + '\n', 'line 1: tools[0]')
 
+    @sans_io
     def test_the_results_of_a_tool_are_consumed_in_order_and_the_last_repeats(self):
         from stream_client._workloads import _ToolResults
         session = _parse_sessions('f', json.dumps(session_line(0)))[0]
@@ -509,6 +511,7 @@ class SessionFileTests(unittest.TestCase):
         with self.assertRaises(UsageError):
             _parse_sessions('f', json.dumps({**session_line(0), 'tool_results': {'get_weather': []}}))
 
+    @sans_io
     def test_the_conversation_of_each_api(self):
         calls = [('c1', 'get_weather', '{"city": "Paris"}')]
         shapes = {}

@@ -8,6 +8,7 @@ import unittest
 import stream_client
 from stream_client import Events, MAX_EVENT_CHARS, MAX_LINE_CHARS, StreamError
 from .support import chunk_json, dechunk, feedings, message_of, parse_all, split_capture, SSE_HEAD, TRACES
+from .tiers import sans_io
 
 
 def reference_events(text: str) -> tuple[list[str], bool]:
@@ -35,6 +36,7 @@ def reference_events(text: str) -> tuple[list[str], bool]:
     return events, not line and not data
 
 
+@sans_io
 class ParserTests(unittest.TestCase):
     MIXED = ('\ufeff: comment\rdata: one \u2713\rdata: two\r\rdata: three\n\n'
              'data: four\r\n\r\nevent: x\nid: 7\ndata:five\n\n').encode()
@@ -173,6 +175,7 @@ class ParserTests(unittest.TestCase):
             self.assertEqual(parser.pending() is None, at_boundary, repr(text))
 
 
+@sans_io
 class StrayLineTests(unittest.TestCase):
     """Lines outside SSE that look like a server's error are ignored as SSE says, but kept (bounded)."""
 

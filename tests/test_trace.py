@@ -15,6 +15,7 @@ import stream_client
 from stream_client._trace import _trace_offsets, _trace_prompts, _Tokenizer
 from stream_client._workloads import _parse_trace, _prompt_words
 from .support import Fixture, LoopbackServer, run_building_fails_for, run_cli
+from .tiers import sans_io
 
 BLOCK = 16
 
@@ -165,6 +166,7 @@ class TraceReplayTests(unittest.TestCase):
                                                                    '--trace (docs/cli.md#flags-and-workloads)']))
 
 
+@sans_io
 class TracePromptTests(unittest.TestCase):
 
     def test_a_block_s_words_depend_on_its_id_alone_and_never_change(self):

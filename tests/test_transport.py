@@ -29,6 +29,7 @@ from .support import (
     answer, ANSWER_EVENTS, arguments, chunk_json, chunked, CLIENT, Fixture, in_threads, LoopbackServer, replay,
     resolving_llm_test_to_loopback, run_cli, ScriptedSocket, split_capture, SSE_HEAD, sse_response, tcp_pair, TLS,
     TRACES, TwinServer)
+from .tiers import sans_io
 
 
 def answer_options(capture: str) -> dict:
@@ -257,6 +258,7 @@ class CaptureReplayTests(unittest.TestCase):
             record = stream(f'http://[::1]:{port}/v1/chat/completions', 'm', 'p')
             self.assertIn(f'cannot connect to [::1]:{port}: ', record['error'])
 
+    @sans_io
     def test_a_url_without_scheme_or_path_gets_an_example(self):
         for url, hint in (('localhost:8000', 'did you mean http://localhost:8000/v1/chat/completions?'),
                           ('http://127.0.0.1:8000/v1', 'did you mean /v1/chat/completions?'),
@@ -265,6 +267,7 @@ class CaptureReplayTests(unittest.TestCase):
                 stream_client.prepare(url, 'm', 'p')
             self.assertIn(hint, str(caught.exception))
 
+    @sans_io
     def test_invalid_arguments_raise_before_connecting(self):
         bad = [('ftp://127.0.0.1/v1/chat/completions', {}), ('https://user:secret@example.com/v1/chat/completions', {}),
                ('http://192.0.2.1:8000/v1/chat/completions', {}), ('http://127.0.0.1:8000/x?q=1', {}),
@@ -610,6 +613,7 @@ class TlsClosureTests(unittest.TestCase):
         with Fixture(replay=self.FRAMINGS['the close']) as fixture:
             self.assertTrue(stream(fixture.url, 'm', 'p')['ok'])
 
+    @sans_io
     @unittest.skipUnless(hasattr(ssl, 'OP_IGNORE_UNEXPECTED_EOF'), 'OpenSSL 3 names the option')
     def test_the_context_reports_an_end_without_close_notify(self):
         lenient = ssl.create_default_context()
@@ -618,6 +622,7 @@ class TlsClosureTests(unittest.TestCase):
             context = stream_client._request._ssl_context(None)
         self.assertFalse(context.options & ssl.OP_IGNORE_UNEXPECTED_EOF)
 
+    @sans_io
     def test_the_reader_is_told_of_an_incomplete_close(self):
         for framing, expected in (('the close', 'tls_truncated'), ('content-length', None), ('chunked', None)):
             with self.subTest(framing=framing):
@@ -801,6 +806,7 @@ class ArrivalStampTests(unittest.TestCase):
         for sock in cls.keeper:
             sock.close()
 
+    @sans_io
     def test_a_kernel_stamp_is_taken_only_between_the_latest_stamp_and_the_reads_return(self):
         timeline, offset = stream_client._exchange._Timeline(), 1_700_000_000 * 10**9  # the wall clock's lead
         self.assertIsNone(timeline.read_stamps)
@@ -913,6 +919,7 @@ class ArrivalStampTests(unittest.TestCase):
         self.assertEqual(during, [False])  # no worker got in while the reactor fed the read
         self.assertTrue(entered.is_set())  # one did once the reactor waited again
 
+    @sans_io
     def test_a_worker_lets_the_gate_go_to_send_a_request_that_may_not_fit_the_sockets_buffer(self):
         response = sse_response(b'data: ' + chunk_json(delta={'content': 'hi'}).encode() + b'\n\n'
                                 b'data: ' + chunk_json(finish_reason='stop').encode() + b'\n\ndata: [DONE]\n\n')

@@ -9,8 +9,10 @@ import fixture_server
 import stream_client
 from stream_client import ChatChunks, StreamError
 from .support import arguments, capture_events, chunk_json, message_of, opening, pieces, SSE_HEAD, WEATHER
+from .tiers import sans_io
 
 
+@sans_io
 class ToolCallTests(unittest.TestCase):
     """Tool calls and JSON answers, without a socket: the chat and Responses assembly rules, the
     finished-answer rules, strict JSON and the schema subset."""
@@ -194,6 +196,7 @@ class ToolCallTests(unittest.TestCase):
                     self.assertIsNone(message_of(validator.outcome()))
 
 
+@sans_io
 class AnswerBoundTests(unittest.TestCase):
     """Every answer within the answer bound gets through, on every API, however the server escapes it:
     the Responses API repeats the whole text (or arguments) in one data line of its done events and of

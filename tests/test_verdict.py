@@ -16,6 +16,7 @@ from .support import (
     ANSWER_EVENTS, arguments, capture_events, chunk_json, CHUNKED, chunked, CITY, DONE, fake_exchange, HERE,
     message_end, message_event, MESSAGE_START, opening, R2, responses_events, run_fixture, ScriptedSocket, SSE_HEAD,
     STOP, TEXT, TEXT_BLOCK, text_delta, WEATHER, with_data)
+from .tiers import sans_io
 
 
 def kind_of_events(validator: stream_client.StreamValidator, events: list) -> str | None:
@@ -107,11 +108,11 @@ FUNCTION_ITEM = {'type': 'response.output_item.added', 'output_index': 0,
 # One way to produce each kind of failure, through the code that reports it. Each row is
 # (kind, a producer returning the kind that the client reported).
 FAILURE_PRODUCERS = {
-    'connect_failed': lambda: stream_client._verdict._classify(ConnectionRefusedError(111, 'refused'),
+    'connect_failed': lambda: stream_client._failures._classify(ConnectionRefusedError(111, 'refused'),
                                                       fake_exchange('CONNECT')).kind,
     'not_loopback': lambda: kind_raised(lambda: stream_client._transport._check_plain_peer(
         types.SimpleNamespace(peer_ip='192.0.2.7', peer='192.0.2.7:80'), types.SimpleNamespace(host='x.test'))),
-    'proxy_unreachable': lambda: stream_client._verdict._classify(ConnectionRefusedError(111, 'refused'),
+    'proxy_unreachable': lambda: stream_client._failures._classify(ConnectionRefusedError(111, 'refused'),
                                                          fake_exchange('CONNECT', proxy=True)).kind,
     'proxy_closed': lambda: kind_raised(lambda: stream_client._transport._open_tunnel(ScriptedSocket(),
                                                                            fake_exchange('PROXY', proxy=True))),
@@ -121,10 +122,10 @@ FAILURE_PRODUCERS = {
         ScriptedSocket(b'HTTP/1.1 407 Proxy Authentication Required\r\n\r\n'), fake_exchange('PROXY', proxy=True))),
     'proxy_extra_bytes': lambda: kind_raised(lambda: stream_client._transport._open_tunnel(
         ScriptedSocket(b'HTTP/1.1 200 OK\r\n\r\nearly'), fake_exchange('PROXY', proxy=True))),
-    'proxy_tunnel_failed': lambda: stream_client._verdict._classify(ConnectionResetError(104, 'reset'),
+    'proxy_tunnel_failed': lambda: stream_client._failures._classify(ConnectionResetError(104, 'reset'),
                                                            fake_exchange('PROXY', proxy=True)).kind,
-    'certificate_invalid': lambda: stream_client._verdict._classify(_certificate_error(), fake_exchange('TLS')).kind,
-    'tls_failed': lambda: stream_client._verdict._classify(_tls_error(), fake_exchange('TLS')).kind,
+    'certificate_invalid': lambda: stream_client._failures._classify(_certificate_error(), fake_exchange('TLS')).kind,
+    'tls_failed': lambda: stream_client._failures._classify(_tls_error(), fake_exchange('TLS')).kind,
     'head_too_long': lambda: kind_of_response(SSE_HEAD + b'X-Long: ' + b'a' * 70_000),
     'unexpected_101': lambda: kind_of_response(b'HTTP/1.1 101 Switching Protocols\r\n\r\n'),
     'bad_status_line': lambda: kind_of_response(b'HTTX/1.1 200 OK\r\n\r\n'),
@@ -137,11 +138,11 @@ FAILURE_PRODUCERS = {
     'bad_content_length': lambda: kind_of_response(SSE_HEAD + b'Content-Length: five\r\n\r\n'),
     'content_type': lambda: kind_of_response(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{}'),
     'status_not_200': lambda: kind_of_response(b'HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n'),
-    'no_response_head': lambda: stream_client._verdict._classify(ConnectionResetError(104, 'reset'),
+    'no_response_head': lambda: stream_client._failures._classify(ConnectionResetError(104, 'reset'),
                                                         fake_exchange('HEADERS')).kind,
     'no_response': lambda: kind_of_response(b''),
     'eof_in_head': lambda: kind_of_response(b'HTTP/1.1 200 OK\r\n'),
-    'stale_connection': lambda: stream_client._verdict._exchange_failure(
+    'stale_connection': lambda: stream_client._failures._exchange_failure(
         ConnectionResetError(104, 'reset'), fake_exchange('HEADERS', reused=True, idle_s=2.0,
                                                           connection=types.SimpleNamespace(requests=2))).kind,
     'body_truncated': lambda: kind_of_response(SSE_HEAD + b'Content-Length: 10\r\n\r\ndata'),
@@ -159,9 +160,9 @@ FAILURE_PRODUCERS = {
     'trailer_too_long': lambda: kind_of_response(CHUNKED + b'0\r\n' + b'X-T: ' + b'a' * 4000 + b'\r\n' * 1
                                                  + (b'X-T: ' + b'a' * 4000 + b'\r\n') * 5),
     'bad_trailer_line': lambda: kind_of_response(CHUNKED + b'0\r\nno colon\r\n\r\n'),
-    'connection_failed': lambda: stream_client._verdict._classify(ConnectionResetError(104, 'reset'),
+    'connection_failed': lambda: stream_client._failures._classify(ConnectionResetError(104, 'reset'),
                                                          fake_exchange('BODY')).kind,
-    'unended_after_terminal': lambda: stream_client._verdict._timeout_failure(_done_but_unended()).kind,
+    'unended_after_terminal': lambda: stream_client._failures._timeout_failure(_done_but_unended()).kind,
     'line_too_long': lambda: kind_raised(lambda: Events().feed(b'x' * (MAX_LINE_CHARS + 1))),
     'event_too_long': lambda: with_bound('MAX_EVENT_CHARS', 1000, lambda: kind_raised(
         lambda: Events().feed((b'data: ' + b'x' * 600 + b'\n') * 2))),
@@ -237,14 +238,14 @@ FAILURE_PRODUCERS = {
     'answer_not_json': lambda: kind_of_events(ChatChunks(spec=CITY), [TEXT, STOP, DONE]),
     'answer_schema': lambda: kind_of_events(ChatChunks(spec=CITY), [chunk_json(delta={'content': '{"city": 3}'}),
                                                                     STOP, DONE]),
-    'connect_timeout': lambda: stream_client._verdict._timeout_failure(fake_exchange('CONNECT')).kind,
-    'proxy_timeout': lambda: stream_client._verdict._timeout_failure(fake_exchange('PROXY', proxy=True)).kind,
-    'tls_timeout': lambda: stream_client._verdict._timeout_failure(fake_exchange('TLS')).kind,
-    'headers_timeout': lambda: stream_client._verdict._timeout_failure(fake_exchange('HEADERS')).kind,
-    'idle_timeout': lambda: stream_client._verdict._timeout_failure(fake_exchange('BODY')).kind,
-    'deadline': lambda: stream_client._verdict._timeout_failure(fake_exchange('BODY', started_ago=10.0)).kind,
-    'interrupted': lambda: stream_client._verdict._interruption(fake_exchange('BODY'), 'SIGINT').kind,
-    'client_error': lambda: stream_client._verdict._classify(ValueError('a bug'), fake_exchange('BODY')).kind,
+    'connect_timeout': lambda: stream_client._failures._timeout_failure(fake_exchange('CONNECT')).kind,
+    'proxy_timeout': lambda: stream_client._failures._timeout_failure(fake_exchange('PROXY', proxy=True)).kind,
+    'tls_timeout': lambda: stream_client._failures._timeout_failure(fake_exchange('TLS')).kind,
+    'headers_timeout': lambda: stream_client._failures._timeout_failure(fake_exchange('HEADERS')).kind,
+    'idle_timeout': lambda: stream_client._failures._timeout_failure(fake_exchange('BODY')).kind,
+    'deadline': lambda: stream_client._failures._timeout_failure(fake_exchange('BODY', started_ago=10.0)).kind,
+    'interrupted': lambda: stream_client._failures._interruption(fake_exchange('BODY'), 'SIGINT').kind,
+    'client_error': lambda: stream_client._failures._classify(ValueError('a bug'), fake_exchange('BODY')).kind,
     'budget_used_by_tool_call': lambda: answer_problem_kind(ChatChunks(max_tokens=5, spec=WEATHER), [
         opening(), arguments('{"city": "Paris"}'), chunk_json(finish_reason='tool_calls'),
         '{"choices": [], "usage": {"completion_tokens": 5}}', '[DONE]']),
@@ -266,12 +267,14 @@ FAILURE_PRODUCERS = {
 class FailureKindTests(unittest.TestCase):
     """The table of failures: every kind is produced by the code that reports it, in its layer."""
 
+    @sans_io
     def test_every_kind_in_the_table_is_produced(self):
         self.assertEqual(set(FAILURE_PRODUCERS), set(stream_client.FAILURE_KINDS))
         for kind, produce in FAILURE_PRODUCERS.items():
             with self.subTest(kind):
                 self.assertEqual(produce(), kind)
 
+    @sans_io
     def test_a_kind_belongs_to_one_layer(self):
         for kind, (layer, meaning) in stream_client.FAILURE_KINDS.items():
             with self.subTest(kind):
@@ -283,11 +286,13 @@ class FailureKindTests(unittest.TestCase):
         with self.assertRaises(ValueError):
             StreamError('http', 'x', kind='no_such_kind')
 
+    @sans_io
     def test_the_failures_doc_shows_the_table_row_for_row(self):
         text = (HERE / 'docs' / 'failures.md').read_text()
         rows = re.findall(r'^\| `(\w+)` \| `([\w-]+)` \| (.+) \|$', text, re.M)
         self.assertEqual(rows, [(kind, layer, meaning) for kind, (layer, meaning) in stream_client.FAILURE_KINDS.items()])
 
+    @sans_io
     def test_an_unknown_event_type_is_skipped_and_listed(self):
         for api, events in (('messages', [MESSAGE_START, message_event('content_block_start', index=0, content_block={
                                 'type': 'text', 'text': '', 'citations': []}), text_delta('hi'),
@@ -305,6 +310,7 @@ class FailureKindTests(unittest.TestCase):
                 self.assertEqual(validator.fields()['skipped_events'],
                                  ['thinking_about_it' if api == 'messages' else 'response.new_thing'])
 
+    @sans_io
     def test_judge_gives_a_verdict_on_a_reader_with_no_head(self):
         for fed, kind in ((b'', 'no_response'), (b'HTTP/1.1 200 OK\r\n', 'eof_in_head'),
                           (b'HTTP/1.1 503 Busy\r\nContent-Length: 9\r\n\r\nbusy', 'status_not_200')):

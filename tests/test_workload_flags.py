@@ -17,6 +17,7 @@ import fixture_server
 import stream_client
 from stream_client._workload_flags import _FLAG_TABLE, _LOAD_MAKERS, _WORKLOADS
 from .support import Fixture, HERE, run_cli
+from .tiers import sans_io
 
 COLUMNS = ('one', 'load', 'sessions', 'trace')  # the table's columns, in its order, as the tests name them
 ONE, LOAD, SESSIONS, TRACE = COLUMNS
@@ -273,6 +274,7 @@ class FlagTableTests(unittest.TestCase):
         summary = json.loads(done.stdout) if done.stdout.strip() else {}
         return Ran(done.returncode, summary, records, set(os.listdir(folder)), folder, done.stderr)
 
+    @sans_io
     def test_the_table_has_a_row_for_every_flag_of_a_workload_and_a_cell_for_each_workload(self):
         flags = {option for action in stream_client._args._parser()._actions for option in action.option_strings
                  if option.startswith('--')}
@@ -288,6 +290,7 @@ class FlagTableTests(unittest.TestCase):
                 self.assertEqual(cells[0] == 'load' and cells[1] == 'yes', cells[0] == 'load')
         self.assertEqual(set(SAMPLE), set(_FLAG_TABLE))
 
+    @sans_io
     def test_the_flags_that_make_a_load_make_one(self):
         parser = stream_client._args._parser()
         for flag in _LOAD_MAKERS:
@@ -382,6 +385,7 @@ class FlagTableTests(unittest.TestCase):
                          ({('X-Test',)}, {'strict'}, {6}))
         self.assertEqual({record['cross_check']['same'] for record in ran.records}, {True})
 
+    @sans_io
     def test_docs_cli_shows_the_table(self):
         with open(HERE / 'docs' / 'cli.md', encoding='utf-8') as file:
             doc = file.read()

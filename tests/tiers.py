@@ -1,6 +1,6 @@
 """The suite's two tiers (docs/development.md), as urllib3 keeps test/ and test/with_dummyserver/ apart:
 
-- the core tier, ``python3 -m unittest tests.core``: the test classes marked ``@sans_io``, which feed bytes,
+- the core tier, ``python3 -m unittest tests.core``: the tests (and test classes) marked ``@sans_io``, which feed bytes,
   events, records and files to the sans-IO layers (HTTP, SSE, JSON, the grammars, the validator, schemas,
   the verdict, gates, workload files, the plan, the summary) and open no socket, start no thread or
   process and never sleep (``TierTests`` in test_layers.py runs the tier so watched);
@@ -17,20 +17,25 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def sans_io(cls: type) -> type:
-    """Mark a test class as the core tier's: no socket, thread, process or sleep in any of its tests."""
-    cls.sans_io = True
-    return cls
+def sans_io(test):
+    """Mark a test class, or one test of a class whose other tests need a socket, as the core tier's: no
+    socket, thread, process or sleep in it."""
+    test.sans_io = True
+    return test
+
+
+def is_sans_io(test: unittest.TestCase) -> bool:
+    """Whether a test is the core tier's: its class or its method is marked sans_io."""
+    return bool(getattr(type(test), 'sans_io', False) or getattr(getattr(test, test._testMethodName), 'sans_io', False))
 
 
 def tier_suite(loader: unittest.TestLoader, core: bool) -> unittest.TestSuite:
-    """The test classes of every tests/test_*.py module that are (core) or are not (loopback) marked sans_io."""
+    """The tests of every tests/test_*.py module that are (core) or are not (loopback) the core tier's."""
     suite = unittest.TestSuite()
     for path in sorted(HERE.glob('test_*.py')):
         module = importlib.import_module(f'tests.{path.stem}')
         for name in sorted(vars(module)):
             case = getattr(module, name)
-            if isinstance(case, type) and issubclass(case, unittest.TestCase) and case.__module__ == module.__name__ \
-                    and bool(getattr(case, 'sans_io', False)) == core:
-                suite.addTests(loader.loadTestsFromTestCase(case))
+            if isinstance(case, type) and issubclass(case, unittest.TestCase) and case.__module__ == module.__name__:
+                suite.addTests(test for test in loader.loadTestsFromTestCase(case) if is_sans_io(test) == core)
     return suite

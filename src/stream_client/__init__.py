@@ -46,8 +46,9 @@ _request       ``prepare()`` checks a request before any connection and returns
 _exchange      what one run owns: ``_Exchange``, its ``_Timeline`` (kernel
                arrival stamps where Linux gives them), its connection,
                ``Cancel``, ``KeptConnections`` and the load's ``_Gate``
-_verdict       ``judge()`` decides why a run is not ok, in one place and without
-               I/O; the transport's failures are built next to it
+_verdict       ``judge()`` decides why a run is not ok, in one place and without I/O
+_failures      the transport's failures, next to it: where socket, TLS and clock
+               trouble (timeouts, the deadline, a stale connection, a signal) become failures
 _record        ``_build_record()``: the evidence record of one run
 _transport     ``run()`` and ``stream()``: one request, read under the idle
                timeout and the overall deadline; the cross-check's twin

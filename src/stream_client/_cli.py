@@ -9,13 +9,14 @@ import math
 import os
 import signal
 import sys
+import time
 
 from ._limits import _count, _failure, Interrupted, UsageError
 from ._json import _json_text
 from ._reader import Capture
 from ._request import _DEFAULT_URL, _models_request, _positive_finite, PreparedRequest
 from ._exchange import Cancel
-from ._verdict import _interrupted_before_sending
+from ._failures import _interrupted_before_sending
 from ._record import _failed_record
 from ._transport import run
 from ._plan import _LoadCheck, _planned_steps, _shard_runs
@@ -565,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
                                  'give the evidence a file name')
             _check_workload_flags(parser, args, sys.argv[1:] if argv is None else argv)  # refused before anything
             workload_flag = args.sessions is not None or args.trace is not None
-            steps = None if workload_flag else _planned_steps(args, _repeated(args, _load_settings(args)))
+            steps = None if workload_flag else _planned_steps(args, _repeated(args, _load_settings(args)), time.time())
             if workload_flag:
                 _slo_target(args)  # checked as a load's is
             if args.fixture is not None:

@@ -10,11 +10,11 @@ files and says which shard of a plan is missing or given twice, ``_LoadCheck`` w
 load planned have no record.
 """
 import calendar
+import datetime
 import dataclasses
 import hashlib
 import json
 import re
-import time
 
 from ._limits import UsageError
 from ._record import _utc_iso
@@ -43,7 +43,7 @@ def _parse_start_at(text: str, now: float) -> float:
                          '+00:00, is required)')
     year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
     try:
-        time.strptime(f'{year:04d}-{month:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}', '%Y-%m-%d %H:%M:%S')
+        datetime.datetime(year, month, day, hour, minute, second)
     except ValueError:
         raise UsageError(f'--start-at {text!r} is not a valid date and time') from None
     at = calendar.timegm((year, month, day, hour, minute, second)) + float(match[7] or 0)
@@ -170,9 +170,10 @@ def _of(count: int, planned: int, noun: str) -> str:
     return f'{count} of {planned} planned {noun}s {"has" if count == 1 else "have"}'
 
 
-def _planned_steps(args, steps: list | None) -> list | None:
-    """The load's steps with --shard and --start-at applied (dataclasses.replace on each LoadSettings);
-    UsageError for a combination they do not go with."""
+def _planned_steps(args, steps: list | None, now: float) -> list | None:
+    """The load's steps with --shard and --start-at (read against now, the machine's clock in seconds since
+    the epoch) applied (dataclasses.replace on each LoadSettings); UsageError for a combination they do not
+    go with."""
     if args.shard is None and args.start_at is None:
         return steps
     flags = ' and '.join(flag for flag, value in (('--shard', args.shard), ('--start-at', args.start_at)) if value)
@@ -184,7 +185,7 @@ def _planned_steps(args, steps: list | None) -> list | None:
                          '--duration)' if ' and ' in flags else f'{flags} does not go with --rates: shard a load '
                          'of one rate (--rate with --runs or --duration)')
     shard = (0, 1) if args.shard is None else _parse_shard(args.shard)
-    start_at = None if args.start_at is None else _parse_start_at(args.start_at, time.time())
+    start_at = None if args.start_at is None else _parse_start_at(args.start_at, now)
     if _shard_runs(steps[0].runs, shard) == 0:
         raise UsageError(f'--shard {args.shard}: the load plans {steps[0].runs} runs, so shard {shard[0]} would '
                          'send none; use fewer shards')

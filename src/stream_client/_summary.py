@@ -10,7 +10,6 @@ import collections
 import math
 import statistics
 import textwrap
-import time
 
 from ._limits import _count, FAILURE_KINDS, _shorten, UsageError
 from ._request import _positive_finite
@@ -123,6 +122,9 @@ def _first_chunk_success(record: dict) -> bool:
     return status is not None and 200 <= status < 300 and record.get('first_text_ms') is not None
 
 
+_STAMP_FIELDS = ((0, 4), (5, 2), (8, 2), (11, 2), (14, 2), (17, 2))  # year to second of 2026-12-01T23:50:00
+
+
 class Summary:
     """The aggregate of many runs, built from their records alone, so that --summary recomputes from the
     saved evidence exactly what the load printed. Keeps a few numbers per run, never the records."""
@@ -158,7 +160,7 @@ class Summary:
         """Seconds since the epoch of a record's started_at (UTC, millisecond precision)."""
         second = started_at[:19]
         if second != self._second[0]:  # runs of a load share their seconds: parse each once
-            self._second = (second, calendar.timegm(time.strptime(second, '%Y-%m-%dT%H:%M:%S')))
+            self._second = (second, calendar.timegm(tuple(int(second[at:at + size]) for at, size in _STAMP_FIELDS)))
         return self._second[1] + int(started_at[20:23]) / 1000
 
     def add(self, record: dict) -> None:

@@ -22,8 +22,8 @@ from ._reader import Capture, UnstreamedReader
 from ._request import prepare, PreparedRequest, _twin_with_budget
 from ._exchange import (
     Cancel, _Connection, _Exchange, _Gate, KeptConnections, _OPEN_GATE, _Phase, _recv_stamped, _recv_unstamped)
-from ._verdict import (
-    _classify, compare_twin, _deadline_failure, _exchange_failure, _interrupted_before_sending, _interruption)
+from ._verdict import compare_twin
+from ._failures import _classify, _deadline_failure, _exchange_failure, _interrupted_before_sending, _interruption
 from ._record import _build_record, _source
 
 
