@@ -91,7 +91,8 @@ if sys.version_info < (3, 10):
     sys.exit(f'{os.path.basename(sys.argv[0])}: needs Python 3.10 or newer, not {sys.version.split()[0]}')
 
 from ._limits import (
-    __version__, Interrupted, StreamError, SSEError, SSEDecodeError, LAYERS, FAILURE_KINDS, MAX_LINE_CHARS, MAX_EVENT_CHARS,
+    __version__,  # noqa: F401 -- re-exported: stream_client.__version__, as --version and the records show it
+    Interrupted, StreamError, SSEError, SSEDecodeError, LAYERS, FAILURE_KINDS, MAX_LINE_CHARS, MAX_EVENT_CHARS,
     MAX_TEXT_CHARS, UsageError)
 from ._sse import Events, TypedEvents
 from ._json import SchemaError, strict_json

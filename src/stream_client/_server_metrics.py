@@ -94,7 +94,7 @@ def _parse_exposition(text: str) -> dict[str, dict]:
                     raise _ExpositionError(f'line {number}: malformed labels: {_shorten(repr(line), 60)}')
             rest = rest.lstrip(' \t')[1:]
         fields = rest.split()
-        if not rest[:1] in (' ', '\t') or not 1 <= len(fields) <= 2:
+        if rest[:1] not in (' ', '\t') or not 1 <= len(fields) <= 2:
             raise _ExpositionError(f'line {number}: expected a value (and a timestamp) after the series: '
                                   f'{_shorten(repr(line), 60)}')
         value = _value(fields[0], number)

@@ -71,7 +71,9 @@ def run(request: PreparedRequest, *, on_text=None, on_reasoning=None, on_call=No
 
 
 def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel: Cancel | None,
-         kept: KeptConnections | None, reactor: '_Reactor | None' = None, gate: _Gate = _OPEN_GATE) -> dict:
+         kept: KeptConnections | None,
+         reactor: '_Reactor | None' = None,  # noqa: F821 -- _reactor defines it, a layer above that imports this one
+         gate: _Gate = _OPEN_GATE) -> dict:
     """run(); in a load, a _Reactor reads the response, and the worker holds its gate (see _Gate)."""
     x = _Exchange(request, capture, cancel, gate)
     interrupted, connection = None, None
@@ -268,7 +270,8 @@ def _reusable(x: _Exchange) -> bool:
             and not body.overrun and head.version == '1.1' and 'close' not in head.field_list('Connection'))
 
 
-def _exchange(connection: _Connection, x: _Exchange, show: _Show, reactor: '_Reactor | None') -> None:
+def _exchange(connection: _Connection, x: _Exchange, show: _Show,
+              reactor: '_Reactor | None') -> None:  # noqa: F821 -- in _reactor, a layer above (see _run)
     try:
         x.phase = _Phase.REQUEST
         connection.sock.settimeout(_wait(x))
