@@ -781,7 +781,8 @@ def _seen(value: object) -> str:
 # construct by construct; what has no faithful translation is refused, never given a looser meaning.
 # Compiled with re.ASCII, \d, \w and \b keep ECMA's ASCII meaning; the rest is spelled out here.
 
-_ECMA_SPACE = '\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff'  # \s: WhiteSpace, LineTerminator
+# \s: WhiteSpace, LineTerminator
+_ECMA_SPACE = '\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff'
 _ECMA_NOT_NEWLINE = '[^\n\r\u2028\u2029]'  # what . matches
 _CONTROL_ESCAPES = {'t': '\t', 'n': '\n', 'v': '\x0b', 'f': '\x0c', 'r': '\r'}
 # General_Category names and aliases ECMA-262 accepts in \p{...}, each to the categories it covers.
@@ -1436,9 +1437,11 @@ class JsonSchema:
             if not isinstance(value, str):
                 return None
             if low is not None and len(value) < low:
-                return f'{_where(path)}: expected at least {_count(low, "character")}, got {_count(len(value), "character")}'
+                return (f'{_where(path)}: expected at least {_count(low, "character")}, '
+                        f'got {_count(len(value), "character")}')
             if high is not None and len(value) > high:
-                return f'{_where(path)}: expected at most {_count(high, "character")}, got {_count(len(value), "character")}'
+                return (f'{_where(path)}: expected at most {_count(high, "character")}, '
+                        f'got {_count(len(value), "character")}')
             if pattern is not None and not pattern.search(value):
                 return f'{_where(path)}: expected a match of {source!r}, got {_seen(value)}'
             return None
@@ -1595,7 +1598,8 @@ class JsonSchema:
                 if name in value:
                     for other in wanted:
                         if other not in value:
-                            return f'{_where((path, other))}: required when {_where((path, name))} is present, but missing'
+                            return (f'{_where((path, other))}: required when {_where((path, name))} is present, '
+                                    'but missing')
             for name, node in dependents:
                 if name in value:
                     problem = node.problem(value, path, seen, scope)
@@ -2243,8 +2247,8 @@ class StreamValidator:
                 and self.dialect.allows(_RESPONSES_UNTYPED)):
             kind = body['type']  # no event: line; its type is the data's (the litellm dialect)
         if body.get('type') != kind:
-            raise _failure('event_type_mismatch', f'event {self.data_events}: its event field says {_preview(kind)} but '
-                                                  f'its data says type {_shorten(repr(body.get("type")))}')
+            raise _failure('event_type_mismatch', f'event {self.data_events}: its event field says {_preview(kind)} '
+                                                  f'but its data says type {_shorten(repr(body.get("type")))}')
         return kind, body
 
     def _load_object(self, data: str) -> dict:
@@ -2410,7 +2414,8 @@ class _ChoiceChunks(StreamValidator):
         if not self.calls or not self.dialect.allows(_CALLS_WITHOUT_FINISH):
             return words
         beside = f'{len(self.calls)} tool calls' if len(self.calls) > 1 else 'text or reasoning beside its call'
-        return f'{words}: the {self.dialect.name} dialect excuses that for one tool call alone, and this answer has {beside}'
+        return (f'{words}: the {self.dialect.name} dialect excuses that for one tool call alone, and this answer '
+                f'has {beside}')
 
     def fields(self) -> dict:
         return {**super().fields(), 'finish_reason': self.finish_reason}
@@ -2443,8 +2448,8 @@ class ChatChunks(_ChoiceChunks):
         if text:
             if self.calls and text.strip():
                 call = self.calls[-1]
-                raise _failure('text_in_tool_call', f'content text {_preview(text)} arrived inside tool call {call.index} '
-                                                    f'({call.name}), in event {self.data_events}')
+                raise _failure('text_in_tool_call', f'content text {_preview(text)} arrived inside tool call '
+                                                    f'{call.index} ({call.name}), in event {self.data_events}')
             self._add_text(text)
         if reasoning:
             self._add_reasoning(reasoning)
@@ -2470,8 +2475,9 @@ class ChatChunks(_ChoiceChunks):
             index = delta.get('index') if isinstance(delta, dict) else None
             function = delta.get('function') if isinstance(delta, dict) else None
             if type(index) is not int or index < 0 or not isinstance(function or {}, dict):
-                raise _failure('bad_tool_call_delta', f'expected a tool call delta with an integer index and a function '
-                                                      f'object in event {event}, got {_preview(json.dumps(delta))}')
+                raise _failure('bad_tool_call_delta', 'expected a tool call delta with an integer index and a '
+                                                      f'function object in event {event}, got '
+                                                      f'{_preview(json.dumps(delta))}')
             call_id, name, arguments = delta.get('id'), (function or {}).get('name'), (function or {}).get('arguments')
             for key, value in (('id', call_id), ('function.name', name), ('function.arguments', arguments)):
                 if value is not None and not isinstance(value, str):
@@ -2734,7 +2740,8 @@ class ResponseEvents(StreamValidator):
     def _take_part_added(self, body: dict) -> Pieces:
         item = self._open_item(body, _PART_ITEMS[body['type']])
         index = body.get('content_index')
-        self._next_index(index, item.parts, f'content part {_shorten(repr(index))} of output item {body["output_index"]}')
+        self._next_index(index, item.parts,
+                         f'content part {_shorten(repr(index))} of output item {body["output_index"]}')
         part = body.get('part') if isinstance(body.get('part'), dict) else {}
         item.parts.append(_Part(part.get('type')))
         return _NOTHING
@@ -2825,7 +2832,8 @@ class ResponseEvents(StreamValidator):
         copy = copy if isinstance(copy, dict) else {}
         if (copy.get('type'), copy.get('id')) != (item.kind, item.id):
             raise _failure('closing_copy_differs', f'{source} says output item {self.items.index(item)} is '
-                                                   f'{_shorten(repr(copy.get("type")))} {_shorten(repr(copy.get("id")))}, '
+                                                   f'{_shorten(repr(copy.get("type")))} '
+                                                   f'{_shorten(repr(copy.get("id")))}, '
                                                    f'but it opened as {item.kind!r} {_shorten(repr(item.id))}')
         if item.call is not None:
             self._check_arguments(source, item.call, copy.get('arguments'))
@@ -2868,7 +2876,8 @@ class ResponseEvents(StreamValidator):
         claimed = [item.get('id') if isinstance(item, dict) else None for item in output]
         if claimed != [item.id for item in self.items]:
             raise _failure('closing_copy_differs', f'{kind} lists the output items {_preview(json.dumps(claimed))}, '
-                                                   f'but the stream opened {_preview(json.dumps([i.id for i in self.items]))}')
+                                                   'but the stream opened '
+                                                   f'{_preview(json.dumps([i.id for i in self.items]))}')
         return _NOTHING
 
     def _check_output_calls(self, kind: str, output: list) -> None:
@@ -2944,7 +2953,8 @@ class ResponseEvents(StreamValidator):
         if self._budget_used():
             return (f'{carries}, but usage.output_tokens {self.completion_tokens} reached max_output_tokens '
                     f'{self.max_tokens} ({self.dialect.name} says "completed" also when the budget cut the answer)')
-        return carries + (f' (incomplete_details.reason={self.incomplete_reason})' if self.status == 'incomplete' else '')
+        return carries + (f' (incomplete_details.reason={self.incomplete_reason})' if self.status == 'incomplete'
+                          else '')
 
     def finished_words(self) -> str:
         return self.finish_words()
@@ -3720,8 +3730,9 @@ def _parse_head(block: bytes, interim: tuple[int, ...]) -> _ResponseHead:
         if field is None:
             raise _failure('bad_header_line', _malformed_field(line))
         fields.append([field[1].decode('ascii'), field[2].rstrip(b' \t').decode('latin-1')])
-    return _ResponseHead(int(status[3]), (status[4] or b'').decode('latin-1'), f'{status[1].decode()}.{status[2].decode()}',
-                        tuple((name, value) for name, value in fields), interim)
+    return _ResponseHead(int(status[3]), (status[4] or b'').decode('latin-1'),
+                         f'{status[1].decode()}.{status[2].decode()}',
+                         tuple((name, value) for name, value in fields), interim)
 
 
 def _malformed_field(line: bytes) -> str:
@@ -3850,7 +3861,8 @@ class _ChunkedBody:
                 stop = pos + size
                 if stop + 2 <= end:  # the whole chunk and its CRLF are here: take them in one step
                     if buf[stop:stop + 2] != b'\r\n':
-                        raise _failure('bad_chunk_end', f'chunk data not followed by CRLF: {bytes(buf[stop:stop + 8])!r}')
+                        raise _failure('bad_chunk_end', 'chunk data not followed by CRLF: '
+                                                        f'{bytes(buf[stop:stop + 8])!r}')
                     out.append(buf[pos:stop])
                     pos = stop + 2
                 else:
@@ -3888,7 +3900,8 @@ class _ChunkedBody:
 
     def _keep_partial_line(self, buf: bytes, pos: int, end: int) -> None:
         if end - pos > _MAX_CHUNK_LINE:
-            raise _failure('chunk_line_too_long', f'{self._state.value} longer than {_MAX_CHUNK_LINE} bytes without a line end')
+            raise _failure('chunk_line_too_long', f'{self._state.value} longer than {_MAX_CHUNK_LINE} bytes without '
+                                                  'a line end')
         self._pending = buf[pos:]
 
     @staticmethod
@@ -3985,14 +3998,16 @@ def _body_reader(head: _ResponseHead) -> _ContentLengthBody | _ChunkedBody | _Cl
     """Choose the body framing from the response head (RFC 9112, 6.3), refusing what cannot be decoded."""
     encodings = head.field_list('Content-Encoding')
     if any(coding != 'identity' for coding in encodings):
-        raise _failure('unsupported_encoding', f'unsupported content-encoding {", ".join(head.get_all("Content-Encoding"))!r}')
+        raise _failure('unsupported_encoding', 'unsupported content-encoding '
+                                               f'{", ".join(head.get_all("Content-Encoding"))!r}')
     if head.get_all('Transfer-Encoding'):
         if head.version == '1.0':  # RFC 9112, 6.1: a hop that speaks only HTTP/1.0 may have passed chunks on
             raise _failure('http10_transfer_encoding', 'an HTTP/1.0 response with Transfer-Encoding: its framing '
                                                        'is faulty, as an HTTP/1.0 hop may have passed it on unread')
         if head.field_list('Transfer-Encoding') != ['chunked']:
             raise _failure('unsupported_encoding', f'unsupported transfer-encoding '
-                                                   f'{", ".join(head.get_all("Transfer-Encoding"))!r}; expected chunked alone')
+                                                   f'{", ".join(head.get_all("Transfer-Encoding"))!r}; expected '
+                                                   'chunked alone')
         if head.get_all('Content-Length'):
             raise _failure('ambiguous_framing', 'both Transfer-Encoding and Content-Length: the framing is ambiguous')
         return _ChunkedBody()
@@ -4010,7 +4025,8 @@ def _content_length(head: _ResponseHead) -> int | None:
     values = set()
     for part in parts:
         if not part.isdigit() or not part.isascii():
-            raise _failure('bad_content_length', f'invalid Content-Length {_shorten(", ".join(parts))!r}: expected digits')
+            raise _failure('bad_content_length', f'invalid Content-Length {_shorten(", ".join(parts))!r}: expected '
+                                                 'digits')
         significant = part.lstrip('0') or '0'
         if len(significant) > len(str(_MAX_BODY_SIZE)) or int(significant) > _MAX_BODY_SIZE:  # no int() of 4,300 digits
             raise _failure('bad_content_length', f'Content-Length {_shorten(significant, 30)} is over the bound of '
@@ -4098,9 +4114,10 @@ class ResponseReader:
     ``feed(data)`` returns the ``Pieces`` (text, reasoning, call) of each event those bytes completed,
     in order, as the validator's accept() gives them. ``eof()`` says the connection closed. When
     a layer breaks, ``error`` holds its StreamError, ``feed`` returns what was accepted before
-    the break, and nothing more should be fed. ``message_complete`` says the message ended as its framing promised. A status
-    other than 200 becomes an ``http`` error once up to MAX_ERROR_BODY bytes of its body (the
-    server's own message) have arrived, or the connection closed. judge() gives the verdict.
+    the break, and nothing more should be fed. ``message_complete`` says the message ended as its
+    framing promised. A status other than 200 becomes an ``http`` error once up to MAX_ERROR_BODY
+    bytes of its body (the server's own message) have arrived, or the connection closed. judge()
+    gives the verdict.
     """
 
     def __init__(self, validator: StreamValidator, capture: Capture | None = None) -> None:
@@ -4328,7 +4345,8 @@ def _checked_headers(headers) -> tuple[tuple[str, str], ...]:
             raise ValueError(f'header[{number}]: a name is letters, digits and !#$%&\'*+.^_`|~- only, with '
                              'nothing before the colon but the name (neither is shown, as either may hold a secret)')
         if name.lower() in _OWNED_HEADERS:
-            raise ValueError(f'header {name!r} is set by the client ({_OWNED_HEADERS[name.lower()]}); it cannot be given')
+            raise ValueError(f'header {name!r} is set by the client ({_OWNED_HEADERS[name.lower()]}); it cannot be '
+                             'given')
         if name.lower() in seen:
             raise ValueError(f'header {name!r} is given twice')
         seen.add(name.lower())
@@ -4687,7 +4705,8 @@ def _declared_tool(number: int, tool: object) -> tuple[str, JsonSchema | None]:
     try:
         return name, JsonSchema(function['parameters'])
     except SchemaError as exc:
-        raise ValueError(f'tools[{number}] ({name}) has parameters that are {_SCHEMA_REFUSALS[exc.kind]}: {exc}') from None
+        raise ValueError(f'tools[{number}] ({name}) has parameters that are {_SCHEMA_REFUSALS[exc.kind]}: '
+                         f'{exc}') from None
 
 
 def _answer_fields(api: str, tools: list | None, spec: AnswerSpec, json_schema: dict | None) -> dict:
@@ -5799,13 +5818,14 @@ def _open_tunnel(sock: socket.socket, x: _Exchange) -> None:
         try:
             head = heads.feed(raw)
         except StreamError as exc:
-            raise _failure('proxy_bad_answer', f'the proxy {proxy.address} answered CONNECT with {exc.message}') from None
+            raise _failure('proxy_bad_answer', f'the proxy {proxy.address} answered CONNECT with '
+                                               f'{exc.message}') from None
     if not 200 <= head.status < 300:
         raise _failure('proxy_refused', f'the proxy {proxy.address} refused the tunnel to {request.address}: '
                                         f'{head.status} {head.reason}'.rstrip())
     if heads.rest:
-        raise _failure('proxy_extra_bytes', f'the proxy {proxy.address} sent {_count(len(heads.rest), "byte")} after its '
-                                            '2xx to CONNECT, before the tunnel was used')
+        raise _failure('proxy_extra_bytes', f'the proxy {proxy.address} sent {_count(len(heads.rest), "byte")} '
+                                            'after its 2xx to CONNECT, before the tunnel was used')
 
 
 def _reuse(x: _Exchange, connection: _Connection) -> None:
@@ -6829,7 +6849,8 @@ def _evaluate_gates(gates: tuple, result: dict) -> list[dict]:
     """Each gate as the summary's JSON (or a comparison's) gives it: its expression, the figure's value
     and whether it held."""
     values = [_figure_value(result, gate) for gate in gates]
-    return [{'expr': gate.text, 'value': value, 'held': not gate.failed_by(value)} for gate, value in zip(gates, values)]
+    return [{'expr': gate.text, 'value': value, 'held': not gate.failed_by(value)}
+            for gate, value in zip(gates, values)]
 
 
 def _gates_held(result: dict) -> bool:
@@ -7142,7 +7163,8 @@ class _Step:
         cut = whole['runs'] < scheduled or 'interrupted' in whole['not_ok_by_kind']
         return {'step': number, 'rate': self.rate, 'duration_s': self.duration, 'interrupted': cut,
                 'scheduled_runs': scheduled,
-                'scheduled_rate': round(scheduled / self.duration, 3), 'achieved_rate': round(self.on_time / self.duration, 3),
+                'scheduled_rate': round(scheduled / self.duration, 3),
+                'achieved_rate': round(self.on_time / self.duration, 3),
                 'runs': whole['runs'], 'ok': whole['ok'], 'good': whole['good'],
                 'goodput_per_s': round(whole['good'] / self.duration, 3), 'slo_attainment': whole['slo_attainment'],
                 'first_chunk_good': whole['first_chunk_good'],
@@ -7289,7 +7311,8 @@ def _summary_table(result: dict) -> str:
         lines.append(f'  {name:<{width - 2}}{cells}')
     pairs = result.get('cross_check')
     if pairs:
-        lines.append(f'cross-check: {_count(pairs["pairs"], "pair")}, {pairs["compared"]} compared: {pairs["same"]} same, '
+        lines.append(f'cross-check: {_count(pairs["pairs"], "pair")}, {pairs["compared"]} compared: '
+                     f'{pairs["same"]} same, '
                      f'{pairs["different"]} different; {pairs["not_comparable"]} not comparable, '
                      f'{pairs["without_token_ids"]} without token ids, {pairs["unstreamed_failed"]} unstreamed failed')
     runs, tokens = ([f'{result[key]} {label}' for key, label in group if result[key] is not None]
@@ -7318,7 +7341,8 @@ def _knee_lines(result: dict) -> list[str]:
     """A --concurrencies sweep's steps and its knee."""
     if not result.get('concurrency_steps'):
         return []
-    lines = [f'{"in flight":>10}{"runs":>6}{"ok":>6}{"good":>6}{"runs/s":>9}{"good/s":>9}{"first text p50":>15}{"p99":>8}']
+    lines = [f'{"in flight":>10}{"runs":>6}{"ok":>6}{"good":>6}{"runs/s":>9}{"good/s":>9}'
+             f'{"first text p50":>15}{"p99":>8}']
     for level in result['concurrency_steps']:
         first = level['latency_ms']['first_text_ms']
         cells = f'{first["p50"]:15.1f}{first["p99"]:8.1f}' if first else f'{"-":>15}{"-":>8}'
@@ -7405,7 +7429,8 @@ def _workload_kind(record: dict) -> str:
     request, load = record.get('request') or {}, record.get('load') or {}
     kind = ('sessions' if 'session' in record else 'trace' if 'trace' in record
             else 'synthetic' if 'input_tokens' in request or 'output_tokens' in request else 'requests')
-    return kind + (' sweep' if load.get('step') is not None else '') + (' repeat' if load.get('repeat') is not None else '')
+    return (kind + (' sweep' if load.get('step') is not None else '')
+            + (' repeat' if load.get('repeat') is not None else ''))
 
 
 class _LoadHeader:
@@ -7523,7 +7548,8 @@ def _comparison_markdown(comparison: dict, names: tuple[str, str]) -> str:
         if 'ci95' in entry:
             interval = f'[{entry["ci95"][0]:g}, {entry["ci95"][1]:g}]' + (' significant' if entry['significant']
                                                                          else '')
-        lines.append(f'| {name} | {_plain_number(entry["base"])} | {_plain_number(entry["candidate"])} | {shown} | {interval} |')
+        lines.append(f'| {name} | {_plain_number(entry["base"])} | {_plain_number(entry["candidate"])} | {shown} '
+                     f'| {interval} |')
     for gate in comparison.get('gates') or ():
         lines.append(f'| gate `fail if {gate["expr"]}` | | {_plain_number(gate["value"])} | '
                      f'{"held" if gate["held"] else "**FAILED**"} | |')
@@ -8341,7 +8367,8 @@ class _TraceSummary:
         late = _percentiles(self.late)
         how = ', '.join(f'{name} {count}' for name, count in sorted(self.length_by.items()))
         return (f'trace: {self.ok} of {self.runs} lines ok at speed {self.speed:g}; lengths by {how or "-"}; late '
-                + ('-' if late is None else f'p50 {late["p50"]:.1f} ms, p99 {late["p99"]:.1f} ms, max {late["max"]:.1f} ms'))
+                + ('-' if late is None
+                   else f'p50 {late["p50"]:.1f} ms, p99 {late["p99"]:.1f} ms, max {late["max"]:.1f} ms'))
 
 
 # ==== src/stream_client/_report.py ====
@@ -8480,8 +8507,8 @@ class Report:
             title = f'run {row.run}: ' + (f'NOT OK {row.error}' if row.error else 'ok') + f', {row.duration_ms:.0f} ms'
             marks = ''
             if row.headers_ms is not None:
-                marks += (f'<rect x="{x + row.headers_ms / 1000 * scale:.1f}" y="{y}" width="1.5" height="{height - 1}" '
-                          f'fill="#000"/>')
+                marks += (f'<rect x="{x + row.headers_ms / 1000 * scale:.1f}" y="{y}" width="1.5" '
+                          f'height="{height - 1}" fill="#000"/>')
             if row.first_text_ms is not None:
                 marks += (f'<circle cx="{x + row.first_text_ms / 1000 * scale:.1f}" cy="{y + (height - 1) / 2}" '
                           f'r="{max(1, (height - 1) / 2)}" fill="#fff" stroke="#000" stroke-width="0.5"/>')
@@ -8566,9 +8593,11 @@ def _sweep_section(result: dict) -> str:
                '<th>duration p99 (ms)</th></tr>')
     for step in steps:
         first, duration = step['latency_ms']['first_text_ms'], step['latency_ms']['duration_ms']
-        cells = [f'{step["rate"]:g} (cut)' if step['interrupted'] else step['rate'], step['achieved_rate'], step['runs'], step['ok'], step['good'], step['goodput_per_s'],
+        cells = [f'{step["rate"]:g} (cut)' if step['interrupted'] else step['rate'], step['achieved_rate'],
+                 step['runs'], step['ok'], step['good'], step['goodput_per_s'],
                  step['slo_attainment'], first and first['p50'], first and first['p99'], duration and duration['p99']]
-        out.append('<tr>' + ''.join(f'<td class="n">{"-" if value is None else value}</td>' for value in cells) + '</tr>')
+        out.append('<tr>' + ''.join(f'<td class="n">{"-" if value is None else value}</td>' for value in cells)
+                   + '</tr>')
     return '\n'.join(out) + '</table>'
 
 
@@ -8577,8 +8606,9 @@ def _e(text: str) -> str:
 
 
 def _legend() -> str:
-    return '<span class="key">' + ''.join(f'<span><span class="swatch" style="background:{colour}"></span> '
-                                          f'{layer or "ok"}</span>' for layer, colour in _LAYER_COLOURS.items()) + '</span>'
+    return ('<span class="key">' + ''.join(f'<span><span class="swatch" style="background:{colour}"></span> '
+                                           f'{layer or "ok"}</span>' for layer, colour in _LAYER_COLOURS.items())
+            + '</span>')
 
 
 def _lanes(rows: list[_Row]) -> list[int]:
@@ -8779,7 +8809,8 @@ _RECORD_FIELDS = {
     'event_gaps_ms': ((lambda value: isinstance(value, list) and all(map(_number, value))), 'a list of numbers'),
     'content_events': (_integer, 'an integer'), 'completion_tokens': (_or_null(_integer), 'an integer or null'),
     'run': (_integer, 'an integer'), 'offset_ms': (_number, 'a number'),
-    'source': ((lambda value: isinstance(value, str)), 'a string'), 'api': ((lambda value: isinstance(value, str)), 'a string'),
+    'source': ((lambda value: isinstance(value, str)), 'a string'),
+    'api': ((lambda value: isinstance(value, str)), 'a string'),
     'model': _TEXT_OR_NULL, 'url': _TEXT_OR_NULL,
     'request': _OBJECT_OR_NULL, 'load': _OBJECT_OR_NULL, 'cross_check': _OBJECT_OR_NULL,
     'connection': _OBJECT_OR_NULL, 'http': _OBJECT_OR_NULL, 'client': _OBJECT_OR_NULL,
@@ -8882,8 +8913,8 @@ def iter_records(path: str, skipped: list | None = None):
                     value = json.loads(line.rstrip(b'\r\n').decode('utf-8'))
                 except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
                     why = 'not UTF-8' if isinstance(exc, UnicodeDecodeError) else \
-                        f'{exc.msg.removesuffix(" at")} at column {exc.colno}' if isinstance(exc, json.JSONDecodeError) \
-                        else 'nested too deeply'
+                        f'{exc.msg.removesuffix(" at")} at column {exc.colno}' \
+                        if isinstance(exc, json.JSONDecodeError) else 'nested too deeply'
                     broken = f'{path} line {number} is broken JSON ({why})'
                     if skipped is None:
                         raise UsageError(broken) from None
@@ -8994,11 +9025,13 @@ def _parse_exposition(text: str) -> dict[str, dict]:
             parts = line[1:].strip(' \t').split(None, 2)
             if len(parts) >= 2 and parts[0] in ('HELP', 'TYPE'):
                 if not _METRIC_NAME.fullmatch(parts[1]):
-                    raise _ExpositionError(f'line {number}: {parts[0]} of {_shorten(repr(parts[1]), 40)}, not a metric name')
+                    raise _ExpositionError(f'line {number}: {parts[0]} of {_shorten(repr(parts[1]), 40)}, not a '
+                                           'metric name')
                 if parts[0] == 'TYPE':
                     kind = parts[2].strip() if len(parts) == 3 else ''
                     if kind not in _TYPES:
-                        raise _ExpositionError(f'line {number}: TYPE {_shorten(repr(kind), 20)} is not one of {", ".join(_TYPES)}')
+                        raise _ExpositionError(f'line {number}: TYPE {_shorten(repr(kind), 20)} is not one of '
+                                               f'{", ".join(_TYPES)}')
                     if parts[1] in families or parts[1] in owner:
                         raise _ExpositionError(f'line {number}: TYPE of {parts[1]} after its samples or twice')
                     families[parts[1]] = {'type': kind, 'samples': []}
@@ -9040,7 +9073,8 @@ def _parse_exposition(text: str) -> dict[str, dict]:
             raise _ExpositionError(f'line {number}: the samples of {family} are not in one group')
         current = family
         kind = families[family]['type']
-        if value < 0 and (kind == 'counter' or kind in ('histogram', 'summary') and name.endswith(('_bucket', '_count'))):
+        if value < 0 and (kind == 'counter'
+                          or kind in ('histogram', 'summary') and name.endswith(('_bucket', '_count'))):
             raise _ExpositionError(f'line {number}: {name}{labels or ""} is {value:g}, and a counter is never negative')
         key = (name, tuple(sorted(labels.items())))
         if key in series:
@@ -9298,8 +9332,8 @@ def _metrics_file(output: str) -> str:
 
 def _saved_metrics(paths: list[str]):
     """The server metrics' summary of saved evidence, from the scrapes kept beside it, as the load printed it,
-    and their drawing for the report (see _timeline_drawing); None when no file has them. UsageError for several (each load scraped its own; they are not merged)
-    or for a file of scrapes that cannot be read."""
+    and their drawing for the report (see _timeline_drawing); None when no file has them. UsageError for
+    several (each load scraped its own; they are not merged) or for a file of scrapes that cannot be read."""
     kept = [_metrics_file(path) for path in paths if os.path.isfile(_metrics_file(path))]
     if not kept:
         return None
@@ -9384,8 +9418,9 @@ def _metrics_lines(result: dict) -> list[str]:
                     if name in step['counters']]
         if gauges or counters:
             lines.append(f'  {label}' + '; '.join(gauges + counters))
-        times = [f'{name.split(":")[-1][:-len("_seconds")]} p50 {_plain_number(step["histograms"][name]["p50_ms"])} p99 '
-                 f'{_plain_number(step["histograms"][name]["p99_ms"])} ms' for name in _SHOWN_HISTOGRAMS
+        times = [f'{name.split(":")[-1][:-len("_seconds")]} '
+                 f'p50 {_plain_number(step["histograms"][name]["p50_ms"])} '
+                 f'p99 {_plain_number(step["histograms"][name]["p99_ms"])} ms' for name in _SHOWN_HISTOGRAMS
                  if (step.get('histograms') or {}).get(name, {}).get('count')]
         if times:
             lines.append(f'  {label}as the server saw them: ' + '; '.join(times))
@@ -9428,7 +9463,8 @@ def _timeline_drawing(points: list[tuple[float, dict]]):
                f'<line x1="{x0}" y1="{height}" x2="{x1}" y2="{height}" stroke="#999"/>']
         for name, label, colour in _DRAWN:
             scale_top = 1.0 if name.endswith('_perc') else top
-            line = [(min(x1, max(x0, x0 + (at - origin) * scale)), height - min(values[name], scale_top) / scale_top * height)
+            line = [(min(x1, max(x0, x0 + (at - origin) * scale)),
+                     height - min(values[name], scale_top) / scale_top * height)
                     for at, values in points if values.get(name) is not None]
             if line:
                 dash = ' stroke-dasharray="4 3"' if name.endswith('_perc') else ''
@@ -9505,9 +9541,10 @@ def _parser() -> _OneLineParser:
     parser = _OneLineParser(
         prog=_program_name('stream_client'), allow_abbrev=False,
         description='Stream answers from vLLM or another compatible server (chat completions, completions, the '
-                    'Responses API or the Anthropic Messages API) and save evidence of whether each really finished: one run, or many at '
-                    'once with a summary built from their verdicts. Exit status: 0 every run ok (or every '
-                    '--fail-if gate held), 1 a run not ok (or a gate failed), 2 bad arguments or output path, 130/143 interrupted.',
+                    'Responses API or the Anthropic Messages API) and save evidence of whether each really '
+                    'finished: one run, or many at once with a summary built from their verdicts. Exit status: 0 '
+                    'every run ok (or every --fail-if gate held), 1 a run not ok (or a gate failed), 2 bad '
+                    'arguments or output path, 130/143 interrupted.',
         epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
     send = parser.add_argument_group('what to send')
     send.add_argument('--url', help=f'the endpoint (default {_DEFAULT_URL}); a path ending in '
@@ -10165,8 +10202,8 @@ def _verdict_line(record: dict) -> str:
     if record.get('dialect') not in (None, 'strict'):  # judged by a server's dialect: said, never silent
         cross = f'; dialect {record["dialect"]} (docs/dialects.md)' + cross
     if record['ok']:
-        return (f'ok: {_count(record["content_events"], "content event")}, first text {record["first_text_ms"]:.0f} ms, '
-                f'done {record["duration_ms"]:.0f} ms' + cross)
+        return (f'ok: {_count(record["content_events"], "content event")}, '
+                f'first text {record["first_text_ms"]:.0f} ms, done {record["duration_ms"]:.0f} ms' + cross)
     layer = record['error_layer']
     return f'NOT OK [{layer}]: {record["error"].removeprefix(layer + ": ")}' + ('' if layer == 'cross-check' else cross)
 
@@ -11045,7 +11082,8 @@ class Exporter:
                         f'<td>{_e((record or {}).get("started_at") or "")}</td></tr>')
         body = ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>stream-client exporter'
                 '</title></head><body><h1>stream-client exporter</h1><p>A probe (a target\'s link) runs one streamed '
-                'request to that target now. The exporter\'s own counters: <a href="/metrics">/metrics</a>.</p><table><tr><th>target</th><th>API</th><th>URL</th><th>last verdict</th>'
+                'request to that target now. The exporter\'s own counters: <a href="/metrics">/metrics</a>.</p>'
+                '<table><tr><th>target</th><th>API</th><th>URL</th><th>last verdict</th>'
                 f'<th>error</th><th>started (UTC)</th></tr>{"".join(rows)}</table></body></html>\n')
         return _Reply(200, 'text/html; charset=utf-8', body)
 
@@ -11619,8 +11657,9 @@ class _CapacitySearch:
 
     def probe(self, number: int, rate: float) -> LoadSettings:
         args = self.args
-        return LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate, args.arrivals, args.seed, args.keep_alive, args.duration,
-                            number, self.slos, self.slo_target, self.processes, *self.warmup, search=(self.low, self.high))
+        return LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate,
+                            args.arrivals, args.seed, args.keep_alive, args.duration, number, self.slos,
+                            self.slo_target, self.processes, *self.warmup, search=(self.low, self.high))
 
     def probes(self, summary: Summary):
         """The probes in turn, each chosen (by _next_probe) from the summary of the ones before."""
@@ -11852,7 +11891,8 @@ def main(argv: list[str] | None = None) -> int:
                 if extra:
                     raise UsageError(f'--{command} only reads saved evidence; {", ".join(extra)} '
                                      f'{"is" if len(extra) == 1 else "are"} for runs that send requests')
-                return _compare(args, parser.prog, gates) if args.compare else _summary_command(args, parser.prog, gates)
+                return (_compare(args, parser.prog, gates) if args.compare
+                        else _summary_command(args, parser.prog, gates))
             if args.output is None:
                 raise UsageError('--output is required')
             if args.output == '-':

@@ -85,9 +85,10 @@ def _parser() -> _OneLineParser:
     parser = _OneLineParser(
         prog=_program_name('stream_client'), allow_abbrev=False,
         description='Stream answers from vLLM or another compatible server (chat completions, completions, the '
-                    'Responses API or the Anthropic Messages API) and save evidence of whether each really finished: one run, or many at '
-                    'once with a summary built from their verdicts. Exit status: 0 every run ok (or every '
-                    '--fail-if gate held), 1 a run not ok (or a gate failed), 2 bad arguments or output path, 130/143 interrupted.',
+                    'Responses API or the Anthropic Messages API) and save evidence of whether each really '
+                    'finished: one run, or many at once with a summary built from their verdicts. Exit status: 0 '
+                    'every run ok (or every --fail-if gate held), 1 a run not ok (or a gate failed), 2 bad '
+                    'arguments or output path, 130/143 interrupted.',
         epilog='The API key is read from MODEL_API_KEY and sent as a Bearer token; it is never saved or printed.')
     send = parser.add_argument_group('what to send')
     send.add_argument('--url', help=f'the endpoint (default {_DEFAULT_URL}); a path ending in '

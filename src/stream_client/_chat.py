@@ -123,7 +123,8 @@ class _ChoiceChunks(StreamValidator):
         if not self.calls or not self.dialect.allows(_CALLS_WITHOUT_FINISH):
             return words
         beside = f'{len(self.calls)} tool calls' if len(self.calls) > 1 else 'text or reasoning beside its call'
-        return f'{words}: the {self.dialect.name} dialect excuses that for one tool call alone, and this answer has {beside}'
+        return (f'{words}: the {self.dialect.name} dialect excuses that for one tool call alone, and this answer '
+                f'has {beside}')
 
     def fields(self) -> dict:
         return {**super().fields(), 'finish_reason': self.finish_reason}
@@ -156,8 +157,8 @@ class ChatChunks(_ChoiceChunks):
         if text:
             if self.calls and text.strip():
                 call = self.calls[-1]
-                raise _failure('text_in_tool_call', f'content text {_preview(text)} arrived inside tool call {call.index} '
-                                                    f'({call.name}), in event {self.data_events}')
+                raise _failure('text_in_tool_call', f'content text {_preview(text)} arrived inside tool call '
+                                                    f'{call.index} ({call.name}), in event {self.data_events}')
             self._add_text(text)
         if reasoning:
             self._add_reasoning(reasoning)
@@ -183,8 +184,9 @@ class ChatChunks(_ChoiceChunks):
             index = delta.get('index') if isinstance(delta, dict) else None
             function = delta.get('function') if isinstance(delta, dict) else None
             if type(index) is not int or index < 0 or not isinstance(function or {}, dict):
-                raise _failure('bad_tool_call_delta', f'expected a tool call delta with an integer index and a function '
-                                                      f'object in event {event}, got {_preview(json.dumps(delta))}')
+                raise _failure('bad_tool_call_delta', 'expected a tool call delta with an integer index and a '
+                                                      f'function object in event {event}, got '
+                                                      f'{_preview(json.dumps(delta))}')
             call_id, name, arguments = delta.get('id'), (function or {}).get('name'), (function or {}).get('arguments')
             for key, value in (('id', call_id), ('function.name', name), ('function.arguments', arguments)):
                 if value is not None and not isinstance(value, str):

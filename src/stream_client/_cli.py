@@ -325,8 +325,9 @@ class _CapacitySearch:
 
     def probe(self, number: int, rate: float) -> LoadSettings:
         args = self.args
-        return LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate, args.arrivals, args.seed, args.keep_alive, args.duration,
-                            number, self.slos, self.slo_target, self.processes, *self.warmup, search=(self.low, self.high))
+        return LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate,
+                            args.arrivals, args.seed, args.keep_alive, args.duration, number, self.slos,
+                            self.slo_target, self.processes, *self.warmup, search=(self.low, self.high))
 
     def probes(self, summary: Summary):
         """The probes in turn, each chosen (by _next_probe) from the summary of the ones before."""
@@ -558,7 +559,8 @@ def main(argv: list[str] | None = None) -> int:
                 if extra:
                     raise UsageError(f'--{command} only reads saved evidence; {", ".join(extra)} '
                                      f'{"is" if len(extra) == 1 else "are"} for runs that send requests')
-                return _compare(args, parser.prog, gates) if args.compare else _summary_command(args, parser.prog, gates)
+                return (_compare(args, parser.prog, gates) if args.compare
+                        else _summary_command(args, parser.prog, gates))
             if args.output is None:
                 raise UsageError('--output is required')
             if args.output == '-':

@@ -47,7 +47,8 @@ def _workload_kind(record: dict) -> str:
     request, load = record.get('request') or {}, record.get('load') or {}
     kind = ('sessions' if 'session' in record else 'trace' if 'trace' in record
             else 'synthetic' if 'input_tokens' in request or 'output_tokens' in request else 'requests')
-    return kind + (' sweep' if load.get('step') is not None else '') + (' repeat' if load.get('repeat') is not None else '')
+    return (kind + (' sweep' if load.get('step') is not None else '')
+            + (' repeat' if load.get('repeat') is not None else ''))
 
 
 class _LoadHeader:
@@ -165,7 +166,8 @@ def _comparison_markdown(comparison: dict, names: tuple[str, str]) -> str:
         if 'ci95' in entry:
             interval = f'[{entry["ci95"][0]:g}, {entry["ci95"][1]:g}]' + (' significant' if entry['significant']
                                                                          else '')
-        lines.append(f'| {name} | {_plain_number(entry["base"])} | {_plain_number(entry["candidate"])} | {shown} | {interval} |')
+        lines.append(f'| {name} | {_plain_number(entry["base"])} | {_plain_number(entry["candidate"])} | {shown} '
+                     f'| {interval} |')
     for gate in comparison.get('gates') or ():
         lines.append(f'| gate `fail if {gate["expr"]}` | | {_plain_number(gate["value"])} | '
                      f'{"held" if gate["held"] else "**FAILED**"} | |')

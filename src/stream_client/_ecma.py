@@ -16,7 +16,8 @@ from ._json import SchemaError, _seen
 # construct by construct; what has no faithful translation is refused, never given a looser meaning.
 # Compiled with re.ASCII, \d, \w and \b keep ECMA's ASCII meaning; the rest is spelled out here.
 
-_ECMA_SPACE = '\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff'  # \s: WhiteSpace, LineTerminator
+# \s: WhiteSpace, LineTerminator
+_ECMA_SPACE = '\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff'
 _ECMA_NOT_NEWLINE = '[^\n\r\u2028\u2029]'  # what . matches
 _CONTROL_ESCAPES = {'t': '\t', 'n': '\n', 'v': '\x0b', 'f': '\x0c', 'r': '\r'}
 # General_Category names and aliases ECMA-262 accepts in \p{...}, each to the categories it covers.

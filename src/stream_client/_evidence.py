@@ -155,7 +155,8 @@ _RECORD_FIELDS = {
     'event_gaps_ms': ((lambda value: isinstance(value, list) and all(map(_number, value))), 'a list of numbers'),
     'content_events': (_integer, 'an integer'), 'completion_tokens': (_or_null(_integer), 'an integer or null'),
     'run': (_integer, 'an integer'), 'offset_ms': (_number, 'a number'),
-    'source': ((lambda value: isinstance(value, str)), 'a string'), 'api': ((lambda value: isinstance(value, str)), 'a string'),
+    'source': ((lambda value: isinstance(value, str)), 'a string'),
+    'api': ((lambda value: isinstance(value, str)), 'a string'),
     'model': _TEXT_OR_NULL, 'url': _TEXT_OR_NULL,
     'request': _OBJECT_OR_NULL, 'load': _OBJECT_OR_NULL, 'cross_check': _OBJECT_OR_NULL,
     'connection': _OBJECT_OR_NULL, 'http': _OBJECT_OR_NULL, 'client': _OBJECT_OR_NULL,
@@ -258,8 +259,8 @@ def iter_records(path: str, skipped: list | None = None):
                     value = json.loads(line.rstrip(b'\r\n').decode('utf-8'))
                 except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
                     why = 'not UTF-8' if isinstance(exc, UnicodeDecodeError) else \
-                        f'{exc.msg.removesuffix(" at")} at column {exc.colno}' if isinstance(exc, json.JSONDecodeError) \
-                        else 'nested too deeply'
+                        f'{exc.msg.removesuffix(" at")} at column {exc.colno}' \
+                        if isinstance(exc, json.JSONDecodeError) else 'nested too deeply'
                     broken = f'{path} line {number} is broken JSON ({why})'
                     if skipped is None:
                         raise UsageError(broken) from None

@@ -516,7 +516,8 @@ class Exporter:
                         f'<td>{_e((record or {}).get("started_at") or "")}</td></tr>')
         body = ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>stream-client exporter'
                 '</title></head><body><h1>stream-client exporter</h1><p>A probe (a target\'s link) runs one streamed '
-                'request to that target now. The exporter\'s own counters: <a href="/metrics">/metrics</a>.</p><table><tr><th>target</th><th>API</th><th>URL</th><th>last verdict</th>'
+                'request to that target now. The exporter\'s own counters: <a href="/metrics">/metrics</a>.</p>'
+                '<table><tr><th>target</th><th>API</th><th>URL</th><th>last verdict</th>'
                 f'<th>error</th><th>started (UTC)</th></tr>{"".join(rows)}</table></body></html>\n')
         return _Reply(200, 'text/html; charset=utf-8', body)
 

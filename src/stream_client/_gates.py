@@ -132,7 +132,8 @@ def _evaluate_gates(gates: tuple, result: dict) -> list[dict]:
     """Each gate as the summary's JSON (or a comparison's) gives it: its expression, the figure's value
     and whether it held."""
     values = [_figure_value(result, gate) for gate in gates]
-    return [{'expr': gate.text, 'value': value, 'held': not gate.failed_by(value)} for gate, value in zip(gates, values)]
+    return [{'expr': gate.text, 'value': value, 'held': not gate.failed_by(value)}
+            for gate, value in zip(gates, values)]
 
 
 def _gates_held(result: dict) -> bool:

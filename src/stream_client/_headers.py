@@ -48,7 +48,8 @@ def _checked_headers(headers) -> tuple[tuple[str, str], ...]:
             raise ValueError(f'header[{number}]: a name is letters, digits and !#$%&\'*+.^_`|~- only, with '
                              'nothing before the colon but the name (neither is shown, as either may hold a secret)')
         if name.lower() in _OWNED_HEADERS:
-            raise ValueError(f'header {name!r} is set by the client ({_OWNED_HEADERS[name.lower()]}); it cannot be given')
+            raise ValueError(f'header {name!r} is set by the client ({_OWNED_HEADERS[name.lower()]}); it cannot be '
+                             'given')
         if name.lower() in seen:
             raise ValueError(f'header {name!r} is given twice')
         seen.add(name.lower())

@@ -125,8 +125,9 @@ def _parse_head(block: bytes, interim: tuple[int, ...]) -> _ResponseHead:
         if field is None:
             raise _failure('bad_header_line', _malformed_field(line))
         fields.append([field[1].decode('ascii'), field[2].rstrip(b' \t').decode('latin-1')])
-    return _ResponseHead(int(status[3]), (status[4] or b'').decode('latin-1'), f'{status[1].decode()}.{status[2].decode()}',
-                        tuple((name, value) for name, value in fields), interim)
+    return _ResponseHead(int(status[3]), (status[4] or b'').decode('latin-1'),
+                         f'{status[1].decode()}.{status[2].decode()}',
+                         tuple((name, value) for name, value in fields), interim)
 
 
 def _malformed_field(line: bytes) -> str:
@@ -255,7 +256,8 @@ class _ChunkedBody:
                 stop = pos + size
                 if stop + 2 <= end:  # the whole chunk and its CRLF are here: take them in one step
                     if buf[stop:stop + 2] != b'\r\n':
-                        raise _failure('bad_chunk_end', f'chunk data not followed by CRLF: {bytes(buf[stop:stop + 8])!r}')
+                        raise _failure('bad_chunk_end', 'chunk data not followed by CRLF: '
+                                                        f'{bytes(buf[stop:stop + 8])!r}')
                     out.append(buf[pos:stop])
                     pos = stop + 2
                 else:
@@ -293,7 +295,8 @@ class _ChunkedBody:
 
     def _keep_partial_line(self, buf: bytes, pos: int, end: int) -> None:
         if end - pos > _MAX_CHUNK_LINE:
-            raise _failure('chunk_line_too_long', f'{self._state.value} longer than {_MAX_CHUNK_LINE} bytes without a line end')
+            raise _failure('chunk_line_too_long', f'{self._state.value} longer than {_MAX_CHUNK_LINE} bytes without '
+                                                  'a line end')
         self._pending = buf[pos:]
 
     @staticmethod
@@ -390,14 +393,16 @@ def _body_reader(head: _ResponseHead) -> _ContentLengthBody | _ChunkedBody | _Cl
     """Choose the body framing from the response head (RFC 9112, 6.3), refusing what cannot be decoded."""
     encodings = head.field_list('Content-Encoding')
     if any(coding != 'identity' for coding in encodings):
-        raise _failure('unsupported_encoding', f'unsupported content-encoding {", ".join(head.get_all("Content-Encoding"))!r}')
+        raise _failure('unsupported_encoding', 'unsupported content-encoding '
+                                               f'{", ".join(head.get_all("Content-Encoding"))!r}')
     if head.get_all('Transfer-Encoding'):
         if head.version == '1.0':  # RFC 9112, 6.1: a hop that speaks only HTTP/1.0 may have passed chunks on
             raise _failure('http10_transfer_encoding', 'an HTTP/1.0 response with Transfer-Encoding: its framing '
                                                        'is faulty, as an HTTP/1.0 hop may have passed it on unread')
         if head.field_list('Transfer-Encoding') != ['chunked']:
             raise _failure('unsupported_encoding', f'unsupported transfer-encoding '
-                                                   f'{", ".join(head.get_all("Transfer-Encoding"))!r}; expected chunked alone')
+                                                   f'{", ".join(head.get_all("Transfer-Encoding"))!r}; expected '
+                                                   'chunked alone')
         if head.get_all('Content-Length'):
             raise _failure('ambiguous_framing', 'both Transfer-Encoding and Content-Length: the framing is ambiguous')
         return _ChunkedBody()
@@ -415,7 +420,8 @@ def _content_length(head: _ResponseHead) -> int | None:
     values = set()
     for part in parts:
         if not part.isdigit() or not part.isascii():
-            raise _failure('bad_content_length', f'invalid Content-Length {_shorten(", ".join(parts))!r}: expected digits')
+            raise _failure('bad_content_length', f'invalid Content-Length {_shorten(", ".join(parts))!r}: expected '
+                                                 'digits')
         significant = part.lstrip('0') or '0'
         if len(significant) > len(str(_MAX_BODY_SIZE)) or int(significant) > _MAX_BODY_SIZE:  # no int() of 4,300 digits
             raise _failure('bad_content_length', f'Content-Length {_shorten(significant, 30)} is over the bound of '

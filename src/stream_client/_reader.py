@@ -86,9 +86,10 @@ class ResponseReader:
     ``feed(data)`` returns the ``Pieces`` (text, reasoning, call) of each event those bytes completed,
     in order, as the validator's accept() gives them. ``eof()`` says the connection closed. When
     a layer breaks, ``error`` holds its StreamError, ``feed`` returns what was accepted before
-    the break, and nothing more should be fed. ``message_complete`` says the message ended as its framing promised. A status
-    other than 200 becomes an ``http`` error once up to MAX_ERROR_BODY bytes of its body (the
-    server's own message) have arrived, or the connection closed. judge() gives the verdict.
+    the break, and nothing more should be fed. ``message_complete`` says the message ended as its
+    framing promised. A status other than 200 becomes an ``http`` error once up to MAX_ERROR_BODY
+    bytes of its body (the server's own message) have arrived, or the connection closed. judge()
+    gives the verdict.
     """
 
     def __init__(self, validator: StreamValidator, capture: Capture | None = None) -> None:

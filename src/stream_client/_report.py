@@ -143,8 +143,8 @@ class Report:
             title = f'run {row.run}: ' + (f'NOT OK {row.error}' if row.error else 'ok') + f', {row.duration_ms:.0f} ms'
             marks = ''
             if row.headers_ms is not None:
-                marks += (f'<rect x="{x + row.headers_ms / 1000 * scale:.1f}" y="{y}" width="1.5" height="{height - 1}" '
-                          f'fill="#000"/>')
+                marks += (f'<rect x="{x + row.headers_ms / 1000 * scale:.1f}" y="{y}" width="1.5" '
+                          f'height="{height - 1}" fill="#000"/>')
             if row.first_text_ms is not None:
                 marks += (f'<circle cx="{x + row.first_text_ms / 1000 * scale:.1f}" cy="{y + (height - 1) / 2}" '
                           f'r="{max(1, (height - 1) / 2)}" fill="#fff" stroke="#000" stroke-width="0.5"/>')
@@ -229,9 +229,11 @@ def _sweep_section(result: dict) -> str:
                '<th>duration p99 (ms)</th></tr>')
     for step in steps:
         first, duration = step['latency_ms']['first_text_ms'], step['latency_ms']['duration_ms']
-        cells = [f'{step["rate"]:g} (cut)' if step['interrupted'] else step['rate'], step['achieved_rate'], step['runs'], step['ok'], step['good'], step['goodput_per_s'],
+        cells = [f'{step["rate"]:g} (cut)' if step['interrupted'] else step['rate'], step['achieved_rate'],
+                 step['runs'], step['ok'], step['good'], step['goodput_per_s'],
                  step['slo_attainment'], first and first['p50'], first and first['p99'], duration and duration['p99']]
-        out.append('<tr>' + ''.join(f'<td class="n">{"-" if value is None else value}</td>' for value in cells) + '</tr>')
+        out.append('<tr>' + ''.join(f'<td class="n">{"-" if value is None else value}</td>' for value in cells)
+                   + '</tr>')
     return '\n'.join(out) + '</table>'
 
 
@@ -240,8 +242,9 @@ def _e(text: str) -> str:
 
 
 def _legend() -> str:
-    return '<span class="key">' + ''.join(f'<span><span class="swatch" style="background:{colour}"></span> '
-                                          f'{layer or "ok"}</span>' for layer, colour in _LAYER_COLOURS.items()) + '</span>'
+    return ('<span class="key">' + ''.join(f'<span><span class="swatch" style="background:{colour}"></span> '
+                                           f'{layer or "ok"}</span>' for layer, colour in _LAYER_COLOURS.items())
+            + '</span>')
 
 
 def _lanes(rows: list[_Row]) -> list[int]:

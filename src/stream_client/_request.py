@@ -356,7 +356,8 @@ def _declared_tool(number: int, tool: object) -> tuple[str, JsonSchema | None]:
     try:
         return name, JsonSchema(function['parameters'])
     except SchemaError as exc:
-        raise ValueError(f'tools[{number}] ({name}) has parameters that are {_SCHEMA_REFUSALS[exc.kind]}: {exc}') from None
+        raise ValueError(f'tools[{number}] ({name}) has parameters that are {_SCHEMA_REFUSALS[exc.kind]}: '
+                         f'{exc}') from None
 
 
 def _answer_fields(api: str, tools: list | None, spec: AnswerSpec, json_schema: dict | None) -> dict:

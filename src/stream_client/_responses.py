@@ -220,7 +220,8 @@ class ResponseEvents(StreamValidator):
     def _take_part_added(self, body: dict) -> Pieces:
         item = self._open_item(body, _PART_ITEMS[body['type']])
         index = body.get('content_index')
-        self._next_index(index, item.parts, f'content part {_shorten(repr(index))} of output item {body["output_index"]}')
+        self._next_index(index, item.parts,
+                         f'content part {_shorten(repr(index))} of output item {body["output_index"]}')
         part = body.get('part') if isinstance(body.get('part'), dict) else {}
         item.parts.append(_Part(part.get('type')))
         return _NOTHING
@@ -311,7 +312,8 @@ class ResponseEvents(StreamValidator):
         copy = copy if isinstance(copy, dict) else {}
         if (copy.get('type'), copy.get('id')) != (item.kind, item.id):
             raise _failure('closing_copy_differs', f'{source} says output item {self.items.index(item)} is '
-                                                   f'{_shorten(repr(copy.get("type")))} {_shorten(repr(copy.get("id")))}, '
+                                                   f'{_shorten(repr(copy.get("type")))} '
+                                                   f'{_shorten(repr(copy.get("id")))}, '
                                                    f'but it opened as {item.kind!r} {_shorten(repr(item.id))}')
         if item.call is not None:
             self._check_arguments(source, item.call, copy.get('arguments'))
@@ -354,7 +356,8 @@ class ResponseEvents(StreamValidator):
         claimed = [item.get('id') if isinstance(item, dict) else None for item in output]
         if claimed != [item.id for item in self.items]:
             raise _failure('closing_copy_differs', f'{kind} lists the output items {_preview(json.dumps(claimed))}, '
-                                                   f'but the stream opened {_preview(json.dumps([i.id for i in self.items]))}')
+                                                   'but the stream opened '
+                                                   f'{_preview(json.dumps([i.id for i in self.items]))}')
         return _NOTHING
 
     def _check_output_calls(self, kind: str, output: list) -> None:
@@ -430,7 +433,8 @@ class ResponseEvents(StreamValidator):
         if self._budget_used():
             return (f'{carries}, but usage.output_tokens {self.completion_tokens} reached max_output_tokens '
                     f'{self.max_tokens} ({self.dialect.name} says "completed" also when the budget cut the answer)')
-        return carries + (f' (incomplete_details.reason={self.incomplete_reason})' if self.status == 'incomplete' else '')
+        return carries + (f' (incomplete_details.reason={self.incomplete_reason})' if self.status == 'incomplete'
+                          else '')
 
     def finished_words(self) -> str:
         return self.finish_words()

@@ -396,9 +396,11 @@ class JsonSchema:
             if not isinstance(value, str):
                 return None
             if low is not None and len(value) < low:
-                return f'{_where(path)}: expected at least {_count(low, "character")}, got {_count(len(value), "character")}'
+                return (f'{_where(path)}: expected at least {_count(low, "character")}, '
+                        f'got {_count(len(value), "character")}')
             if high is not None and len(value) > high:
-                return f'{_where(path)}: expected at most {_count(high, "character")}, got {_count(len(value), "character")}'
+                return (f'{_where(path)}: expected at most {_count(high, "character")}, '
+                        f'got {_count(len(value), "character")}')
             if pattern is not None and not pattern.search(value):
                 return f'{_where(path)}: expected a match of {source!r}, got {_seen(value)}'
             return None
@@ -555,7 +557,8 @@ class JsonSchema:
                 if name in value:
                     for other in wanted:
                         if other not in value:
-                            return f'{_where((path, other))}: required when {_where((path, name))} is present, but missing'
+                            return (f'{_where((path, other))}: required when {_where((path, name))} is present, '
+                                    'but missing')
             for name, node in dependents:
                 if name in value:
                     problem = node.problem(value, path, seen, scope)

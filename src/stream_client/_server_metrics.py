@@ -62,11 +62,13 @@ def _parse_exposition(text: str) -> dict[str, dict]:
             parts = line[1:].strip(' \t').split(None, 2)
             if len(parts) >= 2 and parts[0] in ('HELP', 'TYPE'):
                 if not _METRIC_NAME.fullmatch(parts[1]):
-                    raise _ExpositionError(f'line {number}: {parts[0]} of {_shorten(repr(parts[1]), 40)}, not a metric name')
+                    raise _ExpositionError(f'line {number}: {parts[0]} of {_shorten(repr(parts[1]), 40)}, not a '
+                                           'metric name')
                 if parts[0] == 'TYPE':
                     kind = parts[2].strip() if len(parts) == 3 else ''
                     if kind not in _TYPES:
-                        raise _ExpositionError(f'line {number}: TYPE {_shorten(repr(kind), 20)} is not one of {", ".join(_TYPES)}')
+                        raise _ExpositionError(f'line {number}: TYPE {_shorten(repr(kind), 20)} is not one of '
+                                               f'{", ".join(_TYPES)}')
                     if parts[1] in families or parts[1] in owner:
                         raise _ExpositionError(f'line {number}: TYPE of {parts[1]} after its samples or twice')
                     families[parts[1]] = {'type': kind, 'samples': []}
@@ -108,7 +110,8 @@ def _parse_exposition(text: str) -> dict[str, dict]:
             raise _ExpositionError(f'line {number}: the samples of {family} are not in one group')
         current = family
         kind = families[family]['type']
-        if value < 0 and (kind == 'counter' or kind in ('histogram', 'summary') and name.endswith(('_bucket', '_count'))):
+        if value < 0 and (kind == 'counter'
+                          or kind in ('histogram', 'summary') and name.endswith(('_bucket', '_count'))):
             raise _ExpositionError(f'line {number}: {name}{labels or ""} is {value:g}, and a counter is never negative')
         key = (name, tuple(sorted(labels.items())))
         if key in series:
@@ -366,8 +369,8 @@ def _metrics_file(output: str) -> str:
 
 def _saved_metrics(paths: list[str]):
     """The server metrics' summary of saved evidence, from the scrapes kept beside it, as the load printed it,
-    and their drawing for the report (see _timeline_drawing); None when no file has them. UsageError for several (each load scraped its own; they are not merged)
-    or for a file of scrapes that cannot be read."""
+    and their drawing for the report (see _timeline_drawing); None when no file has them. UsageError for
+    several (each load scraped its own; they are not merged) or for a file of scrapes that cannot be read."""
     kept = [_metrics_file(path) for path in paths if os.path.isfile(_metrics_file(path))]
     if not kept:
         return None
@@ -452,8 +455,9 @@ def _metrics_lines(result: dict) -> list[str]:
                     if name in step['counters']]
         if gauges or counters:
             lines.append(f'  {label}' + '; '.join(gauges + counters))
-        times = [f'{name.split(":")[-1][:-len("_seconds")]} p50 {_plain_number(step["histograms"][name]["p50_ms"])} p99 '
-                 f'{_plain_number(step["histograms"][name]["p99_ms"])} ms' for name in _SHOWN_HISTOGRAMS
+        times = [f'{name.split(":")[-1][:-len("_seconds")]} '
+                 f'p50 {_plain_number(step["histograms"][name]["p50_ms"])} '
+                 f'p99 {_plain_number(step["histograms"][name]["p99_ms"])} ms' for name in _SHOWN_HISTOGRAMS
                  if (step.get('histograms') or {}).get(name, {}).get('count')]
         if times:
             lines.append(f'  {label}as the server saw them: ' + '; '.join(times))
@@ -496,7 +500,8 @@ def _timeline_drawing(points: list[tuple[float, dict]]):
                f'<line x1="{x0}" y1="{height}" x2="{x1}" y2="{height}" stroke="#999"/>']
         for name, label, colour in _DRAWN:
             scale_top = 1.0 if name.endswith('_perc') else top
-            line = [(min(x1, max(x0, x0 + (at - origin) * scale)), height - min(values[name], scale_top) / scale_top * height)
+            line = [(min(x1, max(x0, x0 + (at - origin) * scale)),
+                     height - min(values[name], scale_top) / scale_top * height)
                     for at, values in points if values.get(name) is not None]
             if line:
                 dash = ' stroke-dasharray="4 3"' if name.endswith('_perc') else ''

@@ -308,7 +308,8 @@ class _Step:
         cut = whole['runs'] < scheduled or 'interrupted' in whole['not_ok_by_kind']
         return {'step': number, 'rate': self.rate, 'duration_s': self.duration, 'interrupted': cut,
                 'scheduled_runs': scheduled,
-                'scheduled_rate': round(scheduled / self.duration, 3), 'achieved_rate': round(self.on_time / self.duration, 3),
+                'scheduled_rate': round(scheduled / self.duration, 3),
+                'achieved_rate': round(self.on_time / self.duration, 3),
                 'runs': whole['runs'], 'ok': whole['ok'], 'good': whole['good'],
                 'goodput_per_s': round(whole['good'] / self.duration, 3), 'slo_attainment': whole['slo_attainment'],
                 'first_chunk_good': whole['first_chunk_good'],
@@ -455,7 +456,8 @@ def _summary_table(result: dict) -> str:
         lines.append(f'  {name:<{width - 2}}{cells}')
     pairs = result.get('cross_check')
     if pairs:
-        lines.append(f'cross-check: {_count(pairs["pairs"], "pair")}, {pairs["compared"]} compared: {pairs["same"]} same, '
+        lines.append(f'cross-check: {_count(pairs["pairs"], "pair")}, {pairs["compared"]} compared: '
+                     f'{pairs["same"]} same, '
                      f'{pairs["different"]} different; {pairs["not_comparable"]} not comparable, '
                      f'{pairs["without_token_ids"]} without token ids, {pairs["unstreamed_failed"]} unstreamed failed')
     runs, tokens = ([f'{result[key]} {label}' for key, label in group if result[key] is not None]
@@ -484,7 +486,8 @@ def _knee_lines(result: dict) -> list[str]:
     """A --concurrencies sweep's steps and its knee."""
     if not result.get('concurrency_steps'):
         return []
-    lines = [f'{"in flight":>10}{"runs":>6}{"ok":>6}{"good":>6}{"runs/s":>9}{"good/s":>9}{"first text p50":>15}{"p99":>8}']
+    lines = [f'{"in flight":>10}{"runs":>6}{"ok":>6}{"good":>6}{"runs/s":>9}{"good/s":>9}'
+             f'{"first text p50":>15}{"p99":>8}']
     for level in result['concurrency_steps']:
         first = level['latency_ms']['first_text_ms']
         cells = f'{first["p50"]:15.1f}{first["p99"]:8.1f}' if first else f'{"-":>15}{"-":>8}'

@@ -152,4 +152,5 @@ class _TraceSummary:
         late = _percentiles(self.late)
         how = ', '.join(f'{name} {count}' for name, count in sorted(self.length_by.items()))
         return (f'trace: {self.ok} of {self.runs} lines ok at speed {self.speed:g}; lengths by {how or "-"}; late '
-                + ('-' if late is None else f'p50 {late["p50"]:.1f} ms, p99 {late["p99"]:.1f} ms, max {late["max"]:.1f} ms'))
+                + ('-' if late is None
+                   else f'p50 {late["p50"]:.1f} ms, p99 {late["p99"]:.1f} ms, max {late["max"]:.1f} ms'))

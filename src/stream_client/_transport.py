@@ -243,13 +243,14 @@ def _open_tunnel(sock: socket.socket, x: _Exchange) -> None:
         try:
             head = heads.feed(raw)
         except StreamError as exc:
-            raise _failure('proxy_bad_answer', f'the proxy {proxy.address} answered CONNECT with {exc.message}') from None
+            raise _failure('proxy_bad_answer', f'the proxy {proxy.address} answered CONNECT with '
+                                               f'{exc.message}') from None
     if not 200 <= head.status < 300:
         raise _failure('proxy_refused', f'the proxy {proxy.address} refused the tunnel to {request.address}: '
                                         f'{head.status} {head.reason}'.rstrip())
     if heads.rest:
-        raise _failure('proxy_extra_bytes', f'the proxy {proxy.address} sent {_count(len(heads.rest), "byte")} after its '
-                                            '2xx to CONNECT, before the tunnel was used')
+        raise _failure('proxy_extra_bytes', f'the proxy {proxy.address} sent {_count(len(heads.rest), "byte")} '
+                                            'after its 2xx to CONNECT, before the tunnel was used')
 
 
 def _reuse(x: _Exchange, connection: _Connection) -> None:

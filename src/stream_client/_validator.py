@@ -383,8 +383,8 @@ class StreamValidator:
                 and self.dialect.allows(_RESPONSES_UNTYPED)):
             kind = body['type']  # no event: line; its type is the data's (the litellm dialect)
         if body.get('type') != kind:
-            raise _failure('event_type_mismatch', f'event {self.data_events}: its event field says {_preview(kind)} but '
-                                                  f'its data says type {_shorten(repr(body.get("type")))}')
+            raise _failure('event_type_mismatch', f'event {self.data_events}: its event field says {_preview(kind)} '
+                                                  f'but its data says type {_shorten(repr(body.get("type")))}')
         return kind, body
 
     def _load_object(self, data: str) -> dict:

@@ -92,8 +92,8 @@ def _verdict_line(record: dict) -> str:
     if record.get('dialect') not in (None, 'strict'):  # judged by a server's dialect: said, never silent
         cross = f'; dialect {record["dialect"]} (docs/dialects.md)' + cross
     if record['ok']:
-        return (f'ok: {_count(record["content_events"], "content event")}, first text {record["first_text_ms"]:.0f} ms, '
-                f'done {record["duration_ms"]:.0f} ms' + cross)
+        return (f'ok: {_count(record["content_events"], "content event")}, '
+                f'first text {record["first_text_ms"]:.0f} ms, done {record["duration_ms"]:.0f} ms' + cross)
     layer = record['error_layer']
     return f'NOT OK [{layer}]: {record["error"].removeprefix(layer + ": ")}' + ('' if layer == 'cross-check' else cross)
 
