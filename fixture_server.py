@@ -791,8 +791,10 @@ PAIRS = {
     'pair-args-dropped': Pair((_OPEN_WEATHER, Piece(4, call=0, arguments='{"city": "Paris"'),
                                Piece(4, call=0, arguments=', "unit": "celsius"', shown=False),
                                Piece(1, call=0, arguments='}')),
-                              'tool_calls', '', (('get_weather', '{"city": "Paris", "unit": "celsius"}'),), 'tool_calls'),
-    'pair-call-dropped': Pair((_OPEN_WEATHER, Piece(4, call=0, arguments=PARIS[0]), Piece(2, call=0, arguments=PARIS[1]),
+                              'tool_calls', '', (('get_weather', '{"city": "Paris", "unit": "celsius"}'),),
+                              'tool_calls'),
+    'pair-call-dropped': Pair((_OPEN_WEATHER, Piece(4, call=0, arguments=PARIS[0]),
+                               Piece(2, call=0, arguments=PARIS[1]),
                                Piece(3, call=1, name='get_weather', shown=False),
                                Piece(4, call=1, arguments='{"city": "Tokyo"}', shown=False)),
                               'tool_calls', '', (WEATHER_CALL, ('get_weather', '{"city": "Tokyo"}')), 'tool_calls'),
@@ -842,7 +844,8 @@ def pair_unstreamed(p: GuideProfile, pair: Pair) -> tuple[int, list[tuple[str, s
     ids = list(range(FIRST_TOKEN_ID, FIRST_TOKEN_ID + total))
     if pair.diverge_at is not None:
         ids[pair.diverge_at:] = [token + 1000 for token in ids[pair.diverge_at:]]
-    calls = [{'id': f'chatcmpl-tool-{index + 1}', 'type': 'function', 'function': {'name': name, 'arguments': arguments}}
+    calls = [{'id': f'chatcmpl-tool-{index + 1}', 'type': 'function',
+              'function': {'name': name, 'arguments': arguments}}
              for index, (name, arguments) in enumerate(pair.calls)]
     message = {'role': 'assistant', 'content': pair.text or None, 'refusal': None, 'annotations': None, 'audio': None,
                'function_call': None, 'tool_calls': calls, 'reasoning': None}
@@ -908,7 +911,8 @@ MODES = {
     **{mode: (lambda pair: lambda p: Plan(pair_stream(p, pair)))(pair) for mode, pair in PAIRS.items()},
 }
 # The modes that only some APIs have; every other mode works on all four.
-ONLY_ON = {'reasoning': ('chat', 'responses', 'messages'), **dict.fromkeys(TOOL_MODES, ('chat', 'responses', 'messages')),
+ONLY_ON = {'reasoning': ('chat', 'responses', 'messages'),
+           **dict.fromkeys(TOOL_MODES, ('chat', 'responses', 'messages')),
            'tool-args-mismatch': ('responses',), 'block-unclosed': ('messages',), 'block-unknown-index': ('messages',),
            'multi-choice': ('chat', 'completions'), 'sequence-gap': ('responses',), 'type-mismatch': ('responses',),
            'text-mismatch': ('responses',), 'failed': ('responses',), 'incomplete': ('responses',),
@@ -1397,7 +1401,8 @@ class ServerMetrics:
                     ('vllm:kv_cache_usage_perc', 'gauge', 'KV-cache usage. 1 means 100 percent usage.',
                      min(1.0, running / KV_CACHE_SLOTS)),
                     ('vllm:num_preemptions_total', 'counter', 'Cumulative number of preemption from the engine.', 0.0),
-                    ('vllm:prompt_tokens_total', 'counter', 'Number of prefill tokens processed.', float(prompt_tokens)))
+                    ('vllm:prompt_tokens_total', 'counter', 'Number of prefill tokens processed.',
+                     float(prompt_tokens)))
         return ''.join(f'# HELP {name} {text}\n# TYPE {name} {kind}\n{name}{labels} {value}\n'
                        for name, kind, text, value in families).encode()
 
@@ -1418,7 +1423,8 @@ class FixtureServer(ThreadingHTTPServer):
 
     def __init__(self, port: int = 18080, *, mode: str = 'ok', delay: float | None = None, profile: str = 'guide',
                  api_key: str | None = None, tokens: int | None = None, reasoning_field: str = 'reasoning',
-                 replay: bytes | None = None, replay_twin: bytes | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+                 replay: bytes | None = None, replay_twin: bytes | None = None,
+                 tls_cert: str | None = None, tls_key: str | None = None,
                  seed: int = 0, model_name: str | None = None, idle_close: float = KEEP_ALIVE_TIMEOUT,
                  close_notify: bool = True, cut_turn: int | None = None, cut_session: str | None = None,
                  record: bool = False, tokenize: bool = True, capacity: float = CAPACITY) -> None:

@@ -92,7 +92,8 @@ class GuideContractTests(unittest.TestCase):
         record = self.record_of()
         self.assertTrue(record['ok'], record['error'])
         self.assertEqual((record['text'], record['finish_reason'], record['done']), ('READY \u2713', 'stop', True))
-        self.assertEqual((record['completion_tokens'], record['content_events'], len(record['event_gaps_ms'])), (3, 2, 1))
+        self.assertEqual((record['completion_tokens'], record['content_events'], len(record['event_gaps_ms'])),
+                         (3, 2, 1))
         self.assertLess(0, record['first_text_ms'])
         self.assertLess(record['first_text_ms'], record['duration_ms'])
 
@@ -131,7 +132,8 @@ class ModuleShapeTests(unittest.TestCase):
     def test_the_map_names_every_module_in_the_order_of_the_layers(self):
         doc = stream_client.__doc__
         self.assertEqual(tuple(re.findall(r'^(_\w+) ', doc, re.M)), AMALGAMATE.MODULES)
-        banners = re.findall(r'^# ==== src/stream_client/(\w+)\.py ====$', Path(CLIENT).read_text(encoding='utf-8'), re.M)
+        banners = re.findall(r'^# ==== src/stream_client/(\w+)\.py ====$', Path(CLIENT).read_text(encoding='utf-8'),
+                             re.M)
         self.assertEqual(tuple(banners), AMALGAMATE.MODULES + ('__main__',))
         named = set(re.findall(r'``(\w+)(?:\(\))?``', doc))
         for validator in stream_client.VALIDATORS.values():
@@ -165,7 +167,8 @@ class DocsTests(unittest.TestCase):
             self.assertGreater(len(flags), 10)
             for flag in sorted(flags):
                 with self.subTest(script=name, flag=flag):
-                    self.assertTrue(re.search(rf'(?<![\w-]){re.escape(flag)}(?![a-z-])', docs), f'{flag} is not in docs/')
+                    self.assertTrue(re.search(rf'(?<![\w-]){re.escape(flag)}(?![a-z-])', docs),
+                                    f'{flag} is not in docs/')
 
     def test_every_fixture_mode_is_in_the_docs(self):
         docs = self.docs_text()
@@ -255,10 +258,11 @@ class CopiedAloneTests(unittest.TestCase):
         for name in ('fixture_server.py', 'test_stream.py'):
             (self.dir / name).write_bytes((HERE / name).read_bytes())
         done = subprocess.run([sys.executable, '-m', 'unittest', '-v', 'test_stream.py'], cwd=self.dir, text=True,
-                              capture_output=True, timeout=120, stdin=subprocess.DEVNULL, env={'PATH': os.environ['PATH']})
+                              capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
+                              env={'PATH': os.environ['PATH']})
         self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertEqual(len(re.findall(r'^test_\w+ \(test_stream\.GuideContractTests(\.\w+)?\) \.\.\. ok$', done.stderr,
-                                        re.M)), 5, done.stderr)
+        self.assertEqual(len(re.findall(r'^test_\w+ \(test_stream\.GuideContractTests(\.\w+)?\) \.\.\. ok$',
+                                        done.stderr, re.M)), 5, done.stderr)
 
     def test_fixture_without_its_file_is_one_line_and_exit_2(self):
         done = self.alone('--fixture', 'ok', '--output', 'run.json')

@@ -355,7 +355,8 @@ def vllm_bench(bench: tuple[list[str], str], port: int, prompts: int, concurrenc
                            '--random-output-len', '16', '--num-prompts', str(prompts), '--max-concurrency',
                            str(concurrency)], capture_output=True, text=True, timeout=600)
     found = re.search(r'Request throughput \(req/s\):\s+([\d.]+)', done.stdout)
-    assert found and re.search(rf'Successful requests:\s+{prompts}\b', done.stdout), done.stdout[-2000:] + done.stderr[-2000:]
+    assert found and re.search(rf'Successful requests:\s+{prompts}\b', done.stdout), \
+        done.stdout[-2000:] + done.stderr[-2000:]
     return float(found[1])
 
 
@@ -372,8 +373,8 @@ def bench_streams_per_second(tmp: str) -> list[tuple[str, float, float, str]]:
             for concurrency in (8, 64):
                 fresh = load(port, 4000, concurrency, tmp)['summary']['runs_per_s']
                 kept = load(port, 4000, concurrency, tmp, keep_alive=True)['summary']['runs_per_s']
-                line = (f'  {kind:7} server, concurrency {concurrency:2d}: {fresh:6.0f} streams/s with a new connection '
-                        f'each, {kept:6.0f} with --keep-alive')
+                line = (f'  {kind:7} server, concurrency {concurrency:2d}: {fresh:6.0f} streams/s with a new '
+                        f'connection each, {kept:6.0f} with --keep-alive')
                 if bench is not None:
                     rate = vllm_bench(bench, port, 4000, concurrency)
                     line += f', vllm bench serve {rate:6.0f} requests/s'

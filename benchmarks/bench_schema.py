@@ -28,7 +28,8 @@ UNEVALUATED = {
     'type': 'object',
     'allOf': [{'properties': {'id': {'type': 'integer'}}},
               {'anyOf': [{'patternProperties': {'^a': {'type': 'integer'}}},
-                         {'allOf': [{'anyOf': [{'patternProperties': {'^b': {'type': 'integer'}}}, {'required': ['x']}]}]}]}],
+                         {'allOf': [{'anyOf': [{'patternProperties': {'^b': {'type': 'integer'}}},
+                                               {'required': ['x']}]}]}]}],
     'unevaluatedProperties': False,
 }
 CHAIN = {'type': 'array', 'items': {'$ref': '#/$defs/d0'},
