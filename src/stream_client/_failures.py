@@ -70,8 +70,8 @@ def _deadline_failure(x: _Exchange) -> StreamError:
 
 def _unended_after_terminal(x: _Exchange, bound: str) -> StreamError:
     """The terminal event arrived but the HTTP message never ended: a transport failure, whichever bound noticed."""
-    return _failure('unended_after_terminal', f'message did not end within {bound} after {x.reader.validator.terminal}; '
-                                              f'received {x.reader.body.progress()}')
+    return _failure('unended_after_terminal', f'message did not end within {bound} after '
+                                              f'{x.reader.validator.terminal}; received {x.reader.body.progress()}')
 
 
 def _classify(exc: BaseException, x: _Exchange) -> StreamError:
