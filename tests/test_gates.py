@@ -82,14 +82,12 @@ class GateCommandTests(unittest.TestCase):
         status, gates = self.gate(f'{figure} >= {value!r}')
         self.assertEqual((status, gates), (1, [{'expr': f'{figure} >= {value!r}', 'value': value, 'held': False}]))
 
-    @sans_io
     def test_the_load_is_mixed_and_gated_by_default_on_every_run_ok(self):
         ok = sum(record['ok'] for record in self.records)
         self.assertLess(ok, len(self.records))
         self.assertEqual(self.done.returncode, 1)
         self.assertEqual(self.summary['gates'], [{'expr': 'ok_ratio < 1', 'value': ok / 40, 'held': False}])
 
-    @sans_io
     def test_counts_and_ratios(self):
         ok = sum(record['ok'] for record in self.records)
         self.assert_family('ok_ratio', ok / 40)
@@ -97,13 +95,11 @@ class GateCommandTests(unittest.TestCase):
         good = sum(record['ok'] and record['first_text_ms'] <= 30000 for record in self.records)
         self.assert_family('slo_attainment', round(good / 40, 4))
 
-    @sans_io
     def test_goodput(self):
         good = sum(record['ok'] and record['first_text_ms'] <= 30000 for record in self.records)
         self.assertAlmostEqual(self.summary['goodput_per_s'] * self.summary['wall_s'], good, delta=good / 100)
         self.assert_family('goodput_per_s', self.summary['goodput_per_s'])
 
-    @sans_io
     def test_percentiles_of_latency_figures(self):
         for field in ('headers_ms', 'first_text_ms', 'duration_ms'):
             for p in (50, 90, 99):
@@ -113,7 +109,6 @@ class GateCommandTests(unittest.TestCase):
         self.assert_family('event_gaps_ms.max', max(gap for record in self.records if record['ok']
                                                     for gap in record['event_gaps_ms']))
 
-    @sans_io
     def test_counts_of_a_failure_kind(self):
         kinds = [record['error_kind'] for record in self.records if not record['ok']]
         kind = max(set(kinds), key=kinds.count)
@@ -122,7 +117,6 @@ class GateCommandTests(unittest.TestCase):
         self.assertEqual(self.gate(f'error_kind.{absent} > 0'), (0, [{'expr': f'error_kind.{absent} > 0', 'value': 0,
                                                                       'held': True}]))
 
-    @sans_io
     def test_every_gate_must_hold_and_a_missing_figure_fails(self):
         status, gates = self.gate('not_ok > 40', 'runs < 40')
         self.assertEqual((status, [gate['held'] for gate in gates]), (0, [True, True]))

@@ -31,7 +31,6 @@ def schedule(records: list[dict]) -> dict[int, tuple]:
             for record in records}
 
 
-@sans_io
 class ShardTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls) -> None:

@@ -806,7 +806,6 @@ class ArrivalStampTests(unittest.TestCase):
         for sock in cls.keeper:
             sock.close()
 
-    @sans_io
     def test_a_kernel_stamp_is_taken_only_between_the_latest_stamp_and_the_reads_return(self):
         timeline, offset = stream_client._exchange._Timeline(), 1_700_000_000 * 10**9  # the wall clock's lead
         self.assertIsNone(timeline.read_stamps)
@@ -919,7 +918,6 @@ class ArrivalStampTests(unittest.TestCase):
         self.assertEqual(during, [False])  # no worker got in while the reactor fed the read
         self.assertTrue(entered.is_set())  # one did once the reactor waited again
 
-    @sans_io
     def test_a_worker_lets_the_gate_go_to_send_a_request_that_may_not_fit_the_sockets_buffer(self):
         response = sse_response(b'data: ' + chunk_json(delta={'content': 'hi'}).encode() + b'\n\n'
                                 b'data: ' + chunk_json(finish_reason='stop').encode() + b'\n\ndata: [DONE]\n\n')
