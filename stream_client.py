@@ -6532,17 +6532,31 @@ class _Pool:
                 thread.join(0.1)
 
 
-def _wait_until(at: float, cancel: Cancel) -> bool:
-    """Sleep until the perf_counter time ``at``, waking every 50 ms to see a cancel; False when one came."""
-    wait = at - time.perf_counter()
+@dataclasses.dataclass(frozen=True)
+class _Clock:
+    """What a load reads the time from and waits by: now() on a monotonic scale (seconds), sleep(seconds),
+    and wall(), seconds since the epoch (for --start-at). _REAL_CLOCK is the system's; the tests drive a
+    virtual one, so that a schedule, a think time or a trace's timestamps are checked without waiting."""
+
+    now: typing.Callable[[], float] = time.perf_counter
+    sleep: typing.Callable[[float], None] = time.sleep
+    wall: typing.Callable[[], float] = time.time
+
+
+_REAL_CLOCK = _Clock()
+
+
+def _wait_until(at: float, cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> bool:
+    """Sleep until the clock's time ``at``, waking every 50 ms to see a cancel; False when one came."""
+    wait = at - clock.now()
     while wait > 0 and cancel.reason is None:
-        time.sleep(min(wait, 0.05))
-        wait = at - time.perf_counter()
+        clock.sleep(min(wait, 0.05))
+        wait = at - clock.now()
     return cancel.reason is None
 
 
 def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
-             on_started=None) -> None:
+             on_started=None, clock: _Clock = _REAL_CLOCK) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
     run as it ends, one call at a time, from the worker threads.
 
@@ -6556,8 +6570,9 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     _spread_load), and on_record is still called here, in this process. On Linux one _Reactor thread
     per process reads the responses, and the workers pass through a _Gate. on_started(), if given, is
     called here once the worker processes are forked (at once without them), before any run starts.
+    ``clock`` is what the schedule waits by (the real one in forked processes).
     """
-    started = time.perf_counter() + (0.0 if settings.start_at is None else settings.start_at - time.time())
+    started = clock.now() + (0.0 if settings.start_at is None else settings.start_at - clock.wall())
     described = settings.described()
     index, shards = settings.shard
     plan = _plan_id(requests, described, shards, settings.start_at)
@@ -6570,7 +6585,7 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     else:
         if on_started is not None:
             on_started()
-        _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0))
+        _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0), clock)
 
 
 def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
@@ -6581,7 +6596,7 @@ def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
 
 
 def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
-               described: dict, share: tuple[int, int]) -> None:
+               described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK) -> None:
     """The runs i with i % processes == number, on worker threads of this process (share is (number,
     processes)), with that share of the slots, on the load's schedule from ``started``."""
     number, processes = share
@@ -6605,7 +6620,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
             run_one(*job)
 
     def run_one(index: int, due: float) -> None:
-        begun, request = time.perf_counter(), requests[index % len(requests)]
+        begun, request = clock.now(), requests[index % len(requests)]
         try:
             record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
         except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
@@ -6621,7 +6636,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
         for index, due in enumerate(arrival_offsets(settings)):
             if index % processes != number:
                 continue
-            if not _wait_until(started + due, cancel):
+            if not _wait_until(started + due, cancel, clock):
                 break
             pool.submit((index, due))
     finally:
@@ -7976,10 +7991,11 @@ class _SessionRun:
 
     def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, kept: KeptConnections | None,
                  emit, started: float, queued_ms: float | None, reactor: _Reactor | None = None,
-                 gate: _Gate = _OPEN_GATE) -> None:
+                 gate: _Gate = _OPEN_GATE, clock: _Clock = _REAL_CLOCK) -> None:
         self.session, self.request, self.cancel, self.kept, self.emit = session, request, cancel, kept, emit
         self.reactor, self.gate = reactor, gate  # the load's reader thread and its gate (see _run_share)
-        self.started = started       # the load's start (perf_counter), which offset_ms counts from
+        self.clock = clock           # what offsets are read from and think times wait by
+        self.started = started       # the load's start (on the clock), which offset_ms counts from
         self.queued_ms = queued_ms   # how late the session started (open loop), kept by its first record
         self.pending: dict | None = None
         self.tool_rounds = 0
@@ -8026,7 +8042,7 @@ class _SessionRun:
     def _think(self) -> bool:
         """Wait the session's think time; False if the load was cancelled meanwhile."""
         with self.gate.released():
-            return _wait_until(time.perf_counter() + self.session.think_time_s, self.cancel)
+            return _wait_until(self.clock.now() + self.session.think_time_s, self.cancel, self.clock)
 
     def _one(self, build, turn: int, round_: int) -> dict:
         """One run: its request, build() (the history as it stands), then sent. Whatever raises in either is
@@ -8034,7 +8050,7 @@ class _SessionRun:
         previous, self.pending = self.pending, None
         if previous is not None:
             self.emit(previous)
-        begun, request, doing = time.perf_counter(), self.request, 'building the request'
+        begun, request, doing = self.clock.now(), self.request, 'building the request'
         try:
             request = build()
             doing = 'during the run'
@@ -8063,14 +8079,15 @@ class _SessionRun:
 
 
 def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, on_record,
-                  cancel: Cancel) -> None:
+                  cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> None:
     """Run settings.runs sessions (sessions[i] with requests[i], its first turn prepared), at most
     settings.in_flight at once, started closed-loop or at the open loop's arrivals; call on_record for
     each run as it ends, one call at a time. Each record gains run (numbered as records are written),
     session, turn, round, offset_ms, queued_ms (a session's first run, open loop: how late the session
     started), load (with sessions, and runs None: a session's runs are not known ahead) and, on a
-    session's last run, session_end. With keep_alive, each session keeps one connection."""
-    started = time.perf_counter()
+    session's last run, session_end. With keep_alive, each session keeps one connection. ``clock`` is what
+    the schedule and the think times wait by."""
+    started = clock.now()
     described = {**settings.described(), 'runs': None, 'sessions': settings.runs, 'id': os.urandom(8).hex()}
     lock, numbers = threading.Lock(), iter(range(2 ** 62))
     gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
@@ -8082,18 +8099,19 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
 
     def one(job: tuple[int, float]) -> None:
         index, due = job
-        queued = None if settings.rate is None else round((time.perf_counter() - started - due) * 1000, 3)
+        queued = None if settings.rate is None else round((clock.now() - started - due) * 1000, 3)
         kept = KeptConnections() if settings.keep_alive else None
         try:
             with gate:
-                _SessionRun(sessions[index], requests[index], cancel, kept, emit, started, queued, reactor, gate).run()
+                _SessionRun(sessions[index], requests[index], cancel, kept, emit, started, queued, reactor, gate,
+                            clock).run()
         finally:
             if kept is not None:
                 kept.close()
     pool = _Pool(settings.in_flight, one, lambda job: cancel.reason is None)
     try:
         for index, due in enumerate(arrival_offsets(settings)):
-            if not _wait_until(started + due, cancel):
+            if not _wait_until(started + due, cancel, clock):
                 break
             pool.submit((index, due))
     finally:
@@ -8306,18 +8324,19 @@ def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
 
 
 def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: list[dict], speed: float,
-               in_flight: int, on_record, cancel) -> None:
+               in_flight: int, on_record, cancel, clock: _Clock = _REAL_CLOCK) -> None:
     """Start requests[i] at lines[i]'s scheduled time, at most in_flight at once; call on_record for each
     run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms (how late it started),
-    load, and trace: the line, its timestamp, scheduled_ms, late_ms and the facts of its prompt."""
+    load, and trace: the line, its timestamp, scheduled_ms, late_ms and the facts of its prompt. ``clock``
+    is what the schedule waits by."""
     settings = LoadSettings(len(lines), in_flight)
     described = {**settings.described(), 'arrivals': 'trace', 'trace_speed': speed, 'id': os.urandom(8).hex()}
     offsets = _trace_offsets(lines, speed)
     lock = threading.Lock()
-    started = time.perf_counter()
+    started = clock.now()
 
     def one(index: int) -> None:
-        begun = time.perf_counter()
+        begun = clock.now()
         request = requests[index]
         try:
             record = _run(request, _Show(), None, cancel, None)
@@ -8333,7 +8352,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
     pool = _Pool(in_flight, one, lambda index: cancel.reason is None)
     try:
         for index, due in enumerate(offsets):
-            if not _wait_until(started + due, cancel):
+            if not _wait_until(started + due, cancel, clock):
                 break
             pool.submit(index)
     finally:

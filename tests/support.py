@@ -679,3 +679,39 @@ AFTER_TOOL_RESULT = {
         {'type': 'function_call', 'call_id': 'c1', 'name': 'get_weather', 'arguments': '{"city": "Paris"}'},
         {'type': 'function_call_output', 'call_id': 'c1', 'output': 'sunny'}]},
 }
+
+
+class VirtualClock:
+    """A clock for a load's schedule that never waits (Trio's MockClock is the model): sleep(s) moves its
+    time on by s at once, so that a schedule of minutes runs in milliseconds and the test can read when
+    each run was due and when it started on the clock's own scale. Safe to read from the load's threads."""
+
+    def __init__(self, start: float = 1000.0, wall: float = 1_800_000_000.0) -> None:
+        self.start, self.time, self.wall_at_start = start, start, wall
+        self.slept: list[float] = []
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        with self._lock:
+            return self.time
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.slept.append(seconds)
+            self.time += max(0.0, seconds)
+
+    def wall(self) -> float:
+        return self.wall_at_start + self.now() - self.start
+
+    def clock(self):
+        """The load's _Clock that reads and waits by this one."""
+        return stream_client._load._Clock(self.now, self.sleep, self.wall)
+
+
+def instant_run(text: str = 'done'):
+    """A stand-in for the transport's _run (patch it where the load reads it): an ok answer of text, at
+    once, with no socket: for tests of a schedule, not of a stream."""
+    def run(request, *args, **kwargs) -> dict:
+        return {'ok': True, 'error_kind': None, 'error_layer': None, 'error': None, 'text': text, 'tool_calls': [],
+                'duration_ms': 1.0, 'first_text_ms': 1.0, 'request': {'prompt_sha256': None}}
+    return run

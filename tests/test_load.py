@@ -29,6 +29,7 @@ from .support import (
     answer, ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, PageReader,
     resolving_llm_test_to_loopback, row, run_building_fails_for, run_cli, run_in_process, run_in_terminal, script_command, script_env,
     sse_response, TRACES, URL_PATHS)
+from .support import instant_run, VirtualClock
 from .tiers import sans_io
 
 
@@ -1243,3 +1244,34 @@ class SummaryReadingTests(unittest.TestCase):
         self.assertEqual((done.returncode, done.stderr), (1, 'stream_client.py: warning: no runs: empty.jsonl holds no '
                                                              'record\n'))
         self.assertEqual(json.loads(done.stdout)['runs'], 0)
+
+
+class VirtualScheduleTests(unittest.TestCase):
+    """The open loop's schedule on a virtual clock: each run starts when it is due, never before, and the
+    load waits out the whole schedule; 20 s of schedule checked without waiting (one real-time test of the
+    same feature is LoadTests.test_an_open_loop_follows_its_seeded_schedule)."""
+
+    def test_an_open_loop_starts_each_run_when_it_is_due_and_never_before(self):
+        clock, records = VirtualClock(), []
+        request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
+        settings = stream_client.LoadSettings(runs=40, rate=2.0, arrivals='constant', concurrency=4)
+        with mock.patch.object(stream_client._load, '_run', instant_run()):
+            stream_client.run_load([request], settings, records.append, stream_client.Cancel(),
+                                   clock=clock.clock())
+        records.sort(key=lambda record: record['run'])
+        self.assertEqual([record['scheduled_ms'] for record in records], [index * 500.0 for index in range(40)])
+        for record in records:
+            self.assertGreaterEqual(record['offset_ms'], record['scheduled_ms'])  # never early
+            self.assertEqual(record['queued_ms'], round(record['offset_ms'] - record['scheduled_ms'], 3))
+        self.assertGreaterEqual(round(clock.now() - clock.start, 6), 19.5)  # the schedule was waited out, on the clock
+
+    def test_start_at_is_read_against_the_clocks_wall_time(self):
+        clock, records = VirtualClock(), []
+        request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
+        settings = stream_client.LoadSettings(runs=2, rate=10.0, arrivals='constant', start_at=clock.wall() + 60)
+        with mock.patch.object(stream_client._load, '_run', instant_run()):
+            stream_client.run_load([request], settings, records.append, stream_client.Cancel(),
+                                   clock=clock.clock())
+        self.assertEqual(sorted(record['scheduled_ms'] for record in records), [0.0, 100.0])
+        self.assertGreaterEqual(min(record['offset_ms'] for record in records), 0.0)
+        self.assertGreaterEqual(round(clock.now() - clock.start, 6), 60.1)  # a minute to the start, then the schedule

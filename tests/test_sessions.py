@@ -14,6 +14,7 @@ from stream_client import UsageError
 from stream_client._workloads import _Conversation, _parse_sessions
 from .support import (arguments, chunk_json, Fixture, HERE, LoopbackServer, MESSAGE_START, message_end, message_event,
                       opening, run_cli, sse_response, TEXT_BLOCK, text_delta, URL_PATHS)
+from .support import instant_run, VirtualClock
 from .tiers import sans_io
 
 SESSION_APIS = ('chat', 'messages', 'responses')
@@ -526,3 +527,29 @@ class SessionFileTests(unittest.TestCase):
         self.assertEqual([m['role'] for m in shapes['messages']['messages']], ['user', 'assistant', 'user', 'assistant'])
         self.assertEqual([item.get('type') for item in shapes['responses']['input']],
                          [None, 'function_call', 'function_call_output', 'message'])
+
+
+class VirtualThinkTimeTests(unittest.TestCase):
+    """Sessions on a virtual clock: a turn after the first starts its think time after the turn before
+    ended, never sooner, and sessions start on the open loop's schedule; minutes of think time checked
+    without waiting (the real-time test of the same is SessionLoadTests' think-time test)."""
+
+    def test_each_turn_waits_its_think_time_and_each_session_its_arrival(self):
+        text = ''.join(json.dumps({'id': f's{n}', 'turns': ['one', 'two', 'three'], 'think_time_s': 45}) + '\n'
+                       for n in range(3))
+        sessions = stream_client._workloads._parse_sessions('think.jsonl', text)
+        requests = [stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', session.turns[0])
+                    for session in sessions]
+        clock, records = VirtualClock(), []
+        settings = stream_client.LoadSettings(runs=3, rate=0.1, arrivals='constant', concurrency=3)
+        with mock.patch.object(stream_client._sessions, '_run', instant_run()):
+            stream_client._sessions._run_sessions(sessions, requests, settings, records.append,
+                                                  stream_client.Cancel(), clock.clock())
+        self.assertEqual(len(records), 9)
+        for session in ('s0', 's1', 's2'):
+            runs = sorted((r for r in records if r['session'] == session), key=lambda r: r['turn'])
+            self.assertEqual([r['turn'] for r in runs], [1, 2, 3])
+            self.assertGreaterEqual(runs[0]['offset_ms'], int(session[1]) * 10_000)  # 0.1 sessions/s: 10 s apart
+            for before, after in zip(runs, runs[1:]):
+                self.assertGreaterEqual(round(after['offset_ms'] - before['offset_ms'], 3), 45_000)
+        self.assertGreaterEqual(round(clock.now() - clock.start, 6), 20 + 2 * 45)  # the last session's turns

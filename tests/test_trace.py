@@ -9,12 +9,13 @@ import re
 import socket
 import tempfile
 import unittest
+from unittest import mock
 
 import fixture_server
 import stream_client
 from stream_client._trace import _trace_offsets, _trace_prompts, _Tokenizer
 from stream_client._workloads import _parse_trace, _prompt_words
-from .support import Fixture, LoopbackServer, run_building_fails_for, run_cli
+from .support import Fixture, instant_run, LoopbackServer, run_building_fails_for, run_cli, VirtualClock
 from .tiers import sans_io
 
 BLOCK = 16
@@ -280,3 +281,26 @@ class SyntheticLengthTests(unittest.TestCase):
                 self.assertEqual(done.returncode, 2)
                 self.assertIn(words, done.stderr)
                 self.assertFalse(os.path.exists(os.path.join(self.folder, 'never.jsonl')))
+
+
+class VirtualReplayTests(unittest.TestCase):
+    """A trace on a virtual clock: each line starts at its timestamp over the speed, never before, and the
+    replay waits out the trace; ten minutes of trace checked without waiting (the real-time replay is
+    TraceReplayTests' Mooncake test)."""
+
+    def test_each_line_starts_at_its_timestamp_over_the_speed_and_never_before(self):
+        stamps = (0, 1_000, 1_000, 90_000, 600_000)
+        lines = _parse_trace('t', '\n'.join(json.dumps({'timestamp': at, 'prompt': 'x'}) for at in stamps))
+        requests = [stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'x') for _ in lines]
+        for speed in (1.0, 4.0):
+            with self.subTest(speed=speed):
+                clock, records = VirtualClock(), []
+                with mock.patch.object(stream_client._trace, '_run', instant_run()):
+                    stream_client._trace._run_trace(lines, requests, [{}] * len(lines), speed, 2, records.append,
+                                                    stream_client.Cancel(), clock.clock())
+                records.sort(key=lambda record: record['run'])
+                self.assertEqual([r['trace']['scheduled_ms'] for r in records], [at / speed for at in stamps])
+                for record in records:
+                    self.assertGreaterEqual(record['offset_ms'], record['trace']['scheduled_ms'])  # never early
+                    self.assertEqual(record['trace']['late_ms'], record['queued_ms'])
+                self.assertGreaterEqual(round(clock.now() - clock.start, 6), 600 / speed)

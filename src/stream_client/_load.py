@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 import traceback
+import typing
 
 from ._json import _json_text
 from ._request import _positive_finite, PreparedRequest
@@ -175,17 +176,31 @@ class _Pool:
                 thread.join(0.1)
 
 
-def _wait_until(at: float, cancel: Cancel) -> bool:
-    """Sleep until the perf_counter time ``at``, waking every 50 ms to see a cancel; False when one came."""
-    wait = at - time.perf_counter()
+@dataclasses.dataclass(frozen=True)
+class _Clock:
+    """What a load reads the time from and waits by: now() on a monotonic scale (seconds), sleep(seconds),
+    and wall(), seconds since the epoch (for --start-at). _REAL_CLOCK is the system's; the tests drive a
+    virtual one, so that a schedule, a think time or a trace's timestamps are checked without waiting."""
+
+    now: typing.Callable[[], float] = time.perf_counter
+    sleep: typing.Callable[[float], None] = time.sleep
+    wall: typing.Callable[[], float] = time.time
+
+
+_REAL_CLOCK = _Clock()
+
+
+def _wait_until(at: float, cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> bool:
+    """Sleep until the clock's time ``at``, waking every 50 ms to see a cancel; False when one came."""
+    wait = at - clock.now()
     while wait > 0 and cancel.reason is None:
-        time.sleep(min(wait, 0.05))
-        wait = at - time.perf_counter()
+        clock.sleep(min(wait, 0.05))
+        wait = at - clock.now()
     return cancel.reason is None
 
 
 def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
-             on_started=None) -> None:
+             on_started=None, clock: _Clock = _REAL_CLOCK) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
     run as it ends, one call at a time, from the worker threads.
 
@@ -199,8 +214,9 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     _spread_load), and on_record is still called here, in this process. On Linux one _Reactor thread
     per process reads the responses, and the workers pass through a _Gate. on_started(), if given, is
     called here once the worker processes are forked (at once without them), before any run starts.
+    ``clock`` is what the schedule waits by (the real one in forked processes).
     """
-    started = time.perf_counter() + (0.0 if settings.start_at is None else settings.start_at - time.time())
+    started = clock.now() + (0.0 if settings.start_at is None else settings.start_at - clock.wall())
     described = settings.described()
     index, shards = settings.shard
     plan = _plan_id(requests, described, shards, settings.start_at)
@@ -213,7 +229,7 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     else:
         if on_started is not None:
             on_started()
-        _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0))
+        _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0), clock)
 
 
 def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
@@ -224,7 +240,7 @@ def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
 
 
 def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
-               described: dict, share: tuple[int, int]) -> None:
+               described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK) -> None:
     """The runs i with i % processes == number, on worker threads of this process (share is (number,
     processes)), with that share of the slots, on the load's schedule from ``started``."""
     number, processes = share
@@ -248,7 +264,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
             run_one(*job)
 
     def run_one(index: int, due: float) -> None:
-        begun, request = time.perf_counter(), requests[index % len(requests)]
+        begun, request = clock.now(), requests[index % len(requests)]
         try:
             record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
         except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
@@ -264,7 +280,7 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
         for index, due in enumerate(arrival_offsets(settings)):
             if index % processes != number:
                 continue
-            if not _wait_until(started + due, cancel):
+            if not _wait_until(started + due, cancel, clock):
                 break
             pool.submit((index, due))
     finally:

@@ -15,7 +15,6 @@ import html
 import json
 import os
 import threading
-import time
 
 from ._limits import _count
 from ._json import _json_text
@@ -24,7 +23,7 @@ from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
 from ._record import _client_failure
 from ._transport import _run, _Show
 from ._reactor import _EPOLL, _Reactor
-from ._load import _Pool, arrival_offsets, LoadSettings, _wait_until
+from ._load import _Clock, _Pool, arrival_offsets, LoadSettings, _REAL_CLOCK, _wait_until
 from ._summary import _percentiles
 from ._workloads import _Conversation, _Session, _ToolResults
 
@@ -53,10 +52,11 @@ class _SessionRun:
 
     def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, kept: KeptConnections | None,
                  emit, started: float, queued_ms: float | None, reactor: _Reactor | None = None,
-                 gate: _Gate = _OPEN_GATE) -> None:
+                 gate: _Gate = _OPEN_GATE, clock: _Clock = _REAL_CLOCK) -> None:
         self.session, self.request, self.cancel, self.kept, self.emit = session, request, cancel, kept, emit
         self.reactor, self.gate = reactor, gate  # the load's reader thread and its gate (see _run_share)
-        self.started = started       # the load's start (perf_counter), which offset_ms counts from
+        self.clock = clock           # what offsets are read from and think times wait by
+        self.started = started       # the load's start (on the clock), which offset_ms counts from
         self.queued_ms = queued_ms   # how late the session started (open loop), kept by its first record
         self.pending: dict | None = None
         self.tool_rounds = 0
@@ -103,7 +103,7 @@ class _SessionRun:
     def _think(self) -> bool:
         """Wait the session's think time; False if the load was cancelled meanwhile."""
         with self.gate.released():
-            return _wait_until(time.perf_counter() + self.session.think_time_s, self.cancel)
+            return _wait_until(self.clock.now() + self.session.think_time_s, self.cancel, self.clock)
 
     def _one(self, build, turn: int, round_: int) -> dict:
         """One run: its request, build() (the history as it stands), then sent. Whatever raises in either is
@@ -111,7 +111,7 @@ class _SessionRun:
         previous, self.pending = self.pending, None
         if previous is not None:
             self.emit(previous)
-        begun, request, doing = time.perf_counter(), self.request, 'building the request'
+        begun, request, doing = self.clock.now(), self.request, 'building the request'
         try:
             request = build()
             doing = 'during the run'
@@ -140,14 +140,15 @@ class _SessionRun:
 
 
 def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, on_record,
-                  cancel: Cancel) -> None:
+                  cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> None:
     """Run settings.runs sessions (sessions[i] with requests[i], its first turn prepared), at most
     settings.in_flight at once, started closed-loop or at the open loop's arrivals; call on_record for
     each run as it ends, one call at a time. Each record gains run (numbered as records are written),
     session, turn, round, offset_ms, queued_ms (a session's first run, open loop: how late the session
     started), load (with sessions, and runs None: a session's runs are not known ahead) and, on a
-    session's last run, session_end. With keep_alive, each session keeps one connection."""
-    started = time.perf_counter()
+    session's last run, session_end. With keep_alive, each session keeps one connection. ``clock`` is what
+    the schedule and the think times wait by."""
+    started = clock.now()
     described = {**settings.described(), 'runs': None, 'sessions': settings.runs, 'id': os.urandom(8).hex()}
     lock, numbers = threading.Lock(), iter(range(2 ** 62))
     gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
@@ -159,18 +160,19 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
 
     def one(job: tuple[int, float]) -> None:
         index, due = job
-        queued = None if settings.rate is None else round((time.perf_counter() - started - due) * 1000, 3)
+        queued = None if settings.rate is None else round((clock.now() - started - due) * 1000, 3)
         kept = KeptConnections() if settings.keep_alive else None
         try:
             with gate:
-                _SessionRun(sessions[index], requests[index], cancel, kept, emit, started, queued, reactor, gate).run()
+                _SessionRun(sessions[index], requests[index], cancel, kept, emit, started, queued, reactor, gate,
+                            clock).run()
         finally:
             if kept is not None:
                 kept.close()
     pool = _Pool(settings.in_flight, one, lambda job: cancel.reason is None)
     try:
         for index, due in enumerate(arrival_offsets(settings)):
-            if not _wait_until(started + due, cancel):
+            if not _wait_until(started + due, cancel, clock):
                 break
             pool.submit((index, due))
     finally:

@@ -10,12 +10,11 @@ import http.client
 import json
 import os
 import threading
-import time
 
 from ._request import PreparedRequest
 from ._record import _client_failure
 from ._transport import _run, _Show
-from ._load import _Pool, LoadSettings, _wait_until
+from ._load import _Clock, _Pool, LoadSettings, _REAL_CLOCK, _wait_until
 from ._summary import _percentiles
 from ._workloads import _prompt_words, _TraceLine
 
@@ -91,18 +90,19 @@ def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
 
 
 def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: list[dict], speed: float,
-               in_flight: int, on_record, cancel) -> None:
+               in_flight: int, on_record, cancel, clock: _Clock = _REAL_CLOCK) -> None:
     """Start requests[i] at lines[i]'s scheduled time, at most in_flight at once; call on_record for each
     run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms (how late it started),
-    load, and trace: the line, its timestamp, scheduled_ms, late_ms and the facts of its prompt."""
+    load, and trace: the line, its timestamp, scheduled_ms, late_ms and the facts of its prompt. ``clock``
+    is what the schedule waits by."""
     settings = LoadSettings(len(lines), in_flight)
     described = {**settings.described(), 'arrivals': 'trace', 'trace_speed': speed, 'id': os.urandom(8).hex()}
     offsets = _trace_offsets(lines, speed)
     lock = threading.Lock()
-    started = time.perf_counter()
+    started = clock.now()
 
     def one(index: int) -> None:
-        begun = time.perf_counter()
+        begun = clock.now()
         request = requests[index]
         try:
             record = _run(request, _Show(), None, cancel, None)
@@ -118,7 +118,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
     pool = _Pool(in_flight, one, lambda index: cancel.reason is None)
     try:
         for index, due in enumerate(offsets):
-            if not _wait_until(started + due, cancel):
+            if not _wait_until(started + due, cancel, clock):
                 break
             pool.submit(index)
     finally:
