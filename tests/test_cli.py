@@ -240,7 +240,6 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(done.returncode, 0, done.stderr)
             self.assertEqual(fixture.last_request[1]['messages'], [{'role': 'user', 'content': 'from stdin\n'}])
         record = json.loads((self.dir / 'run.json').read_text())
-        import hashlib
         self.assertEqual(record['request']['prompt_sha256'], hashlib.sha256(b'from stdin\n').hexdigest())
 
     def run_in_pty(self, mode: str, *args: str) -> tuple[int, str]:

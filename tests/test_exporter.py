@@ -19,7 +19,7 @@ from typing import NamedTuple
 import fixture_server
 import stream_client
 from .support import (
-    answer, CLIENT, fake_record, Fixture, PageReader, row, run_cli, run_fixture, script_command,
+    CLIENT, fake_record, Fixture, PageReader, run_cli, run_fixture, script_command,
     script_env, TwinServer)
 from .tiers import sans_io
 

@@ -20,7 +20,7 @@ import fixture_server
 import stream_client
 from stream_client import ChatChunks, stream
 from .support import (
-    ANSWER, answer, APIS, chunk_json, dechunk, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, HERE, in_threads,
+    ANSWER, APIS, chunk_json, dechunk, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, HERE, in_threads,
     JSON_ANSWER, mode_runs, parse_all, replay, run_fixture, script_command, script_env, split_capture, SSE_HEAD,
     sse_response, SRC, TOOLS, TRACES, URL_PATHS, Verdict, with_body, AFTER_TOOL_RESULT)
 from .tiers import sans_io
@@ -417,7 +417,6 @@ class FixtureVerdictTests(unittest.TestCase):
             for thread in threads:
                 thread.join(30)
         self.assertEqual(sorted(records), list(range(16)))
-        import hashlib
         for n, record in records.items():
             with self.subTest(run=n):
                 self.assertTrue(record['ok'], record['error'])

@@ -26,8 +26,8 @@ import fixture_server
 import stream_client
 from stream_client import stream, StreamError
 from .support import (
-    answer, ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, PageReader,
-    resolving_llm_test_to_loopback, row, run_building_fails_for, run_cli, run_in_process, run_in_terminal, script_command, script_env,
+    ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, PageReader,
+    resolving_llm_test_to_loopback, run_building_fails_for, run_cli, run_in_process, run_in_terminal, script_command, script_env,
     sse_response, TRACES, URL_PATHS)
 from .tiers import sans_io
 

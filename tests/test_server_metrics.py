@@ -5,7 +5,6 @@ import json
 import re
 import socket
 import tempfile
-import threading
 import unittest
 from pathlib import Path
 
@@ -284,7 +283,7 @@ class ServerMetricsTests(unittest.TestCase):
         done = run_cli('--fixture', 'ok', '--runs', '12', '--concurrency', '3', '--server-metrics', '--metrics-interval',
                        '0.1', '--output', 'load.jsonl', '--report', 'load.html', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 0, done.stderr)
-        again = run_cli('--summary', 'load.jsonl', '--report', 'again.html', cwd=self.tmp.name)
+        run_cli('--summary', 'load.jsonl', '--report', 'again.html', cwd=self.tmp.name)
         page, redrawn = (Path(self.tmp.name, name).read_text() for name in ('load.html', 'again.html'))
         self.assertEqual(page, redrawn)
         drawing = page[page.index('aria-label="server metrics"'):]

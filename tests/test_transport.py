@@ -26,7 +26,7 @@ import stream_client
 from stream_client import stream
 from stream_client._limits import _ANSWER_LINE_CHARS
 from .support import (
-    answer, ANSWER_EVENTS, arguments, chunk_json, chunked, CLIENT, Fixture, in_threads, LoopbackServer, replay,
+    ANSWER_EVENTS, chunk_json, chunked, CLIENT, Fixture, in_threads, LoopbackServer, replay,
     resolving_llm_test_to_loopback, run_cli, ScriptedSocket, split_capture, SSE_HEAD, sse_response, tcp_pair, TLS,
     TRACES, TwinServer)
 from .tiers import sans_io
