@@ -71,7 +71,8 @@ _LAUNCHER = ('import __main__, importlib.machinery, os, sys\n'
              '    from stream_client._cli import main\n'
              '    sys.exit(main())\n'
              '__main__.__file__ = sys.argv[0]\n'
-             "exec(importlib.machinery.SourceFileLoader('__main__', sys.argv[0]).get_code('__main__'), __main__.__dict__)\n")
+             "exec(importlib.machinery.SourceFileLoader('__main__', sys.argv[0]).get_code('__main__'), "
+             "__main__.__dict__)\n")
 
 
 def script_command(path: str, *args: str, fixture_delay: float | None = FIXTURE_DELAY) -> list[str]:
@@ -581,7 +582,8 @@ def run_in_process(*args: str, cwd: str, fixture_delay: float | None = FIXTURE_D
     try:
         os.chdir(cwd)
         with mock.patch.dict(os.environ, os.environ if env is None else env, clear=True), \
-                mock.patch.object(sys, 'argv', [CLIENT, *args]), mock.patch.object(sys, 'stdin', io.StringIO(input or '')), \
+                mock.patch.object(sys, 'argv', [CLIENT, *args]), \
+                mock.patch.object(sys, 'stdin', io.StringIO(input or '')), \
                 mock.patch.object(fixture_server, 'DELAY', delay), contextlib.redirect_stdout(out), \
                 contextlib.redirect_stderr(err):
             try:
@@ -608,7 +610,8 @@ def responses_events(*bodies: dict) -> list[tuple[str, str]]:
 
 def fake_exchange(phase: str, *, proxy: bool = False, started_ago: float = 0.0, **extra) -> types.SimpleNamespace:
     """Enough of an Exchange for the transport's failures, without a socket."""
-    request = types.SimpleNamespace(host='127.0.0.1', port=9, address='127.0.0.1:9', scheme='http', idle=1.0, deadline=5.0,
+    request = types.SimpleNamespace(host='127.0.0.1', port=9, address='127.0.0.1:9', scheme='http', idle=1.0,
+                                    deadline=5.0,
                                     proxy=types.SimpleNamespace(address='127.0.0.1:3128',
                                                                 connect_request=lambda host, port: b'')
                                     if proxy else None)

@@ -115,7 +115,8 @@ class WhiteSpaceRuleTests(unittest.TestCase):
 
     def test_a_pair_that_differs_only_so_is_ok_and_one_that_differs_otherwise_fails(self):
         streamed = answer('\n\n', PARIS, 'tool_calls', 9, tuple(range(9)))
-        same = stream_client.cross_check_record(streamed, 200, answer('', PARIS, 'tool_calls', 9, tuple(range(9))), None)
+        same = stream_client.cross_check_record(streamed, 200, answer('', PARIS, 'tool_calls', 9, tuple(range(9))),
+                                                None)
         self.assertIsNone(stream_client._answer._cross_check_failure(same))
         other = stream_client.cross_check_record(streamed, 200, answer('\n', PARIS, 'tool_calls', 9, tuple(range(9))),
                                                  None)
@@ -146,7 +147,8 @@ class BudgetProofTests(unittest.TestCase):
     @sans_io
     def test_the_twin_is_given_one_token_more_only_when_the_signal_fires_on_a_stream_with_ids(self):
         self.assertEqual(stream_client._answer._budget_proof_wanted(self.reader().validator), 41)
-        self.assertIsNone(stream_client._answer._budget_proof_wanted(self.reader(max_tokens=41).validator))  # budget not used
+        # budget not used
+        self.assertIsNone(stream_client._answer._budget_proof_wanted(self.reader(max_tokens=41).validator))
         self.assertIsNone(stream_client._answer._budget_proof_wanted(
             self.reader('x1_chat_pair_tool_call_stream.http', max_tokens=200).validator))
 
@@ -169,7 +171,8 @@ class BudgetProofTests(unittest.TestCase):
         self.assertEqual((records[False]['ok'], records[False]['error_kind']), (False, 'budget_used_by_tool_call'))
         cross = records[True]['cross_check']
         self.assertTrue(records[True]['ok'], records[True]['error'])
-        self.assertEqual((cross['comparable'], cross['ended_by_itself'], cross['token_ids']['streamed']), (True, True, 24))
+        self.assertEqual((cross['comparable'], cross['ended_by_itself'], cross['token_ids']['streamed']),
+                         (True, True, 24))
         self.assertEqual(records[True]['tool_calls'][0]['arguments'], '{"city": "Paris"}')
 
     @sans_io

@@ -53,8 +53,8 @@ class PairRow(NamedTuple):
 class CrossCheckTests(unittest.TestCase):
     PAIRS = {
         'pair-honest': PairRow(None, None, None, True, True, None, 'tool_calls'),
-        'pair-args-dropped': PairRow('cross-check', 'cross_check_differs', 'the same 12 tokens, but streamed tool call 0 '
-                                     'has arguments {"city": "Paris"} and unstreamed {"city": "Paris", "unit": '
+        'pair-args-dropped': PairRow('cross-check', 'cross_check_differs', 'the same 12 tokens, but streamed tool '
+                                     'call 0 has arguments {"city": "Paris"} and unstreamed {"city": "Paris", "unit": '
                                      '"celsius"}', True, False, 'streamed tool call 0 has arguments', 'tool_calls'),
         'pair-call-dropped': PairRow('cross-check', 'cross_check_differs', 'the same 16 tokens, but the stream has 1 '
                                      'tool call and the unstreamed answer 2', True, False, 'the stream has 1 tool call',
@@ -64,8 +64,8 @@ class CrossCheckTests(unittest.TestCase):
                                     "character 0: '<tool_call>", 'tool_calls'),
         # the twin is given one token more (129) to show whether the model ended by itself: it used it
         'pair-budget-relabelled': PairRow('application', 'budget_used_by_tool_call', 'the whole budget of 128 tokens '
-                                          'was used', False, False, "streamed text and unstreamed differ from character 0: "
-                                          "'' and '<tool_call>", 'length', diverged_at=128),
+                                          'was used', False, False, "streamed text and unstreamed differ from "
+                                          "character 0: '' and '<tool_call>", 'length', diverged_at=128),
         'pair-diverged': PairRow(None, None, None, False, False, 'streamed text and unstreamed differ from character 5',
                                  'stop', diverged_at=1),
     }
@@ -156,7 +156,8 @@ class CrossCheckTests(unittest.TestCase):
                 asks = api in ('chat', 'completions')
                 self.assertEqual(streamed.get('return_token_ids'), True if asks else None)
                 self.assertEqual((twin['stream'], 'stream_options' in twin), (False, False))
-                self.assertEqual({key: value for key, value in streamed.items() if key not in ('stream', 'stream_options')},
+                self.assertEqual({key: value for key, value in streamed.items()
+                                  if key not in ('stream', 'stream_options')},
                                  {key: value for key, value in twin.items() if key != 'stream'})
                 self.assertEqual((request.twin.headers['Accept'], request.headers['Accept']),
                                  ('application/json', 'text/event-stream'))
@@ -204,8 +205,8 @@ class CrossCheckTests(unittest.TestCase):
                             temperature=1, extra={'seed': 19}, cross_check=True)
         cross = record['cross_check']
         self.assertTrue(record['ok'], record['error'])
-        self.assertEqual((cross['comparable'], cross['same'], cross['token_ids']), (None, False,
-                                                                                    {'streamed': 39, 'unstreamed': None}))
+        self.assertEqual((cross['comparable'], cross['same'], cross['token_ids']),
+                         (None, False, {'streamed': 39, 'unstreamed': None}))
         self.assertEqual(cross['differences'], ['streamed tool call 0 has arguments {} and unstreamed {"a": 1}'])
 
     def test_a_real_budget_cut_is_explained_once_and_its_twin_shows_the_raw_markup(self):
@@ -234,7 +235,8 @@ class CrossCheckTests(unittest.TestCase):
                             extra={'seed': body['seed']}, cross_check=True)
             self.assertEqual(fixture.last_request[1]['max_tokens'], 41)
         cross = paired['cross_check']
-        self.assertEqual((cross['comparable'], cross['unstreamed_max_tokens'], cross['ended_by_itself']), (True, 41, True))
+        self.assertEqual((cross['comparable'], cross['unstreamed_max_tokens'], cross['ended_by_itself']),
+                         (True, 41, True))
         self.assertEqual((paired['ok'], paired['error_kind']), (False, 'tool_arguments_not_object'))
 
     def test_the_exporters_probe_of_a_cross_check_target_judges_as_a_run_does(self):
@@ -346,7 +348,8 @@ class CrossCheckTests(unittest.TestCase):
                               ['streamed tool call 0 has arguments {"city": "Par"} and unstreamed {"city": "Paris"}']),
             'another tool': (answer(calls=(('get_time', '{}'),)), answer(calls=(('get_weather', '{}'),)),
                              ["streamed tool call 0 is 'get_time' and unstreamed 'get_weather'"]),
-            'arguments equal as JSON': (answer(calls=(('get_weather', '{ "city":"Paris" }'),)), answer(calls=paris), []),
+            'arguments equal as JSON': (answer(calls=(('get_weather', '{ "city":"Paris" }'),)), answer(calls=paris),
+                                        []),
             'an input value': (answer(calls=paris), answer(calls=(('get_weather', '{"city": "Paris"}', False),)), []),
             'finish and tokens': (answer(finish='stop', tokens=3), answer(finish='length', tokens=4),
                                   ['streamed finish stop and unstreamed length',
@@ -388,7 +391,8 @@ class CrossCheckTests(unittest.TestCase):
         self.assertEqual((diverged['comparable'], diverged['diverged_at_token']), (False, 1))
         self.assertIsNone(stream_client._answer._cross_check_failure(diverged))
         without = stream_client.cross_check_record(dataclasses.replace(cut, token_ids=None), 200, whole, None)
-        self.assertEqual((without['comparable'], without['same'], without['token_ids']['streamed']), (None, False, None))
+        self.assertEqual((without['comparable'], without['same'], without['token_ids']['streamed']),
+                         (None, False, None))
         self.assertIsNone(stream_client._answer._cross_check_failure(without))
         failed = stream_client.cross_check_record(cut, 503, None, 'http: expected status 200, got 503')
         self.assertEqual((failed['comparable'], failed['same'], failed['unstreamed_status']), (None, None, 503))
@@ -442,15 +446,19 @@ class CrossCheckTests(unittest.TestCase):
                      chunk_json(delta={'content': 'b'}, token_ids=[]), chunk_json(finish_reason='stop'), '[DONE]'):
             validator.accept(data)
         self.assertEqual((validator.token_ids, validator.tokens_per_event), ([1, 2, 3, 4], [3, 1]))
-        self.assertEqual(stream_client._answer._tokens_per_event(validator), {'events': 2, 'tokens': 4, 'most': 3, 'median': 2})
+        self.assertEqual(stream_client._answer._tokens_per_event(validator),
+                         {'events': 2, 'tokens': 4, 'most': 3, 'median': 2})
         four = ChatChunks()  # an even count of events: the median is the mean of the two middle counts
-        for data in (chunk_json(delta={'content': 'a'}, token_ids=[1]), chunk_json(delta={'content': 'b'}, token_ids=[2, 3]),
-                     chunk_json(delta={'content': 'c'}, token_ids=[4, 5]), chunk_json(delta={'content': 'd'}, token_ids=[6]),
+        for data in (chunk_json(delta={'content': 'a'}, token_ids=[1]),
+                     chunk_json(delta={'content': 'b'}, token_ids=[2, 3]),
+                     chunk_json(delta={'content': 'c'}, token_ids=[4, 5]),
+                     chunk_json(delta={'content': 'd'}, token_ids=[6]),
                      chunk_json(finish_reason='stop'), '[DONE]'):
             four.accept(data)
         self.assertEqual(stream_client._answer._tokens_per_event(four)['median'], 1.5)
         self.assertIsNone(stream_client._answer._tokens_per_event(ChatChunks()))
-        with self.assertRaisesRegex(stream_client.StreamError, 'expected token_ids to be a list of integers in event 1'):
+        with self.assertRaisesRegex(stream_client.StreamError,
+                                    'expected token_ids to be a list of integers in event 1'):
             ChatChunks().accept(chunk_json(delta={}, token_ids=[1, 'x']))
 
     def test_the_fixture_answers_an_unstreamed_request_only_in_a_pair_mode(self):
@@ -606,7 +614,8 @@ class HostileIssue34Tests(unittest.TestCase):
             with self.subTest(case['name']):
                 verdict = self.verdict(case)
                 expect = (case['expect_ok'], case['expect_layer'], case['expect_kind'] or verdict.kind)
-                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expect, f'{verdict.message}; {case["rule"]}')
+                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expect,
+                                 f'{verdict.message}; {case["rule"]}')
 
 
 @sans_io
@@ -622,7 +631,8 @@ class HostileIssue39Tests(unittest.TestCase):
             with self.subTest(case['name']):
                 verdict = hostile_verdict(HERE / 'testdata' / 'hostile-39', case)
                 expect = (case['expect_ok'], case['expect_layer'], case['expect_kind'] or verdict.kind)
-                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expect, f'{verdict.message}; {case["rule"]}')
+                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expect,
+                                 f'{verdict.message}; {case["rule"]}')
 
 
 @sans_io

@@ -78,9 +78,11 @@ class ChatChunkTests(unittest.TestCase):
                 self.assertIn(words, error.message)
 
     def test_server_error_message_is_bounded(self):
-        error = stream_client._validator._server_error_fields({'error': {'message': 'x' * 5000, 'type': 'T', 'code': 500}})
+        error = stream_client._validator._server_error_fields({'error': {'message': 'x' * 5000, 'type': 'T',
+                                                                         'code': 500}})
         self.assertEqual((len(error['message']), error['type'], error['code']), (1000, 'T', 500))
-        self.assertEqual(stream_client._validator._server_error_fields({'object': 'error', 'message': 'flat', 'code': 404}),
+        self.assertEqual(stream_client._validator._server_error_fields({'object': 'error', 'message': 'flat',
+                                                                        'code': 404}),
                          {'message': 'flat', 'type': None, 'code': 404})
 
     def test_error_event_keeps_the_servers_fields(self):
@@ -203,7 +205,8 @@ class RefusalTests(unittest.TestCase):
             validator.accept(event)
         failure = validator.outcome()
         self.assertEqual((failure.layer, failure.kind), ('application', 'refusal'))
-        self.assertIn("the model declined (refusal deltas instead of an answer): \"I'm sorry, I can't.\"", failure.message)
+        self.assertIn("the model declined (refusal deltas instead of an answer): \"I'm sorry, I can't.\"",
+                      failure.message)
         self.assertEqual(validator.fields()['refusal'], "I'm sorry, I can't.")
 
     def test_a_cut_refusal_is_a_cut_and_no_refusal_is_null(self):

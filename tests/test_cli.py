@@ -240,7 +240,6 @@ class CommandLineTests(unittest.TestCase):
             self.assertEqual(done.returncode, 0, done.stderr)
             self.assertEqual(fixture.last_request[1]['messages'], [{'role': 'user', 'content': 'from stdin\n'}])
         record = json.loads((self.dir / 'run.json').read_text())
-        import hashlib
         self.assertEqual(record['request']['prompt_sha256'], hashlib.sha256(b'from stdin\n').hexdigest())
 
     def run_in_pty(self, mode: str, *args: str) -> tuple[int, str]:
@@ -266,7 +265,8 @@ class CommandLineTests(unittest.TestCase):
                              'ok: 2 content events, first text 5 ms, done 9 ms')
         failed = {'ok': False, 'error_layer': 'application', 'error': 'application: x', 'cross_check': None,
                   'dialect': 'tgi'}
-        self.assertEqual(stream_client._views._verdict_line(failed), 'NOT OK [application]: x; dialect tgi (docs/dialects.md)')
+        self.assertEqual(stream_client._views._verdict_line(failed),
+                         'NOT OK [application]: x; dialect tgi (docs/dialects.md)')
 
     def test_terminal_verdict_names_the_failing_layer(self):
         status, screen = self.run_in_pty('truncated', '--output', 'run.json')
@@ -289,7 +289,8 @@ class CommandLineTests(unittest.TestCase):
         done = run_cli('--compare', 'ok.json', 'broken.json', cwd=self.tmp.name)
         self.assertEqual((done.returncode, done.stderr), (0, ''))
         lines = done.stdout.splitlines()
-        self.assertEqual([line[:12].rstrip() for line in lines], [name for name, _ in stream_client._views._COMPARE_COLUMNS])
+        self.assertEqual([line[:12].rstrip() for line in lines],
+                         [name for name, _ in stream_client._views._COMPARE_COLUMNS])
         rows = {name: line[12:].split() for (name, _), line in zip(stream_client._views._COMPARE_COLUMNS, lines)}
         reads = json.loads((self.dir / 'ok.json').read_text())['content_reads']  # 1 or 2, as the reads fell
         self.assertEqual(rows['file'], ['ok.json', 'broken.json'])
@@ -506,7 +507,8 @@ class ModelsServer(LoopbackServer):
 
 
 class ModelAndKeyTests(unittest.TestCase):
-    """Without --model, the one model /v1/models lists (as vllm chat takes it); a 401 says when MODEL_API_KEY is unset."""
+    """Without --model, the one model /v1/models lists (as vllm chat takes it); a 401 says when MODEL_API_KEY is
+    unset."""
 
     KEY = 'sk-served-3f1e77'
 
@@ -534,9 +536,9 @@ class ModelAndKeyTests(unittest.TestCase):
     def test_several_models_or_none_or_no_answer_is_one_line_exit_2_before_any_file(self):
         several = self.server({'object': 'list', 'data': [{'id': f'model-{n}'} for n in range(12)]})
         cases = {
-            'several': (several.url, '--model not given, and GET http://127.0.0.1:%d/v1/models lists 12 models: model-0, '
-                        'model-1, model-2, model-3, model-4, model-5, model-6, model-7, model-8, model-9 and 2 more; '
-                        'choose one with --model' % several.listener.getsockname()[1]),
+            'several': (several.url, '--model not given, and GET http://127.0.0.1:%d/v1/models lists 12 models: '
+                        'model-0, model-1, model-2, model-3, model-4, model-5, model-6, model-7, model-8, model-9 and '
+                        '2 more; choose one with --model' % several.listener.getsockname()[1]),
             'none': (self.server({'data': []}).url, 'lists no model; give --model'),
             'not a list': (self.server({'models': ['a']}).url, 'did not answer with a list of models'),
             'unauthorized': (self.server({'error': {'message': 'Unauthorized'}}, '401 Unauthorized').url,

@@ -40,7 +40,8 @@ class ComparisonTests(unittest.TestCase):
         including = {name: 0 for name in ('first_text_ms.p50', 'first_text_ms.p90', 'first_text_ms.p99')}
         for repeat in range(20):
             loads = [load_records(draw(f'{repeat} {name}'), name) for name in ('base', 'candidate')]
-            comparison = stream_client._comparison._compare_loads(summary_of(loads[0]), summary_of(loads[1]), seed=repeat)
+            comparison = stream_client._comparison._compare_loads(summary_of(loads[0]), summary_of(loads[1]),
+                                                                  seed=repeat)
             for name in including:
                 low, high = comparison['delta'][name]['ci95']
                 including[name] += low <= 0 <= high
@@ -68,7 +69,8 @@ class ComparisonTests(unittest.TestCase):
         first, again = (stream_client._comparison._compare_loads(*loads, seed=5) for _ in range(2))
         self.assertEqual(first, again)
         self.assertNotEqual(first['delta']['first_text_ms.p50']['ci95'],
-                            stream_client._comparison._compare_loads(*loads, seed=6)['delta']['first_text_ms.p50']['ci95'])
+                            stream_client._comparison._compare_loads(*loads, seed=6)['delta']['first_text_ms.p50'][
+                                'ci95'])
 
     def test_verdicts_goodput_and_attainment_are_compared(self):
         base = load_records([10.0] * 4, 'a')

@@ -29,7 +29,8 @@ VERDICTS = {
 
 def judge_bytes(name: str, raw: bytes, dialect: str | None = None) -> tuple[stream_client.Verdict, dict]:
     api, tools, _ = VERDICTS[name]
-    request = stream_client.prepare(f'http://127.0.0.1:9/v1/{api}', 'tiny', 'hi', max_tokens=4 if 'budget' in name else 16,
+    request = stream_client.prepare(f'http://127.0.0.1:9/v1/{api}', 'tiny', 'hi',
+                                    max_tokens=4 if 'budget' in name else 16,
                                     tools=fixture_server.TOOLS if tools else None, dialect=dialect)
     reader = stream_client.ResponseReader(request.new_validator())
     reader.feed(raw)
@@ -58,7 +59,8 @@ class DialectTests(unittest.TestCase):
                     self.assertEqual(len(detected), 1 if given is None else 0, fields['notes'])
 
     def test_the_vendor_rules_refuse_each_departure(self):
-        expected = {'responses': 'sequence_number', 'messages': 'event_out_of_order', 'chat/completions': 'no_finish_reason'}
+        expected = {'responses': 'sequence_number', 'messages': 'event_out_of_order',
+                    'chat/completions': 'no_finish_reason'}
         for name, (api, _, kind) in VERDICTS.items():
             with self.subTest(name):
                 verdict, fields = judge_bytes(name, (STREAMS / f'{name}.http').read_bytes(), 'strict')
@@ -129,8 +131,8 @@ class DialectTests(unittest.TestCase):
             body = b''.join(kept)
             for dialect in (None, 'tgi'):
                 with self.subTest(shape, dialect=dialect):
-                    verdict, fields = judge_bytes('tgi_tool_call', head + b'Content-Length: %d\r\n\r\n' % len(body) + body,
-                                                  dialect)
+                    verdict, fields = judge_bytes('tgi_tool_call',
+                                                  head + b'Content-Length: %d\r\n\r\n' % len(body) + body, dialect)
                     self.assertEqual((verdict.ok, verdict.kind, fields['dialect']), (False, 'no_finish_reason', 'tgi'),
                                      verdict.message)
                     self.assertIn('one tool call alone', verdict.message)
@@ -226,6 +228,8 @@ class HostileLiteLLMTests(unittest.TestCase):
                 reader.feed((HOSTILE_LITELLM / 'cases' / case['files'][0]).read_bytes())
                 reader.eof()
                 verdict = stream_client.judge(reader)
-                layer = case['expect_layer'] if case['expect_ok'] or case['expect_layer'] else verdict.layer  # any layer
+                # any layer
+                layer = case['expect_layer'] if case['expect_ok'] or case['expect_layer'] else verdict.layer
                 expected = (case['expect_ok'], layer, case['expect_kind'] or verdict.kind)
-                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expected, f'{verdict.message}; {case["rule"]}')
+                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), expected,
+                                 f'{verdict.message}; {case["rule"]}')

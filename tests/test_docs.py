@@ -234,7 +234,8 @@ class PageRun:
         except subprocess.TimeoutExpired:
             process.kill()
             _, stderr = process.communicate()
-        self.check(process.returncode == 0, line, f'{what}: exit status {process.returncode} after Ctrl+C (-9: it had not stopped 30 s after it)\n{stderr}')
+        self.check(process.returncode == 0, line, f'{what}: exit status {process.returncode} after Ctrl+C (-9: it had '
+                                                  f'not stopped 30 s after it)\n{stderr}')
 
     def probe_exporter(self, command: DocCommand) -> None:
         args = list(command.args)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import fixture_server
 import stream_client
 from .support import (
-    answer, CLIENT, fake_record, Fixture, PageReader, row, run_cli, run_fixture, script_command,
+    CLIENT, fake_record, Fixture, PageReader, run_cli, run_fixture, script_command,
     script_env, TwinServer)
 from .tiers import sans_io
 
@@ -263,7 +263,8 @@ class ExporterCoreTests(unittest.TestCase):
 
     @sans_io
     def test_a_target_may_name_its_servers_dialect(self):
-        targets = stream_client.parse_targets({'targets': {'a': {'fixture': 'ok', 'dialect': 'llama.cpp'}}}, self.parser)
+        targets = stream_client.parse_targets({'targets': {'a': {'fixture': 'ok', 'dialect': 'llama.cpp'}}},
+                                              self.parser)
         self.assertEqual(targets['a'].args.dialect, 'llama.cpp')
         with self.assertRaises(stream_client.UsageError):
             stream_client.parse_targets({'targets': {'a': {'fixture': 'ok', 'dialect': 'vllm'}}}, self.parser)
@@ -335,7 +336,8 @@ class ExporterCoreTests(unittest.TestCase):
                     self.assertTrue(family.help, metric)
                     self.assertTrue(metric.startswith(('probe_', 'stream_probe_')), metric)
                 self.assertEqual(value_of(parsed, 'probe_success'), int(records[name]['ok']))
-                failed = {dict(labels)['layer']: value for labels, value in parsed['stream_probe_failed'].samples.items()}
+                failed = {dict(labels)['layer']: value
+                          for labels, value in parsed['stream_probe_failed'].samples.items()}
                 self.assertEqual(set(failed), set(stream_client.LAYERS))
                 self.assertEqual(sum(failed.values()), 0 if records[name]['ok'] else 1)
         self.assertEqual(value_of(metrics['broken'], 'stream_probe_failed', layer='application'), 1)
@@ -452,7 +454,8 @@ class ExporterCoreTests(unittest.TestCase):
             ('http://[::1/metrics', 'HTTP/1.1', ('a',)): (400, 'is neither a path nor an http:// URL'),
             ('*', 'HTTP/1.1', ('a',)): (400, 'is neither a path nor an http:// URL'),
             ('http://example.com/metrics', 'HTTP/1.1', ('a',)): (421, 'this exporter is not a proxy'),
-            ('http://127.0.0.1:9/metrics', 'HTTP/1.1', ('a',)): (421, "it answers for http://127.0.0.1:9118/, not for '127.0.0.1:9'"),
+            ('http://127.0.0.1:9/metrics', 'HTTP/1.1', ('a',)): (421, "it answers for http://127.0.0.1:9118/, not for "
+                                                                      "'127.0.0.1:9'"),
             ('http://10.0.0.1:9118/metrics', 'HTTP/1.1', ('a',)): (421, "not for '10.0.0.1:9118'"),
         }
         for (path, version, hosts), (status, words) in refused.items():
@@ -515,8 +518,8 @@ class ExporterCoreTests(unittest.TestCase):
             lines = Path(tmp, 'lines.jsonl')
             lines.write_text(json.dumps(fake_record(0)) + '\n')
             os.close(stream_client._exporter_cli._append_output(str(lines)))
-            cases = {'cut.jsonl': json.dumps(fake_record(0)), 'single.json': json.dumps(fake_record(0), indent=2) + '\n',
-                     'notes.txt': 'hello\n'}
+            cases = {'cut.jsonl': json.dumps(fake_record(0)),
+                     'single.json': json.dumps(fake_record(0), indent=2) + '\n', 'notes.txt': 'hello\n'}
             for name, text in cases.items():
                 with self.subTest(name):
                     Path(tmp, name).write_text(text)

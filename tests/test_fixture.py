@@ -20,7 +20,7 @@ import fixture_server
 import stream_client
 from stream_client import ChatChunks, stream
 from .support import (
-    ANSWER, answer, APIS, chunk_json, dechunk, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, HERE, in_threads,
+    ANSWER, APIS, chunk_json, dechunk, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, HERE, in_threads,
     JSON_ANSWER, mode_runs, parse_all, replay, run_fixture, script_command, script_env, split_capture, SSE_HEAD,
     sse_response, SRC, TOOLS, TRACES, URL_PATHS, Verdict, with_body, AFTER_TOOL_RESULT)
 from .tiers import sans_io
@@ -307,10 +307,11 @@ class FixtureVerdictTests(unittest.TestCase):
                          ('messages', 'application: tool_choice required asked for a tool call, but the answer is '
                                       'text (stop_reason=end_turn and message_stop arrived)'))
         lowered = {name.lower(): value for name, value in headers.items()}
-        self.assertEqual((lowered['anthropic-version'], lowered['authorization']), ('2023-06-01', 'Bearer sk-test-1234'))
+        self.assertEqual((lowered['anthropic-version'], lowered['authorization']),
+                         ('2023-06-01', 'Bearer sk-test-1234'))
         self.assertNotIn('x-api-key', lowered)
-        self.assertEqual({key: body[key] for key in ('messages', 'system', 'stop_sequences', 'max_tokens', 'tool_choice',
-                                                     'output_config')},
+        self.assertEqual({key: body[key] for key in ('messages', 'system', 'stop_sequences', 'max_tokens',
+                                                     'tool_choice', 'output_config')},
                          {'messages': [{'role': 'user', 'content': 'p'}], 'system': 'be brief', 'stop_sequences': ['e'],
                           'max_tokens': 20, 'tool_choice': {'type': 'any'},
                           'output_config': {'format': {'type': 'json_schema', 'schema': {'type': 'object'}}}})
@@ -347,7 +348,8 @@ class FixtureVerdictTests(unittest.TestCase):
         self.assertIn('/v1/chat/completions, /v1/completions, /v1/responses', str(caught.exception))
         bad = [('/v1/completions', {'system': 'x'}, 'no system message'),
                ('/v1/completions', {'extra': {'prompt': 'x'}}, "extra may not set 'prompt'; use --prompt"),
-               ('/v1/responses', {'extra': {'max_output_tokens': 3}}, "may not set 'max_output_tokens'; use --max-tokens"),
+               ('/v1/responses', {'extra': {'max_output_tokens': 3}},
+                "may not set 'max_output_tokens'; use --max-tokens"),
                ('/v1/responses', {'extra': {'instructions': 'x'}}, "may not set 'instructions'; use --system"),
                ('/v1/responses', {'expect_finish': 'eos'}, 'expect_finish must be one of stop, length')]
         for path, options, words in bad:
@@ -417,7 +419,6 @@ class FixtureVerdictTests(unittest.TestCase):
             for thread in threads:
                 thread.join(30)
         self.assertEqual(sorted(records), list(range(16)))
-        import hashlib
         for n, record in records.items():
             with self.subTest(run=n):
                 self.assertTrue(record['ok'], record['error'])
@@ -485,7 +486,8 @@ class FixtureVerdictTests(unittest.TestCase):
                 self.assertIn('expected status 200, got 404 Not Found', wrong['error'])
                 self.assertIn(d2['error']['message'], wrong['error'])  # "The model `nope` does not exist..."
                 if profile == 'vllm':  # vLLM's body, as capture d2 has it
-                    self.assertEqual(wrong['server_error'], {key: d2['error'][key] for key in ('message', 'type', 'code')})
+                    self.assertEqual(wrong['server_error'],
+                                     {key: d2['error'][key] for key in ('message', 'type', 'code')})
         with Fixture(profile='vllm') as anything:  # without it, any model is answered
             self.assertTrue(stream(anything.url, 'whatever-a-proxy-sends', 'p')['ok'])
 
@@ -499,7 +501,8 @@ class FixtureVerdictTests(unittest.TestCase):
     @sans_io
     def test_a_server_error_kind_is_kept_when_the_status_does_not_say_it(self):
         error = {'message': 'no', 'type': 'BadRequestError', 'code': 400}
-        self.assertEqual(stream_client._validator._describe_server_error(error, ('400', 'Bad Request')), "'no' (BadRequestError)")
+        self.assertEqual(stream_client._validator._describe_server_error(error, ('400', 'Bad Request')),
+                         "'no' (BadRequestError)")
         self.assertEqual(stream_client._validator._describe_server_error(error, ('503', 'Service Unavailable')),
                          "'no' (BadRequestError 400)")
 
@@ -683,7 +686,8 @@ class ServerProfileTests(unittest.TestCase):
                                            ('llama.cpp', 'messages', 'reasoning'): 'event_out_of_order',
                                            ('tgi', 'chat', 'tool-call'): 'no_finish_reason'}.items():
             with self.subTest(profile=profile, api=api, mode=mode):
-                record = fixture_record(mode, api, profile, tools=fixture_server.TOOLS if mode.startswith('tool') else None,
+                record = fixture_record(mode, api, profile,
+                                        tools=fixture_server.TOOLS if mode.startswith('tool') else None,
                                         dialect='strict')
                 self.assertEqual((record['ok'], record['error_kind'], record['dialect']), (False, kind, 'strict'))
 

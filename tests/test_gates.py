@@ -59,9 +59,9 @@ class GateCommandTests(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.dir = Path(cls.tmp.name)
         with Fixture('mixed', seed=11) as fixture:
-            cls.done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '40', '--concurrency', '8', '--idle', '2',
-                               '--slo', 'first_text_ms=30000', '--output', 'load.jsonl', '--quiet', cwd=cls.tmp.name,
-                               timeout=90)
+            cls.done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '40', '--concurrency', '8', '--idle',
+                               '2', '--slo', 'first_text_ms=30000', '--output', 'load.jsonl', '--quiet',
+                               cwd=cls.tmp.name, timeout=90)
         cls.records = [json.loads(line) for line in (cls.dir / 'load.jsonl').read_text().splitlines()]
         cls.summary = json.loads(cls.done.stdout)
 

@@ -30,7 +30,8 @@ class HeaderTests(unittest.TestCase):
             records = [json.loads(line) for line in Path(tmp, 'load.jsonl').read_text().splitlines()]
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual((sent['X-Tenant'], sent['x-route'], sent['User-Agent']), (SECRET, 'eu-west', 'gateway-test'))
-        self.assertEqual([record['request']['headers'] for record in records], [['X-Tenant', 'x-route', 'User-Agent']] * 3)
+        self.assertEqual([record['request']['headers'] for record in records],
+                         [['X-Tenant', 'x-route', 'User-Agent']] * 3)
 
     def test_a_header_value_is_in_no_file_written_nor_on_stderr_even_when_the_server_echoes_it(self):
         echo = json.dumps({'error': {'message': f'unknown tenant {SECRET}', 'type': 'BadRequestError', 'code': 400}})

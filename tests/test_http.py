@@ -138,7 +138,8 @@ STRICT_CASES = {
         SSE_HEAD + b'Content-Length: ' + b'0' * 4400 + str(len(ANSWER_EVENTS)).encode() + b'\r\n\r\n' + ANSWER_EVENTS,
         None),
     'a list of one Content-Length value': StrictCase(
-        SSE_HEAD + f'Content-Length: {len(ANSWER_EVENTS)}, 0{len(ANSWER_EVENTS)}\r\n\r\n'.encode() + ANSWER_EVENTS, None),
+        SSE_HEAD + f'Content-Length: {len(ANSWER_EVENTS)}, 0{len(ANSWER_EVENTS)}\r\n\r\n'.encode() + ANSWER_EVENTS,
+        None),
     'Content-Length values that disagree': StrictCase(
         SSE_HEAD + f'Content-Length: {len(ANSWER_EVENTS)}, 1\r\n\r\n'.encode() + ANSWER_EVENTS, 'http',
         'Content-Length values disagree'),

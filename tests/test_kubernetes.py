@@ -97,7 +97,8 @@ class ManifestTests(unittest.TestCase):
             self.assertEqual(done.returncode, 0, done.stderr)
             summary = json.loads(done.stdout)
             self.assertEqual((summary['runs'], summary['ok'], summary['planned_runs']), (60, 60, 60))
-            runs = sorted(json.loads(line)['run'] for name in files for line in (evidence / name).read_text().splitlines())
+            runs = sorted(json.loads(line)['run']
+                          for name in files for line in (evidence / name).read_text().splitlines())
             self.assertEqual(runs, list(range(60)))
 
 

@@ -26,10 +26,9 @@ import fixture_server
 import stream_client
 from stream_client import stream, StreamError
 from .support import (
-    answer, ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, PageReader,
-    resolving_llm_test_to_loopback, row, run_building_fails_for, run_cli, run_in_process, run_in_terminal, script_command, script_env,
-    sse_response, TRACES, URL_PATHS)
-from .support import instant_run, VirtualClock
+    ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, instant_run,
+    PageReader, resolving_llm_test_to_loopback, run_building_fails_for, run_cli, run_in_process, run_in_terminal,
+    script_command, script_env, sse_response, TRACES, URL_PATHS, VirtualClock)
 from .tiers import sans_io
 
 
@@ -122,7 +121,8 @@ class LoadTests(unittest.TestCase):
 
     def test_a_response_that_ends_its_connection_is_not_reused(self):
         body = ANSWER_EVENTS
-        cases = {'Connection: close': sse_response(body, headers=f'Content-Length: {len(body)}\r\nConnection: close\r\n'),
+        cases = {'Connection: close': sse_response(body, headers=f'Content-Length: {len(body)}\r\n'
+                                                                 'Connection: close\r\n'),
                  'HTTP/1.0': sse_response(body, headers=f'Content-Length: {len(body)}\r\n', status='200 OK')
                  .replace(b'HTTP/1.1', b'HTTP/1.0', 1),
                  'a body ended by closing': sse_response(body)}
@@ -144,8 +144,9 @@ class LoadTests(unittest.TestCase):
             after = stream_client.run(request, kept=kept)
             kept.close()
         self.assertTrue(first['ok'])
-        self.assertRegex(stale['error'], r'^transport: the reused connection \(request 2 on it, idle \d+\.\d\d s\) closed '
-                                         r'before any response byte; the server or a proxy closed it while idle$')
+        self.assertRegex(stale['error'], r'^transport: the reused connection \(request 2 on it, idle \d+\.\d\d s\) '
+                                         r'closed before any response byte; the server or a proxy closed it while '
+                                         r'idle$')
         self.assertEqual((stale['connection']['reused'], stale['connection']['stale'], stale['headers_ms']),
                          (True, True, None))
         self.assertEqual((after['ok'], after['connection']['reused'], after['connection']['request_on_connection']),
@@ -343,7 +344,8 @@ class LoadTests(unittest.TestCase):
         self.assertEqual((seen[1]['messages'][0], seen[1]['max_tokens'], seen[0]['max_tokens']),
                          ({'role': 'system', 'content': 'terse'}, 9, 128))
         for content, line, words in (('"a"\n{"prompt": 3}\n', 2, 'expected a JSON string, or an object'),
-                                     ('"a"\n\n', 2, 'not JSON'), ('{"prompt": "a", "temp": 1}\n', 1, 'unknown keys temp'),
+                                     ('"a"\n\n', 2, 'not JSON'),
+                                     ('{"prompt": "a", "temp": 1}\n', 1, 'unknown keys temp'),
                                      ('{"prompt": "a", "max_tokens": 0}\n', 1, '"max_tokens" must be an integer')):
             with self.subTest(content=content):
                 (self.dir / 'bad.jsonl').write_text(content)
@@ -428,7 +430,8 @@ class LoadTests(unittest.TestCase):
         cancel = stream_client.Cancel()
         cancel.cancel('SIGTERM')
         record = stream_client._transport._run(request, stream_client._transport._Show(), None, cancel, None)
-        self.assertEqual((record['error_layer'], record['error']), ('interrupted', 'interrupted: SIGTERM before the request was sent'))
+        self.assertEqual((record['error_layer'], record['error']),
+                         ('interrupted', 'interrupted: SIGTERM before the request was sent'))
         with self.assertRaises(BlockingIOError):
             listener.accept()
 
@@ -459,8 +462,8 @@ class LoadTests(unittest.TestCase):
                 self.assertEqual(len({record['load']['id'] for record in records}), 1)
 
     def test_progress_on_a_terminal_then_the_table(self):
-        status, text = run_in_terminal('--fixture', 'mixed', '--runs', '12', '--concurrency', '4', '--output', 'p.jsonl',
-                                       cwd=self.tmp.name)
+        status, text = run_in_terminal('--fixture', 'mixed', '--runs', '12', '--concurrency', '4', '--output',
+                                       'p.jsonl', cwd=self.tmp.name)
         self.assertIn(status, (0, 1))
         self.assertRegex(text, r'\r\x1b\[Kruns \d+/12  ok \d+  not ok \d+  [\d.]+ s  p50 first text (\d+ ms|-)')
         self.assertIn('\r\x1b[Kruns 12  ok ', text)
@@ -493,8 +496,8 @@ class LoadTests(unittest.TestCase):
         request = stream_client.prepare('http://[::1]:8000/v1/chat/completions', 'm', 'p', idle=10, deadline=60)
         quiet, shown = Terminal(), Terminal()
         stream_client._views._LiveView(quiet, False).wait_notice(request)  # the timer's call, made at once
-        self.assertEqual(''.join(quiet), f'waiting {stream_client._views._LiveView.WAIT_NOTICE_S:g} s so far for the answer '
-                                         'from [::1]:8000; the run ends after --idle 10 s without a byte or at '
+        self.assertEqual(''.join(quiet), f'waiting {stream_client._views._LiveView.WAIT_NOTICE_S:g} s so far for the '
+                                         'answer from [::1]:8000; the run ends after --idle 10 s without a byte or at '
                                          '--deadline 60 s; Ctrl+C stops it and keeps the record\n')
         view = stream_client._views._LiveView(shown, False)
         view.text('READY')
@@ -548,7 +551,8 @@ class LoadTests(unittest.TestCase):
         self.assertEqual((summary['runs'], summary['warmup_runs'], summary['planned_runs']), (4, 3, 4))
         self.assertEqual(json.loads(run_cli('--summary', 'warm.jsonl', cwd=self.tmp.name).stdout), summary)
         settings = stream_client.LoadSettings(runs=10, warmup_s=2.0)
-        self.assertEqual([settings.warms_up(9, offset) for offset in (0.0, 1.999, 2.0, 5.0)], [True, True, False, False])
+        self.assertEqual([settings.warms_up(9, offset) for offset in (0.0, 1.999, 2.0, 5.0)],
+                         [True, True, False, False])
         for warmup in ('7', '0', '-1', 'x', '0s', 'nans'):
             with self.subTest(warmup=warmup):
                 refused = run_cli('--fixture', 'ok', '--runs', '7', '--warmup', warmup, '--output', 'no.jsonl',
@@ -565,7 +569,8 @@ class LoadTests(unittest.TestCase):
         self.assertEqual((done.returncode, summary['runs'], summary['not_ok'], summary['warmup_runs']), (0, 4, 0, 2))
         self.assertEqual(summary['gates'], [{'expr': 'ok_ratio < 1', 'value': 1.0, 'held': True}])
         self.assertIn('<h1>4 of 4 runs ok</h1>', (self.dir / 'warm.html').read_text())
-        self.assertIn('and 2 warm-up runs, left out of every figure below', stream_client._summary._summary_table(summary))
+        self.assertIn('and 2 warm-up runs, left out of every figure below',
+                      stream_client._summary._summary_table(summary))
         (self.dir / 'cold.jsonl').write_text(''.join(json.dumps({**record, 'warmup': False}) + '\n'
                                                      for record in records))
         self.assertEqual(run_cli('--summary', 'cold.jsonl', cwd=self.tmp.name).returncode, 1)
@@ -575,7 +580,8 @@ class LoadTests(unittest.TestCase):
         with Fixture('mixed', seed=4) as fixture:
             done = run_cli('--url', fixture.url, '--model', 'm', '--rate', '200', '--runs', '10', '--warmup', '2',
                            '--output', 'load.jsonl', '--csv', 'load.csv', '--quiet', cwd=self.tmp.name, timeout=60)
-        records = {record['run']: record for record in map(json.loads, (self.dir / 'load.jsonl').read_text().splitlines())}
+        records = {record['run']: record
+                   for record in map(json.loads, (self.dir / 'load.jsonl').read_text().splitlines())}
         with open(self.dir / 'load.csv', newline='', encoding='utf-8') as file:
             rows = list(csv.DictReader(file))
         self.assertEqual(list(rows[0]), list(stream_client._evidence._CSV_COLUMNS))
@@ -628,7 +634,8 @@ class LoadTests(unittest.TestCase):
             firsts = sorted(r['first_text_ms'] for r in records if r['load']['repeat'] == repeat)
             self.assertEqual(spread['first_text_ms.p50']['values'][repeat], firsts[1])  # the nearest rank of 4
         values = spread['first_text_ms.p50']['values']
-        self.assertEqual((spread['first_text_ms.p50']['min'], spread['first_text_ms.p50']['max']), (min(values), max(values)))
+        self.assertEqual((spread['first_text_ms.p50']['min'], spread['first_text_ms.p50']['max']),
+                         (min(values), max(values)))
         self.assertAlmostEqual(spread['first_text_ms.p50']['stdev'], statistics.stdev(values), places=2)
         self.assertEqual(spread['ok_ratio'], {'values': [1.0] * 3, 'min': 1.0, 'max': 1.0, 'mean': 1.0, 'stdev': 0.0})
         self.assertEqual(json.loads(run_cli('--summary', 'fresh.jsonl', cwd=self.tmp.name).stdout), summary)
@@ -685,7 +692,8 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual(summary['first_chunk_good'], len(first_chunk))
         self.assertGreater(summary['first_chunk_good'], summary['good'])  # cut streams after a first chunk
         # a tighter bound read back from the same evidence: fewer good runs, the same runs
-        tight = json.loads(run_cli('--summary', 'mixed.jsonl', '--slo', 'first_text_ms=0.001', cwd=self.tmp.name).stdout)
+        tight = json.loads(run_cli('--summary', 'mixed.jsonl', '--slo', 'first_text_ms=0.001',
+                                   cwd=self.tmp.name).stdout)
         self.assertEqual((tight['good'], tight['runs']), (0, summary['runs']))
         self.assertEqual(json.loads(run_cli('--summary', 'mixed.jsonl', cwd=self.tmp.name).stdout), summary)
 
@@ -703,8 +711,10 @@ class GoodputTests(unittest.TestCase):
     def test_a_bound_on_a_figure_the_run_lacks_is_not_met(self):
         ok = {'ok': True, 'first_text_ms': 10.0, 'duration_ms': 50.0, 'mean_event_gap_ms': None,
               'max_event_gap_ms': None}
-        self.assertTrue(stream_client._summary._meets_slos(ok, (('max_event_gap_ms', 5.0),)))  # one content event: no gap
-        self.assertFalse(stream_client._summary._meets_slos({**ok, 'first_text_ms': None}, (('max_event_gap_ms', 5.0),)))
+        # one content event: no gap
+        self.assertTrue(stream_client._summary._meets_slos(ok, (('max_event_gap_ms', 5.0),)))
+        self.assertFalse(stream_client._summary._meets_slos({**ok, 'first_text_ms': None},
+                                                            (('max_event_gap_ms', 5.0),)))
         self.assertFalse(stream_client._summary._meets_slos({**ok, 'first_text_ms': None}, (('first_text_ms', 5.0),)))
         self.assertFalse(stream_client._summary._meets_slos(ok, (('duration_ms', 49.9),)))
         self.assertTrue(stream_client._summary._meets_slos(ok, (('duration_ms', 50.0),)))
@@ -833,9 +843,11 @@ class GoodputTests(unittest.TestCase):
         # at 8 in flight, 4 runs wait for a slot: for a run to end (at least 70 ms), then 3 delays to first text
         self.assertGreaterEqual(levels[2]['latency_ms']['first_text_ms']['p90'], 100)
         self.assertEqual(json.loads(run_cli('--summary', 'knee.jsonl', cwd=self.tmp.name).stdout), summary)
-        self.assertIn(f'knee at {summary["knee"]["concurrency"]} in flight', stream_client._summary._summary_table(summary))
+        self.assertIn(f'knee at {summary["knee"]["concurrency"]} in flight',
+                      stream_client._summary._summary_table(summary))
         for args in (('--concurrencies', '1,4'), ('--concurrencies', '1,x', '--runs', '2'),
-                     ('--concurrencies', '1,1', '--runs', '2'), ('--concurrencies', '1,2', '--runs', '2', '--rate', '3'),
+                     ('--concurrencies', '1,1', '--runs', '2'),
+                     ('--concurrencies', '1,2', '--runs', '2', '--rate', '3'),
                      ('--concurrencies', '1,2', '--runs', '2', '--concurrency', '3')):
             with self.subTest(args=args):
                 refused = run_cli('--fixture', 'ok', *args, '--output', 'no.jsonl', cwd=self.tmp.name)
@@ -897,7 +909,8 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual(stream_client._load._scheduled_runs(10, 'constant', 0, 1.0), 10)  # not 11: no summed rounding
         steps = {step['rate']: step for step in summary['steps']}
         probed = [rate for _, rate in sorted({(r['load']['step'], r['load']['rate']) for r in records})]
-        verdicts = [(rate, stream_client._summary._saturation_step([steps[rate]], 0.8)['rate'] is not None) for rate in probed]
+        verdicts = [(rate, stream_client._summary._saturation_step([steps[rate]], 0.8)['rate'] is not None)
+                    for rate in probed]
         for number, rate in enumerate(probed):
             self.assertEqual(stream_client._cli._next_probe(10, 80, verdicts[:number], 0.05), rate, verdicts)
         self.assertIsNone(stream_client._cli._next_probe(10, 80, verdicts, 0.05), verdicts)
@@ -909,7 +922,8 @@ class GoodputTests(unittest.TestCase):
         self.assertEqual(len(records), sum(step['scheduled_runs'] for step in summary['steps']))
         self.assertEqual(json.loads(run_cli('--summary', 'capacity.jsonl', cwd=self.tmp.name).stdout), summary)
         if capacity['rate'] is not None:
-            self.assertIn(f'capacity {capacity["rate"]:g} runs/s at the target', stream_client._summary._summary_table(summary))
+            self.assertIn(f'capacity {capacity["rate"]:g} runs/s at the target',
+                          stream_client._summary._summary_table(summary))
         for args in (('--find-capacity', '10:80'), ('--find-capacity', '80:10', '--duration', '1'),
                      ('--find-capacity', '10', '--duration', '1'), ('--find-capacity', '1:8', '--duration', '1',
                                                                    '--rate', '3')):
@@ -989,7 +1003,8 @@ class GoodputTests(unittest.TestCase):
             self.assertEqual(told, [b'SIGINT'.ljust(16) * 2])  # written by cancel() itself, not later
             load.join(30)
         self.assertFalse(load.is_alive())
-        self.assertLessEqual({record['error_layer'] for record in records}, {'interrupted'})  # stalled: only the cancel ends them
+        # stalled: only the cancel ends them
+        self.assertLessEqual({record['error_layer'] for record in records}, {'interrupted'})
 
     @sans_io
     def test_telling_workers_that_have_all_ended_is_no_error(self):
@@ -1024,12 +1039,13 @@ class GoodputTests(unittest.TestCase):
     def test_a_load_spread_over_processes_is_counted_exactly_in_one_file(self):
         layers = {mode: row.verdict.error_layer for mode, row in FIXTURE_EXPECTED.items()}
         with Fixture('mixed', seed=4, delay=0.005) as fixture:
-            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '45', '--concurrency', '6', '--processes', '3',
-                           '--idle', '2', '--output', 'spread.jsonl', '--quiet', cwd=self.tmp.name, timeout=90)
+            done = run_cli('--url', fixture.url, '--model', 'm', '--runs', '45', '--concurrency', '6', '--processes',
+                           '3', '--idle', '2', '--output', 'spread.jsonl', '--quiet', cwd=self.tmp.name, timeout=90)
             served = fixture.instance.schedule.served
         records, summary = self.records('spread.jsonl'), json.loads(done.stdout)
         self.assertEqual(sorted(record['run'] for record in records), list(range(45)))
-        self.assertEqual({record['load']['id'] for record in records} | {record['load']['processes'] for record in records},
+        self.assertEqual({record['load']['id'] for record in records}
+                         | {record['load']['processes'] for record in records},
                          {records[0]['load']['id'], 3})
         expected = collections.Counter()
         for mode, count in served.items():
@@ -1121,14 +1137,19 @@ class GoodputTests(unittest.TestCase):
 
     @sans_io
     def test_sweep_and_slo_flags_that_do_not_fit_exit_2_with_one_line(self):
-        cases = {'unknown figure': ['--runs', '2', '--slo', 'ttft=100'], 'no bound': ['--runs', '2', '--slo', 'duration_ms'],
+        cases = {'unknown figure': ['--runs', '2', '--slo', 'ttft=100'],
+                 'no bound': ['--runs', '2', '--slo', 'duration_ms'],
                  'negative bound': ['--runs', '2', '--slo', 'duration_ms=-5'], 'bound twice':
                  ['--runs', '2', '--slo', 'duration_ms=5', '--slo', 'duration_ms=6'],
-                 'negative rate': ['--rates', '2,-1', '--duration', '1'], 'zero rate': ['--rates', '0', '--duration', '1'],
-                 'duplicate rate': ['--rates', '2,4,2', '--duration', '1'], 'not a rate': ['--rates', '2,x', '--duration', '1'],
+                 'negative rate': ['--rates', '2,-1', '--duration', '1'],
+                 'zero rate': ['--rates', '0', '--duration', '1'],
+                 'duplicate rate': ['--rates', '2,4,2', '--duration', '1'],
+                 'not a rate': ['--rates', '2,x', '--duration', '1'],
                  'duration with runs': ['--rate', '2', '--duration', '1', '--runs', '3'],
-                 'rates without duration': ['--rates', '1,2'], 'rates and rate': ['--rates', '1,2', '--rate', '3', '--duration', '1'],
-                 'duration without a rate': ['--duration', '1'], 'negative duration': ['--rate', '2', '--duration', '-1'],
+                 'rates without duration': ['--rates', '1,2'],
+                 'rates and rate': ['--rates', '1,2', '--rate', '3', '--duration', '1'],
+                 'duration without a rate': ['--duration', '1'],
+                 'negative duration': ['--rate', '2', '--duration', '-1'],
                  'target above 1': ['--runs', '2', '--slo-target', '1.5'], 'slo on one run': ['--slo', 'duration_ms=5'],
                  'no processes': ['--runs', '2', '--processes', '0'], 'processes on one run': ['--processes', '2']}
         output = str(self.dir / 'run.jsonl')
@@ -1200,8 +1221,8 @@ class SummaryReadingTests(unittest.TestCase):
         (self.dir / 'short.jsonl').write_bytes(b''.join(lines[:2] + lines[3:]))
         again = run_cli('--summary', 'short.jsonl', cwd=self.tmp.name)
         self.assertEqual(again.returncode, 1, again.stderr)  # every record there is ok; one is not there
-        self.assertEqual(again.stderr, f'stream_client.py: warning: short.jsonl: not every planned run has a record: load {load}: '
-                                       '1 of 4 planned runs has no record\n')
+        self.assertEqual(again.stderr, 'stream_client.py: warning: short.jsonl: not every planned run has a record: '
+                                       f'load {load}: 1 of 4 planned runs has no record\n')
         self.assertEqual((json.loads(again.stdout)['runs'], json.loads(again.stdout)['ok']), (3, 3))
         for name, text in (('twice', b''.join(lines) * 2), ('repeated', b''.join(lines + lines[1:2]))):
             with self.subTest(name):
@@ -1224,7 +1245,8 @@ class SummaryReadingTests(unittest.TestCase):
         done = run_cli('--summary', 'cut.jsonl', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 1, done.stderr)  # not every run is known to be ok
         self.assertEqual(done.stderr.splitlines(), [
-            "stream_client.py: warning: cut.jsonl line 2 is broken JSON (Expecting ',' delimiter at column 58): skipped",
+            "stream_client.py: warning: cut.jsonl line 2 is broken JSON (Expecting ',' delimiter at column 58): "
+            "skipped",
             'stream_client.py: warning: cut.jsonl line 4 is broken JSON (not UTF-8): skipped',
             'stream_client.py: warning: the summary counts the 2 other records ("skipped_lines": 2)'])
         summary = json.loads(done.stdout)

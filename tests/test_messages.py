@@ -34,8 +34,8 @@ class MessagesEventsTests(unittest.TestCase):
         validator = self.run_events([ping, MESSAGE_START] + thinking + text + message_end(index=1, tokens=3))
         self.assertIsNone(message_of(validator.outcome()))
         fields = validator.fields()
-        self.assertEqual((fields['text'], fields['reasoning_text'], fields['finish_reason'], fields['completion_tokens'],
-                          fields['response_id'], fields['content_events']),
+        self.assertEqual((fields['text'], fields['reasoning_text'], fields['finish_reason'],
+                          fields['completion_tokens'], fields['response_id'], fields['content_events']),
                          (ANSWER, 'hmm', 'end_turn', 3, 'msg_1', 2))
 
     def test_each_broken_rule_is_a_protocol_failure_naming_the_event(self):
@@ -50,9 +50,10 @@ class MessagesEventsTests(unittest.TestCase):
             'a second message_start': ([MESSAGE_START, MESSAGE_START], 'a second message_start in event 2'),
             'a delta for a block never started': ([MESSAGE_START, text_delta('x')],
                                                   'content_block_delta for block 0 in event 2, which never started'),
-            'a delta after its block stopped': ([MESSAGE_START, TEXT_BLOCK, message_event('content_block_stop', index=0),
-                                                 text_delta('x')], 'content_block_delta for block 0 in event 4, after '
-                                                                   'its content_block_stop'),
+            'a delta after its block stopped': ([MESSAGE_START, TEXT_BLOCK,
+                                                 message_event('content_block_stop', index=0), text_delta('x')],
+                                                'content_block_delta for block 0 in event 4, after '
+                                                'its content_block_stop'),
             'a block index that skips': ([MESSAGE_START, TEXT_BLOCK[0:1] + (TEXT_BLOCK[1].replace('"index": 0',
                                                                                                   '"index": 2'),)],
                                          'content_block_start for block 2 in event 2: the next block was 0'),
@@ -60,7 +61,8 @@ class MessagesEventsTests(unittest.TestCase):
                                                  'a text_delta in event 3 for block 0, a tool_use block'),
             'a block still open at message_delta': ([MESSAGE_START, TEXT_BLOCK, text_delta('x')] + message_end()[1:],
                                                    'message_delta in event 4 while block 0 was still open'),
-            'an event after message_stop': ([MESSAGE_START, TEXT_BLOCK, text_delta('x')] + message_end() + [message_event('ping')],
+            'an event after message_stop': ([MESSAGE_START, TEXT_BLOCK, text_delta('x')] + message_end()
+                                             + [message_event('ping')],
                                             "event 'ping' after message_stop"),
             'a tool_use block nobody asked for': ([MESSAGE_START, TOOL_BLOCK], 'a tool_use block arrived in event 2, '
                                                                               'but the request offered no tools'),

@@ -50,8 +50,9 @@ class ReactorTests(unittest.TestCase):
         for ours, theirs in pairs:
             theirs.sendall(b'HTTP/1.1 200 OK\r\n')
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
-        readings = [stream_client._reactor._Reading(stream_client._exchange._Connection(ours), stream_client._exchange._Exchange(request),
-                                           time.perf_counter()) for ours, _ in pairs]
+        readings = [stream_client._reactor._Reading(stream_client._exchange._Connection(ours),
+                                                    stream_client._exchange._Exchange(request), time.perf_counter())
+                    for ours, _ in pairs]
         reads = collections.deque()
         for reading in readings:
             reading.connection.sock.setblocking(False)
@@ -112,15 +113,18 @@ class ReactorTests(unittest.TestCase):
                                            records.append, stream_client.Cancel())
                     self.assertEqual(sorted(record['run'] for record in records), [0, 1, 2, 3])
                     self.assertEqual({record['error_kind'] for record in records}, {'client_error'})
-                    self.assertTrue(all('RuntimeError' in record['error'] and 'a bug' in record['error'] for record in records))
+                    self.assertTrue(all('RuntimeError' in record['error'] and 'a bug' in record['error']
+                                        for record in records))
 
     def test_a_tls_load_is_read_by_the_reactor_on_kept_connections(self):
-        with Fixture('ok', profile='vllm', tls_cert=str(TLS / 'server.pem'), tls_key=str(TLS / 'server.key')) as fixture:
+        with Fixture('ok', profile='vllm', tls_cert=str(TLS / 'server.pem'),
+                     tls_key=str(TLS / 'server.key')) as fixture:
             url = fixture.url.replace('http:', 'https:')
             for keep_alive in (False, True):
                 records: list[dict] = []
                 request = stream_client.prepare(url, 'synthetic-fixture', 'READY', ca_file=str(TLS / 'ca.pem'))
-                stream_client.run_load([request], stream_client.LoadSettings(runs=6, concurrency=2, keep_alive=keep_alive),
+                stream_client.run_load([request],
+                                       stream_client.LoadSettings(runs=6, concurrency=2, keep_alive=keep_alive),
                                        records.append, stream_client.Cancel())
                 with self.subTest(keep_alive=keep_alive):
                     self.assertEqual([record['ok'] for record in records], [True] * 6, [r['error'] for r in records])
@@ -143,5 +147,6 @@ class ReactorTests(unittest.TestCase):
             order.append('first back')
         other.join()
         self.assertEqual(order, ['second in', 'first back'])
-        with stream_client._exchange._OPEN_GATE, stream_client._exchange._OPEN_GATE.released(), stream_client._exchange._OPEN_GATE:
+        with stream_client._exchange._OPEN_GATE, stream_client._exchange._OPEN_GATE.released(), \
+                stream_client._exchange._OPEN_GATE:
             pass  # a single run's gate holds nothing

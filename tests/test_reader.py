@@ -297,7 +297,8 @@ class HostileCaseTests(unittest.TestCase):
     @sans_io
     def test_the_suite_is_whole(self):
         self.assertGreaterEqual(len(HOSTILE_CASES), 45)
-        self.assertEqual({case['file'] for case in HOSTILE_CASES}, {path.name for path in (HOSTILE / 'cases').glob('*.http')})
+        self.assertEqual({case['file'] for case in HOSTILE_CASES},
+                         {path.name for path in (HOSTILE / 'cases').glob('*.http')})
         not_ok = {case['file'][:2] for case in self.single_runs() if not case['expect_ok']}
         self.assertEqual(not_ok, set(HOSTILE_KINDS))
 
@@ -449,12 +450,14 @@ class StrayErrorTests(unittest.TestCase):
         for body, error in cases.items():
             with self.subTest(body):
                 verdict, reader = self.verdict(body)
-                self.assertEqual((verdict.ok, verdict.layer, verdict.kind), (False, 'application', 'server_error_event'))
+                self.assertEqual((verdict.ok, verdict.layer, verdict.kind),
+                                 (False, 'application', 'server_error_event'))
                 self.assertEqual(reader.error.server_error, error)
                 self.assertIn(repr(error['message']), verdict.message)
                 self.assertEqual(reader.events.stray, [body.split(b'\n')[0].decode()])
 
     def test_a_stray_line_without_an_error_changes_nothing(self):
-        verdict, reader = self.verdict(b'{"note": 1}\n' + b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
+        verdict, reader = self.verdict(b'{"note": 1}\n'
+                                       + b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
                                        b'\n\ndata: [DONE]\n\n')
         self.assertEqual((verdict.ok, reader.events.stray), (True, ['{"note": 1}']))

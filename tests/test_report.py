@@ -69,7 +69,8 @@ class ReportTests(unittest.TestCase):
         summary = stream_client.Summary()
         report = stream_client.Report(summary)
         for run in range(2500):
-            record = fake_record(run, ok=run % 10 != 0, error=None if run % 10 else 'transport: closed after 4 of 9 bytes',
+            record = fake_record(run, ok=run % 10 != 0,
+                                 error=None if run % 10 else 'transport: closed after 4 of 9 bytes',
                                  start=f'2026-11-30T10:00:{run // 100:02d}.{run % 100 * 10:03d}Z')
             summary.add(record)
             report.add(record)

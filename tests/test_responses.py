@@ -38,7 +38,8 @@ class ResponseEventsTests(unittest.TestCase):
         item = json.loads(events[2][1])['item']
         cases = {
             'an event lost': (events[:5] + events[6:], 'protocol', 'expected sequence_number 5, got 6'),
-            'an event repeated': (events[:6] + [events[5]] + events[6:], 'protocol', 'expected sequence_number 6, got 5'),
+            'an event repeated': (events[:6] + [events[5]] + events[6:], 'protocol',
+                                  'expected sequence_number 6, got 5'),
             'no sequence_number': ([with_data(events[0], sequence_number=None)], 'protocol',
                                    'expected sequence_number 0, got None'),
             'event field and type differ': ([('message', events[0][1])], 'protocol',
@@ -67,7 +68,8 @@ class ResponseEventsTests(unittest.TestCase):
                                                                    'code': 'rate_limit', 'message': 'slow down'}))],
                                'application', "server sent an error event: 'slow down' (rate_limit)"),
             "OpenAI's response.incomplete": (events[:16] + [('response.incomplete', events[16][1].replace(
-                '"response.completed"', '"response.incomplete"').replace('"status":"completed"', '"status":"incomplete"')
+                '"response.completed"', '"response.incomplete"')
+                .replace('"status":"completed"', '"status":"incomplete"')
                 .replace('"incomplete_details":null', '"incomplete_details":{"reason":"content_filter"}'))],
                 'application', "not completed: response.incomplete carries status 'incomplete' "
                                '(incomplete_details.reason=content_filter)'),
@@ -91,7 +93,8 @@ class ResponseEventsTests(unittest.TestCase):
             {'type': 'response.refusal.done', **where, 'refusal': "I can't help."},
             {'type': 'response.content_part.done', **where, 'part': part},
             {'type': 'response.output_item.done', 'output_index': 0, 'item': {**item, 'content': [part]}},
-            {'type': 'response.completed', 'response': {'status': 'completed', 'output': [{**item, 'content': [part]}]}})
+            {'type': 'response.completed',
+             'response': {'status': 'completed', 'output': [{**item, 'content': [part]}]}})
         self.assertEqual(self.outcome(events), ('application', "the model declined (refusal deltas instead of an "
                                                                "answer): \"I can't help.\""))
         wrong = events[:5] + [(events[5][0], events[5][1].replace('help.', 'help!'))]

@@ -84,8 +84,9 @@ class JsonSchemaTests(unittest.TestCase):
             (schema, {'kind': 'x', 'a': 1, 'b': 2, 'c1': 3, 'd': 4, 'x': 5}, None),
             (schema, {'kind': 'y', 'x': 5}, '$.x: not allowed (unevaluatedProperties is false)'),
             (schema, {'e': 1}, '$.e: not allowed (unevaluatedProperties is false)'),
+            # a failed branch evaluates nothing
             ({'anyOf': [{'properties': {'a': {}}, 'allOf': [False]}, {'properties': {'b': {}}}],
-              'unevaluatedProperties': False}, {'a': 1, 'b': 2}, '$.a: not allowed'),  # a failed branch evaluates nothing
+              'unevaluatedProperties': False}, {'a': 1, 'b': 2}, '$.a: not allowed'),
             ({'not': {'not': {'properties': {'a': {}}}}, 'unevaluatedProperties': False}, {'a': 1}, '$.a: not allowed'),
             ({'prefixItems': [{}], 'allOf': [{'contains': {'const': 'z'}}], 'unevaluatedItems': {'type': 'integer'}},
              [0, 'z', 2, 'y'], '$[3]: expected integer, got "y"'),
@@ -150,7 +151,8 @@ class JsonSchemaTests(unittest.TestCase):
             ({'pattern': '^.$'}, '\u2028', 'expected a match'), ({'pattern': '^.$'}, '\U0001f600', None),
             ({'pattern': '^\\p{Letter}+$'}, '\u00e9cole', None), ({'pattern': '^\\p{L}$'}, '1', 'expected a match'),
             ({'pattern': '^\\p{digit}+$'}, '\u0661', None), ({'pattern': '^[^\\S ]$'}, '\t', None),
-            ({'pattern': '^[^\\S ]$'}, ' ', 'expected a match'), ({'pattern': '^\\cC\\u{1F600}$'}, '\x03\U0001f600', None),
+            ({'pattern': '^[^\\S ]$'}, ' ', 'expected a match'),
+            ({'pattern': '^\\cC\\u{1F600}$'}, '\x03\U0001f600', None),
             ({'pattern': 'es'}, 'test', None), ({'pattern': '^a{,2}$'}, 'a{,2}', None),
             ({'patternProperties': {'^\\d+$': True}, 'additionalProperties': False}, {'\u0661': 1}, 'not allowed'),
         ])
@@ -161,7 +163,8 @@ class JsonSchemaTests(unittest.TestCase):
         for pattern, words in (('(?i)a', 'the group (?i is not ECMA-262'), ('\\a', 'the escape \\a is not ECMA-262'),
                                ('a**', 'nothing to repeat'), ('[z-a]', 'out of order'), ('[a', 'never closed')):
             self.refused({'pattern': pattern}, 'invalid', words)
-        self.assertIs(stream_client._ecma._ecma_pattern('^x$'), stream_client._ecma._ecma_pattern('^x$'))  # compiled once
+        # compiled once
+        self.assertIs(stream_client._ecma._ecma_pattern('^x$'), stream_client._ecma._ecma_pattern('^x$'))
 
     @sans_io
     def test_what_is_refused_and_what_is_only_listed(self):

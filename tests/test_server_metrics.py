@@ -1,16 +1,17 @@
-"""--server-metrics: the server's Prometheus metrics during a load, parsed strictly, kept, summarized (_server_metrics)."""
+"""--server-metrics: the server's Prometheus metrics during a load, parsed strictly, kept, summarized
+(_server_metrics)."""
 from __future__ import annotations
 
 import json
 import re
 import socket
 import tempfile
-import threading
 import unittest
 from pathlib import Path
 
 import fixture_server
-from stream_client._server_metrics import _ExpositionError, _metrics_lines, _parse_exposition, _quantiles, _MetricsSummary
+from stream_client._server_metrics import (
+    _ExpositionError, _metrics_lines, _parse_exposition, _quantiles, _MetricsSummary)
 from .support import Fixture, HERE, LoopbackServer, run_cli, run_in_terminal
 from .tiers import sans_io
 
@@ -48,7 +49,8 @@ class ExpositionTests(unittest.TestCase):
                                           'python_gc_objects_collected_created',
                                           'escaped', 'no_labels'])
         self.assertEqual(families['vllm:num_requests_running'],
-                         {'type': 'gauge', 'samples': [['vllm:num_requests_running', {'engine': '0', 'model_name': 'm'}, 2.0]]})
+                         {'type': 'gauge',
+                          'samples': [['vllm:num_requests_running', {'engine': '0', 'model_name': 'm'}, 2.0]]})
         self.assertEqual(len(families['vllm:time_to_first_token_seconds']['samples']), 4)
         self.assertEqual(families['python_gc_objects_collected']['type'], 'counter')
         name, labels, value = families['escaped']['samples'][0]
@@ -84,7 +86,8 @@ class ExpositionTests(unittest.TestCase):
                       '\n'.join(_metrics_lines(result)))
         beyond = _quantiles({}, {0.1: 1.0, float('inf'): 4.0})
         self.assertEqual(beyond, {'count': 4.0, 'p50_ms': None, 'p90_ms': None, 'p99_ms': None})  # past the last bound
-        self.assertEqual(_quantiles({1.0: 5.0, float('inf'): 5.0}, {1.0: 2.0, float('inf'): 2.0})['count'], 2.0)  # a restart
+        # a restart
+        self.assertEqual(_quantiles({1.0: 5.0, float('inf'): 5.0}, {1.0: 2.0, float('inf'): 2.0})['count'], 2.0)
 
     def test_each_breach_of_the_format_fails_the_scrape_naming_its_line(self):
         cases = {
@@ -169,7 +172,8 @@ class BrokenMetrics(LoopbackServer):
             return
         body = b'<html><body>Gateway says hello</body></html>\n' if self.how == 'garbage' else b'oops\n'
         status = b'200 OK' if self.how == 'garbage' else b'500 Internal Server Error'
-        sock.sendall(b'HTTP/1.1 %s\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n%s' % (status, len(body), body))
+        sock.sendall(b'HTTP/1.1 %s\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n%s'
+                     % (status, len(body), body))
         sock.close()
 
     def close(self) -> None:
@@ -237,7 +241,8 @@ class ServerMetricsTests(unittest.TestCase):
                                  tuple(json.loads(healthy.stdout)[key] for key in ('runs', 'ok', 'not_ok_by_kind')))
                 metrics = summary['server_metrics']
                 self.assertGreaterEqual(metrics['failed'], 2)  # the start and the end at least
-                self.assertEqual((metrics['failed'], metrics['failures']), (metrics['scrapes'], {kind: metrics['scrapes']}))
+                self.assertEqual((metrics['failed'], metrics['failures']),
+                                 (metrics['scrapes'], {kind: metrics['scrapes']}))
                 scrapes = scrape_lines(self.tmp.name, f'{how}.server-metrics.jsonl')
                 self.assertEqual({(scrape['ok'], scrape['error_kind']) for scrape in scrapes}, {(False, kind)})
                 self.assertIn(f'failed ({kind} {metrics["scrapes"]})', done.stderr)
@@ -281,10 +286,11 @@ class ServerMetricsTests(unittest.TestCase):
         self.assertRegex(screen, r'num_requests_running max [0-2] mean [0-9.]+; num_requests_waiting max 0 mean 0')
 
     def test_the_report_draws_the_servers_gauges_on_the_loads_timeline_and_summary_draws_the_same(self):
-        done = run_cli('--fixture', 'ok', '--runs', '12', '--concurrency', '3', '--server-metrics', '--metrics-interval',
-                       '0.1', '--output', 'load.jsonl', '--report', 'load.html', cwd=self.tmp.name)
+        done = run_cli('--fixture', 'ok', '--runs', '12', '--concurrency', '3', '--server-metrics',
+                       '--metrics-interval', '0.1', '--output', 'load.jsonl', '--report', 'load.html',
+                       cwd=self.tmp.name)
         self.assertEqual(done.returncode, 0, done.stderr)
-        again = run_cli('--summary', 'load.jsonl', '--report', 'again.html', cwd=self.tmp.name)
+        run_cli('--summary', 'load.jsonl', '--report', 'again.html', cwd=self.tmp.name)
         page, redrawn = (Path(self.tmp.name, name).read_text() for name in ('load.html', 'again.html'))
         self.assertEqual(page, redrawn)
         drawing = page[page.index('aria-label="server metrics"'):]
@@ -305,8 +311,10 @@ class ServerMetricsTests(unittest.TestCase):
         Path(self.tmp.name, 'taken.server-metrics.jsonl').write_text('')
         cases = {('--server-metrics',): '--server-metrics is for a load, not a single run',
                  ('--runs', '2', '--metrics-interval', '1'): '--metrics-interval needs --server-metrics',
-                 ('--runs', '2', '--server-metrics', '--metrics-interval', '0.01'): '--metrics-interval must be at least',
-                 ('--runs', '2', '--server-metrics', 'http://192.0.2.1/metrics'): '--server-metrics: plain http is allowed only',
+                 ('--runs', '2', '--server-metrics', '--metrics-interval', '0.01'):
+                 '--metrics-interval must be at least',
+                 ('--runs', '2', '--server-metrics', 'http://192.0.2.1/metrics'):
+                 '--server-metrics: plain http is allowed only',
                  ('--runs', '2', '--server-metrics', '--output', 'taken.jsonl'): 'taken.server-metrics.jsonl'}
         for flags, message in cases.items():
             with self.subTest(flags=flags):

@@ -113,7 +113,8 @@ class SessionLoadTests(unittest.TestCase):
                 self.assertEqual(done.returncode, 0, done.stderr)
                 by_session: dict[str, list] = {}
                 for answer in fixture.instance.received:
-                    by_session.setdefault(fixture_server.first_user_text(api, json.loads(answer.body)), []).append(answer)
+                    by_session.setdefault(fixture_server.first_user_text(api, json.loads(answer.body)),
+                                          []).append(answer)
                 self.assertEqual(len(by_session), 3)
                 for answers in by_session.values():
                     self.assertEqual(len(answers), 8)
@@ -249,7 +250,8 @@ class SessionLoadTests(unittest.TestCase):
         with Fixture('agent') as fixture:
             requests = [stream_client.prepare(fixture.url, 'm', session.turns[0], tools=session.tools)
                         for session in sessions]
-            stream_client._sessions._run_sessions(sessions, requests, stream_client.LoadSettings(3, 2), on_record, cancel)
+            stream_client._sessions._run_sessions(sessions, requests, stream_client.LoadSettings(3, 2), on_record,
+                                                  cancel)
         self.assertEqual(sorted({r['session'] for r in records}), ['s0', 's1'])  # s2 never started
         ends = [r['session_end'] for r in records if 'session_end' in r]
         self.assertEqual([(end['ok'], end['ended_by'], end['not_started_turns']) for end in ends],
@@ -281,7 +283,8 @@ class SessionLoadTests(unittest.TestCase):
         self.assertEqual((end['ok'], end['ended_by'], end['turns_run'], end['not_started_turns']),
                          (False, 'client_error', 2, []))
         sessions = json.loads(done.stdout)['sessions']
-        self.assertEqual((sessions['sessions'], sessions['ok'], sessions['not_ok_by_kind']), (2, 1, {'client_error': 1}))
+        self.assertEqual((sessions['sessions'], sessions['ok'], sessions['not_ok_by_kind']),
+                         (2, 1, {'client_error': 1}))
 
     def test_a_failure_between_two_runs_ends_the_session_on_its_last_record(self):
         path = self.sessions_file(2, turns=2)
@@ -334,8 +337,8 @@ class SessionLoadTests(unittest.TestCase):
                     continue
                 self.assertEqual(again.returncode, 1, again.stderr)
                 self.assertEqual(again.stderr.count('\n'), 1, again.stderr)  # one line
-                self.assertTrue(again.stderr.startswith('stream_client.py: warning: cut.jsonl: not every planned run has a record: '
-                                                        f'load {load}: '), again.stderr)
+                self.assertTrue(again.stderr.startswith('stream_client.py: warning: cut.jsonl: not every planned run '
+                                                        f'has a record: load {load}: '), again.stderr)
                 self.assertIn(words.split(': ', 1)[1], again.stderr)
                 self.assertTrue(json.loads(again.stdout)['sessions']['ok'] >= 1)  # the summary is still printed
 
@@ -488,7 +491,8 @@ class SessionFileTests(unittest.TestCase):
             (json.dumps({**session_line(0), 'think': 1}) + '\n', 'line 1: think: unknown key'),
             ('[{"conversations": [{"from": "robot", "value": "x"}]}]', 'item 1: conversations[0].from'),
             ('[{"id": "a", "conversations": [{"from": "human", "value": "x"}]},'
-             ' {"id": "a", "conversations": [{"from": "human", "value": "y"}]}]', "item 2: id: 'a' is the id of item 1 too"),
+             ' {"id": "a", "conversations": [{"from": "human", "value": "y"}]}]',
+             "item 2: id: 'a' is the id of item 1 too"),
             ('[{"conversations": [{"from": "human", "value": "x"}]},'
              ' {"id": "sharegpt-1", "conversations": [{"from": "human", "value": "y"}]}]',
              "item 2: id: 'sharegpt-1' is the id of item 1 too"),
@@ -524,7 +528,8 @@ class SessionFileTests(unittest.TestCase):
             conversation.answer('done', [])
             shapes[api] = conversation.body_fields()
         self.assertEqual(shapes['chat']['messages'][0], {'role': 'system', 'content': 'sys'})
-        self.assertEqual([m['role'] for m in shapes['messages']['messages']], ['user', 'assistant', 'user', 'assistant'])
+        self.assertEqual([m['role'] for m in shapes['messages']['messages']],
+                         ['user', 'assistant', 'user', 'assistant'])
         self.assertEqual([item.get('type') for item in shapes['responses']['input']],
                          [None, 'function_call', 'function_call_output', 'message'])
 

@@ -181,7 +181,8 @@ class StrayLineTests(unittest.TestCase):
 
     def test_a_bare_json_line_and_an_error_field_are_kept_the_rest_ignored(self):
         parser = Events()
-        events = parser.feed(b'data: a\n\n{"error": "oom"}\nerror: {"message": "x"}\nid: 7\nretry: 5\n: hi\n\ndata: b\n\n')
+        events = parser.feed(b'data: a\n\n{"error": "oom"}\nerror: {"message": "x"}\nid: 7\nretry: 5\n: hi\n\n'
+                             b'data: b\n\n')
         self.assertEqual(events, ['a', 'b'])
         self.assertEqual(parser.stray, ['{"error": "oom"}', 'error: {"message": "x"}'])
 

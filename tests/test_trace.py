@@ -117,7 +117,8 @@ class TraceReplayTests(unittest.TestCase):
         self.assertEqual(json.loads(done.stdout)['trace']['length_by'], {'approximation': 5})
         self.assertEqual(sorted(len(body['messages'][-1]['content'].split(' ')) for body in bodies),
                          sorted(line['input_length'] for line in mooncake_lines(5)))
-        self.assertTrue(all(record['trace']['prompt_tokens_counted'] is None for record in self.records('approx.jsonl')))
+        self.assertTrue(all(record['trace']['prompt_tokens_counted'] is None
+                            for record in self.records('approx.jsonl')))
 
     def test_a_plain_trace_sends_its_prompts_at_their_times(self):
         path = self.write('plain.jsonl', [{'timestamp': 0, 'prompt': 'first'}, {'timestamp': 30, 'prompt': 'second'},
@@ -163,8 +164,9 @@ class TraceReplayTests(unittest.TestCase):
                 self.assertEqual(done.returncode, 2)
                 self.assertIn(words, done.stderr)
         done = run_cli('--fixture', 'ok', '--block-size', '8', '--output', 'never.jsonl', cwd=self.folder)
-        self.assertEqual((done.returncode, done.stderr.splitlines()), (2, ['stream_client.py: error: --block-size is for '
-                                                                   '--trace (docs/cli.md#flags-and-workloads)']))
+        self.assertEqual((done.returncode, done.stderr.splitlines()),
+                         (2, ['stream_client.py: error: --block-size is for '
+                              '--trace (docs/cli.md#flags-and-workloads)']))
 
 
 @sans_io
@@ -179,7 +181,8 @@ class TracePromptTests(unittest.TestCase):
                          GOLDEN_PREFIX)
 
     def test_the_schedule_is_the_timestamps_after_the_first_divided_by_the_speed(self):
-        lines = _parse_trace('t', '\n'.join(json.dumps({'timestamp': at, 'prompt': 'x'}) for at in (1000, 1000, 1500, 4000)))
+        lines = _parse_trace('t', '\n'.join(json.dumps({'timestamp': at, 'prompt': 'x'})
+                                            for at in (1000, 1000, 1500, 4000)))
         self.assertEqual(_trace_offsets(lines, 1.0), [0.0, 0.0, 0.5, 3.0])
         self.assertEqual(_trace_offsets(lines, 2.0), [0.0, 0.0, 0.25, 1.5])
 

@@ -26,7 +26,7 @@ import stream_client
 from stream_client import stream
 from stream_client._limits import _ANSWER_LINE_CHARS
 from .support import (
-    answer, ANSWER_EVENTS, arguments, chunk_json, chunked, CLIENT, Fixture, in_threads, LoopbackServer, replay,
+    ANSWER_EVENTS, chunk_json, chunked, CLIENT, Fixture, in_threads, LoopbackServer, replay,
     resolving_llm_test_to_loopback, run_cli, ScriptedSocket, split_capture, SSE_HEAD, sse_response, tcp_pair, TLS,
     TRACES, TwinServer)
 from .tiers import sans_io
@@ -152,8 +152,8 @@ class CaptureReplayTests(unittest.TestCase):
             'm1_messages_stream_stop_sequence': (None, 'stop_sequence', 'Ex7rEx7untrgExp', []),
             'm2_messages_stream_max8_max_tokens': ('application: output budget exhausted (stop_reason=max_tokens)',
                                                    'max_tokens', 'Ex7rEx7untrgEx', []),
-            'm3_err_messages_unknown_model': ("http: expected status 200, got 404 Not Found: 'The model `nope` does not "
-                                              "exist. Valid aliases: tiny.' (NotFoundError)", None, '', []),
+            'm3_err_messages_unknown_model': ("http: expected status 200, got 404 Not Found: 'The model `nope` does "
+                                              "not exist. Valid aliases: tiny.' (NotFoundError)", None, '', []),
             'm4_messages_tool_any_not_an_object': ("application: tool call 0 (get_weather): arguments are not a JSON "
                                                    "object: '10532112110000'", 'tool_use', '', ['10532112110000']),
             'm5_messages_tool_any_empty_string': ("application: tool call 0 (get_weather): arguments are not a JSON "
@@ -163,7 +163,8 @@ class CaptureReplayTests(unittest.TestCase):
         for name, (error, finish, text, arguments) in expected.items():
             with self.subTest(capture=name):
                 record = replay((TRACES / f'{name}.http').read_bytes(), **answer_options(name))
-                self.assertEqual((record['api'], record['ok'], record['error'], record['finish_reason'], record['text']),
+                self.assertEqual((record['api'], record['ok'], record['error'], record['finish_reason'],
+                                  record['text']),
                                  ('messages', error is None, error, finish, text))
                 self.assertEqual([call['arguments'] for call in record['tool_calls']], arguments)
         m3 = replay((TRACES / 'm3_err_messages_unknown_model.http').read_bytes(), api='messages')
@@ -420,8 +421,8 @@ class ProxyTests(unittest.TestCase):
         with ConnectProxy() as proxy, self.environment(proxy):
             record = stream(self.url, 'm', 'p', ca_file=str(TLS / 'ca.pem'))
             with tempfile.TemporaryDirectory() as tmp:
-                done = run_cli('--url', self.url, '--model', 'm', '--ca-file', str(TLS / 'ca.pem'), '--output', 'r.json',
-                               '--capture', 'r.http', cwd=tmp, env=dict(os.environ))
+                done = run_cli('--url', self.url, '--model', 'm', '--ca-file', str(TLS / 'ca.pem'), '--output',
+                               'r.json', '--capture', 'r.http', cwd=tmp, env=dict(os.environ))
                 outputs = [done.stdout, done.stderr] + [(Path(tmp) / name).read_bytes().decode('latin-1')
                                                         for name in ('r.json', 'r.http')]
         self.assertTrue(record['ok'], record['error'])
@@ -484,7 +485,8 @@ class ProxyTests(unittest.TestCase):
         from_env = stream_client._request._proxy_from_environment
         self.assertIsNone(from_env('https', '127.0.0.1', {'HTTPS_PROXY': 'http://p:3128'}))  # loopback: never
         self.assertIsNone(from_env('https', 'localhost', {'HTTPS_PROXY': 'http://p:3128'}))
-        self.assertEqual(from_env('https', 'llm.test', {'HTTPS_PROXY': 'http://upper:1', 'https_proxy': 'lower:2'}).address,
+        self.assertEqual(from_env('https', 'llm.test', {'HTTPS_PROXY': 'http://upper:1',
+                                                        'https_proxy': 'lower:2'}).address,
                          'lower:2')  # lower case first, as curl reads it; the scheme defaults to http://
         self.assertEqual(from_env('https', 'llm.test', {'HTTPS_PROXY': 'http://p'}).port, 80)
         self.assertIsNone(from_env('https', 'llm.test', {'HTTP_PROXY': 'http://p:1'}))  # http_proxy is for http
@@ -822,7 +824,8 @@ class ArrivalStampTests(unittest.TestCase):
         self.assertEqual(timeline.read_stamps, 'client')
         for stepped in (-3.0, 30.0):
             later = stream_client._exchange._Timeline()
-            self.assertEqual(later.arrival(later.started + 1, kernel(later.started + stepped), offset), later.started + 1)
+            self.assertEqual(later.arrival(later.started + 1, kernel(later.started + stepped), offset),
+                             later.started + 1)
             self.assertEqual(later.read_stamps, 'client')
         first = stream_client._exchange._Timeline()
         self.assertEqual(first.arrival(first.started + 1, None, offset), first.started + 1)  # no stamp: its return
@@ -928,10 +931,11 @@ class ArrivalStampTests(unittest.TestCase):
         held, gate = [], stream_client._exchange._Gate(threading.Lock())
         limit = stream_client._limits._SEND_HOLDING_GATE
         for prompt in ('p', 'p' * limit):
-            x = stream_client._exchange._Exchange(stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', prompt),
-                                        gate=gate)
+            x = stream_client._exchange._Exchange(
+                stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', prompt), gate=gate)
             with gate:
-                stream_client._transport._exchange(types.SimpleNamespace(sock=Sock(response)), x, stream_client._transport._Show(), None)
+                stream_client._transport._exchange(types.SimpleNamespace(sock=Sock(response)), x,
+                                                   stream_client._transport._Show(), None)
             self.assertEqual(x.reader.validator.content_events, 1)
         self.assertEqual(held, [True, False])
 

@@ -68,7 +68,8 @@ class ToolCallTests(unittest.TestCase):
             'tool_calls without a call': (spec('auto'), [text, calls, done],
                                           'finish_reason=tool_calls, but no tool call arrived'),
             'an undeclared tool': (spec('auto'), [opening(name='get_time'), arguments('{}'), calls, done],
-                                   "tool call 0 (get_time): 'get_time' is not a tool the request offered (get_weather)"),
+                                   "tool call 0 (get_time): 'get_time' is not a tool the request offered "
+                                   "(get_weather)"),
             'the budget ends inside a call': (spec('auto'), [opening(), arguments('{"ci'),
                                                              chunk_json(finish_reason='length'), done],
                                               'output budget exhausted (finish_reason=length) inside tool call 0 '
@@ -134,8 +135,10 @@ class ToolCallTests(unittest.TestCase):
             ({'type': 'integer'}, 1.0, None), ({'type': 'integer'}, True, '$: expected integer, got true'),
             ({'enum': [1, 'a']}, True, '$: expected one of [1, "a"], got true'), ({'const': 0}, 0.0, None),
             ({'items': {'type': 'string'}}, ['a', 2], '$[1]: expected string, got 2'),
-            ({'minItems': 2}, [1], '$: expected at least 2 items, got 1 item'), ({'maxItems': 1}, [1, 2], 'at most 1 item'),
-            ({'minLength': 2}, 'a', 'at least 2 characters'), ({'maxLength': 1}, 'ab', 'at most 1 character, got 2 characters'),
+            ({'minItems': 2}, [1], '$: expected at least 2 items, got 1 item'),
+            ({'maxItems': 1}, [1, 2], 'at most 1 item'),
+            ({'minLength': 2}, 'a', 'at least 2 characters'),
+            ({'maxLength': 1}, 'ab', 'at most 1 character, got 2 characters'),
             ({'minimum': 1}, 0, 'a number at least 1'), ({'maximum': 1}, 2, 'a number at most 1'),
             ({'exclusiveMinimum': 1}, 1, 'more than 1'), ({'maximum': 1, 'exclusiveMaximum': True}, 1, 'less than 1'),
             ({'pattern': '^[A-Z]'}, 'paris', "expected a match of '^[A-Z]'"),
@@ -221,9 +224,11 @@ class AnswerBoundTests(unittest.TestCase):
 
     def test_a_text_at_the_answer_bound_is_ok_and_one_character_more_is_not(self):
         for api in stream_client.VALIDATORS:
-            for chars, layer in ((stream_client.MAX_TEXT_CHARS, None), (stream_client.MAX_TEXT_CHARS + 1, 'application')):
+            for chars, layer in ((stream_client.MAX_TEXT_CHARS, None),
+                                 (stream_client.MAX_TEXT_CHARS + 1, 'application')):
                 with self.subTest(api=api, chars=chars):
-                    verdict = self.verdict(api, lambda p: p.preamble() + [p.content(piece) for piece in self.text(chars)]
+                    verdict = self.verdict(api, lambda p: p.preamble()
+                                           + [p.content(piece) for piece in self.text(chars)]
                                            + p.closing('stop'))
                     self.assertEqual(verdict.layer, layer, verdict.message)
                     if layer:

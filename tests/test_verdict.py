@@ -132,7 +132,8 @@ FAILURE_PRODUCERS = {
     'http_version': lambda: kind_of_response(b'HTTP/2.0 200 OK\r\n\r\n'),
     'bad_header_line': lambda: kind_of_response(SSE_HEAD + b'no colon here\r\n\r\n'),
     'unsupported_encoding': lambda: kind_of_response(SSE_HEAD + b'Content-Encoding: gzip\r\n\r\n'),
-    'ambiguous_framing': lambda: kind_of_response(SSE_HEAD + b'Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n'),
+    'ambiguous_framing': lambda: kind_of_response(SSE_HEAD + b'Transfer-Encoding: chunked\r\n'
+                                                  b'Content-Length: 5\r\n\r\n'),
     'http10_transfer_encoding': lambda: kind_of_response(b'HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n'
                                                          b'Transfer-Encoding: chunked\r\n\r\n'),
     'bad_content_length': lambda: kind_of_response(SSE_HEAD + b'Content-Length: five\r\n\r\n'),
@@ -192,9 +193,10 @@ FAILURE_PRODUCERS = {
         {'type': 'response.function_call_arguments.done', 'output_index': 0, 'item_id': 'fc_1',
          'arguments': '{"city": "Paris"}'}, spec=WEATHER),
     'refusal': lambda: kind_of_events(ChatChunks(), [chunk_json(delta={'refusal': 'No.'}), STOP, DONE]),
-    'dialect_unproven': lambda: kind_of_events(stream_client.ResponseEvents(dialect=stream_client.DIALECTS['llama.cpp']), [
-        ('response.created', '{"type": "response.created", "response": {"id": "r"}}'),
-        ('response.completed', '{"type": "response.completed", "response": {"status": "completed", "output": []}}')]),
+    'dialect_unproven': lambda: kind_of_events(
+        stream_client.ResponseEvents(dialect=stream_client.DIALECTS['llama.cpp']),
+        [('response.created', '{"type": "response.created", "response": {"id": "r"}}'),
+         ('response.completed', '{"type": "response.completed", "response": {"status": "completed", "output": []}}')]),
     'unsupported_part': lambda: kind_of_events(stream_client.MessagesEvents(), [
         MESSAGE_START, message_event('content_block_start', content_block={'text': 'no type'}, index=0)]),
     'delta_type': lambda: kind_of_events(stream_client.MessagesEvents(), [
@@ -250,7 +252,8 @@ FAILURE_PRODUCERS = {
         opening(), arguments('{"city": "Paris"}'), chunk_json(finish_reason='tool_calls'),
         '{"choices": [], "usage": {"completion_tokens": 5}}', '[DONE]']),
     'tool_markup_in_text': lambda: answer_problem_kind(ChatChunks(spec=WEATHER), [
-        chunk_json(delta={'content': '<tool_call>{"name": "get_weather"}</tool_call>'}, finish_reason='stop'), '[DONE]']),
+        chunk_json(delta={'content': '<tool_call>{"name": "get_weather"}</tool_call>'}, finish_reason='stop'),
+        '[DONE]']),
     'cross_check_differs': lambda: stream_client._answer._cross_check_failure(
         {'comparable': True, 'same': False, 'token_ids': {'streamed': 3}, 'differences': ['the text differs']}).kind,
     'token_ids_invalid': lambda: kind_raised(lambda: ChatChunks().accept(chunk_json(token_ids='12'))),
@@ -290,7 +293,8 @@ class FailureKindTests(unittest.TestCase):
     def test_the_failures_doc_shows_the_table_row_for_row(self):
         text = (HERE / 'docs' / 'failures.md').read_text()
         rows = re.findall(r'^\| `(\w+)` \| `([\w-]+)` \| (.+) \|$', text, re.M)
-        self.assertEqual(rows, [(kind, layer, meaning) for kind, (layer, meaning) in stream_client.FAILURE_KINDS.items()])
+        self.assertEqual(rows, [(kind, layer, meaning)
+                                for kind, (layer, meaning) in stream_client.FAILURE_KINDS.items()])
 
     @sans_io
     def test_an_unknown_event_type_is_skipped_and_listed(self):

@@ -91,8 +91,8 @@ REQUEST_EFFECTS = {
     '--tools': Effect(['--tools', '{in}/tools.json'], lambda ran: ran.request('tools'), {('get_weather',)}),
     '--tool-choice': Effect(['--tools', '{in}/tools.json', '--tool-choice', 'none'],
                             lambda ran: ran.request('tool_choice'), {'none'}),
-    '--json-schema': Effect(['--json-schema', '{in}/schema.json'], lambda ran: ran.request('json_schema_sha256') != {None},
-                            True),
+    '--json-schema': Effect(['--json-schema', '{in}/schema.json'],
+                            lambda ran: ran.request('json_schema_sha256') != {None}, True),
     '--cross-check': Effect(['--cross-check'], lambda ran: {record['cross_check']['same']
                                                             for record in ran.records}, {True}, mode='pair-honest'),
     '--dialect': Effect(['--dialect', 'strict'], lambda ran: ran.request('dialect'), {'strict'}),
@@ -278,10 +278,12 @@ class FlagTableTests(unittest.TestCase):
     def test_the_table_has_a_row_for_every_flag_of_a_workload_and_a_cell_for_each_workload(self):
         flags = {option for action in stream_client._args._parser()._actions for option in action.option_strings
                  if option.startswith('--')}
-        decided = set(_FLAG_TABLE) | set(stream_client._workload_flags._EVERY_WORKLOAD) | set(stream_client._workload_flags._OTHER_COMMANDS)
+        decided = (set(_FLAG_TABLE) | set(stream_client._workload_flags._EVERY_WORKLOAD)
+                   | set(stream_client._workload_flags._OTHER_COMMANDS))
         self.assertEqual(flags - decided, set(), 'a flag nobody decided for the workloads')
         self.assertEqual(decided - flags, set(), 'a flag the parser does not have')
-        self.assertEqual(len(set(_FLAG_TABLE) & (set(stream_client._workload_flags._EVERY_WORKLOAD) | set(stream_client._workload_flags._OTHER_COMMANDS))), 0)
+        self.assertEqual(len(set(_FLAG_TABLE) & (set(stream_client._workload_flags._EVERY_WORKLOAD)
+                                                 | set(stream_client._workload_flags._OTHER_COMMANDS))), 0)
         words = {'yes', 'load', 'not yet', *stream_client._workload_flags._WHY}
         for flag, cells in _FLAG_TABLE.items():
             with self.subTest(flag=flag):
@@ -297,10 +299,12 @@ class FlagTableTests(unittest.TestCase):
             with self.subTest(flag=flag):
                 self.assertEqual(_FLAG_TABLE[flag][:2], ('load', 'yes'))
                 typed = [flag, *self.typed(SAMPLE[flag]), '--output', 'x']
-                self.assertEqual(stream_client._workload_flags._workload_of(parser, parser.parse_args(typed), typed), (1, flag))
+                self.assertEqual(stream_client._workload_flags._workload_of(parser, parser.parse_args(typed), typed),
+                                 (1, flag))
         for typed in ([], ['--runs', '1'], ['--seed', '3', '--input-tokens', '5']):
             with self.subTest(typed=typed):
-                self.assertEqual(stream_client._workload_flags._workload_of(parser, parser.parse_args(typed), typed), (0, None))
+                self.assertEqual(stream_client._workload_flags._workload_of(parser, parser.parse_args(typed), typed),
+                                 (0, None))
 
     def test_each_refused_pair_exits_2_naming_both_flags_before_anything_is_sent(self):
         server = CountingServer()

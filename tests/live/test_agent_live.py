@@ -185,7 +185,8 @@ class AgentSessionTests(unittest.TestCase):
 # The relay: the only fake part. It passes the request to the real server and the response back until a
 # call's arguments begin, then cuts there.
 
-_ARGUMENTS = {'chat': re.compile(rb'"arguments":"[^"]'), 'responses': re.compile(rb'response\.function_call_arguments\.delta'),
+_ARGUMENTS = {'chat': re.compile(rb'"arguments":"[^"]'),
+              'responses': re.compile(rb'response\.function_call_arguments\.delta'),
               'messages': re.compile(rb'input_json_delta')}
 # each cut and the failure it must be: the transport's, then (a whole HTTP body) the event stream's end
 CUTS = {'inside-an-event': 'eof_in_chunk', 'after-the-event': 'no_last_chunk',
