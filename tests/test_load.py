@@ -217,16 +217,6 @@ class LoadTests(unittest.TestCase):
         self.assertEqual(result['wall_s'], 2.0)  # from the first start to the last end
         self.assertEqual(result['mean_in_flight'], round(2.5 / 2.0, 3))  # failed runs were in flight too
 
-    @sans_io
-    def test_percentiles_use_the_nearest_rank(self):
-        values = list(range(1, 101))
-        self.assertEqual(stream_client._summary._percentiles(values), {'p50': 50, 'p90': 90, 'p99': 99, 'max': 100})
-        histogram = stream_client._summary._GapHistogram()
-        histogram.add([0.0] * 50 + [10.0] * 49 + [200.0])
-        result = histogram.result()
-        self.assertEqual((result['p50'], result['max'], result['count']), (0.0, 200.0, 100))
-        self.assertTrue(10.0 <= result['p90'] <= 10.1, result)
-
     def test_a_stalled_connection_does_not_hold_back_the_others(self):
         # Runs alternate between a server that never sends a byte of body and a quick one. The stalled runs
         # would wait far longer than the test; once the four quick runs have their records, the load is
