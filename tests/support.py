@@ -687,7 +687,9 @@ AFTER_TOOL_RESULT = {
 class VirtualClock:
     """A clock for a load's schedule that never waits (Trio's MockClock is the model): sleep(s) moves its
     time on by s at once, so that a schedule of minutes runs in milliseconds and the test can read when
-    each run was due and when it started on the clock's own scale. Safe to read from the load's threads."""
+    each run was due and when it started on the clock's own scale. Safe to read from the load's threads;
+    faithful where one thread waits at a time (the load's scheduler, or one session's think time): two
+    sleepers at once would each move the one time on."""
 
     def __init__(self, start: float = 1000.0, wall: float = 1_800_000_000.0) -> None:
         self.start, self.time, self.wall_at_start = start, start, wall

@@ -34,6 +34,10 @@ def built() -> list:
 class LayerTests(unittest.TestCase):
     """The package in src/ is layered, and stream_client.py is what it builds (tools/amalgamate.py)."""
 
+    def test_the_tests_run_the_package_in_src_not_the_generated_file(self):
+        import stream_client
+        self.assertEqual(Path(stream_client.__file__).resolve().parent, SOURCE.resolve())
+
     def test_each_module_imports_only_from_modules_below_it(self):
         for position, name in enumerate(AMALGAMATE.MODULES):
             tree = ast.parse((SOURCE / f'{name}.py').read_text(encoding='utf-8'))

@@ -1275,7 +1275,7 @@ class VirtualScheduleTests(unittest.TestCase):
         for record in records:
             self.assertGreaterEqual(record['offset_ms'], record['scheduled_ms'])  # never early
             self.assertEqual(record['queued_ms'], round(record['offset_ms'] - record['scheduled_ms'], 3))
-        self.assertGreaterEqual(round(clock.now() - clock.start, 6), 19.5)  # the schedule was waited out, on the clock
+        self.assertEqual(round(clock.now() - clock.start, 6), 19.5)  # the schedule waited out, and not a moment more
 
     def test_start_at_is_read_against_the_clocks_wall_time(self):
         clock, records = VirtualClock(), []
@@ -1286,4 +1286,4 @@ class VirtualScheduleTests(unittest.TestCase):
                                    clock=clock.clock())
         self.assertEqual(sorted(record['scheduled_ms'] for record in records), [0.0, 100.0])
         self.assertGreaterEqual(min(record['offset_ms'] for record in records), 0.0)
-        self.assertGreaterEqual(round(clock.now() - clock.start, 6), 60.1)  # a minute to the start, then the schedule
+        self.assertEqual(round(clock.now() - clock.start, 6), 60.1)  # a minute to the start, then the schedule
