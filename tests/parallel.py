@@ -1,10 +1,10 @@
 """The suite in a few processes at once: most tests wait on loopback servers and paced streams, not on
 the CPU, so two or three processes finish the same tests in a fraction of the time (docs/development.md).
 
-``python3 -m unittest`` (discovery) hands the tests of this package to ``ParallelSuite``: its test classes
-go, longest first, to worker processes (``python3 -m tests.parallel``), one class at a time to whichever
-worker is free; each worker runs the class and writes what each test did, one JSON line an outcome, to a
-pipe, and this process gives every outcome to the runner's own result object, so that the runner prints
+``python3 -m unittest`` (discovery) hands the tests of this package to ``ParallelSuite``: its tests go, those
+of the slowest classes first, to worker processes (``python3 -m tests.parallel``), one at a time (a class with
+class fixtures whole) to whichever worker is free; each worker runs it and writes what each test did, one
+JSON line an outcome, to a pipe, and this process gives every outcome to the runner's own result object, so that the runner prints
 and counts as it always does. A test or class named on the command line (``python3 -m unittest
 tests.test_load``) runs in this process, as do the tests when STREAM_TESTS_SERIAL is set or one CPU is
 all there is. Each test still runs alone in its process: nothing is shared between workers but the
@@ -21,19 +21,37 @@ import unittest
 from pathlib import Path
 
 TOP = Path(__file__).resolve().parent.parent
-# Classes known to take seconds, sent first so that no worker is left with one at the end (a guess
-# that only orders the queue: a class missing here runs all the same).
-_SLOW_FIRST = ('GoodputTests', 'SessionLoadTests', 'FixtureVerdictTests', 'CommandLineTests', 'LoadTests',
-               'ServerMetricsTests', 'TimeoutUnderAttackTests', 'ReactorTests', 'TraceReplayTests')
+# Classes known to take seconds, slowest first (a serial run's times, 2026-12-02), sent first so that no
+# worker is left with one at the end: a guess that only orders the queue (a class missing here runs all the
+# same, after these).
+_SLOW_FIRST = ('DocCommandTests', 'GoodputTests', 'SessionLoadTests', 'TierTests', 'FlagTableTests',
+               'CommandLineTests', 'ServerMetricsTests', 'FixtureVerdictTests', 'LoadTests', 'ReactorTests',
+               'HostileCaseTests', 'TimeoutUnderAttackTests', 'ManifestTests', 'FuzzTests', 'ShardTests',
+               'FixtureCommandLineTests', 'CaptureReplayTests', 'TraceReplayTests')
 
 
 def workers() -> int:
-    """How many worker processes: none (run here) when asked or with one CPU, else one more than the CPUs
-    this process may use (the tests mostly wait), at most four."""
+    """How many worker processes: none (run here) when asked or with one CPU, else two per CPU this process
+    may use (the tests mostly wait), at most four."""
     if os.environ.get('STREAM_TESTS_SERIAL'):
         return 0
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
-    return 0 if cpus < 2 else min(cpus + 1, 4)
+    return 0 if cpus < 2 else min(2 * cpus, 4)
+
+
+def _slowest_first(name: str) -> tuple[int, str]:
+    """The place of a class ('tests.test_load.LoadTests') in the queue: the known slow ones first."""
+    short = name.rsplit('.', 1)[1]
+    return (_SLOW_FIRST.index(short) if short in _SLOW_FIRST else len(_SLOW_FIRST), name)
+
+
+def _units(name: str, tests: list[unittest.TestCase]) -> list[str]:
+    """What one worker takes at a time of a class: each test alone, or the whole class when it has class
+    fixtures (set up once for all its tests)."""
+    case = type(tests[0])
+    if 'setUpClass' in vars(case) or 'tearDownClass' in vars(case):
+        return [name]
+    return [test.id() for test in tests]
 
 
 def _classes(suite: unittest.TestSuite) -> dict[str, list[unittest.TestCase]]:
@@ -87,9 +105,7 @@ class ParallelSuite(unittest.TestSuite):
 
     def run(self, result: unittest.TestResult, debug: bool = False) -> unittest.TestResult:
         classes = _classes(self)
-        order = sorted(classes, key=lambda name: (name.rsplit('.', 1)[1] not in _SLOW_FIRST,
-                                                  _SLOW_FIRST.index(name.rsplit('.', 1)[1])
-                                                  if name.rsplit('.', 1)[1] in _SLOW_FIRST else 0, name))
+        order = [unit for name in sorted(classes, key=_slowest_first) for unit in _units(name, classes[name])]
         queue, lock = list(order), threading.Lock()
         tests = {test.id(): test for group in classes.values() for test in group}
 
@@ -109,7 +125,7 @@ class ParallelSuite(unittest.TestSuite):
 
 
 def _serve(take, tests: dict, result: unittest.TestResult, lock: threading.Lock) -> None:
-    """Start one worker and give it classes until none is left; replay its outcomes into result."""
+    """Start one worker and give it tests (or classes) until none is left; replay its outcomes into result."""
     read_fd, write_fd = os.pipe()
     worker = subprocess.Popen([sys.executable, '-m', 'tests.parallel', str(write_fd)], cwd=TOP, pass_fds=(write_fd,),
                               stdin=subprocess.PIPE, text=True)
@@ -128,7 +144,8 @@ def _serve(take, tests: dict, result: unittest.TestResult, lock: threading.Lock)
                     _replay(event, tests, result)
             else:  # the worker died: every test of the class it did not report is an error
                 with lock:
-                    for ident in [ident for ident in tests if ident.startswith(name + '.') and ident not in seen]:
+                    for ident in [ident for ident in tests
+                                  if (ident == name or ident.startswith(name + '.')) and ident not in seen]:
                         _replay({'what': 'start', 'id': ident}, tests, result)
                         _replay({'what': 'error', 'id': ident,
                                  'text': f'the worker process running {name} ended with status {worker.wait()}'},
@@ -212,8 +229,8 @@ class _Reporting(unittest.TestResult):
 
 
 def _work(fd: int) -> None:
-    """A worker: run each class named on stdin, with a result of its own, writing its outcomes to fd, then
-    a 'done' line. Each class is a top-level run, so that its class and module fixtures run once."""
+    """A worker: run each test or class named on stdin, with a result of its own, writing its outcomes to fd,
+    then a 'done' line. Each is a top-level run, so that a class's fixtures run once for its tests."""
     loader = unittest.TestLoader()
     with os.fdopen(fd, 'w', encoding='utf-8') as out:
         for line in sys.stdin:

@@ -5,9 +5,7 @@ import ast
 import contextlib
 import functools
 import io
-import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -17,7 +15,7 @@ from pathlib import Path
 from unittest import mock
 
 from .support import AMALGAMATE, CLIENT, HERE
-from .tiers import sans_io, tier_suite
+from .tiers import io_watched, sans_io, tier_suite
 
 
 SOURCE = HERE / 'src' / 'stream_client'
@@ -108,6 +106,11 @@ class LayerTests(unittest.TestCase):
                 self.assertIn(message, str(caught.exception))
 
 
+def _tests_of(suite):
+    for item in suite:
+        yield from _tests_of(item) if isinstance(item, unittest.TestSuite) else (item,)
+
+
 # The modules of the sans-IO core, which take bytes, events, records and files and return results: none of
 # them imports what waits or talks (docs/development.md).
 SANS_IO_MODULES = ('_limits', '_sse', '_json', '_ecma', '_schema', '_dialects', '_validator', '_chat', '_responses',
@@ -119,31 +122,44 @@ WAITING_OR_TALKING = ('socket', 'ssl', 'threading', 'select', 'time', 'subproces
 class TierTests(unittest.TestCase):
     """The core tier (python3 -m unittest tests.core) is sans-IO, and so are the modules it tests."""
 
-    def test_the_core_tier_opens_no_socket_starts_no_thread_or_process_and_never_sleeps(self):
-        seen: list[tuple[str, str]] = []  # (test, what it did)
-        current, here = [''], threading.current_thread()
+    def test_a_test_of_the_core_tier_that_opens_a_socket_starts_a_thread_or_sleeps_fails(self):
+        class Core(unittest.TestCase):
+            @sans_io
+            def test_socket(self):
+                socket.socket().close()
 
-        def watched(what: str, real):
-            def call(*args, **kwargs):
-                if threading.current_thread() is here:  # a thread the core started would be seen starting here;
-                    seen.append((current[0], what))     # one left by a loopback test that ran before is not its
-                return real(*args, **kwargs)
-            return call
+            @sans_io
+            def test_thread(self):
+                thread = threading.Thread(target=lambda: None)
+                thread.start()
+                thread.join()
 
-        class Watching(unittest.TestResult):
-            def startTest(self, test) -> None:
-                current[0] = test.id()
-                super().startTest(test)
-        suite, result = tier_suite(unittest.TestLoader(), core=True), Watching()
-        with mock.patch.object(socket.socket, '__init__', watched('a socket', socket.socket.__init__)), \
-                mock.patch.object(threading.Thread, 'start', watched('a thread', threading.Thread.start)), \
-                mock.patch.object(subprocess.Popen, '__init__', watched('a process', subprocess.Popen.__init__)), \
-                mock.patch.object(os, 'fork', watched('a fork', os.fork)), \
-                mock.patch.object(time, 'sleep', watched('a sleep', time.sleep)):
-            suite.run(result)
-        self.assertGreater(result.testsRun, 150)
-        self.assertEqual((result.errors, result.failures), ([], []))
-        self.assertEqual(seen, [])
+            @sans_io
+            def test_sleep(self):
+                time.sleep(0)
+
+            @sans_io
+            def test_bytes(self):
+                self.assertEqual(b'data: x\n\n'.split(b'\n'), [b'data: x', b'', b''])
+        result = unittest.TestResult()
+        unittest.defaultTestLoader.loadTestsFromTestCase(Core).run(result)
+        failed = {test._testMethodName: text.strip().splitlines()[-1] for test, text in result.failures}
+        self.assertEqual(failed, {'test_socket': 'AssertionError: a test of the core tier (sans_io) opened a socket',
+                                  'test_thread': 'AssertionError: a test of the core tier (sans_io) started a thread',
+                                  'test_sleep': 'AssertionError: a test of the core tier (sans_io) slept'})
+        self.assertEqual((result.testsRun, result.errors), (4, []))
+
+    def test_the_core_tiers_class_fixtures_are_sans_io_too(self):
+        # Each test of the tier watches itself; a class fixture runs outside the tests, so it is run here, watched.
+        tests = list(_tests_of(tier_suite(unittest.TestLoader(), core=True)))
+        self.assertGreater(len(tests), 150)
+        for case in sorted({type(test) for test in tests}, key=lambda case: case.__qualname__):
+            self.assertFalse(hasattr(sys.modules[case.__module__], 'setUpModule'), case.__module__)
+            if 'setUpClass' in vars(case) or 'tearDownClass' in vars(case):
+                with self.subTest(case=case.__qualname__), io_watched() as seen:
+                    case.setUpClass()
+                    case.tearDownClass()
+                self.assertEqual(seen, [], case.__qualname__)
 
     @sans_io
     def test_the_sans_io_modules_import_nothing_that_waits_or_talks(self):
