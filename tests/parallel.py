@@ -1,14 +1,14 @@
 """The suite in a few processes at once: most tests wait on loopback servers and paced streams, not on
-the CPU, so two or three processes finish the same tests in a fraction of the time (docs/development.md).
+the CPU, so a few processes finish the same tests in a fraction of the time (docs/development.md).
 
 ``python3 -m unittest`` (discovery) hands the tests of this package to ``ParallelSuite``: its tests go, those
-of the slowest classes first, to worker processes (``python3 -m tests.parallel``), one at a time (a class with
-class fixtures whole) to whichever worker is free; each worker runs it and writes what each test did, one
-JSON line an outcome, to a pipe, and this process gives every outcome to the runner's own result object, so that the runner prints
-and counts as it always does. A test or class named on the command line (``python3 -m unittest
-tests.test_load``) runs in this process, as do the tests when STREAM_TESTS_SERIAL is set or one CPU is
-all there is. Each test still runs alone in its process: nothing is shared between workers but the
-machine."""
+of the slowest classes first, to worker processes (``python3 -m tests.parallel``), one at a time (a class
+with class fixtures whole) to whichever worker is free; each worker runs it and writes what each test did,
+one JSON line an outcome, to a pipe, and this process gives every outcome to the runner's own result
+object, so that the runner prints and counts as it always does. A module, class or test named on the
+command line (``python3 -m unittest tests.test_load``) runs in this process, as do the tests when
+STREAM_TESTS_SERIAL is set or one CPU is all there is. Each test still runs alone in its process: nothing
+is shared between workers but the machine."""
 from __future__ import annotations
 
 import json
