@@ -223,6 +223,35 @@ class DocsTests(unittest.TestCase):
             self.assertIn(f'| `{command}` | `python3 {module}.py` |', install)
 
 @CHECKOUT
+class ShippedFileTests(unittest.TestCase):
+    """One run of each command through the generated stream_client.py itself (tests/ runs the package in
+    src/): a run and a load of the built-in fixture, --summary and --compare of the load, sessions and a
+    trace of the shipped examples, each with the exit status and the figures the package gives."""
+
+    def test_each_command_runs_through_the_generated_file(self):
+        examples = HERE / 'testdata' / 'examples'
+        with tempfile.TemporaryDirectory() as folder:
+            def shipped(*args: str) -> subprocess.CompletedProcess:
+                return subprocess.run(shipped_command(*args), cwd=folder, capture_output=True, text=True,
+                                      timeout=120, env=script_env(), stdin=subprocess.DEVNULL)
+            runs = {'one run': shipped('--fixture', 'ok', '--output', 'one.json'),
+                    'a load': shipped('--fixture', 'ok', '--runs', '3', '--concurrency', '3', '--output', 'load.jsonl'),
+                    'sessions': shipped('--fixture', 'agent', '--sessions', str(examples / 'sessions.jsonl'),
+                                        '--runs', '2', '--output', 'sessions.jsonl'),
+                    'a trace': shipped('--fixture', 'ok', '--trace', str(examples / 'mooncake.jsonl'), '--runs', '3',
+                                       '--output', 'trace.jsonl')}
+            runs['--summary'] = shipped('--summary', 'load.jsonl')
+            runs['--compare'] = shipped('--compare', 'load.jsonl', 'load.jsonl', '--format', 'markdown')
+            for name, done in runs.items():
+                with self.subTest(command=name):
+                    self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertTrue(json.loads(runs['one run'].stdout)['ok'])
+            self.assertEqual(json.loads(runs['--summary'].stdout)['ok'], 3)
+            self.assertEqual(json.loads(runs['sessions'].stdout)['sessions']['ok'], 2)
+            self.assertEqual(json.loads(runs['a trace'].stdout)['trace']['ok'], 3)
+
+
+@CHECKOUT
 class CopiedAloneTests(unittest.TestCase):
     """stream_client.py copied alone into an empty folder, run by an isolated Python (-I: nothing on the
     path but the standard library), as on a GPU host: everything but --fixture works."""
