@@ -720,3 +720,14 @@ def instant_run(text: str = 'done'):
         return {'ok': True, 'error_kind': None, 'error_layer': None, 'error': None, 'text': text, 'tool_calls': [],
                 'duration_ms': 1.0, 'first_text_ms': 1.0, 'request': {'prompt_sha256': None}}
     return run
+
+
+def kind_of_events(validator: stream_client.StreamValidator, events: list) -> str | None:
+    """The kind of the failure that these events (then their end) give: raised by accept(), or the outcome's."""
+    try:
+        for event in events:
+            validator.accept(event)
+    except StreamError as exc:
+        return exc.kind
+    failure = validator.outcome()
+    return failure and failure.kind

@@ -7,7 +7,8 @@ import unittest
 import stream_client
 from stream_client import StreamError
 from .support import (
-    capture_events, dechunk, feedings, message_of, R2, responses_events, split_capture, TRACES, WEATHER, with_data)
+    capture_events, dechunk, feedings, kind_of_events, message_of, R2, responses_events, split_capture, TRACES, WEATHER,
+    with_data)
 from .tiers import sans_io
 
 
@@ -153,14 +154,7 @@ class SplitSurrogatePairTests(unittest.TestCase):
         return events[:4] + deltas + closing
 
     def outcome(self, events: list) -> str | None:
-        validator = stream_client.ResponseEvents()
-        try:
-            for event in events:
-                validator.accept(event)
-        except StreamError as exc:
-            return exc.kind
-        failure = validator.outcome()
-        return failure and failure.kind
+        return kind_of_events(stream_client.ResponseEvents(), events)
 
     def test_a_pair_split_between_two_deltas_is_the_character_its_closing_copies_carry(self):
         for ensure_ascii in (True, False):
@@ -187,14 +181,7 @@ class SplitSurrogatePairTests(unittest.TestCase):
                     {'type': 'response.output_item.done', 'output_index': 0, 'item': {**call, 'arguments': whole}},
                     {'type': 'response.completed', 'response': {'status': 'completed',
                                                                 'output': [{**call, 'arguments': copy}]}})
-                validator = stream_client.ResponseEvents(spec=WEATHER)
-                try:
-                    for event in events:
-                        validator.accept(event)
-                    failure = validator.outcome()
-                except StreamError as exc:
-                    failure = exc
-                self.assertEqual(failure and failure.kind, verdict)
+                self.assertEqual(kind_of_events(stream_client.ResponseEvents(spec=WEATHER), events), verdict)
 
     def test_a_lone_half_that_never_pairs_is_the_same_text_as_a_copy_with_that_half(self):
         self.DELTAS = ['E', 'x', '7', 'r', 'E', 'x\ud83d', 'u', 'nt', 'p']

@@ -14,20 +14,9 @@ import stream_client
 from stream_client import ChatChunks, Events, MAX_LINE_CHARS, StreamError
 from .support import (
     ANSWER_EVENTS, arguments, capture_events, chunk_json, CHUNKED, chunked, CITY, DONE, fake_exchange, HERE,
-    message_end, message_event, MESSAGE_START, opening, R2, responses_events, run_fixture, ScriptedSocket, SSE_HEAD,
-    STOP, TEXT, TEXT_BLOCK, text_delta, WEATHER, with_data)
+    kind_of_events, message_end, message_event, MESSAGE_START, opening, R2, responses_events, run_fixture,
+    ScriptedSocket, SSE_HEAD, STOP, TEXT, TEXT_BLOCK, text_delta, WEATHER, with_data)
 from .tiers import sans_io
-
-
-def kind_of_events(validator: stream_client.StreamValidator, events: list) -> str | None:
-    """The kind of the failure that these events (then their end) give: raised by accept(), or the outcome's."""
-    try:
-        for event in events:
-            validator.accept(event)
-    except StreamError as exc:
-        return exc.kind
-    failure = validator.outcome()
-    return failure and failure.kind
 
 
 def kind_of_response(raw: bytes, api: str = 'chat', incomplete_close: bool = False) -> str | None:
