@@ -6555,6 +6555,21 @@ def _wait_until(at: float, cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> bool:
     return cancel.reason is None
 
 
+def _run_on_schedule(schedule, slots: int, work, started: float, cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> None:
+    """The one scheduling loop of every workload (a load's runs, sessions, a trace's lines): for each (index,
+    due) of schedule, in order, wait until started + due on the clock, then hand (index, due) to work on one
+    of at most slots worker threads. Once cancel is cancelled nothing more is submitted, and a job not yet
+    taken does not run; this returns when every job that started has ended."""
+    pool = _Pool(slots, work, lambda job: cancel.reason is None)
+    try:
+        for index, due in schedule:
+            if not _wait_until(started + due, cancel, clock):
+                break
+            pool.submit((index, due))
+    finally:
+        pool.close()
+
+
 def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
              on_started=None, clock: _Clock = _REAL_CLOCK) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
@@ -6631,16 +6646,10 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
                   'warmup': settings.warms_up(index, begun - started), 'load': described}
         with lock:
             on_record(record)
-    pool = _Pool(slots, one, lambda job: cancel.reason is None)  # a run cancelled before it was taken has no record
+    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % processes == number)
     try:
-        for index, due in enumerate(arrival_offsets(settings)):
-            if index % processes != number:
-                continue
-            if not _wait_until(started + due, cancel, clock):
-                break
-            pool.submit((index, due))
+        _run_on_schedule(mine, slots, one, started, cancel, clock)  # a run cancelled before it was taken has no record
     finally:
-        pool.close()
         if reactor is not None:
             reactor.close()
         for connections in kept_by_worker:
@@ -8108,14 +8117,9 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
         finally:
             if kept is not None:
                 kept.close()
-    pool = _Pool(settings.in_flight, one, lambda job: cancel.reason is None)
     try:
-        for index, due in enumerate(arrival_offsets(settings)):
-            if not _wait_until(started + due, cancel, clock):
-                break
-            pool.submit((index, due))
+        _run_on_schedule(enumerate(arrival_offsets(settings)), settings.in_flight, one, started, cancel, clock)
     finally:
-        pool.close()
         if reactor is not None:
             reactor.close()
 
@@ -8335,8 +8339,8 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
     lock = threading.Lock()
     started = clock.now()
 
-    def one(index: int) -> None:
-        begun = clock.now()
+    def one(job: tuple[int, float]) -> None:
+        index, begun = job[0], clock.now()
         request = requests[index]
         try:
             record = _run(request, _Show(), None, cancel, None)
@@ -8349,14 +8353,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
                        'load': described,
                        'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
                                  'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}})
-    pool = _Pool(in_flight, one, lambda index: cancel.reason is None)
-    try:
-        for index, due in enumerate(offsets):
-            if not _wait_until(started + due, cancel, clock):
-                break
-            pool.submit(index)
-    finally:
-        pool.close()
+    _run_on_schedule(enumerate(offsets), in_flight, one, started, cancel, clock)
 
 
 class _TraceSummary:

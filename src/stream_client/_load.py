@@ -199,6 +199,21 @@ def _wait_until(at: float, cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> bool:
     return cancel.reason is None
 
 
+def _run_on_schedule(schedule, slots: int, work, started: float, cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> None:
+    """The one scheduling loop of every workload (a load's runs, sessions, a trace's lines): for each (index,
+    due) of schedule, in order, wait until started + due on the clock, then hand (index, due) to work on one
+    of at most slots worker threads. Once cancel is cancelled nothing more is submitted, and a job not yet
+    taken does not run; this returns when every job that started has ended."""
+    pool = _Pool(slots, work, lambda job: cancel.reason is None)
+    try:
+        for index, due in schedule:
+            if not _wait_until(started + due, cancel, clock):
+                break
+            pool.submit((index, due))
+    finally:
+        pool.close()
+
+
 def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
              on_started=None, clock: _Clock = _REAL_CLOCK) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
@@ -275,16 +290,10 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
                   'warmup': settings.warms_up(index, begun - started), 'load': described}
         with lock:
             on_record(record)
-    pool = _Pool(slots, one, lambda job: cancel.reason is None)  # a run cancelled before it was taken has no record
+    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % processes == number)
     try:
-        for index, due in enumerate(arrival_offsets(settings)):
-            if index % processes != number:
-                continue
-            if not _wait_until(started + due, cancel, clock):
-                break
-            pool.submit((index, due))
+        _run_on_schedule(mine, slots, one, started, cancel, clock)  # a run cancelled before it was taken has no record
     finally:
-        pool.close()
         if reactor is not None:
             reactor.close()
         for connections in kept_by_worker:

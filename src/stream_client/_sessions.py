@@ -23,7 +23,7 @@ from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
 from ._record import _client_failure
 from ._transport import _run, _Show
 from ._reactor import _EPOLL, _Reactor
-from ._load import _Clock, _Pool, arrival_offsets, LoadSettings, _REAL_CLOCK, _wait_until
+from ._load import _Clock, arrival_offsets, LoadSettings, _REAL_CLOCK, _run_on_schedule, _wait_until
 from ._summary import _percentiles
 from ._workloads import _Conversation, _Session, _ToolResults
 
@@ -169,14 +169,9 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
         finally:
             if kept is not None:
                 kept.close()
-    pool = _Pool(settings.in_flight, one, lambda job: cancel.reason is None)
     try:
-        for index, due in enumerate(arrival_offsets(settings)):
-            if not _wait_until(started + due, cancel, clock):
-                break
-            pool.submit((index, due))
+        _run_on_schedule(enumerate(arrival_offsets(settings)), settings.in_flight, one, started, cancel, clock)
     finally:
-        pool.close()
         if reactor is not None:
             reactor.close()
 

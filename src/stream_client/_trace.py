@@ -14,7 +14,7 @@ import threading
 from ._request import PreparedRequest
 from ._record import _client_failure
 from ._transport import _run, _Show
-from ._load import _Clock, _Pool, LoadSettings, _REAL_CLOCK, _wait_until
+from ._load import _Clock, LoadSettings, _REAL_CLOCK, _run_on_schedule
 from ._summary import _percentiles
 from ._workloads import _prompt_words, _TraceLine
 
@@ -101,8 +101,8 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
     lock = threading.Lock()
     started = clock.now()
 
-    def one(index: int) -> None:
-        begun = clock.now()
+    def one(job: tuple[int, float]) -> None:
+        index, begun = job[0], clock.now()
         request = requests[index]
         try:
             record = _run(request, _Show(), None, cancel, None)
@@ -115,14 +115,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
                        'load': described,
                        'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
                                  'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}})
-    pool = _Pool(in_flight, one, lambda index: cancel.reason is None)
-    try:
-        for index, due in enumerate(offsets):
-            if not _wait_until(started + due, cancel, clock):
-                break
-            pool.submit(index)
-    finally:
-        pool.close()
+    _run_on_schedule(enumerate(offsets), in_flight, one, started, cancel, clock)
 
 
 class _TraceSummary:
