@@ -6587,20 +6587,31 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     called here once the worker processes are forked (at once without them), before any run starts.
     ``clock`` is what the schedule waits by (the real one in forked processes).
     """
-    started = clock.now() + (0.0 if settings.start_at is None else settings.start_at - clock.wall())
-    described = settings.described()
-    index, shards = settings.shard
-    plan = _plan_id(requests, described, shards, settings.start_at)
-    described = {**described, 'runs': _shard_runs(settings.runs, settings.shard),
-                 'id': f'{plan}.{index}' if shards > 1 else os.urandom(8).hex(),  # the id tells merged loads apart
-                 'plan': {'id': plan, 'shard': index, 'shards': shards, 'runs': settings.runs,
-                          'start_at': None if settings.start_at is None else _utc_iso(settings.start_at)}}
+    started = _started(settings, clock)
+    described = _load_description(requests, settings)
     if settings.processes > 1:
         _spread_load(requests, settings, on_record, cancel, started, described, on_started)
     else:
         if on_started is not None:
             on_started()
         _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0), clock)
+
+
+def _started(settings: LoadSettings, clock: _Clock) -> float:
+    """When the schedule starts on the clock: now, or at --start-at's wall time."""
+    return clock.now() + (0.0 if settings.start_at is None else settings.start_at - clock.wall())
+
+
+def _load_description(requests: list[PreparedRequest], settings: LoadSettings, **fields) -> dict:
+    """The ``load`` block of a load's records: its settings (and the workload's own fields), the runs this
+    shard sends, an id, and its plan (the id of the whole load, whichever shard sends it: _plan_id)."""
+    described = {**settings.described(), **fields}
+    index, shards = settings.shard
+    plan = _plan_id(requests, described, shards, settings.start_at)
+    return {**described, 'runs': _shard_runs(settings.runs, settings.shard),
+            'id': f'{plan}.{index}' if shards > 1 else os.urandom(8).hex(),  # the id tells merged loads apart
+            'plan': {'id': plan, 'shard': index, 'shards': shards, 'runs': settings.runs,
+                     'start_at': None if settings.start_at is None else _utc_iso(settings.start_at)}}
 
 
 def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
@@ -8328,16 +8339,17 @@ def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
 
 
 def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: list[dict], speed: float,
-               in_flight: int, on_record, cancel, clock: _Clock = _REAL_CLOCK) -> None:
-    """Start requests[i] at lines[i]'s scheduled time, at most in_flight at once; call on_record for each
+               settings: LoadSettings, on_record, cancel, clock: _Clock = _REAL_CLOCK) -> None:
+    """Start requests[i] at lines[i]'s scheduled time, at most settings.in_flight at once (the lines i of
+    this shard, i % N == I, of settings.shard; from settings.start_at when given); call on_record for each
     run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms (how late it started),
-    load, and trace: the line, its timestamp, scheduled_ms, late_ms and the facts of its prompt. ``clock``
-    is what the schedule waits by."""
-    settings = LoadSettings(len(lines), in_flight)
-    described = {**settings.described(), 'arrivals': 'trace', 'trace_speed': speed, 'id': os.urandom(8).hex()}
+    load (with the plan every shard shares), and trace: the line, its timestamp, scheduled_ms, late_ms and
+    the facts of its prompt. ``clock`` is what the schedule waits by."""
+    described = _load_description(requests, settings, arrivals='trace', trace_speed=speed)
     offsets = _trace_offsets(lines, speed)
     lock = threading.Lock()
-    started = clock.now()
+    started = _started(settings, clock)
+    index, shards = settings.shard
 
     def one(job: tuple[int, float]) -> None:
         index, begun = job[0], clock.now()
@@ -8353,7 +8365,8 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
                        'load': described,
                        'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
                                  'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}})
-    _run_on_schedule(enumerate(offsets), in_flight, one, started, cancel, clock)
+    mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
+    _run_on_schedule(mine, settings.in_flight, one, started, cancel, clock)
 
 
 class _TraceSummary:
@@ -10053,8 +10066,8 @@ _FLAG_TABLE = {
     '--repeat': ('load', 'yes', 'not yet', 'not yet'),
     '--repeat-seeds': ('load', 'yes', 'not yet', 'not yet'),
     '--warmup': ('load', 'yes', 'not yet', 'not yet'),
-    '--shard': ('load', 'yes', 'not yet', 'not yet'),
-    '--start-at': ('load', 'yes', 'not yet', 'not yet'),
+    '--shard': ('load', 'yes', 'not yet', 'yes'),
+    '--start-at': ('load', 'yes', 'not yet', 'yes'),
     '--server-metrics': ('load', 'yes', 'yes', 'yes'),
     '--metrics-interval': ('load', 'yes', 'yes', 'yes'),
     '--rates': ('load', 'yes', 'not yet', 'schedule'),
@@ -10422,8 +10435,13 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
               'length_by': 'prompt' if line.prompt is not None else 'tokenize' if counted is not None
               else 'approximation'}
              for line, (_, counted) in zip(lines, prompts)]
-    in_flight = min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT)
-    return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, in_flight,
+    shard = (0, 1) if args.shard is None else _parse_shard(args.shard)
+    if _shard_runs(len(lines), shard) == 0:
+        raise UsageError(f'--shard {args.shard}: the trace has {len(lines)} lines, so shard {shard[0]} would send '
+                         'none; use fewer shards')
+    settings = LoadSettings(len(lines), min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT), shard=shard,
+                            start_at=None if args.start_at is None else _parse_start_at(args.start_at, time.time()))
+    return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, settings,
                                                                     on_record, cancel),
                      _TraceSummary(speed), 'trace', _parse_slos(args.slo or []), args.slo_target)
 

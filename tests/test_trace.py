@@ -6,16 +6,22 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
+import subprocess
 import tempfile
+import time
 import unittest
+from pathlib import Path
 from unittest import mock
 
 import fixture_server
 import stream_client
 from stream_client._trace import _trace_offsets, _trace_prompts, _Tokenizer
 from stream_client._workloads import _parse_trace, _prompt_words
-from .support import Fixture, instant_run, LoopbackServer, run_building_fails_for, run_cli, VirtualClock
+from .support import (
+    CLIENT, Fixture, instant_run, LoopbackServer, run_building_fails_for, run_cli, script_command, script_env,
+    VirtualClock)
 from .tiers import sans_io
 
 BLOCK = 16
@@ -299,7 +305,8 @@ class VirtualReplayTests(unittest.TestCase):
             with self.subTest(speed=speed):
                 clock, records = VirtualClock(), []
                 with mock.patch.object(stream_client._trace, '_run', instant_run()):
-                    stream_client._trace._run_trace(lines, requests, [{}] * len(lines), speed, 2, records.append,
+                    stream_client._trace._run_trace(lines, requests, [{}] * len(lines), speed,
+                                                    stream_client.LoadSettings(len(lines), 2), records.append,
                                                     stream_client.Cancel(), clock.clock())
                 records.sort(key=lambda record: record['run'])
                 self.assertEqual([r['trace']['scheduled_ms'] for r in records], [at / speed for at in stamps])
@@ -307,3 +314,38 @@ class VirtualReplayTests(unittest.TestCase):
                     self.assertGreaterEqual(record['offset_ms'], record['trace']['scheduled_ms'])  # never early
                     self.assertEqual(record['trace']['late_ms'], record['queued_ms'])
                 self.assertEqual(round(clock.now() - clock.start, 6), 600 / speed)  # waited out, not a moment more
+
+
+class TraceShardTests(unittest.TestCase):
+    """--shard I/N of a trace: N processes, each sending the lines i with i % N == I of the one plan at its
+    planned time from --start-at, merge into exactly the trace; a shard missing is named."""
+
+    def test_four_shards_of_a_trace_as_four_processes_merge_into_exactly_the_trace(self):
+        folder = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, folder)
+        trace = folder / 'trace.jsonl'
+        trace.write_text(''.join(json.dumps({'timestamp': 25 * line, 'prompt': f'line {line}'}) + '\n'
+                                 for line in range(40)))
+        start = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(time.time() + 2))
+        with Fixture('ok') as fixture:
+            shards = [subprocess.Popen(script_command(CLIENT, '--url', fixture.url, '--model', 'm', '--trace',
+                                                      str(trace), '--shard', f'{index}/4', '--start-at', start,
+                                                      '--quiet', '--output', f'shard-{index}.jsonl'),
+                                       cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       env=script_env())
+                      for index in range(4)]
+            done = [shard.communicate(timeout=120) + (shard.returncode,) for shard in shards]
+        self.assertEqual([status for _, _, status in done], [0] * 4, done)
+        files = [f'shard-{index}.jsonl' for index in range(4)]
+        merged = run_cli('--summary', *files, cwd=str(folder))
+        self.assertEqual(merged.returncode, 0, merged.stderr)
+        summary = json.loads(merged.stdout)
+        self.assertEqual((summary['runs'], summary['ok'], summary['trace']['lines']), (40, 40, 40))
+        records = [json.loads(line) for name in files for line in (folder / name).read_text().splitlines()]
+        self.assertEqual(sorted(record['trace']['line'] for record in records), list(range(1, 41)))  # each line once
+        self.assertEqual(len({record['load']['plan']['id'] for record in records}), 1)  # one plan
+        for record in records:
+            self.assertEqual(record['run'] % 4, record['load']['plan']['shard'])
+        missing = run_cli('--summary', *files[:3], cwd=str(folder))
+        self.assertEqual(missing.returncode, 2, missing.stderr)
+        self.assertIn('shard 3/4 missing', missing.stderr)

@@ -231,20 +231,31 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     called here once the worker processes are forked (at once without them), before any run starts.
     ``clock`` is what the schedule waits by (the real one in forked processes).
     """
-    started = clock.now() + (0.0 if settings.start_at is None else settings.start_at - clock.wall())
-    described = settings.described()
-    index, shards = settings.shard
-    plan = _plan_id(requests, described, shards, settings.start_at)
-    described = {**described, 'runs': _shard_runs(settings.runs, settings.shard),
-                 'id': f'{plan}.{index}' if shards > 1 else os.urandom(8).hex(),  # the id tells merged loads apart
-                 'plan': {'id': plan, 'shard': index, 'shards': shards, 'runs': settings.runs,
-                          'start_at': None if settings.start_at is None else _utc_iso(settings.start_at)}}
+    started = _started(settings, clock)
+    described = _load_description(requests, settings)
     if settings.processes > 1:
         _spread_load(requests, settings, on_record, cancel, started, described, on_started)
     else:
         if on_started is not None:
             on_started()
         _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0), clock)
+
+
+def _started(settings: LoadSettings, clock: _Clock) -> float:
+    """When the schedule starts on the clock: now, or at --start-at's wall time."""
+    return clock.now() + (0.0 if settings.start_at is None else settings.start_at - clock.wall())
+
+
+def _load_description(requests: list[PreparedRequest], settings: LoadSettings, **fields) -> dict:
+    """The ``load`` block of a load's records: its settings (and the workload's own fields), the runs this
+    shard sends, an id, and its plan (the id of the whole load, whichever shard sends it: _plan_id)."""
+    described = {**settings.described(), **fields}
+    index, shards = settings.shard
+    plan = _plan_id(requests, described, shards, settings.start_at)
+    return {**described, 'runs': _shard_runs(settings.runs, settings.shard),
+            'id': f'{plan}.{index}' if shards > 1 else os.urandom(8).hex(),  # the id tells merged loads apart
+            'plan': {'id': plan, 'shard': index, 'shards': shards, 'runs': settings.runs,
+                     'start_at': None if settings.start_at is None else _utc_iso(settings.start_at)}}
 
 
 def _share(settings: LoadSettings, process: int) -> tuple[int, int]:

@@ -8,13 +8,12 @@ scheduled time and records how late it was.
 import collections
 import http.client
 import json
-import os
 import threading
 
 from ._request import PreparedRequest
 from ._record import _client_failure
 from ._transport import _run, _Show
-from ._load import _Clock, LoadSettings, _REAL_CLOCK, _run_on_schedule
+from ._load import _Clock, _load_description, LoadSettings, _REAL_CLOCK, _run_on_schedule, _started
 from ._summary import _percentiles
 from ._workloads import _prompt_words, _TraceLine
 
@@ -90,16 +89,17 @@ def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
 
 
 def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: list[dict], speed: float,
-               in_flight: int, on_record, cancel, clock: _Clock = _REAL_CLOCK) -> None:
-    """Start requests[i] at lines[i]'s scheduled time, at most in_flight at once; call on_record for each
+               settings: LoadSettings, on_record, cancel, clock: _Clock = _REAL_CLOCK) -> None:
+    """Start requests[i] at lines[i]'s scheduled time, at most settings.in_flight at once (the lines i of
+    this shard, i % N == I, of settings.shard; from settings.start_at when given); call on_record for each
     run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms (how late it started),
-    load, and trace: the line, its timestamp, scheduled_ms, late_ms and the facts of its prompt. ``clock``
-    is what the schedule waits by."""
-    settings = LoadSettings(len(lines), in_flight)
-    described = {**settings.described(), 'arrivals': 'trace', 'trace_speed': speed, 'id': os.urandom(8).hex()}
+    load (with the plan every shard shares), and trace: the line, its timestamp, scheduled_ms, late_ms and
+    the facts of its prompt. ``clock`` is what the schedule waits by."""
+    described = _load_description(requests, settings, arrivals='trace', trace_speed=speed)
     offsets = _trace_offsets(lines, speed)
     lock = threading.Lock()
-    started = clock.now()
+    started = _started(settings, clock)
+    index, shards = settings.shard
 
     def one(job: tuple[int, float]) -> None:
         index, begun = job[0], clock.now()
@@ -115,7 +115,8 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
                        'load': described,
                        'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
                                  'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}})
-    _run_on_schedule(enumerate(offsets), in_flight, one, started, cancel, clock)
+    mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
+    _run_on_schedule(mine, settings.in_flight, one, started, cancel, clock)
 
 
 class _TraceSummary:

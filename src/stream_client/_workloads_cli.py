@@ -9,6 +9,7 @@ import dataclasses
 import os
 import signal
 import sys
+import time
 import typing
 
 from ._limits import UsageError
@@ -16,6 +17,7 @@ from ._json import _json_text
 from ._request import _positive_finite, prepare, PreparedRequest
 from ._exchange import Cancel
 from ._load import LoadSettings, _MAX_OPEN_LOOP_IN_FLIGHT
+from ._plan import _LoadCheck, _parse_shard, _parse_start_at, _shard_runs
 from ._gates import _default_gates, _evaluate_gates, _gate_lines, _gates_held
 from ._summary import _parse_slos, Summary, _summary_table
 from ._report import Report
@@ -27,7 +29,6 @@ from ._sessions import _run_sessions, _SessionRows, _SessionSummary
 from ._trace import _fitted, _run_trace, _Tokenizer, _trace_prompts, _TraceSummary
 from ._headers import _parse_header
 from ._args import _answer_files, _extra, _prompt
-from ._plan import _LoadCheck
 from ._views import _say_lost, _verdict_line
 
 _SESSION_APIS = ('chat', 'messages', 'responses')
@@ -127,8 +128,13 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
               'length_by': 'prompt' if line.prompt is not None else 'tokenize' if counted is not None
               else 'approximation'}
              for line, (_, counted) in zip(lines, prompts)]
-    in_flight = min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT)
-    return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, in_flight,
+    shard = (0, 1) if args.shard is None else _parse_shard(args.shard)
+    if _shard_runs(len(lines), shard) == 0:
+        raise UsageError(f'--shard {args.shard}: the trace has {len(lines)} lines, so shard {shard[0]} would send '
+                         'none; use fewer shards')
+    settings = LoadSettings(len(lines), min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT), shard=shard,
+                            start_at=None if args.start_at is None else _parse_start_at(args.start_at, time.time()))
+    return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, settings,
                                                                     on_record, cancel),
                      _TraceSummary(speed), 'trace', _parse_slos(args.slo or []), args.slo_target)
 
