@@ -8362,7 +8362,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
         line = lines[index]
         with lock:
             on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3), 'queued_ms': late,
-                       'load': described,
+                       'warmup': settings.warms_up(index, begun - started), 'load': described,
                        'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
                                  'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}})
     mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
@@ -8380,7 +8380,7 @@ class _TraceSummary:
 
     def add(self, record: dict) -> None:
         trace = record.get('trace')
-        if trace is None:
+        if trace is None or record.get('warmup'):  # a warm-up line is kept, and left out of the figures
             return
         self.runs += 1
         self.ok += record['ok']
@@ -10012,6 +10012,19 @@ def _in_flag_terms(message: str) -> str:
     return _FLAG_OF_PARAMETER.get(name, name) + bracket + rest
 
 
+def _warmup(text: str | None) -> tuple[int, float | None]:
+    """--warmup N (the first N runs) or Ss (the runs that start in the first S seconds), as (runs, seconds)."""
+    if text is None:
+        return 0, None
+    try:
+        value = float(text[:-1]) if text.endswith('s') else int(text)
+    except ValueError:
+        value = math.nan
+    if not _positive_finite(value):
+        raise UsageError(f'--warmup {text!r}: give a number of runs (5) or of seconds (5s), above 0')
+    return (0, value) if text.endswith('s') else (value, None)
+
+
 # ==== src/stream_client/_workload_flags.py ====
 # Which flag each workload honours: the one table, and the check that refuses the rest.
 #
@@ -10065,7 +10078,7 @@ _FLAG_TABLE = {
     '--shared-prefix-tokens': ('yes', 'yes', 'turns', 'prompts'),
     '--repeat': ('load', 'yes', 'not yet', 'not yet'),
     '--repeat-seeds': ('load', 'yes', 'not yet', 'not yet'),
-    '--warmup': ('load', 'yes', 'not yet', 'not yet'),
+    '--warmup': ('load', 'yes', 'not yet', 'yes'),
     '--shard': ('load', 'yes', 'not yet', 'yes'),
     '--start-at': ('load', 'yes', 'not yet', 'yes'),
     '--server-metrics': ('load', 'yes', 'yes', 'yes'),
@@ -10439,8 +10452,13 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
     if _shard_runs(len(lines), shard) == 0:
         raise UsageError(f'--shard {args.shard}: the trace has {len(lines)} lines, so shard {shard[0]} would send '
                          'none; use fewer shards')
+    warmup_runs, warmup_s = _warmup(args.warmup)
+    if warmup_runs >= len(lines):
+        raise UsageError(f'--warmup {args.warmup} leaves no line of the {len(lines)} to summarise: the warm-up runs '
+                         'are left out of every figure')
     settings = LoadSettings(len(lines), min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT), shard=shard,
-                            start_at=None if args.start_at is None else _parse_start_at(args.start_at, time.time()))
+                            start_at=None if args.start_at is None else _parse_start_at(args.start_at, time.time()),
+                            warmup_runs=warmup_runs, warmup_s=warmup_s)
     return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, settings,
                                                                     on_record, cancel),
                      _TraceSummary(speed), 'trace', _parse_slos(args.slo or []), args.slo_target)
@@ -11643,19 +11661,6 @@ def _load_settings(args) -> list[LoadSettings] | None:
         raise UsageError(f'--warmup {args.warmup} leaves no run to summarise: a step of --duration '
                          f'{args.duration:g} s schedules {min(step.runs for step in steps)} runs')
     return [dataclasses.replace(step, warmup_runs=warmup_runs, warmup_s=warmup_s) for step in steps]
-
-
-def _warmup(text: str | None) -> tuple[int, float | None]:
-    """--warmup N (the first N runs) or Ss (the runs that start in the first S seconds), as (runs, seconds)."""
-    if text is None:
-        return 0, None
-    try:
-        value = float(text[:-1]) if text.endswith('s') else int(text)
-    except ValueError:
-        value = math.nan
-    if not _positive_finite(value):
-        raise UsageError(f'--warmup {text!r}: give a number of runs (5) or of seconds (5s), above 0')
-    return (0, value) if text.endswith('s') else (value, None)
 
 
 class _CapacitySearch:

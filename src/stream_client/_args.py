@@ -7,6 +7,7 @@ import argparse
 import difflib
 import importlib.util
 import json
+import math
 import os
 import re
 import signal
@@ -18,7 +19,8 @@ from ._dialects import DIALECTS
 from ._validator import AnswerSpec
 from ._headers import _parse_header
 from ._answer import _seeded, VALIDATORS
-from ._request import _API_PATHS, _DEFAULT_PROMPT, _DEFAULT_URL, _FINISHES, _models_request, prepare, PreparedRequest
+from ._request import (
+    _API_PATHS, _DEFAULT_PROMPT, _DEFAULT_URL, _FINISHES, _models_request, _positive_finite, prepare, PreparedRequest)
 from ._exchange import _Exchange
 from ._transport import _fetch_unstreamed
 from ._load import _ARRIVALS, _MAX_OPEN_LOOP_IN_FLIGHT
@@ -525,3 +527,16 @@ def _in_flag_terms(message: str) -> str:
     named as its flag."""
     name, bracket, rest = re.match(r'(\w*)(\[?)(.*)', message, re.S).groups()  # always matches
     return _FLAG_OF_PARAMETER.get(name, name) + bracket + rest
+
+
+def _warmup(text: str | None) -> tuple[int, float | None]:
+    """--warmup N (the first N runs) or Ss (the runs that start in the first S seconds), as (runs, seconds)."""
+    if text is None:
+        return 0, None
+    try:
+        value = float(text[:-1]) if text.endswith('s') else int(text)
+    except ValueError:
+        value = math.nan
+    if not _positive_finite(value):
+        raise UsageError(f'--warmup {text!r}: give a number of runs (5) or of seconds (5s), above 0')
+    return (0, value) if text.endswith('s') else (value, None)

@@ -31,7 +31,7 @@ from ._evidence import (
     _write_record, _write_report)
 from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args,
-    _served_model, _terminate, _unchecked_line, _unset_key_note)
+    _served_model, _terminate, _unchecked_line, _unset_key_note, _warmup)
 from ._workload_flags import _check_workload_flags
 from ._views import _compare_table, _LiveView, _LoadView, _say_lost
 from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_blocks, _workload_load
@@ -277,19 +277,6 @@ def _load_settings(args) -> list[LoadSettings] | None:
         raise UsageError(f'--warmup {args.warmup} leaves no run to summarise: a step of --duration '
                          f'{args.duration:g} s schedules {min(step.runs for step in steps)} runs')
     return [dataclasses.replace(step, warmup_runs=warmup_runs, warmup_s=warmup_s) for step in steps]
-
-
-def _warmup(text: str | None) -> tuple[int, float | None]:
-    """--warmup N (the first N runs) or Ss (the runs that start in the first S seconds), as (runs, seconds)."""
-    if text is None:
-        return 0, None
-    try:
-        value = float(text[:-1]) if text.endswith('s') else int(text)
-    except ValueError:
-        value = math.nan
-    if not _positive_finite(value):
-        raise UsageError(f'--warmup {text!r}: give a number of runs (5) or of seconds (5s), above 0')
-    return (0, value) if text.endswith('s') else (value, None)
 
 
 class _CapacitySearch:

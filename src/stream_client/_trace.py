@@ -112,7 +112,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
         line = lines[index]
         with lock:
             on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3), 'queued_ms': late,
-                       'load': described,
+                       'warmup': settings.warms_up(index, begun - started), 'load': described,
                        'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
                                  'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}})
     mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
@@ -130,7 +130,7 @@ class _TraceSummary:
 
     def add(self, record: dict) -> None:
         trace = record.get('trace')
-        if trace is None:
+        if trace is None or record.get('warmup'):  # a warm-up line is kept, and left out of the figures
             return
         self.runs += 1
         self.ok += record['ok']

@@ -52,7 +52,7 @@ _FLAG_TABLE = {
     '--shared-prefix-tokens': ('yes', 'yes', 'turns', 'prompts'),
     '--repeat': ('load', 'yes', 'not yet', 'not yet'),
     '--repeat-seeds': ('load', 'yes', 'not yet', 'not yet'),
-    '--warmup': ('load', 'yes', 'not yet', 'not yet'),
+    '--warmup': ('load', 'yes', 'not yet', 'yes'),
     '--shard': ('load', 'yes', 'not yet', 'yes'),
     '--start-at': ('load', 'yes', 'not yet', 'yes'),
     '--server-metrics': ('load', 'yes', 'yes', 'yes'),

@@ -28,7 +28,7 @@ from ._workloads import (
 from ._sessions import _run_sessions, _SessionRows, _SessionSummary
 from ._trace import _fitted, _run_trace, _Tokenizer, _trace_prompts, _TraceSummary
 from ._headers import _parse_header
-from ._args import _answer_files, _extra, _prompt
+from ._args import _answer_files, _extra, _prompt, _warmup
 from ._views import _say_lost, _verdict_line
 
 _SESSION_APIS = ('chat', 'messages', 'responses')
@@ -132,8 +132,13 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
     if _shard_runs(len(lines), shard) == 0:
         raise UsageError(f'--shard {args.shard}: the trace has {len(lines)} lines, so shard {shard[0]} would send '
                          'none; use fewer shards')
+    warmup_runs, warmup_s = _warmup(args.warmup)
+    if warmup_runs >= len(lines):
+        raise UsageError(f'--warmup {args.warmup} leaves no line of the {len(lines)} to summarise: the warm-up runs '
+                         'are left out of every figure')
     settings = LoadSettings(len(lines), min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT), shard=shard,
-                            start_at=None if args.start_at is None else _parse_start_at(args.start_at, time.time()))
+                            start_at=None if args.start_at is None else _parse_start_at(args.start_at, time.time()),
+                            warmup_runs=warmup_runs, warmup_s=warmup_s)
     return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, settings,
                                                                     on_record, cancel),
                      _TraceSummary(speed), 'trace', _parse_slos(args.slo or []), args.slo_target)
