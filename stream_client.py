@@ -7063,7 +7063,8 @@ class Summary:
         self.busy_s += end - start
         self.first_start = start if self.first_start is None else min(self.first_start, start)
         self.last_end = end if self.last_end is None else max(self.last_end, end)
-        self.seen['sources'].add(record.get('source', 'endpoint'))
+        if 'http' not in record or record['http'] is not None:  # no response head: nothing said who answered
+            self.seen['sources'].add(record.get('source', 'endpoint'))
         self.seen['apis'].add(record.get('api', 'chat'))
         self.seen['models'].add(record.get('model'))
         self.seen['expected_finishes'].add((record.get('request') or {}).get('expect_finish', 'stop'))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import unittest
 
 import stream_client
+from .support import fake_record
 from .tiers import sans_io
 
 
@@ -29,6 +30,22 @@ class SummaryTests(unittest.TestCase):
         self.assertEqual(summary.epoch('2027-01-15T08:00:30.250Z'), 1_800_000_030.25)
         self.assertEqual(summary.epoch('2027-01-15T08:00:30.999Z'), 1_800_000_030.999)  # the second parsed once
         self.assertEqual(summary.epoch('2024-02-29T00:00:00.000Z'), 1_709_164_800.0)  # a leap day
+
+
+    def test_a_run_that_got_no_response_head_names_no_source(self):
+        # A run interrupted (or refused) before any response head cannot tell what would have answered: its
+        # record says the source it asked for. It does not make a load of the fixture one of mixed sources,
+        # which --summary would refuse; two sources that answered still do.
+        def record(source: str, status: int | None) -> dict:
+            ok = status is not None
+            return {**fake_record(1, ok, None if ok else 'interrupted: SIGINT during the headers phase'),
+                    'source': source, 'http': {'status': status} if ok else None}
+        summary = stream_client.Summary()
+        for one in (record('fixture', 200), record('fixture', 200), record('endpoint', None)):
+            summary.add(one)
+        self.assertEqual(summary.seen['sources'], {'fixture'})
+        summary.add(record('endpoint', 200))
+        self.assertEqual(summary.seen['sources'], {'fixture', 'endpoint'})
 
 
 if __name__ == '__main__':

@@ -674,9 +674,9 @@ case("H15-different-plans", "shards", SH + "shards of two different plans (seeds
 case("H16-start-at-behind-sends-at-once", "shards", SH + "a process that starts late sends the runs already due at once, and their queued_ms says how late (start 10 s ago: > 5000 ms)",
      ["--fixture", "ok", "--runs", "2", "--rate", "20", "--start-at", "{UTC_MINUS_10S}", "--output", "o.jsonl", "--quiet"],
      {"rc": 0, "asserts": ["min(r['queued_ms'] for r in R('o.jsonl')) > 5000", "R('o.jsonl')[0]['load']['plan']['start_at'] is not None"]})
-case("H17-trace-shard-message", "shards", "docs/cli.md#flags-and-workloads: the example line 'stream_client.py: error: --shard does not work with --trace yet (docs/cli.md#flags-and-workloads)'",
-     ["--fixture", "ok", "--api", "completions", "--trace", "t.jsonl", "--shard", "0/2", "--output", "o.jsonl"],
-     dict(NO_TB, stderr_contains=["stream_client.py: error: --shard does not work with --trace yet (docs/cli.md#flags-and-workloads)"]),
+case("H17-trace-shard-message", "shards", "docs/cli.md#flags-and-workloads: the example line 'stream_client.py: error: --processes does not work with --trace yet (docs/cli.md#flags-and-workloads)' (--shard of a trace is honoured since issue 46: a shard that would send none is refused)",
+     ["--fixture", "ok", "--api", "completions", "--trace", "t.jsonl", "--processes", "2", "--output", "o.jsonl"],
+     dict(NO_TB, stderr_contains=["stream_client.py: error: --processes does not work with --trace yet (docs/cli.md#flags-and-workloads)"]),
      files={"t.jsonl": jl({"timestamp": 0, "prompt": "a"})})
 case("H18-shard-gate-over-files", "shards", SH + "--summary of the shard files with --fail-if gates the whole load: 'runs != 6' holds, exit 0",
      ["--summary", "s0.jsonl", "s1.jsonl", "--fail-if", "runs != 6"], {"rc": 0}, pre=[SHARD(0, 2), SHARD(1, 2)])
