@@ -125,7 +125,14 @@ class ParallelSuite(unittest.TestSuite):
 
 
 def _serve(take, tests: dict, result: unittest.TestResult, lock: threading.Lock) -> None:
-    """Start one worker and give it tests (or classes) until none is left; replay its outcomes into result."""
+    """Give tests to a worker until none is left; one that dies is replaced by another for the rest."""
+    while _one_worker(take, tests, result, lock):
+        pass
+
+
+def _one_worker(take, tests: dict, result: unittest.TestResult, lock: threading.Lock) -> bool:
+    """Start one worker and give it tests (or classes) until none is left, replaying its outcomes into
+    result; True when it died first (the tests it had taken and did not end are errors)."""
     read_fd, write_fd = os.pipe()
     worker = subprocess.Popen([sys.executable, '-m', 'tests.parallel', str(write_fd)], cwd=TOP, pass_fds=(write_fd,),
                               stdin=subprocess.PIPE, text=True)
@@ -134,25 +141,30 @@ def _serve(take, tests: dict, result: unittest.TestResult, lock: threading.Lock)
         while not result.shouldStop and (name := take()) is not None:
             worker.stdin.write(name + '\n')
             worker.stdin.flush()
-            seen: set[str] = set()
+            started, stopped = set(), set()
             for line in outcomes:
                 event = json.loads(line)
                 if event['what'] == 'done':
                     break
-                seen.add(event['id'])
+                if event['what'] == 'start':
+                    started.add(event['id'])
+                elif event['what'] == 'stop':
+                    stopped.add(event['id'])
                 with lock:
                     _replay(event, tests, result)
-            else:  # the worker died: every test of the class it did not report is an error
+            else:  # the worker died: each test of what it took that did not end is an error, never lost
+                why = f'the worker process running {name} ended with status {worker.wait()}'
                 with lock:
                     for ident in [ident for ident in tests
-                                  if (ident == name or ident.startswith(name + '.')) and ident not in seen]:
-                        _replay({'what': 'start', 'id': ident}, tests, result)
-                        _replay({'what': 'error', 'id': ident,
-                                 'text': f'the worker process running {name} ended with status {worker.wait()}'},
-                                tests, result)
-                return
+                                  if (ident == name or ident.startswith(name + '.')) and ident not in stopped]:
+                        if ident not in started:
+                            _replay({'what': 'start', 'id': ident}, tests, result)
+                        _replay({'what': 'error', 'id': ident, 'text': why}, tests, result)
+                        _replay({'what': 'stop', 'id': ident}, tests, result)
+                return True
     worker.stdin.close()
     worker.wait()
+    return False
 
 
 def _replay(event: dict, tests: dict, result: unittest.TestResult) -> None:

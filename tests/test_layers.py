@@ -15,6 +15,7 @@ from pathlib import Path
 from unittest import mock
 
 from .support import AMALGAMATE, CLIENT, HERE
+from .parallel import ParallelSuite
 from .tiers import io_watched, sans_io, tier_suite
 
 
@@ -171,3 +172,15 @@ class TierTests(unittest.TestCase):
                          if isinstance(node, ast.ImportFrom) and not node.level and node.module}
             with self.subTest(module=name):
                 self.assertEqual(sorted(imported & set(WAITING_OR_TALKING)), [])
+
+
+class ParallelRunnerTests(unittest.TestCase):
+    """The worker processes of python3 -m unittest (tests/parallel.py) lose no test."""
+
+    def test_a_worker_that_dies_fails_its_test_and_the_tests_after_it_still_run(self):
+        suite = unittest.defaultTestLoader.loadTestsFromName('tests.dying')
+        result = unittest.TestResult()
+        ParallelSuite(suite, 1).run(result)  # one worker: the one that dies, then the one that replaces it
+        self.assertEqual((result.testsRun, result.failures), (3, []))
+        self.assertEqual([test.id() for test, _ in result.errors], ['tests.dying.DyingTests.test_b_the_worker_dies'])
+        self.assertIn('ended with status 3', result.errors[0][1])
