@@ -440,6 +440,18 @@ def chunked(payload: bytes, size_line: bytes | None = None, end: bytes = b'0\r\n
     return (size_line or b'%x\r\n' % len(payload)) + payload + b'\r\n' + end
 
 
+def read_request(sock) -> bytes:
+    """The body of one HTTP request read from sock."""
+    data = b''
+    while b'\r\n\r\n' not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b'\r\n\r\n')
+    length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return body
+
+
 class LoopbackServer(threading.Thread):
     """A server on a free loopback port that serves each connection in a thread of its own (serve())
     until close()."""
@@ -477,13 +489,7 @@ class TwinServer(LoopbackServer):
     def serve(self, sock: socket.socket) -> None:
         self.connections += 1
         with sock:
-            request = b''
-            while b'\r\n\r\n' not in request:
-                request += sock.recv(65536)
-            head, _, body = request.partition(b'\r\n\r\n')
-            length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
-            while len(body) < length:
-                body += sock.recv(65536)
+            body = read_request(sock)
             if json.loads(body)['stream'] is False:
                 self.twins += 1
             elif self.streamed == 'answer':

@@ -14,7 +14,7 @@ from stream_client import UsageError
 from stream_client._workloads import _Conversation, _parse_sessions
 from .support import (arguments, chunk_json, Fixture, HERE, LoopbackServer, MESSAGE_START, message_end, message_event,
                       opening, run_cli, sse_response, TEXT_BLOCK, text_delta, URL_PATHS)
-from .support import instant_run, VirtualClock
+from .support import instant_run, read_request, VirtualClock
 from .tiers import sans_io
 
 SESSION_APIS = ('chat', 'messages', 'responses')
@@ -363,18 +363,6 @@ def fixture_result(value) -> str:
 
 
 SPLIT = ('X\ud83d', '\ude00Y')  # one emoji's UTF-16 surrogate pair, split across two events
-
-
-def read_request(sock) -> bytes:
-    """The body of one HTTP request read from sock."""
-    data = b''
-    while b'\r\n\r\n' not in data:
-        data += sock.recv(65536)
-    head, _, body = data.partition(b'\r\n\r\n')
-    length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
-    while len(body) < length:
-        body += sock.recv(65536)
-    return body
 
 
 class SplitPairServer(LoopbackServer):

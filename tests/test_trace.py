@@ -5,7 +5,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import shutil
 import socket
 import subprocess
@@ -20,8 +19,8 @@ import stream_client
 from stream_client._trace import _trace_offsets, _trace_prompts, _Tokenizer
 from stream_client._workloads import _parse_trace, _prompt_words
 from .support import (
-    CLIENT, Fixture, instant_run, LoopbackServer, run_building_fails_for, run_cli, script_command, script_env,
-    VirtualClock)
+    CLIENT, Fixture, instant_run, LoopbackServer, read_request, run_building_fails_for, run_cli, script_command,
+    script_env, VirtualClock)
 from .tiers import sans_io
 
 BLOCK = 16
@@ -203,13 +202,7 @@ class TokenizeServer(LoopbackServer):
 
     def serve(self, sock: socket.socket) -> None:
         with sock:
-            request = b''
-            while b'\r\n\r\n' not in request:
-                request += sock.recv(65536)
-            head, _, body = request.partition(b'\r\n\r\n')
-            length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
-            while len(body) < length:
-                body += sock.recv(65536)
+            read_request(sock)
             self.asked += 1
             sock.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n'
                          b'Connection: close\r\n\r\n' % len(self.answer) + self.answer)

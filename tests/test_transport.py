@@ -26,7 +26,7 @@ import stream_client
 from stream_client import stream
 from stream_client._limits import _ANSWER_LINE_CHARS
 from .support import (
-    ANSWER_EVENTS, chunk_json, chunked, CLIENT, Fixture, in_threads, LoopbackServer, replay,
+    ANSWER_EVENTS, chunk_json, chunked, CLIENT, Fixture, in_threads, LoopbackServer, read_request, replay,
     resolving_llm_test_to_loopback, run_cli, ScriptedSocket, split_capture, SSE_HEAD, sse_response, tcp_pair, TLS,
     TRACES, TwinServer)
 from .tiers import sans_io
@@ -759,13 +759,7 @@ class PacedServer(threading.Thread):
         sock, _ = self.listener.accept()
         self.listener.close()
         with sock:
-            request = b''
-            while b'\r\n\r\n' not in request:
-                request += sock.recv(65536)
-            head, _, body = request.partition(b'\r\n\r\n')
-            length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
-            while len(body) < length:
-                body += sock.recv(65536)
+            read_request(sock)
             first = f'data: {chunk_json(delta={"content": "one"})}\n\n'.encode()
             rest = ''.join(f'data: {data}\n\n' for data in (chunk_json(delta={'content': ' two'}),
                                                              chunk_json(finish_reason='stop'), '[DONE]')).encode()
