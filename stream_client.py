@@ -8776,6 +8776,43 @@ class _CsvFile:
         self.file.close()
 
 
+class _EvidenceFiles:
+    """What a load writes as each of its runs ends: the record, one JSON line of the reserved evidence file
+    (fd, path), and its row of --csv when asked. A write that fails cancels the load, which ends with the
+    records it has; ``failed`` keeps the first such file and why, for the load's last line (exit 2)."""
+
+    def __init__(self, fd: int, path: str, csv_fd: int | None, csv_path: str | None, cancel) -> None:
+        self.output, self.path = os.fdopen(fd, 'w', encoding='utf-8'), path
+        self.table, self.csv_path = (_CsvFile(csv_fd) if csv_fd is not None else None), csv_path
+        self.cancel = cancel
+        self.failed: tuple[str, OSError] | None = None
+
+    def write(self, record: dict) -> None:
+        try:
+            self.output.write(_json_text(record) + '\n')
+            self.output.flush()
+        except OSError as exc:
+            self._fail(self.path, exc, 'the evidence file')
+        if self.table is not None:
+            try:
+                self.table.add(record)
+            except OSError as exc:
+                self._fail(self.csv_path, exc, 'the --csv file')
+
+    def _fail(self, path: str, exc: OSError, what: str) -> None:
+        self.failed = self.failed or (path, exc)
+        self.cancel.cancel(f'a failed write to {what}')
+
+    def close(self) -> None:
+        """Close both files; one that cannot be closed (its last bytes not written) fails as a write does."""
+        for path, file in ((self.path, self.output), (self.csv_path, self.table)):
+            try:
+                if file is not None:
+                    file.close()
+            except OSError as exc:
+                self.failed = self.failed or (path, exc)
+
+
 def _summary_csv(result: dict) -> str:
     """The summary as CSV, figure,value: nested objects flattened to dotted names (latency_ms.first_text_ms.p99,
     not_ok_by_kind.KIND, gates.0.held), lists of names joined by spaces; null is an empty cell."""
@@ -10554,25 +10591,13 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
     starts, the runs in flight end as interrupted."""
     summary, block, cancel = Summary(workload.slos, workload.slo_target), workload.block, Cancel()
     report = _WorkloadReport(summary) if report_fd is not None else None
-    table = _CsvFile(csv_fd) if csv_fd is not None else None
-    write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
+    files = _EvidenceFiles(fd, args.output, csv_fd, args.csv, cancel)
     quiet = args.quiet
     loads = _LoadCheck()  # what the load planned, against the records it wrote
 
     def on_record(record: dict) -> None:
         loads.add(record)
-        try:
-            output.write(_json_text(record) + '\n')
-            output.flush()
-        except OSError as exc:
-            write_error.append((args.output, exc))
-            cancel.cancel('a failed write to the evidence file')
-        if table is not None:
-            try:
-                table.add(record)
-            except OSError as exc:
-                write_error.append((args.csv, exc))
-                cancel.cancel('a failed write to the --csv file')
+        files.write(record)
         summary.add(record)
         block.add(record)
         if report is not None:
@@ -10585,7 +10610,7 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
 
     def on_signal(signum, frame) -> None:
         cancel.cancel(signal.Signals(signum).name)
-    with os.fdopen(fd, 'w', encoding='utf-8') as output:
+    try:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         if scraper is not None:
@@ -10594,13 +10619,13 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
         workload.run(on_record, cancel)
         if scraper is not None:
             scraper.end()
+    finally:
+        files.close()
     metrics, drawing = scraper.close() if scraper is not None else (None, None)
     if report is not None:
         if drawing is not None:
             report.drawn_on_timeline.append(drawing)
         _write_report(report_fd, report)
-    if table is not None:
-        table.close()
     _ignore_signals()
     result = {**summary.result(), workload.name: block.result()}
     if metrics is not None:
@@ -10619,8 +10644,8 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if report is not None and not quiet:
         print(f'report written to {args.report}', file=sys.stderr)
-    if write_error:
-        path, exc = write_error[0]
+    if files.failed:
+        path, exc = files.failed
         print(f'{prog}: error: cannot write {path}: {exc.strerror or exc}', file=sys.stderr)
         return 2
     if cancel.reason in _SIGNAL_EXIT:
@@ -11817,29 +11842,17 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     first = _first_step(steps)
     summary, cancel = Summary(first.slos, first.slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
-    table = _CsvFile(csv_fd) if csv_fd is not None else None
+    files = _EvidenceFiles(fd, args.output, csv_fd, args.csv, cancel)
     searching = isinstance(steps, _CapacitySearch)
     view = _LoadView(sys.stderr, args.quiet,
                      None if searching else sum(_shard_runs(step.runs, step.shard) for step in steps))
-    write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
     statuses: set = set()  # the HTTP statuses the runs got
     loads = _LoadCheck()   # what each load (step) planned, against the records it wrote
 
     def on_record(record: dict) -> None:
         statuses.add((record['http'] or {}).get('status'))
         loads.add(record)
-        try:
-            output.write(_json_text(record) + '\n')
-            output.flush()
-        except OSError as exc:
-            write_error.append((args.output, exc))
-            cancel.cancel('a failed write to the evidence file')
-        if table is not None:
-            try:
-                table.add(record)
-            except OSError as exc:
-                write_error.append((args.csv, exc))
-                cancel.cancel('a failed write to the --csv file')
+        files.write(record)
         summary.add(record)
         if report is not None:
             report.add(record)
@@ -11847,7 +11860,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
 
     def on_signal(signum, frame) -> None:
         cancel.cancel(signal.Signals(signum).name)
-    with os.fdopen(fd, 'w', encoding='utf-8') as output:
+    try:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         for settings in steps.probes(summary) if searching else steps:
@@ -11858,13 +11871,13 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
             run_load(requests, settings, on_record, cancel, scraper and scraper.started)
             if scraper is not None:
                 scraper.end()
+    finally:
+        files.close()
     metrics, drawing = scraper.close() if scraper is not None else (None, None)
     if report is not None:
         if drawing is not None:
             report.drawn_on_timeline.append(drawing)
         _write_report(report_fd, report)
-    if table is not None:
-        table.close()
     _ignore_signals()  # the records are on disk: what is left is to report them
     result = summary.result()
     if metrics is not None:
@@ -11879,10 +11892,9 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     unset_key = _unset_key_note(401 if 401 in statuses else None)
     if unset_key and not args.quiet:
         print(f'{prog}: note: {unset_key}', file=sys.stderr)
-    if write_error:
-        path, exc = write_error[0]
-        print(f'{prog}: error: cannot write {path}: {exc.strerror or exc}',
-              file=sys.stderr)
+    if files.failed:
+        path, exc = files.failed
+        print(f'{prog}: error: cannot write {path}: {exc.strerror or exc}', file=sys.stderr)
         return 2
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]

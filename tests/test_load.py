@@ -5,6 +5,7 @@ import collections
 import contextlib
 import csv
 import dataclasses
+import errno
 import io
 import json
 import os
@@ -1287,3 +1288,25 @@ class VirtualScheduleTests(unittest.TestCase):
         self.assertEqual(sorted(record['scheduled_ms'] for record in records), [0.0, 100.0])
         self.assertGreaterEqual(min(record['offset_ms'] for record in records), 0.0)
         self.assertEqual(round(clock.now() - clock.start, 6), 60.1)  # a minute to the start, then the schedule
+
+
+@unittest.skipUnless(os.path.exists('/dev/full'), 'needs /dev/full, where every write fails (Linux)')
+class EvidenceWriteTests(unittest.TestCase):
+    """A write of the evidence or of --csv that fails cancels the load, and the load says which file, once."""
+
+    def test_a_failed_write_cancels_the_load_and_keeps_the_first_file_and_why(self):
+        for where in ('evidence', 'csv'):
+            with self.subTest(where=where):
+                cancel, good = stream_client.Cancel(), os.open(os.devnull, os.O_WRONLY)
+                full = os.open('/dev/full', os.O_WRONLY)
+                files = stream_client._evidence._EvidenceFiles(
+                    full if where == 'evidence' else good, 'out.jsonl', good if where == 'evidence' else full,
+                    'out.csv', cancel)
+                files.write(fake_record(0))
+                files.write(fake_record(1))
+                self.assertEqual(files.failed[0], 'out.jsonl' if where == 'evidence' else 'out.csv')
+                self.assertEqual(files.failed[1].errno, errno.ENOSPC)
+                what = 'the evidence file' if where == 'evidence' else 'the --csv file'
+                self.assertEqual(cancel.reason, f'a failed write to {what}')
+                files.close()  # a row still buffered fails to reach /dev/full: kept as the same failure, not raised
+                self.assertEqual(files.failed[1].errno, errno.ENOSPC)

@@ -26,9 +26,8 @@ from ._summary import _parse_slos, _saturation_step, Summary, _summary_table
 from ._comparison import _compare_loads, _comparison_markdown, _LoadHeader, _loads_differ, _settings_differ
 from ._report import Report
 from ._evidence import (
-    _check_sources, _CsvFile, _default_signals, _summary_csv, _ignore_signals, iter_records, _load_records, _not_a_load,
-    _reserve_output, _save_capture, _SIGNAL_EXIT, summarize,
-    _write_record, _write_report)
+    _check_sources, _default_signals, _EvidenceFiles, _ignore_signals, iter_records, _load_records, _not_a_load,
+    _reserve_output, _save_capture, _SIGNAL_EXIT, _summary_csv, summarize, _write_record, _write_report)
 from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args,
     _served_model, _terminate, _unchecked_line, _unset_key_note, _warmup)
@@ -432,29 +431,17 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     first = _first_step(steps)
     summary, cancel = Summary(first.slos, first.slo_target), Cancel()
     report = Report(summary) if report_fd is not None else None
-    table = _CsvFile(csv_fd) if csv_fd is not None else None
+    files = _EvidenceFiles(fd, args.output, csv_fd, args.csv, cancel)
     searching = isinstance(steps, _CapacitySearch)
     view = _LoadView(sys.stderr, args.quiet,
                      None if searching else sum(_shard_runs(step.runs, step.shard) for step in steps))
-    write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
     statuses: set = set()  # the HTTP statuses the runs got
     loads = _LoadCheck()   # what each load (step) planned, against the records it wrote
 
     def on_record(record: dict) -> None:
         statuses.add((record['http'] or {}).get('status'))
         loads.add(record)
-        try:
-            output.write(_json_text(record) + '\n')
-            output.flush()
-        except OSError as exc:
-            write_error.append((args.output, exc))
-            cancel.cancel('a failed write to the evidence file')
-        if table is not None:
-            try:
-                table.add(record)
-            except OSError as exc:
-                write_error.append((args.csv, exc))
-                cancel.cancel('a failed write to the --csv file')
+        files.write(record)
         summary.add(record)
         if report is not None:
             report.add(record)
@@ -462,7 +449,7 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
 
     def on_signal(signum, frame) -> None:
         cancel.cancel(signal.Signals(signum).name)
-    with os.fdopen(fd, 'w', encoding='utf-8') as output:
+    try:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         for settings in steps.probes(summary) if searching else steps:
@@ -473,13 +460,13 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
             run_load(requests, settings, on_record, cancel, scraper and scraper.started)
             if scraper is not None:
                 scraper.end()
+    finally:
+        files.close()
     metrics, drawing = scraper.close() if scraper is not None else (None, None)
     if report is not None:
         if drawing is not None:
             report.drawn_on_timeline.append(drawing)
         _write_report(report_fd, report)
-    if table is not None:
-        table.close()
     _ignore_signals()  # the records are on disk: what is left is to report them
     result = summary.result()
     if metrics is not None:
@@ -494,10 +481,9 @@ def _run_load(args, requests: list[PreparedRequest], steps: list[LoadSettings], 
     unset_key = _unset_key_note(401 if 401 in statuses else None)
     if unset_key and not args.quiet:
         print(f'{prog}: note: {unset_key}', file=sys.stderr)
-    if write_error:
-        path, exc = write_error[0]
-        print(f'{prog}: error: cannot write {path}: {exc.strerror or exc}',
-              file=sys.stderr)
+    if files.failed:
+        path, exc = files.failed
+        print(f'{prog}: error: cannot write {path}: {exc.strerror or exc}', file=sys.stderr)
         return 2
     if cancel.reason in _SIGNAL_EXIT:
         return _SIGNAL_EXIT[cancel.reason]

@@ -92,6 +92,43 @@ class _CsvFile:
         self.file.close()
 
 
+class _EvidenceFiles:
+    """What a load writes as each of its runs ends: the record, one JSON line of the reserved evidence file
+    (fd, path), and its row of --csv when asked. A write that fails cancels the load, which ends with the
+    records it has; ``failed`` keeps the first such file and why, for the load's last line (exit 2)."""
+
+    def __init__(self, fd: int, path: str, csv_fd: int | None, csv_path: str | None, cancel) -> None:
+        self.output, self.path = os.fdopen(fd, 'w', encoding='utf-8'), path
+        self.table, self.csv_path = (_CsvFile(csv_fd) if csv_fd is not None else None), csv_path
+        self.cancel = cancel
+        self.failed: tuple[str, OSError] | None = None
+
+    def write(self, record: dict) -> None:
+        try:
+            self.output.write(_json_text(record) + '\n')
+            self.output.flush()
+        except OSError as exc:
+            self._fail(self.path, exc, 'the evidence file')
+        if self.table is not None:
+            try:
+                self.table.add(record)
+            except OSError as exc:
+                self._fail(self.csv_path, exc, 'the --csv file')
+
+    def _fail(self, path: str, exc: OSError, what: str) -> None:
+        self.failed = self.failed or (path, exc)
+        self.cancel.cancel(f'a failed write to {what}')
+
+    def close(self) -> None:
+        """Close both files; one that cannot be closed (its last bytes not written) fails as a write does."""
+        for path, file in ((self.path, self.output), (self.csv_path, self.table)):
+            try:
+                if file is not None:
+                    file.close()
+            except OSError as exc:
+                self.failed = self.failed or (path, exc)
+
+
 def _summary_csv(result: dict) -> str:
     """The summary as CSV, figure,value: nested objects flattened to dotted names (latency_ms.first_text_ms.p99,
     not_ok_by_kind.KIND, gates.0.held), lists of names joined by spaces; null is an empty cell."""

@@ -21,7 +21,7 @@ from ._plan import _LoadCheck, _parse_shard, _parse_start_at, _shard_runs
 from ._gates import _default_gates, _evaluate_gates, _gate_lines, _gates_held
 from ._summary import _parse_slos, Summary, _summary_table
 from ._report import Report
-from ._evidence import _CsvFile, _ignore_signals, iter_records, _SIGNAL_EXIT, _write_report
+from ._evidence import _EvidenceFiles, _ignore_signals, iter_records, _SIGNAL_EXIT, _write_report
 from ._server_metrics import _metrics_lines, _Scraper
 from ._workloads import (
     _mean_spread, _MAX_TRACE_TOKENS, _parse_sessions, _parse_trace, _Session, _Synthetic, _synthetic_words)
@@ -233,25 +233,13 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
     starts, the runs in flight end as interrupted."""
     summary, block, cancel = Summary(workload.slos, workload.slo_target), workload.block, Cancel()
     report = _WorkloadReport(summary) if report_fd is not None else None
-    table = _CsvFile(csv_fd) if csv_fd is not None else None
-    write_error: list[tuple[str, OSError]] = []  # the file that could not be written, and why
+    files = _EvidenceFiles(fd, args.output, csv_fd, args.csv, cancel)
     quiet = args.quiet
     loads = _LoadCheck()  # what the load planned, against the records it wrote
 
     def on_record(record: dict) -> None:
         loads.add(record)
-        try:
-            output.write(_json_text(record) + '\n')
-            output.flush()
-        except OSError as exc:
-            write_error.append((args.output, exc))
-            cancel.cancel('a failed write to the evidence file')
-        if table is not None:
-            try:
-                table.add(record)
-            except OSError as exc:
-                write_error.append((args.csv, exc))
-                cancel.cancel('a failed write to the --csv file')
+        files.write(record)
         summary.add(record)
         block.add(record)
         if report is not None:
@@ -264,7 +252,7 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
 
     def on_signal(signum, frame) -> None:
         cancel.cancel(signal.Signals(signum).name)
-    with os.fdopen(fd, 'w', encoding='utf-8') as output:
+    try:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         if scraper is not None:
@@ -273,13 +261,13 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
         workload.run(on_record, cancel)
         if scraper is not None:
             scraper.end()
+    finally:
+        files.close()
     metrics, drawing = scraper.close() if scraper is not None else (None, None)
     if report is not None:
         if drawing is not None:
             report.drawn_on_timeline.append(drawing)
         _write_report(report_fd, report)
-    if table is not None:
-        table.close()
     _ignore_signals()
     result = {**summary.result(), workload.name: block.result()}
     if metrics is not None:
@@ -298,8 +286,8 @@ def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, pr
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if report is not None and not quiet:
         print(f'report written to {args.report}', file=sys.stderr)
-    if write_error:
-        path, exc = write_error[0]
+    if files.failed:
+        path, exc = files.failed
         print(f'{prog}: error: cannot write {path}: {exc.strerror or exc}', file=sys.stderr)
         return 2
     if cancel.reason in _SIGNAL_EXIT:
