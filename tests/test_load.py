@@ -872,7 +872,7 @@ class GoodputTests(unittest.TestCase):
         # at or under 40 and fails every one above, however fast the machine that runs the test.
         def search(low: float, high: float, capacity: float, unjudged: float | None = None) -> list[float]:
             verdicts = []
-            while (rate := stream_client._cli._next_probe(low, high, verdicts, 0.05)) is not None:
+            while (rate := stream_client._steps._next_probe(low, high, verdicts, 0.05)) is not None:
                 verdicts.append((rate, None if rate == unjudged else rate <= capacity))
             return [rate for rate, _ in verdicts]
         probes = search(10, 80, 40)
@@ -903,8 +903,8 @@ class GoodputTests(unittest.TestCase):
         verdicts = [(rate, stream_client._summary._saturation_step([steps[rate]], 0.8)['rate'] is not None)
                     for rate in probed]
         for number, rate in enumerate(probed):
-            self.assertEqual(stream_client._cli._next_probe(10, 80, verdicts[:number], 0.05), rate, verdicts)
-        self.assertIsNone(stream_client._cli._next_probe(10, 80, verdicts, 0.05), verdicts)
+            self.assertEqual(stream_client._steps._next_probe(10, 80, verdicts[:number], 0.05), rate, verdicts)
+        self.assertIsNone(stream_client._steps._next_probe(10, 80, verdicts, 0.05), verdicts)
         self.assertEqual(sorted(probed), sorted(steps))
         capacity = summary['capacity']
         self.assertEqual(capacity, {'rate': summary['saturation_rate'], 'probes': len(probed),

@@ -74,7 +74,9 @@ _server_metrics --server-metrics: the server's Prometheus metrics during a load,
 _args          the command line's flags, and the requests and settings they give
 _workload_flags which flag each workload honours (``_FLAG_TABLE``), the rest refused before anything
                is sent
+_steps         a load's steps for any workload: --rates, --concurrencies, --find-capacity, --warmup, --repeat
 _views         what the terminal shows while runs go on and once they end
+_engine        ``_Workload`` and ``_drive()``: any workload's steps in turn, its records to every observer
 _workloads_cli --sessions and --trace: the file read and every request prepared before any file, then run
 _exporter      ``Exporter``: the verdict of one run per scrape, for Prometheus
                (``parse_targets()``, ``probe_families()``, ``exposition()`` and

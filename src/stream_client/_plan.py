@@ -67,6 +67,21 @@ def _plan_id(requests, described: dict, shards: int, start_at: float | None) -> 
     return hashlib.sha256(json.dumps(plan, sort_keys=True, separators=(',', ':')).encode()).hexdigest()[:16]
 
 
+def _session_key(record: dict):
+    """Which session of its load a session's record belongs to: its session_index (the session's number in
+    the plan: one session file may be run more than once in a load) or, in evidence written before there
+    was one, its session id."""
+    return record.get('session_index', record['session'])
+
+
+def _run_key(record: dict):
+    """What names a run within its plan, whichever shard sent it: a load's or a trace's run number, or a
+    session's run by its session, turn and round (a shard numbers its sessions' runs as it writes them)."""
+    if 'session' in record:
+        return _session_key(record), record['turn'], record['round']
+    return record['run']
+
+
 def _shard_runs(runs: int, shard: tuple[int, int]) -> int:
     """How many of a plan's runs shard (I, N) sends: the runs i < runs with i % N == I."""
     index, count = shard
@@ -85,10 +100,11 @@ class _ShardCheck:
             return
         seen = self.plans.setdefault(plan['id'], {'shards': plan['shards'], 'seen': set(), 'runs': set()})
         shard = f'shard {plan["shard"]}/{plan["shards"]} of plan {plan["id"]}'
-        if record['run'] in seen['runs']:
+        key = _run_key(record)
+        if key in seen['runs']:
             raise UsageError(f'{shard} is given twice (run {record["run"]} appears twice): give each shard\'s '
                              'file once')
-        seen['runs'].add(record['run'])
+        seen['runs'].add(key)
         seen['seen'].add(plan['shard'])
 
     def check(self) -> None:
@@ -119,7 +135,7 @@ class _LoadCheck:
         seen = self.loads.get(load['id'])
         if seen is None:
             seen = self.loads[load['id']] = {'runs': load.get('runs'), 'sessions': load.get('sessions'),
-                                             'records': 0, 'last_run': -1, 'sessions_seen': set(), 'ended': set(),
+                                             'records': 0, 'last_run': -1, 'sessions_seen': {}, 'ended': set(),
                                              'numbers': set()}
         seen['records'] += 1
         if record.get('run') is not None:
@@ -128,9 +144,9 @@ class _LoadCheck:
             seen['numbers'].add(record['run'])
             seen['last_run'] = max(seen['last_run'], record['run'])
         if 'session' in record:
-            seen['sessions_seen'].add(record['session'])
+            seen['sessions_seen'][_session_key(record)] = record['session']  # its key: the session's id
             if record.get('session_end') is not None:
-                seen['ended'].add(record['session'])
+                seen['ended'].add(_session_key(record))
 
     def check(self) -> None:
         """UsageError when a load's run appears twice: a file given twice, or a record repeated, would count
@@ -151,7 +167,7 @@ class _LoadCheck:
                 if len(seen['sessions_seen']) < seen['sessions']:
                     lacks.append(f'{_of(seen["sessions"] - len(seen["sessions_seen"]), seen["sessions"], "session")}'
                                  ' no record')
-                unended = sorted(seen['sessions_seen'] - seen['ended'])
+                unended = sorted(str(name) for key, name in seen['sessions_seen'].items() if key not in seen['ended'])
                 if unended:
                     named = ', '.join(unended[:3]) + (f' and {len(unended) - 3} more' if len(unended) > 3 else '')
                     lacks.append(f'session{"s" * (len(unended) > 1)} {named} '

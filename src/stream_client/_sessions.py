@@ -23,7 +23,9 @@ from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
 from ._record import _client_failure
 from ._transport import _run, _Show
 from ._reactor import _EPOLL, _Reactor
-from ._load import _Clock, arrival_offsets, LoadSettings, _REAL_CLOCK, _run_on_schedule, _wait_until
+from ._plan import _session_key, _shard_runs
+from ._load import (
+    _Clock, arrival_offsets, _load_description, LoadSettings, _REAL_CLOCK, _run_on_schedule, _started, _wait_until)
 from ._summary import _percentiles
 from ._workloads import _Conversation, _Session, _ToolResults
 
@@ -140,37 +142,46 @@ class _SessionRun:
 
 
 def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, on_record,
-                  cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> None:
-    """Run settings.runs sessions (sessions[i] with requests[i], its first turn prepared), at most
-    settings.in_flight at once, started closed-loop or at the open loop's arrivals; call on_record for
-    each run as it ends, one call at a time. Each record gains run (numbered as records are written),
-    session, turn, round, offset_ms, queued_ms (a session's first run, open loop: how late the session
-    started), load (with sessions, and runs None: a session's runs are not known ahead) and, on a
-    session's last run, session_end. With keep_alive, each session keeps one connection. ``clock`` is what
-    the schedule and the think times wait by."""
-    started = clock.now()
-    described = {**settings.described(), 'runs': None, 'sessions': settings.runs, 'id': os.urandom(8).hex()}
+                  cancel: Cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
+    """Run settings.runs sessions (session i is sessions[i % len(sessions)] with its request, its first turn
+    prepared; this shard's, i % N == I), at most settings.in_flight at once, started closed-loop or at the
+    open loop's arrivals (from settings.start_at when given); call on_record for each run as it ends, one
+    call at a time. Each record gains run (numbered as records are written), session, session_index (i),
+    turn, round, offset_ms, queued_ms (a session's first run, open loop: how late the session started),
+    warmup (every run of a warm-up session), load (with sessions, the shard's, and runs None: a session's
+    runs are not known ahead) and, on a session's last run, session_end. With keep_alive, each session keeps
+    one connection. ``clock`` is what the schedule and the think times wait by; on_started() is called
+    before the first session starts."""
+    started = _started(settings, clock)
+    described = {**_load_description(requests, settings), 'runs': None,
+                 'sessions': _shard_runs(settings.runs, settings.shard)}
     lock, numbers = threading.Lock(), iter(range(2 ** 62))
     gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
     reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
 
-    def emit(record: dict) -> None:
-        with lock:
-            on_record({'run': next(numbers), **record, 'load': described})
-
     def one(job: tuple[int, float]) -> None:
         index, due = job
-        queued = None if settings.rate is None else round((clock.now() - started - due) * 1000, 3)
+        begun = clock.now()
+        queued = None if settings.rate is None else round((begun - started - due) * 1000, 3)
+        fields = {'session_index': index, 'warmup': settings.warms_up(index, begun - started), 'load': described}
         kept = KeptConnections() if settings.keep_alive else None
+
+        def emit(record: dict) -> None:
+            with lock:
+                on_record({'run': next(numbers), **record, **fields})
         try:
             with gate:
-                _SessionRun(sessions[index], requests[index], cancel, kept, emit, started, queued, reactor, gate,
-                            clock).run()
+                _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel, kept, emit,
+                            started, queued, reactor, gate, clock).run()
         finally:
             if kept is not None:
                 kept.close()
+    shard, shards = settings.shard
+    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % shards == shard)
+    if on_started is not None:
+        on_started()
     try:
-        _run_on_schedule(enumerate(arrival_offsets(settings)), settings.in_flight, one, started, cancel, clock)
+        _run_on_schedule(mine, settings.in_flight, one, started, cancel, clock)
     finally:
         if reactor is not None:
             reactor.close()
@@ -191,10 +202,10 @@ class _SessionSummary:
         self._open: dict[tuple, list] = {}  # (load id, session) -> [turn, its time so far, all ok]
 
     def add(self, record: dict) -> None:
-        if 'session' not in record:
+        if 'session' not in record or record.get('warmup'):  # a warm-up session is kept, and left out of figures
             return
         self.runs += 1
-        key = ((record.get('load') or {}).get('id'), record['session'])
+        key = ((record.get('load') or {}).get('id'), _session_key(record))
         self.planned.setdefault(key[0], (record.get('load') or {}).get('sessions'))
         turn = self._open.get(key)
         if turn is not None and turn[0] != record['turn']:
@@ -267,7 +278,7 @@ class _SessionRows:
     def add(self, record: dict) -> None:
         if 'session' not in record:
             return
-        key = ((record.get('load') or {}).get('id'), record['session'])
+        key = ((record.get('load') or {}).get('id'), _session_key(record))
         turns = self._open.setdefault(key, [])
         if not turns or turns[-1][0] != record['turn']:
             turns.append([record['turn'], True, 0, 0.0, None])

@@ -89,12 +89,13 @@ def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
 
 
 def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: list[dict], speed: float,
-               settings: LoadSettings, on_record, cancel, clock: _Clock = _REAL_CLOCK) -> None:
+               settings: LoadSettings, on_record, cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
     """Start requests[i] at lines[i]'s scheduled time, at most settings.in_flight at once (the lines i of
     this shard, i % N == I, of settings.shard; from settings.start_at when given); call on_record for each
     run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms (how late it started),
     load (with the plan every shard shares), and trace: the line, its timestamp, scheduled_ms, late_ms and
-    the facts of its prompt. ``clock`` is what the schedule waits by."""
+    the facts of its prompt. ``clock`` is what the schedule waits by; on_started() is called before the first
+    line starts."""
     described = _load_description(requests, settings, arrivals='trace', trace_speed=speed)
     offsets = _trace_offsets(lines, speed)
     lock = threading.Lock()
@@ -116,6 +117,8 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
                        'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
                                  'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}})
     mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
+    if on_started is not None:
+        on_started()
     _run_on_schedule(mine, settings.in_flight, one, started, cancel, clock)
 
 

@@ -9,6 +9,7 @@ import threading
 import time
 
 from ._limits import _count
+from ._json import _json_text
 from ._request import PreparedRequest
 from ._plan import _LoadCheck
 from ._gates import _gate_lines
@@ -137,24 +138,26 @@ def _cell(value) -> str:
 
 
 class _LoadView:
-    """What stderr shows during a load: on a terminal one status line updated in place, then the summary
-    table; elsewhere one line per run that is not ok, and at the end one per gate that failed. --quiet shows
-    nothing."""
+    """What stderr shows during a load (of prompts, sessions or a trace): on a terminal one status line
+    updated in place, then the summary table; elsewhere one line per run that is not ok, and at the end one
+    per gate that failed. The workload's own block (sessions, trace) is shown after the table, and alone
+    elsewhere. --quiet shows nothing. An observer of the engine: add() is called for each record."""
 
-    def __init__(self, out, quiet: bool, runs: int | None) -> None:
-        self.out, self.quiet, self.runs = out, quiet, runs
+    def __init__(self, out, quiet: bool, runs: int | None, summary: Summary) -> None:
+        self.out, self.quiet, self.runs, self.summary = out, quiet, runs, summary
         self.live = not quiet and out.isatty()
         self.started = time.monotonic()
         self.shown = 0.0
         self.ended = 0  # runs ended, warm-up runs too
 
-    def record(self, record: dict, summary: Summary) -> None:
-        """Called for each record as its run ends (one call at a time)."""
+    def add(self, record: dict) -> None:
+        """Called for each record as its run ends (one call at a time), after the summary's add()."""
         self.ended += 1
         if self.live:
             now = time.monotonic()
             if now - self.shown >= 0.1 or self.ended == self.runs:
                 self.shown = now
+                summary = self.summary
                 p50 = summary.p50_first_text()
                 planned = '' if self.runs is None else f'/{self.runs}'
                 self.out.write(f'\r\x1b[Kruns {self.ended}{planned}  ok {summary.ok}  '
@@ -162,7 +165,7 @@ class _LoadView:
                                + ('-' if p50 is None else f'{p50:.0f} ms'))
                 self.out.flush()
         elif not self.quiet and not record['ok']:
-            self.out.write(f'run {record["run"]}: {_verdict_line(record)}\n')
+            self.out.write(f'{_run_where(record)}: {_verdict_line(record)}\n')
             self.out.flush()
 
     def clear(self) -> None:
@@ -171,14 +174,25 @@ class _LoadView:
             self.out.write('\r\x1b[K')
             self.out.flush()
 
-    def finish(self, result: dict) -> None:
-        """The summary table on a terminal; elsewhere (a CI log) the line of each gate that failed."""
-        if self.live:
-            self.out.write(_summary_table(result) + '\n')
-        elif not self.quiet:
-            self.out.write(''.join(line + '\n' for line, gate in zip(_gate_lines(result['gates']), result['gates'])
-                                   if not gate['held']))
+    def finish(self, result: dict, block: str | None = None) -> None:
+        """The summary table on a terminal; elsewhere (a CI log) the line of each gate that failed. block:
+        the workload's own lines (sessions, trace), shown after the table, or alone elsewhere."""
+        lines = [_summary_table(result)] if self.live else []
+        if not self.quiet:
+            lines += [block] if block else []
+        if not self.live and not self.quiet:
+            lines += [line for line, gate in zip(_gate_lines(result['gates']), result['gates']) if not gate['held']]
+        self.out.write(''.join(line + '\n' for line in lines))
         self.out.flush()
+
+
+def _run_where(record: dict) -> str:
+    """Which run of a workload a record is, in its own terms: 'session S turn T round R', 'line L', 'run N'."""
+    if 'session' in record:
+        return f'session {record["session"]} turn {record["turn"]} round {record["round"]}'
+    if 'trace' in record:
+        return f'line {record["trace"]["line"]}'
+    return f'run {record["run"]}'
 
 
 def _say_lost(prog: str, loads: _LoadCheck) -> bool:
@@ -189,3 +203,28 @@ def _say_lost(prog: str, loads: _LoadCheck) -> bool:
         print(f'{prog}: warning: the load ran to its end, but not every planned run has a record: '
               f'{"; ".join(missing)}', file=sys.stderr)
     return bool(missing)
+
+
+def _emit(text: str) -> None:
+    """Print to stdout; if its reader has gone (a closed pipe), drop the rest quietly: the evidence is on disk."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush cannot fail
+
+
+def _emit_summary(result: dict, person: bool, files: list[str] | None) -> None:
+    """The summary's JSON line on stdout, unless stdout and stderr are both a terminal where a person
+    reads the table instead (the line wraps to a screenful): then a line that says how to get it (from
+    the load's files, when they are not being read already)."""
+    if person and sys.stdout.isatty():
+        later = f'; or run --summary {" ".join(files)}' if files else ''
+        print(f'(the JSON summary goes to stdout when it is redirected{later})', file=sys.stderr)
+    else:
+        _emit(_json_text(result))
+
+
+def _say_written(args) -> None:
+    """Where the report went, unless --quiet."""
+    if args.report is not None and not args.quiet:
+        print(f'report written to {args.report}', file=sys.stderr)

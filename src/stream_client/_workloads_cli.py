@@ -7,44 +7,25 @@ with its ``sessions`` or ``trace`` block.
 """
 import dataclasses
 import os
-import signal
-import sys
 import time
-import typing
 
 from ._limits import UsageError
-from ._json import _json_text
 from ._request import _positive_finite, prepare, PreparedRequest
 from ._exchange import Cancel
 from ._load import LoadSettings, _MAX_OPEN_LOOP_IN_FLIGHT
-from ._plan import _LoadCheck, _parse_shard, _parse_start_at, _shard_runs
-from ._gates import _default_gates, _evaluate_gates, _gate_lines, _gates_held
-from ._summary import _parse_slos, Summary, _summary_table
-from ._report import Report
-from ._evidence import _EvidenceFiles, _ignore_signals, iter_records, _SIGNAL_EXIT, _write_report
-from ._server_metrics import _metrics_lines, _Scraper
+from ._plan import _parse_shard, _planned_steps, _shard_runs
+from ._summary import _parse_slos
+from ._evidence import iter_records
 from ._workloads import (
     _mean_spread, _MAX_TRACE_TOKENS, _parse_sessions, _parse_trace, _Session, _Synthetic, _synthetic_words)
-from ._sessions import _run_sessions, _SessionRows, _SessionSummary
+from ._sessions import _run_sessions, _SessionSummary
 from ._trace import _fitted, _run_trace, _Tokenizer, _trace_prompts, _TraceSummary
 from ._headers import _parse_header
 from ._args import _answer_files, _extra, _prompt, _warmup
-from ._views import _say_lost, _verdict_line
+from ._steps import _load_settings, _repeated, _slo_target
+from ._engine import _Workload
 
 _SESSION_APIS = ('chat', 'messages', 'responses')
-
-
-class _Workload(typing.NamedTuple):
-    """A workload read and prepared: its requests (the first one's settings stand for all), how to run
-    it (run(on_record, cancel)), what its summary block counts (a _SessionSummary or a _TraceSummary),
-    the block's name, and the bounds its runs are held to."""
-
-    requests: list
-    run: typing.Callable
-    block: typing.Any
-    name: str
-    slos: tuple = ()
-    slo_target: float | None = None
 
 
 def _read_text(path: str, flag: str) -> str:
@@ -78,10 +59,11 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
     if requests[0].api not in _SESSION_APIS:
         raise UsageError(f'--sessions runs on {", ".join(_SESSION_APIS)}; {requests[0].api} has no tools and '
                          'no turns')
-    settings = LoadSettings(len(sessions), args.concurrency, args.rate, args.arrivals, args.seed, args.keep_alive,
-                            slos=_parse_slos(args.slo or []), slo_target=args.slo_target)
-    return _Workload(requests, lambda on_record, cancel: _run_sessions(sessions, requests, settings, on_record, cancel),
-                     _SessionSummary(), 'sessions', settings.slos, settings.slo_target)
+    steps = _planned_steps(args, _repeated(args, _load_settings(args, len(sessions))), time.time())
+
+    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None) -> None:
+        _run_sessions(sessions, requests, settings, on_record, cancel, on_started=on_started)
+    return _Workload(requests, steps, run, _SessionSummary, 'sessions')
 
 
 def _prepare_session(args, url: str, model: str, session: _Session, extra: dict | None,
@@ -119,6 +101,17 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
     if model is None:
         raise UsageError('--model is required (unless --fixture is used)')
     lines = _parse_trace(args.trace, _read_text(args.trace, '--trace'))[:args.runs]
+    if args.shard is not None and _shard_runs(len(lines), _parse_shard(args.shard)) == 0:
+        raise UsageError(f'--shard {args.shard}: the trace has {len(lines)} lines, so shard '
+                         f'{args.shard.partition("/")[0]} would send none; use fewer shards')
+    warmup_runs, warmup_s = _warmup(args.warmup)
+    if warmup_runs >= len(lines):
+        raise UsageError(f'--warmup {args.warmup} leaves no line of the {len(lines)} to summarise: the warm-up runs '
+                         'are left out of every figure')
+    base = LoadSettings(len(lines), min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT),
+                        slos=_parse_slos(args.slo or []), slo_target=_slo_target(args), warmup_runs=warmup_runs,
+                        warmup_s=warmup_s)
+    steps = _planned_steps(args, _repeated(args, [base]), time.time())
     prepared = _preparer(args, url, model, key_env)
     tokenizer = _Tokenizer(prepared('x', args.max_tokens))
     prompts = _trace_prompts(lines, tokenizer, block_size)
@@ -128,20 +121,10 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
               'length_by': 'prompt' if line.prompt is not None else 'tokenize' if counted is not None
               else 'approximation'}
              for line, (_, counted) in zip(lines, prompts)]
-    shard = (0, 1) if args.shard is None else _parse_shard(args.shard)
-    if _shard_runs(len(lines), shard) == 0:
-        raise UsageError(f'--shard {args.shard}: the trace has {len(lines)} lines, so shard {shard[0]} would send '
-                         'none; use fewer shards')
-    warmup_runs, warmup_s = _warmup(args.warmup)
-    if warmup_runs >= len(lines):
-        raise UsageError(f'--warmup {args.warmup} leaves no line of the {len(lines)} to summarise: the warm-up runs '
-                         'are left out of every figure')
-    settings = LoadSettings(len(lines), min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT), shard=shard,
-                            start_at=None if args.start_at is None else _parse_start_at(args.start_at, time.time()),
-                            warmup_runs=warmup_runs, warmup_s=warmup_s)
-    return _Workload(requests, lambda on_record, cancel: _run_trace(lines, requests, facts, speed, settings,
-                                                                    on_record, cancel),
-                     _TraceSummary(speed), 'trace', _parse_slos(args.slo or []), args.slo_target)
+
+    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None) -> None:
+        _run_trace(lines, requests, facts, speed, settings, on_record, cancel, on_started=on_started)
+    return _Workload(requests, steps, run, lambda: _TraceSummary(speed), 'trace')
 
 
 def _preparer(args, url: str, model: str, key_env: str):
@@ -205,95 +188,6 @@ def _synthetic_requests(args, url: str, count: int, key_env: str = 'MODEL_API_KE
             'prompt_tokens_counted': counted,
             'length_by': None if length is None else 'tokenize' if counted is not None else 'approximation'}))
     return requests
-
-
-class _WorkloadReport(Report):
-    """The load's page, and for sessions a row of turns per session after the timeline."""
-
-    def __init__(self, summary: Summary) -> None:
-        super().__init__(summary)
-        self.sessions = _SessionRows()
-
-    def add(self, record: dict) -> None:
-        super().add(record)
-        self.sessions.add(record)
-
-    def html(self) -> str:
-        page = super().html()
-        return page if not self.sessions.rows else page.replace('</body></html>\n', self.sessions.html()
-                                                                  + '\n</body></html>\n')
-
-
-def _workload_load(args, workload: _Workload, fd: int, report_fd: int | None, prog: str, gates: tuple = (),
-                   csv_fd: int | None = None, scraper: _Scraper | None = None) -> int:
-    """Run the workload, appending each run's record to the reserved JSON Lines file as it ends (and its row
-    to --csv), with --server-metrics scraped meanwhile; print the summary (with its block and its gates);
-    return the exit status: 0 when every gate held (those of --fail-if; without, every run and every session
-    ok) and every planned run has its record, as for a load. SIGINT and SIGTERM cancel: nothing more
-    starts, the runs in flight end as interrupted."""
-    summary, block, cancel = Summary(workload.slos, workload.slo_target), workload.block, Cancel()
-    report = _WorkloadReport(summary) if report_fd is not None else None
-    files = _EvidenceFiles(fd, args.output, csv_fd, args.csv, cancel)
-    quiet = args.quiet
-    loads = _LoadCheck()  # what the load planned, against the records it wrote
-
-    def on_record(record: dict) -> None:
-        loads.add(record)
-        files.write(record)
-        summary.add(record)
-        block.add(record)
-        if report is not None:
-            report.add(record)
-        if not quiet and not record['ok']:
-            where = (f'session {record["session"]} turn {record["turn"]} round {record["round"]}'
-                     if 'session' in record else f'line {record["trace"]["line"]}')
-            sys.stderr.write(f'{where}: {_verdict_line(record)}\n')
-            sys.stderr.flush()
-
-    def on_signal(signum, frame) -> None:
-        cancel.cancel(signal.Signals(signum).name)
-    try:
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
-        if scraper is not None:
-            scraper.begin(None)
-            scraper.started()
-        workload.run(on_record, cancel)
-        if scraper is not None:
-            scraper.end()
-    finally:
-        files.close()
-    metrics, drawing = scraper.close() if scraper is not None else (None, None)
-    if report is not None:
-        if drawing is not None:
-            report.drawn_on_timeline.append(drawing)
-        _write_report(report_fd, report)
-    _ignore_signals()
-    result = {**summary.result(), workload.name: block.result()}
-    if metrics is not None:
-        result['server_metrics'] = metrics
-    result['gates'] = _evaluate_gates(gates or _default_gates(result), result)
-    if not quiet:
-        person = sys.stderr.isatty()
-        lines = ([_summary_table(result)] if person else []) + [block.table()]
-        lines += [] if person else _gate_lines(result.get('gates') or [])  # the table has them
-        if metrics is not None and (person or metrics['failed']):
-            lines += _metrics_lines(metrics)
-        print('\n'.join(lines), file=sys.stderr)
-    try:
-        print(_json_text(result), flush=True)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    if report is not None and not quiet:
-        print(f'report written to {args.report}', file=sys.stderr)
-    if files.failed:
-        path, exc = files.failed
-        print(f'{prog}: error: cannot write {path}: {exc.strerror or exc}', file=sys.stderr)
-        return 2
-    if cancel.reason in _SIGNAL_EXIT:
-        return _SIGNAL_EXIT[cancel.reason]
-    lost = _say_lost(prog, loads)
-    return 0 if _gates_held(result) and not lost else 1
 
 
 def _workload_blocks(paths: list[str]) -> dict:
