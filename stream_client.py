@@ -4827,7 +4827,7 @@ def _unstreamed_twin(request: PreparedRequest, body: dict) -> PreparedRequest:
     """The same request with ``stream: false`` and without what only a streamed request may carry."""
     twin_body = {key: False if key == 'stream' else value for key, value in body.items()
                  if key not in _STREAMED_ONLY_KEYS}
-    data = json.dumps(twin_body, ensure_ascii=False).encode()
+    data = _json_text(twin_body).encode()  # a session's history may hold a surrogate pair's halves as escapes
     headers = {**request.headers, 'Accept': 'application/json'}
     return dataclasses.replace(request, body=data, headers=headers,
                                wire=_render_request(request.scheme, request.host, request.port, request.path,
@@ -8008,15 +8008,16 @@ def _synthetic_words(count: int, run: int, seed: int, prefix_tokens: int = 0, gr
 
 def _with_conversation(request: PreparedRequest, conversation: _Conversation) -> PreparedRequest:
     """The session's prepared request with the conversation as it stands as its body's history (the
-    record's prompt_sha256 is then that of the history's JSON)."""
+    record's prompt_sha256 is then that of the history's JSON), and its unstreamed twin (--cross-check) the same."""
     fields = conversation.body_fields()
     body = {**json.loads(request.body), **fields}
     data = _json_text(body).encode()  # a surrogate pair streamed in halves goes back as the escapes it came as
     history = _json_text(fields, sort_keys=True).encode()
-    return dataclasses.replace(request, body=data,
+    turn = dataclasses.replace(request, body=data,
                                wire=_render_request(request.scheme, request.host, request.port, request.path,
                                                     request.headers, data),
                                settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
+    return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 
 
 def _answer_calls(record: dict) -> list[tuple[str, str, str]]:
@@ -10117,6 +10118,7 @@ _WHY = {
     'for-trace': 'it is for --trace',
     'prompts': 'the trace gives the prompts and their lengths',
     'schedule': 'the trace\'s timestamps are its schedule (--trace-speed scales them)',
+    'draws': 'a trace draws nothing: each pass replays the same lines at the same times',
 }
 # flag: (one run, load, --sessions, --trace). yes: honoured; load: the flag makes the command a load (see
 # that column); not yet: refused until the workload honours it; any other word: refused for the reason
@@ -10127,14 +10129,14 @@ _FLAG_TABLE = {
     '--tools': ('yes', 'yes', 'tools', 'yes'),
     '--tool-choice': ('yes', 'yes', 'yes', 'yes'),
     '--json-schema': ('yes', 'yes', 'tools', 'yes'),
-    '--cross-check': ('yes', 'yes', 'not yet', 'not yet'),
+    '--cross-check': ('yes', 'yes', 'yes', 'yes'),
     '--dialect': ('yes', 'yes', 'yes', 'yes'),
     '--header': ('yes', 'yes', 'yes', 'yes'),
     '--runs': ('load', 'yes', 'yes', 'yes'),
     '--concurrency': ('load', 'yes', 'yes', 'yes'),
     '--rate': ('load', 'yes', 'yes', 'schedule'),
     '--processes': ('load', 'yes', 'not yet', 'not yet'),
-    '--duration': ('load', 'yes', 'not yet', 'not yet'),
+    '--duration': ('load', 'yes', 'yes', 'schedule'),
     '--arrivals': ('load', 'yes', 'yes', 'schedule'),
     '--seed': ('yes', 'yes', 'yes', 'yes'),
     '--keep-alive': ('load', 'yes', 'yes', 'not yet'),
@@ -10144,16 +10146,16 @@ _FLAG_TABLE = {
     '--input-tokens': ('yes', 'yes', 'turns', 'prompts'),
     '--output-tokens': ('yes', 'yes', 'not yet', 'prompts'),
     '--shared-prefix-tokens': ('yes', 'yes', 'turns', 'prompts'),
-    '--repeat': ('load', 'yes', 'not yet', 'not yet'),
-    '--repeat-seeds': ('load', 'yes', 'not yet', 'not yet'),
-    '--warmup': ('load', 'yes', 'not yet', 'yes'),
-    '--shard': ('load', 'yes', 'not yet', 'yes'),
-    '--start-at': ('load', 'yes', 'not yet', 'yes'),
+    '--repeat': ('load', 'yes', 'yes', 'yes'),
+    '--repeat-seeds': ('load', 'yes', 'yes', 'draws'),
+    '--warmup': ('load', 'yes', 'yes', 'yes'),
+    '--shard': ('load', 'yes', 'yes', 'yes'),
+    '--start-at': ('load', 'yes', 'yes', 'yes'),
     '--server-metrics': ('load', 'yes', 'yes', 'yes'),
     '--metrics-interval': ('load', 'yes', 'yes', 'yes'),
-    '--rates': ('load', 'yes', 'not yet', 'schedule'),
-    '--concurrencies': ('load', 'yes', 'not yet', 'schedule'),
-    '--find-capacity': ('load', 'yes', 'not yet', 'schedule'),
+    '--rates': ('load', 'yes', 'yes', 'schedule'),
+    '--concurrencies': ('load', 'yes', 'yes', 'schedule'),
+    '--find-capacity': ('load', 'yes', 'yes', 'schedule'),
     '--slo': ('load', 'yes', 'yes', 'yes'),
     '--slo-target': ('load', 'yes', 'yes', 'yes'),
     '--fail-if': ('load', 'yes', 'yes', 'yes'),
@@ -10828,7 +10830,7 @@ def _prepare_session(args, url: str, model: str, session: _Session, extra: dict 
                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
                        expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
                        tools=session.tools, tool_choice=args.tool_choice if session.tools else None,
-                       trust_env=not args.no_proxy, dialect=args.dialect,
+                       trust_env=not args.no_proxy, dialect=args.dialect, cross_check=args.cross_check,
                        headers=[_parse_header(text) for text in args.header or ()])
     except ValueError as exc:
         raise UsageError(f'{session.where}: {exc}') from None

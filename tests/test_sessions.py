@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
 import tempfile
+import time
 import unittest
 from unittest import mock
 
@@ -14,7 +17,7 @@ from stream_client import UsageError
 from stream_client._workloads import _Conversation, _parse_sessions
 from .support import (arguments, chunk_json, Fixture, HERE, LoopbackServer, MESSAGE_START, message_end, message_event,
                       opening, run_cli, sse_response, TEXT_BLOCK, text_delta, URL_PATHS)
-from .support import instant_run, read_request, VirtualClock
+from .support import CLIENT, instant_run, read_request, script_command, script_env, VirtualClock
 from .tiers import sans_io
 
 SESSION_APIS = ('chat', 'messages', 'responses')
@@ -548,3 +551,90 @@ class VirtualThinkTimeTests(unittest.TestCase):
             for before, after in zip(runs, runs[1:]):
                 self.assertEqual(round(after['offset_ms'] - before['offset_ms'], 3), 45_000)  # the runs take no time
         self.assertEqual(round(clock.now() - clock.start, 6), 3 * 2 * 45)  # three sessions, two thinks each
+
+
+class SessionEngineTests(unittest.TestCase):
+    """Sessions under the engine's steps: shards that merge into exactly the file, a capacity search whose
+    probes start sessions, repeats that are new sessions."""
+
+    def setUp(self) -> None:
+        self.folder = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.folder)
+
+    def write_sessions(self, count: int, turns: int) -> str:
+        path = os.path.join(self.folder, 'sessions.jsonl')
+        with open(path, 'w', encoding='utf-8') as file:
+            file.write(''.join(json.dumps(session_line(n, turns)) + '\n' for n in range(count)))
+        return path
+
+    def records(self, *names: str) -> list[dict]:
+        out = []
+        for name in names:
+            with open(os.path.join(self.folder, name), encoding='utf-8') as file:
+                out += [json.loads(line) for line in file]
+        return out
+
+    def test_three_shards_of_sessions_as_three_processes_merge_into_exactly_the_file(self):
+        path = self.write_sessions(10, 2)
+        start = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(time.time() + 2))
+        with Fixture('agent') as fixture:
+            shards = [subprocess.Popen(script_command(CLIENT, '--url', fixture.url, '--model', 'm', '--sessions', path,
+                                                      '--shard', f'{index}/3', '--start-at', start, '--concurrency',
+                                                      '2', '--quiet', '--output', f'shard-{index}.jsonl'),
+                                       cwd=self.folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       env=script_env())
+                      for index in range(3)]
+            done = [shard.communicate(timeout=120) + (shard.returncode,) for shard in shards]
+        self.assertEqual([status for _, _, status in done], [0] * 3, done)
+        files = [f'shard-{index}.jsonl' for index in range(3)]
+        records = self.records(*files)
+        ends = sorted((r['session_index'], r['session'], r['load']['plan']['shard']) for r in records
+                      if r.get('session_end'))
+        self.assertEqual(ends, [(n, f's{n}', n % 3) for n in range(10)])  # each session once, by its shard
+        self.assertEqual(len({r['load']['plan']['id'] for r in records}), 1)
+        self.assertEqual([len(self.records(name)) for name in files], [4 * 4, 3 * 4, 3 * 4])  # 2 turns of 2 runs
+        merged = run_cli('--summary', *files, cwd=self.folder)
+        self.assertEqual(merged.returncode, 0, merged.stderr)
+        summary = json.loads(merged.stdout)
+        self.assertEqual((summary['sessions']['sessions'], summary['sessions']['ok'], summary['runs']), (10, 10, 40))
+        missing = run_cli('--summary', *files[:2], cwd=self.folder)
+        self.assertEqual(missing.returncode, 2, missing.stderr)
+        self.assertIn('shard 2/3 missing', missing.stderr)
+        twice = run_cli('--summary', *files, files[0], cwd=self.folder)
+        self.assertEqual(twice.returncode, 2, twice.stderr)
+
+    def test_a_capacity_search_over_sessions_follows_its_probes_verdicts(self):
+        # --fixture capacity starts at most 20 answers per second; each probe starts one-turn sessions at its
+        # rate, cycling through the file. Which probes pass depends on the machine; that each probe is the one
+        # _next_probe chooses from the verdicts before it does not.
+        path = self.write_sessions(3, 1)
+        done = run_cli('--fixture', 'capacity', '--sessions', path, '--find-capacity', '10:80', '--duration', '0.3',
+                       '--arrivals', 'constant', '--slo', 'first_text_ms=70', '--slo-target', '0.8', '--output',
+                       'capacity.jsonl', '--quiet', cwd=self.folder, timeout=120)
+        self.assertNotEqual(done.returncode, 2, done.stderr)
+        summary, records = json.loads(done.stdout), self.records('capacity.jsonl')
+        steps = {step['rate']: step for step in summary['steps']}
+        probed = [rate for _, rate in sorted({(r['load']['step'], r['load']['rate']) for r in records})]
+        self.assertGreaterEqual(len(probed), 2)
+        verdicts = [(rate, stream_client._summary._saturation_step([steps[rate]], 0.8)['rate'] is not None)
+                    for rate in probed]
+        for number, rate in enumerate(probed):
+            self.assertEqual(stream_client._steps._next_probe(10, 80, verdicts[:number], 0.05), rate, verdicts)
+        self.assertEqual(summary['capacity']['probes'], len(probed))
+        for step, rate in enumerate(probed):  # each probe started its scheduled sessions, the file cycled
+            planned = stream_client._load._scheduled_runs(rate, 'constant', 0, 0.3)
+            ends = [r for r in records if r['load']['step'] == step and r.get('session_end')]
+            self.assertEqual(sorted(r['session_index'] for r in ends), list(range(planned)))
+            self.assertEqual({r['session'] for r in ends}, {f's{n % 3}' for n in range(planned)})
+        self.assertEqual(summary['sessions']['sessions'], len([r for r in records if r.get('session_end')]))
+
+    def test_a_repeated_session_file_is_run_again_as_new_sessions_each_pass(self):
+        path = self.write_sessions(2, 1)
+        done = run_cli('--fixture', 'agent', '--sessions', path, '--repeat', '3', '--output', 'again.jsonl',
+                       '--quiet', cwd=self.folder)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        records = self.records('again.jsonl')
+        self.assertEqual(sorted((r['load']['repeat'], r['session']) for r in records if r.get('session_end')),
+                         [(repeat, f's{n}') for repeat in range(3) for n in range(2)])
+        self.assertEqual(len({r['load']['id'] for r in records}), 3)  # a load per pass
+        self.assertEqual(json.loads(done.stdout)['sessions']['sessions'], 6)

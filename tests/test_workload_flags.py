@@ -168,11 +168,43 @@ EFFECTS = {
     ('--keep-alive', SESSIONS): Effect(['--sessions', '{in}/two-turns.jsonl', '--keep-alive'],
                                        lambda ran: sorted(r['connection']['reused'] for r in ran.records),
                                        [False, True]),
+    ('--cross-check', SESSIONS): Effect(['--sessions', '{in}/agent.jsonl', '--cross-check'],  # each turn's twin
+                                        lambda ran: ({r['cross_check']['same'] for r in ran.records},
+                                                     len(ran.records) > 1),
+                                        ({True}, True), mode='pair-honest'),
+    ('--duration', SESSIONS): Effect(['--rate', '40', '--duration', '0.1'],
+                                     lambda ran: (ran.load('duration'), ran.summary['sessions']['sessions']),
+                                     ({0.1}, stream_client._load._scheduled_runs(40, 'poisson', 0, 0.1))),
+    ('--repeat', SESSIONS): Effect(['--repeat', '2'], lambda ran: (ran.load('repeat'), len(ran.records)), ({0, 1}, 4)),
+    ('--repeat-seeds', SESSIONS): Effect(['--rate', '100', '--repeat', '2', '--repeat-seeds', 'same'],
+                                         lambda ran: ran.load('seed'), {0}),
+    ('--warmup', SESSIONS): Effect(['--warmup', '1'],
+                                   lambda ran: (ran.summary['warmup_runs'], ran.summary['sessions']['sessions'],
+                                                sorted((r['session_index'], r['warmup']) for r in ran.records)),
+                                   (1, 1, [(0, True), (1, False)])),
+    ('--shard', SESSIONS): Effect(['--shard', '1/2'],
+                                  lambda ran: sorted((r['session'], r['session_index'], r['load']['plan']['shard'])
+                                                     for r in ran.records), [('s1', 1, 1)]),
+    ('--start-at', SESSIONS): Effect(['--start-at', '{past}'],
+                                     lambda ran: {r['load']['plan']['start_at'] is not None for r in ran.records},
+                                     {True}),
+    ('--rates', SESSIONS): Effect(['--rates', '40,80', '--duration', '0.05'],
+                                  lambda ran: [step['rate'] for step in ran.summary['steps']], [40.0, 80.0]),
+    ('--concurrencies', SESSIONS): Effect(['--concurrencies', '1,2'],
+                                          lambda ran: [step['concurrency']
+                                                       for step in ran.summary['concurrency_steps']], [1, 2]),
+    ('--find-capacity', SESSIONS): Effect(['--find-capacity', '20:40', '--duration', '0.05'],
+                                          lambda ran: ran.summary['capacity']['probes'] >= 2, True, served=True),
 
     **{(flag, TRACE): effect for flag, effect in SUMMARY_EFFECTS.items()},
     **{(flag, TRACE): REQUEST_EFFECTS[flag] for flag in ('--tools', '--tool-choice', '--json-schema', '--dialect',
                                                          '--header')},
     ('--runs', TRACE): Effect(['--runs', '1'], lambda ran: ran.summary['trace']['lines'], 1),
+    ('--cross-check', TRACE): REQUEST_EFFECTS['--cross-check'],
+    ('--repeat', TRACE): Effect(['--repeat', '2'],
+                                lambda ran: (sorted((r['load']['repeat'], r['run']) for r in ran.records),
+                                             ran.summary['trace']['lines']),
+                                ([(0, 0), (0, 1), (1, 0), (1, 1)], 4)),
     ('--shard', TRACE): Effect(['--shard', '1/2'],
                                lambda ran: sorted((r['run'], r['load']['plan']['shard']) for r in ran.records),
                                [(1, 1)]),
@@ -360,8 +392,9 @@ class FlagTableTests(unittest.TestCase):
                     self.assertEqual(ran.status, status, ran.stderr)
                     self.assertEqual([(g['expr'], g['held']) for g in ran.summary['gates']],
                                      [(gate, not status), ('runs < 1', True)])
-                    failed = f'gate FAILED fail if {gate}'  # elsewhere than a terminal, as a load: the gates that failed
-                    self.assertEqual((failed in ran.stderr, 'gate held' in ran.stderr), (bool(status), False), ran.stderr)
+                    failed = f'gate FAILED fail if {gate}'  # elsewhere than a terminal, as a load: those that failed
+                    self.assertEqual((failed in ran.stderr, 'gate held' in ran.stderr), (bool(status), False),
+                                     ran.stderr)
             with self.subTest(workload=column, gate='a broken run'):
                 ran = self.run_workload(column, Effect(['--fail-if', 'not_ok > 0'], None, None, mode='truncated'))
                 self.assertEqual((ran.status, ran.summary['gates'][0]['held']), (1, False), ran.stderr)

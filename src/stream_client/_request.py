@@ -18,7 +18,7 @@ import typing
 from urllib.parse import unquote, urlsplit
 
 from ._limits import _host_port, _shorten, __version__
-from ._json import SchemaError, _seen
+from ._json import _json_text, SchemaError, _seen
 from ._schema import JsonSchema
 from ._dialects import _dialect_named
 from ._validator import AnswerSpec, StreamValidator, _TOOL_CHOICES
@@ -476,7 +476,7 @@ def _unstreamed_twin(request: PreparedRequest, body: dict) -> PreparedRequest:
     """The same request with ``stream: false`` and without what only a streamed request may carry."""
     twin_body = {key: False if key == 'stream' else value for key, value in body.items()
                  if key not in _STREAMED_ONLY_KEYS}
-    data = json.dumps(twin_body, ensure_ascii=False).encode()
+    data = _json_text(twin_body).encode()  # a session's history may hold a surrogate pair's halves as escapes
     headers = {**request.headers, 'Accept': 'application/json'}
     return dataclasses.replace(request, body=data, headers=headers,
                                wire=_render_request(request.scheme, request.host, request.port, request.path,

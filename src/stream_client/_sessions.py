@@ -13,12 +13,11 @@ import dataclasses
 import hashlib
 import html
 import json
-import os
 import threading
 
 from ._limits import _count
 from ._json import _json_text
-from ._request import _render_request, PreparedRequest
+from ._request import _render_request, PreparedRequest, _unstreamed_twin
 from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
 from ._record import _client_failure
 from ._transport import _run, _Show
@@ -32,15 +31,16 @@ from ._workloads import _Conversation, _Session, _ToolResults
 
 def _with_conversation(request: PreparedRequest, conversation: _Conversation) -> PreparedRequest:
     """The session's prepared request with the conversation as it stands as its body's history (the
-    record's prompt_sha256 is then that of the history's JSON)."""
+    record's prompt_sha256 is then that of the history's JSON), and its unstreamed twin (--cross-check) the same."""
     fields = conversation.body_fields()
     body = {**json.loads(request.body), **fields}
     data = _json_text(body).encode()  # a surrogate pair streamed in halves goes back as the escapes it came as
     history = _json_text(fields, sort_keys=True).encode()
-    return dataclasses.replace(request, body=data,
+    turn = dataclasses.replace(request, body=data,
                                wire=_render_request(request.scheme, request.host, request.port, request.path,
                                                     request.headers, data),
                                settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
+    return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 
 
 def _answer_calls(record: dict) -> list[tuple[str, str, str]]:

@@ -75,7 +75,7 @@ def _prepare_session(args, url: str, model: str, session: _Session, extra: dict 
                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
                        expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
                        tools=session.tools, tool_choice=args.tool_choice if session.tools else None,
-                       trust_env=not args.no_proxy, dialect=args.dialect,
+                       trust_env=not args.no_proxy, dialect=args.dialect, cross_check=args.cross_check,
                        headers=[_parse_header(text) for text in args.header or ()])
     except ValueError as exc:
         raise UsageError(f'{session.where}: {exc}') from None
