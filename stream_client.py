@@ -6607,12 +6607,23 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     """
     started = _started(settings, clock)
     described = _load_description(requests, settings)
+
+    def run_share(share: tuple[int, int], out, cancel: Cancel) -> None:
+        _run_share(requests, settings, out, cancel, started, described, share, clock)
+    _run_shares(settings, run_share, on_record, cancel, on_started)
+
+
+def _run_shares(settings: LoadSettings, run_share, on_record, cancel: Cancel, on_started=None) -> None:
+    """Run every share of a workload's units (runs, sessions, lines) of this shard: run_share(share, out,
+    cancel) runs the units i with i % workers == number (share is (number, workers): see _share), handing
+    each record to out. In this process, or spread over settings.processes forked ones (_spread_load), and
+    on_record is called here either way, one call at a time."""
     if settings.processes > 1:
-        _spread_load(requests, settings, on_record, cancel, started, described, on_started)
-    else:
-        if on_started is not None:
-            on_started()
-        _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0), clock)
+        _spread_load(settings, run_share, on_record, cancel, on_started)
+        return
+    if on_started is not None:
+        on_started()
+    run_share(_share(settings, 0), on_record, cancel)
 
 
 def _started(settings: LoadSettings, clock: _Clock) -> float:
@@ -6632,6 +6643,12 @@ def _load_description(requests: list[PreparedRequest], settings: LoadSettings, *
                      'start_at': None if settings.start_at is None else _utc_iso(settings.start_at)}}
 
 
+def _slots(settings: LoadSettings, share: tuple[int, int]) -> int:
+    """The runs a share may have in flight: its part of settings.in_flight, at least one."""
+    number, processes = share
+    return max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
+
+
 def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
     """(number, workers) of a worker process of a shard: run i is its when i % workers == number (i % N is
     the shard, and i // N % processes the process within it), and it takes that share of the slots."""
@@ -6640,11 +6657,14 @@ def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
 
 
 def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
-               described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK) -> None:
+               described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK, offsets=None,
+               fields=None) -> None:
     """The runs i with i % processes == number, on worker threads of this process (share is (number,
-    processes)), with that share of the slots, on the load's schedule from ``started``."""
+    processes)), with that share of the slots, on the schedule from ``started``: the load's arrivals, or
+    offsets[i] (a trace's timestamps). fields(i, late_ms), when given, adds a workload's own fields to run
+    i's record (a trace's line)."""
     number, processes = share
-    slots = max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
+    slots = _slots(settings, share)
     lock = threading.Lock()
     workers, kept_by_worker = threading.local(), []
     gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
@@ -6669,13 +6689,16 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
             record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
         except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
             record = _client_failure(request, exc, 'during the run')
+        late = round((begun - started - due) * 1000, 3)
         record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
-                  'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
-                  'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
-                  'warmup': settings.warms_up(index, begun - started), 'load': described}
+                  'queued_ms': late if timed else None, 'scheduled_ms': round(due * 1000, 3) if timed else None,
+                  'warmup': settings.warms_up(index, begun - started), 'load': described,
+                  **(fields(index, late) if fields is not None else {})}
         with lock:
             on_record(record)
-    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % processes == number)
+    timed = offsets is not None or settings.rate is not None  # a closed loop has no schedule to be late on
+    schedule = enumerate(arrival_offsets(settings) if offsets is None else offsets)
+    mine = ((index, due) for index, due in schedule if index % processes == number)
     try:
         _run_on_schedule(mine, slots, one, started, cancel, clock)  # a run cancelled before it was taken has no record
     finally:
@@ -6688,9 +6711,8 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
 _CANCEL_MESSAGE = 16  # bytes a cancelled load writes per worker process: the reason, padded
 
 
-def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
-                 described: dict, on_started=None) -> None:
-    """Fork settings.processes worker processes, each running its share of the runs (_run_share) and
+def _spread_load(settings: LoadSettings, run_share, on_record, cancel: Cancel, on_started=None) -> None:
+    """Fork settings.processes worker processes, each running its share of the units (run_share) and
     writing each record as one JSON line to its own pipe; call on_record for every line here, one at a
     time, so that this process stays the one owner of the evidence. The clock (perf_counter) is the
     system's monotonic one, shared by the processes, so offsets stay on one schedule. A cancel here
@@ -6719,8 +6741,7 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
             if pid == 0:  # the worker
                 for fd in parent_fds + [record_read]:
                     os.close(fd)
-                _worker_process(requests, settings, started, described, _share(settings, number),
-                                control_read, record_write)
+                _worker_process(run_share, _share(settings, number), control_read, record_write)
             os.close(record_write)
             parent_fds.append(record_read)
             pids.append(pid)
@@ -6749,8 +6770,7 @@ def _tell_workers(control: int, reason: str, processes: int) -> None:
         pass
 
 
-def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, started: float, described: dict,
-                    share: tuple[int, int], control: int, records: int) -> None:
+def _worker_process(run_share, share: tuple[int, int], control: int, records: int) -> None:
     """The body of a forked worker: run the share, write its records, exit (never returns)."""
     status = 1
     try:
@@ -6766,7 +6786,7 @@ def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, sta
             def write(record: dict) -> None:
                 out.write(_json_text(record) + '\n')
                 out.flush()
-            _run_share(requests, settings, write, cancel, started, described, share)
+            run_share(share, write, cancel)
         status = 0
     except BaseException:  # a bug in this client: say so, and let the parent see the status
         traceback.print_exc()
@@ -8122,17 +8142,32 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
                   cancel: Cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
     """Run settings.runs sessions (session i is sessions[i % len(sessions)] with its request, its first turn
     prepared; this shard's, i % N == I), at most settings.in_flight at once, started closed-loop or at the
-    open loop's arrivals (from settings.start_at when given); call on_record for each run as it ends, one
-    call at a time. Each record gains run (numbered as records are written), session, session_index (i),
-    turn, round, offset_ms, queued_ms (a session's first run, open loop: how late the session started),
-    warmup (every run of a warm-up session), load (with sessions, the shard's, and runs None: a session's
-    runs are not known ahead) and, on a session's last run, session_end. With keep_alive, each session keeps
-    one connection. ``clock`` is what the schedule and the think times wait by; on_started() is called
-    before the first session starts."""
+    open loop's arrivals (from settings.start_at when given), here or spread over settings.processes
+    processes; call on_record for each run as it ends, one call at a time. Each record gains run (numbered
+    here as records come), session, session_index (i), turn, round, offset_ms, queued_ms (a session's first
+    run, open loop: how late the session started), warmup (every run of a warm-up session), load (with
+    sessions, the shard's, and runs None: a session's runs are not known ahead) and, on a session's last
+    run, session_end. With keep_alive, each session keeps one connection. ``clock`` is what the schedule and
+    the think times wait by; on_started() is called before the first session starts."""
     started = _started(settings, clock)
     described = {**_load_description(requests, settings), 'runs': None,
                  'sessions': _shard_runs(settings.runs, settings.shard)}
-    lock, numbers = threading.Lock(), iter(range(2 ** 62))
+    numbers = iter(range(2 ** 62))
+
+    def numbered(record: dict) -> None:  # one call at a time: the runs of every share, in the order they end
+        on_record({'run': next(numbers), **record})
+
+    def run_share(share: tuple[int, int], out, cancel: Cancel) -> None:
+        _run_session_share(sessions, requests, settings, out, cancel, started, described, share, clock)
+    _run_shares(settings, run_share, numbered, cancel, on_started)
+
+
+def _run_session_share(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, out,
+                       cancel: Cancel, started: float, described: dict, share: tuple[int, int],
+                       clock: _Clock = _REAL_CLOCK) -> None:
+    """The sessions i with i % workers == number of share (number, workers), on worker threads of this
+    process, with that share of the slots; out(record) for each run, one call at a time."""
+    lock = threading.Lock()
     gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
     reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
 
@@ -8145,7 +8180,7 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
 
         def emit(record: dict) -> None:
             with lock:
-                on_record({'run': next(numbers), **record, **fields})
+                out({**record, **fields})
         try:
             with gate:
                 _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel, kept, emit,
@@ -8153,12 +8188,10 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
         finally:
             if kept is not None:
                 kept.close()
-    shard, shards = settings.shard
-    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % shards == shard)
-    if on_started is not None:
-        on_started()
+    number, workers = share
+    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % workers == number)
     try:
-        _run_on_schedule(mine, settings.in_flight, one, started, cancel, clock)
+        _run_on_schedule(mine, _slots(settings, share), one, started, cancel, clock)
     finally:
         if reactor is not None:
             reactor.close()
@@ -8370,35 +8403,24 @@ def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
 def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: list[dict], speed: float,
                settings: LoadSettings, on_record, cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
     """Start requests[i] at lines[i]'s scheduled time, at most settings.in_flight at once (the lines i of
-    this shard, i % N == I, of settings.shard; from settings.start_at when given); call on_record for each
-    run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms (how late it started),
-    load (with the plan every shard shares), and trace: the line, its timestamp, scheduled_ms, late_ms and
-    the facts of its prompt. ``clock`` is what the schedule waits by; on_started() is called before the first
-    line starts."""
+    this shard, i % N == I, of settings.shard; from settings.start_at when given), here or spread over
+    settings.processes processes, on the load's engine (_run_share: --keep-alive too); call on_record for
+    each run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms and scheduled_ms
+    (how late it started, and when it was due), load (with the plan every shard shares), and trace: the
+    line, its timestamp, scheduled_ms, late_ms and the facts of its prompt. ``clock`` is what the schedule
+    waits by; on_started() is called before the first line starts."""
     described = _load_description(requests, settings, arrivals='trace', trace_speed=speed)
     offsets = _trace_offsets(lines, speed)
-    lock = threading.Lock()
     started = _started(settings, clock)
-    index, shards = settings.shard
 
-    def one(job: tuple[int, float]) -> None:
-        index, begun = job[0], clock.now()
-        request = requests[index]
-        try:
-            record = _run(request, _Show(), None, cancel, None)
-        except Exception as exc:  # a bug in this client: the run still has its record
-            record = _client_failure(request, exc, 'during the run')
-        late = round((begun - started - offsets[index]) * 1000, 3)
+    def line_fields(index: int, late: float) -> dict:
         line = lines[index]
-        with lock:
-            on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3), 'queued_ms': late,
-                       'warmup': settings.warms_up(index, begun - started), 'load': described,
-                       'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
-                                 'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}})
-    mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
-    if on_started is not None:
-        on_started()
-    _run_on_schedule(mine, settings.in_flight, one, started, cancel, clock)
+        return {'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
+                          'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}}
+
+    def run_share(share: tuple[int, int], out, cancel) -> None:
+        _run_share(requests, settings, out, cancel, started, described, share, clock, offsets, line_fields)
+    _run_shares(settings, run_share, on_record, cancel, on_started)
 
 
 class _TraceSummary:
@@ -10135,11 +10157,11 @@ _FLAG_TABLE = {
     '--runs': ('load', 'yes', 'yes', 'yes'),
     '--concurrency': ('load', 'yes', 'yes', 'yes'),
     '--rate': ('load', 'yes', 'yes', 'schedule'),
-    '--processes': ('load', 'yes', 'not yet', 'not yet'),
+    '--processes': ('load', 'yes', 'yes', 'yes'),
     '--duration': ('load', 'yes', 'yes', 'schedule'),
     '--arrivals': ('load', 'yes', 'yes', 'schedule'),
     '--seed': ('yes', 'yes', 'yes', 'yes'),
-    '--keep-alive': ('load', 'yes', 'yes', 'not yet'),
+    '--keep-alive': ('load', 'yes', 'yes', 'yes'),
     '--prompts': ('load', 'yes', 'turns', 'prompts'),
     '--trace-speed': ('for-trace', 'for-trace', 'for-trace', 'yes'),
     '--block-size': ('for-trace', 'for-trace', 'for-trace', 'yes'),
@@ -10864,7 +10886,8 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
         raise UsageError(f'--warmup {args.warmup} leaves no line of the {len(lines)} to summarise: the warm-up runs '
                          'are left out of every figure')
     base = LoadSettings(len(lines), min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT),
-                        slos=_parse_slos(args.slo or []), slo_target=_slo_target(args), warmup_runs=warmup_runs,
+                        keep_alive=args.keep_alive, slos=_parse_slos(args.slo or []), slo_target=_slo_target(args),
+                        processes=1 if args.processes is None else args.processes, warmup_runs=warmup_runs,
                         warmup_s=warmup_s)
     steps = _planned_steps(args, _repeated(args, [base]), time.time())
     prepared = _preparer(args, url, model, key_env)
@@ -11973,7 +11996,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed,
-                                   own_process=steps is not None and _first_step(steps).processes > 1)
+                                   own_process=(args.processes or 1) > 1)  # a forked worker cannot serve it
             url = fixture.url if fixture else args.url or _DEFAULT_URL
             workload = _plan_workload(args, url)
             requests = workload.requests if workload is not None else \

@@ -24,7 +24,8 @@ from ._transport import _run, _Show
 from ._reactor import _EPOLL, _Reactor
 from ._plan import _session_key, _shard_runs
 from ._load import (
-    _Clock, arrival_offsets, _load_description, LoadSettings, _REAL_CLOCK, _run_on_schedule, _started, _wait_until)
+    _Clock, arrival_offsets, _load_description, LoadSettings, _REAL_CLOCK, _run_on_schedule, _run_shares, _slots,
+    _started, _wait_until)
 from ._summary import _percentiles
 from ._workloads import _Conversation, _Session, _ToolResults
 
@@ -145,17 +146,32 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
                   cancel: Cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
     """Run settings.runs sessions (session i is sessions[i % len(sessions)] with its request, its first turn
     prepared; this shard's, i % N == I), at most settings.in_flight at once, started closed-loop or at the
-    open loop's arrivals (from settings.start_at when given); call on_record for each run as it ends, one
-    call at a time. Each record gains run (numbered as records are written), session, session_index (i),
-    turn, round, offset_ms, queued_ms (a session's first run, open loop: how late the session started),
-    warmup (every run of a warm-up session), load (with sessions, the shard's, and runs None: a session's
-    runs are not known ahead) and, on a session's last run, session_end. With keep_alive, each session keeps
-    one connection. ``clock`` is what the schedule and the think times wait by; on_started() is called
-    before the first session starts."""
+    open loop's arrivals (from settings.start_at when given), here or spread over settings.processes
+    processes; call on_record for each run as it ends, one call at a time. Each record gains run (numbered
+    here as records come), session, session_index (i), turn, round, offset_ms, queued_ms (a session's first
+    run, open loop: how late the session started), warmup (every run of a warm-up session), load (with
+    sessions, the shard's, and runs None: a session's runs are not known ahead) and, on a session's last
+    run, session_end. With keep_alive, each session keeps one connection. ``clock`` is what the schedule and
+    the think times wait by; on_started() is called before the first session starts."""
     started = _started(settings, clock)
     described = {**_load_description(requests, settings), 'runs': None,
                  'sessions': _shard_runs(settings.runs, settings.shard)}
-    lock, numbers = threading.Lock(), iter(range(2 ** 62))
+    numbers = iter(range(2 ** 62))
+
+    def numbered(record: dict) -> None:  # one call at a time: the runs of every share, in the order they end
+        on_record({'run': next(numbers), **record})
+
+    def run_share(share: tuple[int, int], out, cancel: Cancel) -> None:
+        _run_session_share(sessions, requests, settings, out, cancel, started, described, share, clock)
+    _run_shares(settings, run_share, numbered, cancel, on_started)
+
+
+def _run_session_share(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, out,
+                       cancel: Cancel, started: float, described: dict, share: tuple[int, int],
+                       clock: _Clock = _REAL_CLOCK) -> None:
+    """The sessions i with i % workers == number of share (number, workers), on worker threads of this
+    process, with that share of the slots; out(record) for each run, one call at a time."""
+    lock = threading.Lock()
     gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
     reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
 
@@ -168,7 +184,7 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
 
         def emit(record: dict) -> None:
             with lock:
-                on_record({'run': next(numbers), **record, **fields})
+                out({**record, **fields})
         try:
             with gate:
                 _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel, kept, emit,
@@ -176,12 +192,10 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
         finally:
             if kept is not None:
                 kept.close()
-    shard, shards = settings.shard
-    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % shards == shard)
-    if on_started is not None:
-        on_started()
+    number, workers = share
+    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % workers == number)
     try:
-        _run_on_schedule(mine, settings.in_flight, one, started, cancel, clock)
+        _run_on_schedule(mine, _slots(settings, share), one, started, cancel, clock)
     finally:
         if reactor is not None:
             reactor.close()

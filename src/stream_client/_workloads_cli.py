@@ -109,7 +109,8 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
         raise UsageError(f'--warmup {args.warmup} leaves no line of the {len(lines)} to summarise: the warm-up runs '
                          'are left out of every figure')
     base = LoadSettings(len(lines), min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT),
-                        slos=_parse_slos(args.slo or []), slo_target=_slo_target(args), warmup_runs=warmup_runs,
+                        keep_alive=args.keep_alive, slos=_parse_slos(args.slo or []), slo_target=_slo_target(args),
+                        processes=1 if args.processes is None else args.processes, warmup_runs=warmup_runs,
                         warmup_s=warmup_s)
     steps = _planned_steps(args, _repeated(args, [base]), time.time())
     prepared = _preparer(args, url, model, key_env)
