@@ -10129,7 +10129,7 @@ def _warmup(text: str | None) -> tuple[int, float | None]:
 
 # The workloads, as the table's columns name them.
 _WORKLOADS = ('one run', 'load', '--sessions', '--trace')
-_YES, _LOAD, _NOT_YET = 'yes', 'load', 'not yet'
+_YES, _LOAD = 'yes', 'load'
 # A refusal for good: the workload gives that itself, or the flag is another workload's. Keyed by the
 # short word the table uses; the doc shows each as "no".
 _WHY = {
@@ -10143,8 +10143,8 @@ _WHY = {
     'draws': 'a trace draws nothing: each pass replays the same lines at the same times',
 }
 # flag: (one run, load, --sessions, --trace). yes: honoured; load: the flag makes the command a load (see
-# that column); not yet: refused until the workload honours it; any other word: refused for the reason
-# _WHY gives.
+# that column); any other word: refused for the reason _WHY gives. Every workload runs on one engine
+# (_engine), so what wraps one wraps them all: a refusal here is for good.
 _FLAG_TABLE = {
     '--prompt': ('yes', 'yes', 'turns', 'prompts'),
     '--prompt-file': ('yes', 'yes', 'turns', 'prompts'),
@@ -10166,7 +10166,7 @@ _FLAG_TABLE = {
     '--trace-speed': ('for-trace', 'for-trace', 'for-trace', 'yes'),
     '--block-size': ('for-trace', 'for-trace', 'for-trace', 'yes'),
     '--input-tokens': ('yes', 'yes', 'turns', 'prompts'),
-    '--output-tokens': ('yes', 'yes', 'not yet', 'prompts'),
+    '--output-tokens': ('yes', 'yes', 'yes', 'prompts'),
     '--shared-prefix-tokens': ('yes', 'yes', 'turns', 'prompts'),
     '--repeat': ('load', 'yes', 'yes', 'yes'),
     '--repeat-seeds': ('load', 'yes', 'yes', 'draws'),
@@ -10235,8 +10235,6 @@ def _check_workload_flags(parser, args, argv: list[str]) -> None:
         cell = cells[column]
         if not given[flag] or cell == _YES or (cell == _LOAD and flag in _LOAD_MAKERS):
             continue
-        if cell == _NOT_YET:
-            raise UsageError(f'{flag} does not work with {chosen_by} yet {_SEE}')
         if cell == 'load':
             raise UsageError(f'{flag} is for a load, not a single run: give --runs 2 or more, or --rate with '
                              f'--duration {_SEE}')
@@ -10832,7 +10830,11 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
     if args.tool_choice is not None and not any(session.tools for session in sessions):
         raise UsageError(f'--tool-choice needs tools, and no session of --sessions {args.sessions} brings "tools"')
     extra = _extra(args)
-    requests = [_prepare_session(args, url, model, session, extra, key_env) for session in sessions]
+    outputs = _mean_spread(args.output_tokens, '--output-tokens', 1, 32768) if args.output_tokens else None
+    budgets = [budget or args.max_tokens for _, budget, _ in _Synthetic(output_tokens=outputs).plan(len(sessions),
+                                                                                                  args.seed)]
+    requests = [_prepare_session(args, url, model, session, extra, key_env, budget)
+                for session, budget in zip(sessions, budgets)]
     if requests[0].api not in _SESSION_APIS:
         raise UsageError(f'--sessions runs on {", ".join(_SESSION_APIS)}; {requests[0].api} has no tools and '
                          'no turns')
@@ -10844,9 +10846,11 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
 
 
 def _prepare_session(args, url: str, model: str, session: _Session, extra: dict | None,
-                     key_env: str) -> PreparedRequest:
+                     key_env: str, max_tokens: int) -> PreparedRequest:
+    """The session's first request, with max_tokens (--max-tokens, or the session's --output-tokens draw) the
+    budget of each of its runs."""
     try:
-        return prepare(url, model, session.turns[0], max_tokens=args.max_tokens, idle=args.idle,
+        return prepare(url, model, session.turns[0], max_tokens=max_tokens, idle=args.idle,
                        deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get(key_env),
                        system=session.system if session.system is not None else args.system,
                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,

@@ -178,6 +178,11 @@ EFFECTS = {
     ('--duration', SESSIONS): Effect(['--rate', '40', '--duration', '0.1'],
                                      lambda ran: (ran.load('duration'), ran.summary['sessions']['sessions']),
                                      ({0.1}, stream_client._load._scheduled_runs(40, 'poisson', 0, 0.1))),
+    ('--output-tokens', SESSIONS): Effect(['--output-tokens', '7:2', '--seed', '1'],  # a budget drawn per session
+                                          lambda ran: sorted((r['session_index'], r['request']['max_tokens'])
+                                                             for r in ran.records),
+                                          [(index, budget) for index, (_, budget, _) in enumerate(
+                                              stream_client._workloads._Synthetic(output_tokens=(7, 2)).plan(2, 1))]),
     ('--processes', SESSIONS): Effect(['--processes', '2'],
                                       lambda ran: (ran.load('processes'), sorted(r['run'] for r in ran.records),
                                                    sorted(r['session_index'] for r in ran.records)),
@@ -336,7 +341,7 @@ class FlagTableTests(unittest.TestCase):
         self.assertEqual(decided - flags, set(), 'a flag the parser does not have')
         self.assertEqual(len(set(_FLAG_TABLE) & (set(stream_client._workload_flags._EVERY_WORKLOAD)
                                                  | set(stream_client._workload_flags._OTHER_COMMANDS))), 0)
-        words = {'yes', 'load', 'not yet', *stream_client._workload_flags._WHY}
+        words = {'yes', 'load', *stream_client._workload_flags._WHY}
         for flag, cells in _FLAG_TABLE.items():
             with self.subTest(flag=flag):
                 self.assertEqual(len(cells), len(_WORKLOADS))
@@ -380,8 +385,6 @@ class FlagTableTests(unittest.TestCase):
                     self.assertIn(chosen[column], lines[0].replace(flag, '', 1))
                 else:
                     self.assertIn('not a single run' if cell == 'load' else '--trace', lines[0])
-                if cell == 'not yet':
-                    self.assertIn(' yet ', lines[0])
                 self.assertEqual(os.listdir(folder), [])
         self.assertEqual(server.connections, 0)
 
@@ -449,7 +452,7 @@ class FlagTableTests(unittest.TestCase):
             doc = file.read()
         header = '| flag | ' + ' | '.join(f'`{name}`' if name.startswith('--') else name for name in _WORKLOADS) + ' |'
         rows = [header, '| --- |' + ' --- |' * len(_WORKLOADS)]
-        words = {'yes': 'yes', 'load': 'no', 'not yet': 'not yet'}
+        words = {'yes': 'yes', 'load': 'no'}
         for flag, cells in _FLAG_TABLE.items():
             shown = ['a load' if cell == 'load' and flag in _LOAD_MAKERS else words.get(cell, 'no') for cell in cells]
             rows.append(f'| `{flag}` | ' + ' | '.join(shown) + ' |')

@@ -236,7 +236,7 @@ case("S12-sharegpt-model-entries-left-out", "sessions",
          {"from": "gpt", "value": "FILE-ANSWER"}, {"from": "human", "value": "Q2"}]}])},
      server={"responses": [chat_text("LIVE1"), chat_text("LIVE2")]})
 
-for flag, val, why in [("--prompt", "hi", "no"), ("--warmup", "1", "not yet"), ("--output-tokens", "5", "not yet"),
+for flag, val, why in [("--prompt", "hi", "no"), ("--warmup", "1", "no session left to summarise"),
                        ("--duration", "5", "no rate")]:
     case("S13-refuses" + flag, "sessions",
          "docs/cli.md#flags-and-workloads: %s with --sessions is '%s': refused, exit 2, one line naming it and the workload, before anything is sent or any file created" % (flag, why),
@@ -688,9 +688,9 @@ case("H15-different-plans", "shards", SH + "shards of two different plans (seeds
 case("H16-start-at-behind-sends-at-once", "shards", SH + "a process that starts late sends the runs already due at once, and their queued_ms says how late (start 10 s ago: > 5000 ms)",
      ["--fixture", "ok", "--runs", "2", "--rate", "20", "--start-at", "{UTC_MINUS_10S}", "--output", "o.jsonl", "--quiet"],
      {"rc": 0, "asserts": ["min(r['queued_ms'] for r in R('o.jsonl')) > 5000", "R('o.jsonl')[0]['load']['plan']['start_at'] is not None"]})
-case("H17-not-yet-message", "shards", "docs/cli.md#flags-and-workloads: the example line 'stream_client.py: error: --output-tokens does not work with --sessions yet (docs/cli.md#flags-and-workloads)' (--shard and --processes of a trace are honoured since issue 46)",
-     ["--fixture", "agent", "--sessions", "s.jsonl", "--output-tokens", "5", "--output", "o.jsonl"],
-     dict(NO_TB, stderr_contains=["stream_client.py: error: --output-tokens does not work with --sessions yet (docs/cli.md#flags-and-workloads)"]),
+case("H17-refusal-message", "shards", "docs/cli.md#flags-and-workloads: the example line 'stream_client.py: error: --prompt does not go with --sessions: each session brings its own turns (docs/cli.md#flags-and-workloads)' (since issue 46 no pair is refused 'not yet')",
+     ["--fixture", "agent", "--sessions", "s.jsonl", "--prompt", "hi", "--output", "o.jsonl"],
+     dict(NO_TB, stderr_contains=["stream_client.py: error: --prompt does not go with --sessions: each session brings its own turns (docs/cli.md#flags-and-workloads)"]),
      files={"s.jsonl": jl({"id": "s", "turns": ["a"]})})
 case("H18-shard-gate-over-files", "shards", SH + "--summary of the shard files with --fail-if gates the whole load: 'runs != 6' holds, exit 0",
      ["--summary", "s0.jsonl", "s1.jsonl", "--fail-if", "runs != 6"], {"rc": 0}, pre=[SHARD(0, 2), SHARD(1, 2)])
