@@ -60,6 +60,8 @@ _gates         ``--fail-if`` gates on a summary, sans-IO: parsed before anything
 _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of a load
 _comparison    two loads side by side, sans-IO: the differences of their figures,
                with seeded bootstrap intervals for latency (``--compare BASE CANDIDATE``)
+_otel          a load's figures as OpenTelemetry's GenAI client metrics, sans-IO: ``LoadMetrics``
+               (an observer of records), ``prometheus_text()`` and ``otlp_request()`` (docs/formats.md)
 _workloads     workload files, sans-IO: ``_parse_sessions()`` reads a --sessions file, and
                ``_Conversation`` is the history a session sends, in its API's shape
 _sessions      ``_run_sessions()``: multi-turn agent sessions, each request one run, a run not ok
@@ -71,6 +73,8 @@ _evidence      evidence files, each created once and never overwritten, and
                read back (``iter_records()``, ``summarize()``)
 _server_metrics --server-metrics: the server's Prometheus metrics during a load, scraped on a thread
                of their own, kept, and summarized per step
+_live_metrics  --metrics-port and --otlp-json: the GenAI metrics served to Prometheus and written as
+               OTLP/JSON while a load runs, from threads of their own
 _args          the command line's flags, and the requests and settings they give
 _workload_flags which flag each workload honours (``_FLAG_TABLE``), the rest refused before anything
                is sent

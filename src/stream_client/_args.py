@@ -230,6 +230,18 @@ def _parser() -> _OneLineParser:
                            'defaults to /metrics at the origin of --url, where vLLM serves them')
     load.add_argument('--metrics-interval', type=float, metavar='S',
                       help='seconds between scrapes of --server-metrics (default 1)')
+    live = parser.add_argument_group('the figures as OpenTelemetry GenAI metrics, while the load runs (docs/formats.md)')
+    live.add_argument('--metrics-port', type=int, metavar='PORT',
+                      help='serve the load\'s figures for Prometheus at http://HOST:PORT/metrics during the whole '
+                           'load, from a thread of its own (0: a free port, named on stderr)')
+    live.add_argument('--metrics-host', metavar='HOST',
+                      help='the address --metrics-port listens on (default 127.0.0.1: this host only)')
+    live.add_argument('--otlp-json', metavar='FILE',
+                      help='new file for the same metrics as OTLP/JSON, one ExportMetricsServiceRequest per line: '
+                           'one every OTEL_METRIC_EXPORT_INTERVAL milliseconds (default 60000) and one at the end')
+    live.add_argument('--otlp-endpoint', metavar='URL',
+                      help='POST each of those exports to an OTLP/HTTP receiver (JSON; a bare origin gets '
+                           '/v1/metrics), 5 s at most each; a failure is reported, never stops the load')
     out = parser.add_argument_group('where the evidence goes')
     out.add_argument('--output', metavar='FILE',
                      help='new file for the evidence (required): one JSON record, or with many runs one record '

@@ -26,6 +26,7 @@ from ._json import _seen
 from ._request import _DEFAULT_URL, PreparedRequest
 from ._record import _client_failure
 from ._gates import _UNCLASSIFIED
+from ._otel import _EXPOSITION_TYPE, _label_value, _sample_value
 from ._report import _e
 from ._args import _FIXTURE_FILE, _fixture_server, _in_flag_terms, _requests_from_args
 from ._views import _verdict_line
@@ -36,7 +37,6 @@ from ._views import _verdict_line
 # exposition format 0.0.4. The targets file, the exposition and the single-flight are sans-IO; ExporterServer
 # is the HTTP server around them, and _exporter_command() the command line's part.
 
-_EXPOSITION_TYPE = 'text/plain; version=0.0.4; charset=utf-8'
 _SCRAPE_TIMEOUT_HEADER = 'X-Prometheus-Scrape-Timeout-Seconds'
 _SCRAPE_TIMEOUT_MARGIN = 0.5     # seconds between a run's deadline and the scrape timeout Prometheus sent
 _MAX_EXPORTER_CONNECTIONS = 64   # connections to the exporter served at once; more get a short 503
@@ -205,20 +205,6 @@ class _Family(typing.NamedTuple):
     type: str
     help: str
     samples: list
-
-
-def _label_value(value: str) -> str:
-    return value.replace('\\', r'\\').replace('"', r'\"').replace('\n', r'\n')
-
-
-def _sample_value(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return 'NaN'
-    if math.isinf(value):
-        return '+Inf' if value > 0 else '-Inf'
-    return repr(value)
 
 
 def exposition(families: list[_Family]) -> str:
