@@ -230,7 +230,8 @@ def _parser() -> _OneLineParser:
                            'defaults to /metrics at the origin of --url, where vLLM serves them')
     load.add_argument('--metrics-interval', type=float, metavar='S',
                       help='seconds between scrapes of --server-metrics (default 1)')
-    live = parser.add_argument_group('the figures as OpenTelemetry GenAI metrics, while the load runs (docs/formats.md)')
+    live = parser.add_argument_group('the figures as OpenTelemetry GenAI metrics while the load runs '
+                                     '(docs/formats.md)')
     live.add_argument('--metrics-port', type=int, metavar='PORT',
                       help='serve the load\'s figures for Prometheus at http://HOST:PORT/metrics during the whole '
                            'load, from a thread of its own (0: a free port, named on stderr)')
