@@ -6594,7 +6594,7 @@ def _run_on_schedule(schedule, slots: int, work, started: float, cancel: Cancel,
 
 
 def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
-             on_started=None, clock: _Clock = _REAL_CLOCK) -> None:
+             on_started=None, clock: _Clock = _REAL_CLOCK, on_run=None) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
     run as it ends, one call at a time, from the worker threads.
 
@@ -6608,27 +6608,30 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     _spread_load), and on_record is still called here, in this process. On Linux one _Reactor thread
     per process reads the responses, and the workers pass through a _Gate. on_started(), if given, is
     called here once the worker processes are forked (at once without them), before any run starts.
-    ``clock`` is what the schedule waits by (the real one in forked processes).
+    ``clock`` is what the schedule waits by (the real one in forked processes). on_run(), if given, is called
+    as each run starts (see _run_shares).
     """
     started = _started(settings, clock)
     described = _load_description(requests, settings)
 
-    def run_share(share: tuple[int, int], out, cancel: Cancel) -> None:
-        _run_share(requests, settings, out, cancel, started, described, share, clock)
-    _run_shares(settings, run_share, on_record, cancel, on_started)
+    def run_share(share: tuple[int, int], out, cancel: Cancel, on_run=None) -> None:
+        _run_share(requests, settings, out, cancel, started, described, share, clock, on_run=on_run)
+    _run_shares(settings, run_share, on_record, cancel, on_started, on_run)
 
 
-def _run_shares(settings: LoadSettings, run_share, on_record, cancel: Cancel, on_started=None) -> None:
+def _run_shares(settings: LoadSettings, run_share, on_record, cancel: Cancel, on_started=None, on_run=None) -> None:
     """Run every share of a workload's units (runs, sessions, lines) of this shard: run_share(share, out,
-    cancel) runs the units i with i % workers == number (share is (number, workers): see _share), handing
-    each record to out. In this process, or spread over settings.processes forked ones (_spread_load), and
-    on_record is called here either way, one call at a time."""
+    cancel, on_run) runs the units i with i % workers == number (share is (number, workers): see _share),
+    handing each record to out and calling on_run() as each run starts. In this process, or spread over
+    settings.processes forked ones (_spread_load), and on_record is called here either way, one call at a
+    time; on_run only here (a forked worker's runs say nothing of their starts: its copy of a lock that
+    another thread held at the fork would never be released)."""
     if settings.processes > 1:
         _spread_load(settings, run_share, on_record, cancel, on_started)
         return
     if on_started is not None:
         on_started()
-    run_share(_share(settings, 0), on_record, cancel)
+    run_share(_share(settings, 0), on_record, cancel, on_run)
 
 
 def _started(settings: LoadSettings, clock: _Clock) -> float:
@@ -6663,11 +6666,11 @@ def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
 
 def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
                described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK, offsets=None,
-               fields=None) -> None:
+               fields=None, on_run=None) -> None:
     """The runs i with i % processes == number, on worker threads of this process (share is (number,
     processes)), with that share of the slots, on the schedule from ``started``: the load's arrivals, or
     offsets[i] (a trace's timestamps). fields(i, late_ms), when given, adds a workload's own fields to run
-    i's record (a trace's line)."""
+    i's record (a trace's line). on_run(), when given, is called as each run starts."""
     number, processes = share
     slots = _slots(settings, share)
     lock = threading.Lock()
@@ -6690,6 +6693,8 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
 
     def run_one(index: int, due: float) -> None:
         begun, request = clock.now(), requests[index % len(requests)]
+        if on_run is not None:
+            on_run()
         try:
             record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
         except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
@@ -8333,8 +8338,9 @@ class _SessionRun:
 
     def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, kept: KeptConnections | None,
                  emit, started: float, queued_ms: float | None, reactor: _Reactor | None = None,
-                 gate: _Gate = _OPEN_GATE, clock: _Clock = _REAL_CLOCK) -> None:
+                 gate: _Gate = _OPEN_GATE, clock: _Clock = _REAL_CLOCK, on_run=None) -> None:
         self.session, self.request, self.cancel, self.kept, self.emit = session, request, cancel, kept, emit
+        self.on_run = on_run         # called as each run starts (the live metrics' runs in flight)
         self.reactor, self.gate = reactor, gate  # the load's reader thread and its gate (see _run_share)
         self.clock = clock           # what offsets are read from and think times wait by
         self.started = started       # the load's start (on the clock), which offset_ms counts from
@@ -8393,6 +8399,8 @@ class _SessionRun:
         if previous is not None:
             self.emit(previous)
         begun, request, doing = self.clock.now(), self.request, 'building the request'
+        if self.on_run is not None:
+            self.on_run()
         try:
             request = build()
             doing = 'during the run'
@@ -8421,7 +8429,7 @@ class _SessionRun:
 
 
 def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, on_record,
-                  cancel: Cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
+                  cancel: Cancel, clock: _Clock = _REAL_CLOCK, on_started=None, on_run=None) -> None:
     """Run settings.runs sessions (session i is sessions[i % len(sessions)] with its request, its first turn
     prepared; this shard's, i % N == I), at most settings.in_flight at once, started closed-loop or at the
     open loop's arrivals (from settings.start_at when given), here or spread over settings.processes
@@ -8430,7 +8438,8 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
     run, open loop: how late the session started), warmup (every run of a warm-up session), load (with
     sessions, the shard's, and runs None: a session's runs are not known ahead) and, on a session's last
     run, session_end. With keep_alive, each session keeps one connection. ``clock`` is what the schedule and
-    the think times wait by; on_started() is called before the first session starts."""
+    the think times wait by; on_started() is called before the first session starts, on_run() as each run
+    starts."""
     started = _started(settings, clock)
     described = {**_load_description(requests, settings), 'runs': None,
                  'sessions': _shard_runs(settings.runs, settings.shard)}
@@ -8439,16 +8448,17 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
     def numbered(record: dict) -> None:  # one call at a time: the runs of every share, in the order they end
         on_record({'run': next(numbers), **record})
 
-    def run_share(share: tuple[int, int], out, cancel: Cancel) -> None:
-        _run_session_share(sessions, requests, settings, out, cancel, started, described, share, clock)
-    _run_shares(settings, run_share, numbered, cancel, on_started)
+    def run_share(share: tuple[int, int], out, cancel: Cancel, on_run=None) -> None:
+        _run_session_share(sessions, requests, settings, out, cancel, started, described, share, clock, on_run)
+    _run_shares(settings, run_share, numbered, cancel, on_started, on_run)
 
 
 def _run_session_share(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, out,
                        cancel: Cancel, started: float, described: dict, share: tuple[int, int],
-                       clock: _Clock = _REAL_CLOCK) -> None:
+                       clock: _Clock = _REAL_CLOCK, on_run=None) -> None:
     """The sessions i with i % workers == number of share (number, workers), on worker threads of this
-    process, with that share of the slots; out(record) for each run, one call at a time."""
+    process, with that share of the slots; out(record) for each run, one call at a time, on_run() as each
+    starts."""
     lock = threading.Lock()
     gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
     reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
@@ -8466,7 +8476,7 @@ def _run_session_share(sessions: list[_Session], requests: list[PreparedRequest]
         try:
             with gate:
                 _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel, kept, emit,
-                            started, queued, reactor, gate, clock).run()
+                            started, queued, reactor, gate, clock, on_run).run()
         finally:
             if kept is not None:
                 kept.close()
@@ -8683,14 +8693,15 @@ def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
 
 
 def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: list[dict], speed: float,
-               settings: LoadSettings, on_record, cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
+               settings: LoadSettings, on_record, cancel, clock: _Clock = _REAL_CLOCK, on_started=None,
+               on_run=None) -> None:
     """Start requests[i] at lines[i]'s scheduled time, at most settings.in_flight at once (the lines i of
     this shard, i % N == I, of settings.shard; from settings.start_at when given), here or spread over
     settings.processes processes, on the load's engine (_run_share: --keep-alive too); call on_record for
     each run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms and scheduled_ms
     (how late it started, and when it was due), load (with the plan every shard shares), and trace: the
     line, its timestamp, scheduled_ms, late_ms and the facts of its prompt. ``clock`` is what the schedule
-    waits by; on_started() is called before the first line starts."""
+    waits by; on_started() is called before the first line starts, on_run() as each line's run starts."""
     described = _load_description(requests, settings, arrivals='trace', trace_speed=speed)
     offsets = _trace_offsets(lines, speed)
     started = _started(settings, clock)
@@ -8700,9 +8711,9 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
         return {'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
                           'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}}
 
-    def run_share(share: tuple[int, int], out, cancel) -> None:
-        _run_share(requests, settings, out, cancel, started, described, share, clock, offsets, line_fields)
-    _run_shares(settings, run_share, on_record, cancel, on_started)
+    def run_share(share: tuple[int, int], out, cancel, on_run=None) -> None:
+        _run_share(requests, settings, out, cancel, started, described, share, clock, offsets, line_fields, on_run)
+    _run_shares(settings, run_share, on_record, cancel, on_started, on_run)
 
 
 class _TraceSummary:
@@ -10084,14 +10095,23 @@ class _LiveFigures:
         self.export = _OtlpExport(self.metrics, _export_interval_s(environ), None, args.otlp_endpoint) \
             if exporting else None
 
-    def start(self, otlp_fd: int | None) -> None:
-        """Serve and export from now on; otlp_fd is --otlp-json's file, reserved beside the evidence."""
+    @contextlib.contextmanager
+    def serving(self, otlp_fd: int | None, prog: str, quiet: bool):
+        """Serve and export while the block runs the load (otlp_fd: --otlp-json's file, reserved beside the
+        evidence); then the last export, the endpoint closed, and what failed on the way as warnings."""
         self.metrics.begin()
         if self.server is not None:
             self.server.start()
+            if not quiet:
+                print(f'{prog}: metrics served at {self.server.url} during the load', file=sys.stderr)
         if self.export is not None:
             self.export.fd = otlp_fd
             self.export.start()
+        try:
+            yield self.metrics
+        finally:
+            for problem in self.close():
+                print(f'{prog}: warning: {problem}', file=sys.stderr)
 
     def close(self) -> list[str]:
         """The last export, then the endpoint closed; what failed on the way, one line each."""
@@ -10704,6 +10724,10 @@ _FLAG_TABLE = {
     '--start-at': ('load', 'yes', 'yes', 'yes'),
     '--server-metrics': ('load', 'yes', 'yes', 'yes'),
     '--metrics-interval': ('load', 'yes', 'yes', 'yes'),
+    '--metrics-port': ('load', 'yes', 'yes', 'yes'),
+    '--metrics-host': ('load', 'yes', 'yes', 'yes'),
+    '--otlp-json': ('load', 'yes', 'yes', 'yes'),
+    '--otlp-endpoint': ('load', 'yes', 'yes', 'yes'),
     '--rates': ('load', 'yes', 'yes', 'schedule'),
     '--concurrencies': ('load', 'yes', 'yes', 'schedule'),
     '--find-capacity': ('load', 'yes', 'yes', 'schedule'),
@@ -11216,7 +11240,7 @@ def _say_written(args) -> None:
 
 class _Workload(typing.NamedTuple):
     """A workload read and prepared: its requests (the first one's settings stand for all), its steps,
-    how to run one step (run(settings, on_record, cancel, on_started)), and for --sessions and --trace the
+    how to run one step (run(settings, on_record, cancel, on_started, on_run)), and for --sessions and --trace the
     block its summary adds (block() makes a _SessionSummary or a _TraceSummary) under its name."""
 
     requests: list
@@ -11252,12 +11276,13 @@ def _planned_runs(workload: _Workload) -> int | None:
 
 
 def _drive(args, workload: _Workload, fd: int, report_fd: int | None, prog: str, gates: tuple = (),
-           csv_fd: int | None = None, scraper: _Scraper | None = None, observers: tuple = ()) -> int:
+           csv_fd: int | None = None, scraper: _Scraper | None = None, observers: tuple = (), on_run=None) -> int:
     """Run the workload's steps, appending each record to the reserved JSON Lines file as its run ends (and
     its row to --csv), with --server-metrics scraped meanwhile; print the summary (with the workload's block
     and the gates) and write the report; return the exit status: 0 when every gate held (those of --fail-if;
     without, the default ones) and every planned run has its record; 1 otherwise; 2 when the evidence could
-    not be written; a signal's status when one cancelled. observers: more callables given each record."""
+    not be written; a signal's status when one cancelled. observers: more callables given each record;
+    on_run(): called as each run starts, from its worker thread (runs in --processes workers excepted)."""
     steps = workload.steps
     first = _first_step(steps)
     summary, cancel = Summary(first.slos, first.slo_target), Cancel()
@@ -11285,7 +11310,7 @@ def _drive(args, workload: _Workload, fd: int, report_fd: int | None, prog: str,
                 break
             if scraper is not None:
                 scraper.begin(settings.step)
-            workload.run(settings, on_record, cancel, scraper and scraper.started)
+            workload.run(settings, on_record, cancel, scraper and scraper.started, on_run)
             if scraper is not None:
                 scraper.end()
     finally:
@@ -11369,8 +11394,8 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
                          'no turns')
     steps = _planned_steps(args, _repeated(args, _load_settings(args, len(sessions))), time.time())
 
-    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None) -> None:
-        _run_sessions(sessions, requests, settings, on_record, cancel, on_started=on_started)
+    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None, on_run=None) -> None:
+        _run_sessions(sessions, requests, settings, on_record, cancel, on_started=on_started, on_run=on_run)
     return _Workload(requests, steps, run, _SessionSummary, 'sessions')
 
 
@@ -11433,8 +11458,8 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
               else 'approximation'}
              for line, (_, counted) in zip(lines, prompts)]
 
-    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None) -> None:
-        _run_trace(lines, requests, facts, speed, settings, on_record, cancel, on_started=on_started)
+    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None, on_run=None) -> None:
+        _run_trace(lines, requests, facts, speed, settings, on_record, cancel, on_started=on_started, on_run=on_run)
     return _Workload(requests, steps, run, lambda: _TraceSummary(speed), 'trace')
 
 
@@ -12469,8 +12494,8 @@ def _reserve_beside(path: str | None, flag: str, reserved: list[tuple[int, str]]
 
 def _prompts_workload(requests: list[PreparedRequest], steps) -> _Workload:
     """A load of prompts as the engine's workload: run i sends requests[i % len(requests)]."""
-    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None) -> None:
-        run_load(requests, settings, on_record, cancel, on_started)
+    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None, on_run=None) -> None:
+        run_load(requests, settings, on_record, cancel, on_started, on_run=on_run)
     return _Workload(requests, steps, run)
 
 
@@ -12523,11 +12548,13 @@ def main(argv: list[str] | None = None) -> int:
             if workload is None and steps is not None:
                 workload = _prompts_workload(requests, steps)
             metrics = _metrics_settings(args, workload, requests[0])  # None for one run
+            figures = _live_figures(args, workload and _first_step(workload.steps).slos)  # binds --metrics-port
             fd, capture_fd = _reserve_files(args)
             reserved = [(fd, args.output)]
             report_fd = _reserve_beside(args.report, '--report', reserved)
             csv_fd = _reserve_beside(args.csv, '--csv', reserved)
             metrics_fd = _reserve_beside(metrics and metrics['file'], '--server-metrics', reserved)
+            otlp_fd = _reserve_beside(args.otlp_json, '--otlp-json', reserved)
         except (UsageError, ValueError) as exc:
             _default_signals()
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
@@ -12539,8 +12566,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if workload is not None:
-            return _drive(args, workload, fd, report_fd, parser.prog, gates, csv_fd,
-                          _Scraper(metrics, metrics_fd) if metrics else None)
+            with figures.serving(otlp_fd, parser.prog, args.quiet) if figures else contextlib.nullcontext() as live:
+                return _drive(args, workload, fd, report_fd, parser.prog, gates, csv_fd,
+                              _Scraper(metrics, metrics_fd) if metrics else None,
+                              (live.add,) if live else (), live and live.started)
         record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:

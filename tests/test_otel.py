@@ -3,6 +3,7 @@ convention's names, units and buckets, verified and failed runs apart, the Prome
 endpoint served during a load and the exports written."""
 from __future__ import annotations
 
+import collections
 import http.client
 import json
 import os
@@ -12,7 +13,10 @@ import tempfile
 import threading
 import unittest
 import urllib.request
+from unittest import mock
 
+import fixture_server
+from stream_client import _live_metrics
 from stream_client._limits import UsageError
 from stream_client._otel import (
     _FIRST_CHUNK, _INSTRUMENTS, _prometheus_name, _SECONDS_BOUNDS, _TOKEN_BOUNDS, LoadMetrics, otlp_request,
@@ -21,7 +25,7 @@ from stream_client._live_metrics import (
     _export_interval_s, _LiveMetrics, _MetricsServer, _OtlpExport, _otlp_target)
 from stream_client._server_metrics import _parse_exposition
 from stream_client._summary import Summary
-from .support import fake_record, LoopbackServer
+from .support import fake_record, LoopbackServer, run_in_process
 from .tiers import sans_io
 
 
@@ -310,6 +314,48 @@ class LiveTests(unittest.TestCase):
         problems = export.close()
         self.assertEqual(len(problems), 1)
         self.assertRegex(problems[0], rf'^--otlp-endpoint 127.0.0.1:{port}/v1/metrics: ConnectionRefusedError')
+
+
+class EndpointDuringALoadTests(unittest.TestCase):
+    def test_the_endpoints_counts_at_the_end_equal_the_evidence_files_by_verdict_and_kind(self):
+        runs, seed = 40, 0
+        schedule = fixture_server.Schedule(seed)
+        self.assertLessEqual(set(fixture_server.MIXED_FAILURES), {schedule.next_mode() for _ in range(runs)},
+                             'the load must meet every fault the mixed fixture makes')
+        scrapes, close = [], _live_metrics._LiveFigures.close
+
+        def scraped_then_closed(figures) -> list:
+            with urllib.request.urlopen(figures.server.url, timeout=10) as response:
+                scrapes.append(response.read().decode())
+            return close(figures)
+        folder = tempfile.mkdtemp()
+        with mock.patch.object(_live_metrics._LiveFigures, 'close', scraped_then_closed):
+            done = run_in_process('--fixture', 'mixed', '--seed', str(seed), '--runs', str(runs), '--concurrency', '8',
+                                  '--metrics-port', '0', '--header', 'X-Team: secret-header-value',
+                                  '--output', 'load.jsonl', cwd=folder,
+                                  env={**os.environ, 'MODEL_API_KEY': 'sk-secret'})
+        self.assertEqual(done.returncode, 1, done.stderr)  # not every run is ok
+        with open(os.path.join(folder, 'load.jsonl'), encoding='utf-8') as file:
+            records = [json.loads(line) for line in file]
+        families = _parse_exposition(scrapes[-1])
+        finished = {(labels['stream_client_verdict'], labels.get('error_type')): value
+                    for _, labels, value in families['stream_client_runs_finished_total']['samples']}
+        expected = collections.Counter(('ok' if r['ok'] else 'not_ok', r['error_kind']) for r in records)
+        self.assertEqual(finished, dict(expected))
+        self.assertGreaterEqual(len(expected), len(fixture_server.MIXED_FAILURES))
+        self.assertEqual(samples(families, 'stream_client_runs_started_total'), [runs])
+        self.assertEqual(samples(families, 'stream_client_runs_in_flight'), [0])
+        duration = 'gen_ai_client_inference_duration_seconds'
+        self.assertEqual(sum(samples(families, duration, duration + '_count')), runs)
+        self.assertNotIn('secret', scrapes[-1])
+        self.assertRegex(done.stderr, r'metrics served at http://127\.0\.0\.1:\d+/metrics during the load')
+
+    def test_metrics_host_without_metrics_port_is_refused_before_anything_is_sent(self):
+        folder = tempfile.mkdtemp()
+        done = run_in_process('--fixture', 'ok', '--runs', '2', '--metrics-host', '0.0.0.0', '--output', 'l.jsonl',
+                              cwd=folder)
+        self.assertEqual((done.returncode, os.listdir(folder)), (2, []))
+        self.assertIn('--metrics-host goes with --metrics-port', done.stderr)
 
 
 if __name__ == '__main__':

@@ -42,7 +42,8 @@ SAMPLE = {
     '--warmup': ['1'], '--shard': ['0/2'], '--start-at': ['{past}'], '--server-metrics': [],
     '--metrics-interval': ['0.5'], '--rates': ['40,80'], '--concurrencies': ['1,2'], '--find-capacity': ['20:40'],
     '--slo': ['first_text_ms=60000'], '--slo-target': ['0.5'], '--fail-if': ['runs > 1000'],
-    '--capture': ['c.http'], '--report': ['r.html'], '--csv': ['c.csv'],
+    '--capture': ['c.http'], '--report': ['r.html'], '--csv': ['c.csv'], '--metrics-port': ['0'],
+    '--metrics-host': ['127.0.0.1'], '--otlp-json': ['m.otlp.jsonl'], '--otlp-endpoint': ['http://127.0.0.1:9'],
 }
 
 
@@ -67,6 +68,13 @@ class Ran(typing.NamedTuple):
     def text(self, name: str) -> str:
         with open(os.path.join(self.folder, name), encoding='utf-8') as file:
             return file.read()
+
+
+def finished_runs(otlp: str) -> int:
+    """The runs finished in the last export of an --otlp-json file."""
+    metrics = json.loads(otlp.splitlines()[-1])['resourceMetrics'][0]['scopeMetrics'][0]['metrics']
+    points = next(metric for metric in metrics if metric['name'] == 'stream_client.runs.finished')['sum']['dataPoints']
+    return sum(int(point['asInt']) for point in points)
 
 
 class Effect(typing.NamedTuple):
@@ -122,6 +130,13 @@ SUMMARY_EFFECTS = {
         'out.server-metrics.jsonl' in ran.files), (0, True, True)),
     '--metrics-interval': Effect(['--server-metrics', '--metrics-interval', '0.5'],
                                  lambda ran: ran.summary['server_metrics']['interval_s'], 0.5),
+    '--metrics-port': Effect(['--metrics-port', '0'], lambda ran: bool(
+        re.search(r'metrics served at http://127\.0\.0\.1:\d+/metrics during the load', ran.stderr)), True),
+    '--metrics-host': Effect(['--metrics-port', '0', '--metrics-host', '127.0.0.2'],
+                             lambda ran: 'metrics served at http://127.0.0.2:' in ran.stderr, True),
+    '--otlp-json': Effect(['--otlp-json', 'm.otlp.jsonl'], lambda ran: finished_runs(ran.text('m.otlp.jsonl')), 2),
+    '--otlp-endpoint': Effect(['--otlp-endpoint', 'http://127.0.0.1:9'], lambda ran: bool(
+        re.search(r'warning: --otlp-endpoint 127\.0\.0\.1:9/v1/metrics: \w+', ran.stderr)), True),
 }
 EFFECTS = {
     **{(flag, ONE): effect for flag, effect in REQUEST_EFFECTS.items()},

@@ -3,6 +3,7 @@
 ``main()`` turns expected failures into one line and exit status 2, and
 every other path into evidence on disk and a summary on stdout.
 """
+import contextlib
 import itertools
 import os
 import signal
@@ -29,12 +30,13 @@ from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args,
     _served_model, _terminate, _unchecked_line, _unset_key_note)
 from ._workload_flags import _check_workload_flags
-from ._steps import _load_settings, _repeated, _slo_target
+from ._steps import _first_step, _load_settings, _repeated, _slo_target
 from ._views import _compare_table, _emit, _emit_summary, _LiveView, _say_written
 from ._engine import _drive, _Workload
 from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_blocks
 from ._server_metrics import _metrics_lines, _metrics_settings, _saved_metrics, _Scraper
 from ._exporter_cli import _exporter_command
+from ._live_metrics import _live_figures
 
 
 def _reserve_files(args) -> tuple[int, int | None]:
@@ -228,8 +230,8 @@ def _reserve_beside(path: str | None, flag: str, reserved: list[tuple[int, str]]
 
 def _prompts_workload(requests: list[PreparedRequest], steps) -> _Workload:
     """A load of prompts as the engine's workload: run i sends requests[i % len(requests)]."""
-    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None) -> None:
-        run_load(requests, settings, on_record, cancel, on_started)
+    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None, on_run=None) -> None:
+        run_load(requests, settings, on_record, cancel, on_started, on_run=on_run)
     return _Workload(requests, steps, run)
 
 
@@ -282,11 +284,13 @@ def main(argv: list[str] | None = None) -> int:
             if workload is None and steps is not None:
                 workload = _prompts_workload(requests, steps)
             metrics = _metrics_settings(args, workload, requests[0])  # None for one run
+            figures = _live_figures(args, workload and _first_step(workload.steps).slos)  # binds --metrics-port
             fd, capture_fd = _reserve_files(args)
             reserved = [(fd, args.output)]
             report_fd = _reserve_beside(args.report, '--report', reserved)
             csv_fd = _reserve_beside(args.csv, '--csv', reserved)
             metrics_fd = _reserve_beside(metrics and metrics['file'], '--server-metrics', reserved)
+            otlp_fd = _reserve_beside(args.otlp_json, '--otlp-json', reserved)
         except (UsageError, ValueError) as exc:
             _default_signals()
             message = str(exc) if isinstance(exc, UsageError) else _in_flag_terms(str(exc))
@@ -298,8 +302,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet and requests[0].spec.unchecked():
             print(f'{parser.prog}: note: {_unchecked_line(requests[0].spec)}', file=sys.stderr)
         if workload is not None:
-            return _drive(args, workload, fd, report_fd, parser.prog, gates, csv_fd,
-                          _Scraper(metrics, metrics_fd) if metrics else None)
+            with figures.serving(otlp_fd, parser.prog, args.quiet) if figures else contextlib.nullcontext() as live:
+                return _drive(args, workload, fd, report_fd, parser.prog, gates, csv_fd,
+                              _Scraper(metrics, metrics_fd) if metrics else None,
+                              (live.add,) if live else (), live and live.started)
         record, status = _run_command(args, requests[0], fd, capture_fd)
     finally:
         if fixture is not None:

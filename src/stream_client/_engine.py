@@ -27,7 +27,7 @@ from ._views import _emit_summary, _LoadView, _say_lost, _say_written
 
 class _Workload(typing.NamedTuple):
     """A workload read and prepared: its requests (the first one's settings stand for all), its steps,
-    how to run one step (run(settings, on_record, cancel, on_started)), and for --sessions and --trace the
+    how to run one step (run(settings, on_record, cancel, on_started, on_run)), and for --sessions and --trace the
     block its summary adds (block() makes a _SessionSummary or a _TraceSummary) under its name."""
 
     requests: list
@@ -63,12 +63,13 @@ def _planned_runs(workload: _Workload) -> int | None:
 
 
 def _drive(args, workload: _Workload, fd: int, report_fd: int | None, prog: str, gates: tuple = (),
-           csv_fd: int | None = None, scraper: _Scraper | None = None, observers: tuple = ()) -> int:
+           csv_fd: int | None = None, scraper: _Scraper | None = None, observers: tuple = (), on_run=None) -> int:
     """Run the workload's steps, appending each record to the reserved JSON Lines file as its run ends (and
     its row to --csv), with --server-metrics scraped meanwhile; print the summary (with the workload's block
     and the gates) and write the report; return the exit status: 0 when every gate held (those of --fail-if;
     without, the default ones) and every planned run has its record; 1 otherwise; 2 when the evidence could
-    not be written; a signal's status when one cancelled. observers: more callables given each record."""
+    not be written; a signal's status when one cancelled. observers: more callables given each record;
+    on_run(): called as each run starts, from its worker thread (runs in --processes workers excepted)."""
     steps = workload.steps
     first = _first_step(steps)
     summary, cancel = Summary(first.slos, first.slo_target), Cancel()
@@ -96,7 +97,7 @@ def _drive(args, workload: _Workload, fd: int, report_fd: int | None, prog: str,
                 break
             if scraper is not None:
                 scraper.begin(settings.step)
-            workload.run(settings, on_record, cancel, scraper and scraper.started)
+            workload.run(settings, on_record, cancel, scraper and scraper.started, on_run)
             if scraper is not None:
                 scraper.end()
     finally:

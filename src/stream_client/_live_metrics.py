@@ -6,10 +6,12 @@ its own, and ``_OtlpExport`` writes one export per interval and one at the end (
 --otlp-endpoint). Neither touches a connection of the load, and neither ever holds a header value or a key:
 what they render is ``_otel``'s, built from the records' verdicts, timings, model and server alone.
 """
+import contextlib
 import http.client
 import http.server
 import os
 import ssl
+import sys
 import threading
 import time
 from urllib.parse import urlsplit
@@ -217,14 +219,23 @@ class _LiveFigures:
         self.export = _OtlpExport(self.metrics, _export_interval_s(environ), None, args.otlp_endpoint) \
             if exporting else None
 
-    def start(self, otlp_fd: int | None) -> None:
-        """Serve and export from now on; otlp_fd is --otlp-json's file, reserved beside the evidence."""
+    @contextlib.contextmanager
+    def serving(self, otlp_fd: int | None, prog: str, quiet: bool):
+        """Serve and export while the block runs the load (otlp_fd: --otlp-json's file, reserved beside the
+        evidence); then the last export, the endpoint closed, and what failed on the way as warnings."""
         self.metrics.begin()
         if self.server is not None:
             self.server.start()
+            if not quiet:
+                print(f'{prog}: metrics served at {self.server.url} during the load', file=sys.stderr)
         if self.export is not None:
             self.export.fd = otlp_fd
             self.export.start()
+        try:
+            yield self.metrics
+        finally:
+            for problem in self.close():
+                print(f'{prog}: warning: {problem}', file=sys.stderr)
 
     def close(self) -> list[str]:
         """The last export, then the endpoint closed; what failed on the way, one line each."""

@@ -215,7 +215,7 @@ def _run_on_schedule(schedule, slots: int, work, started: float, cancel: Cancel,
 
 
 def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
-             on_started=None, clock: _Clock = _REAL_CLOCK) -> None:
+             on_started=None, clock: _Clock = _REAL_CLOCK, on_run=None) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
     run as it ends, one call at a time, from the worker threads.
 
@@ -229,27 +229,30 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     _spread_load), and on_record is still called here, in this process. On Linux one _Reactor thread
     per process reads the responses, and the workers pass through a _Gate. on_started(), if given, is
     called here once the worker processes are forked (at once without them), before any run starts.
-    ``clock`` is what the schedule waits by (the real one in forked processes).
+    ``clock`` is what the schedule waits by (the real one in forked processes). on_run(), if given, is called
+    as each run starts (see _run_shares).
     """
     started = _started(settings, clock)
     described = _load_description(requests, settings)
 
-    def run_share(share: tuple[int, int], out, cancel: Cancel) -> None:
-        _run_share(requests, settings, out, cancel, started, described, share, clock)
-    _run_shares(settings, run_share, on_record, cancel, on_started)
+    def run_share(share: tuple[int, int], out, cancel: Cancel, on_run=None) -> None:
+        _run_share(requests, settings, out, cancel, started, described, share, clock, on_run=on_run)
+    _run_shares(settings, run_share, on_record, cancel, on_started, on_run)
 
 
-def _run_shares(settings: LoadSettings, run_share, on_record, cancel: Cancel, on_started=None) -> None:
+def _run_shares(settings: LoadSettings, run_share, on_record, cancel: Cancel, on_started=None, on_run=None) -> None:
     """Run every share of a workload's units (runs, sessions, lines) of this shard: run_share(share, out,
-    cancel) runs the units i with i % workers == number (share is (number, workers): see _share), handing
-    each record to out. In this process, or spread over settings.processes forked ones (_spread_load), and
-    on_record is called here either way, one call at a time."""
+    cancel, on_run) runs the units i with i % workers == number (share is (number, workers): see _share),
+    handing each record to out and calling on_run() as each run starts. In this process, or spread over
+    settings.processes forked ones (_spread_load), and on_record is called here either way, one call at a
+    time; on_run only here (a forked worker's runs say nothing of their starts: its copy of a lock that
+    another thread held at the fork would never be released)."""
     if settings.processes > 1:
         _spread_load(settings, run_share, on_record, cancel, on_started)
         return
     if on_started is not None:
         on_started()
-    run_share(_share(settings, 0), on_record, cancel)
+    run_share(_share(settings, 0), on_record, cancel, on_run)
 
 
 def _started(settings: LoadSettings, clock: _Clock) -> float:
@@ -284,11 +287,11 @@ def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
 
 def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
                described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK, offsets=None,
-               fields=None) -> None:
+               fields=None, on_run=None) -> None:
     """The runs i with i % processes == number, on worker threads of this process (share is (number,
     processes)), with that share of the slots, on the schedule from ``started``: the load's arrivals, or
     offsets[i] (a trace's timestamps). fields(i, late_ms), when given, adds a workload's own fields to run
-    i's record (a trace's line)."""
+    i's record (a trace's line). on_run(), when given, is called as each run starts."""
     number, processes = share
     slots = _slots(settings, share)
     lock = threading.Lock()
@@ -311,6 +314,8 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
 
     def run_one(index: int, due: float) -> None:
         begun, request = clock.now(), requests[index % len(requests)]
+        if on_run is not None:
+            on_run()
         try:
             record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
         except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact

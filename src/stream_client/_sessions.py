@@ -55,8 +55,9 @@ class _SessionRun:
 
     def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, kept: KeptConnections | None,
                  emit, started: float, queued_ms: float | None, reactor: _Reactor | None = None,
-                 gate: _Gate = _OPEN_GATE, clock: _Clock = _REAL_CLOCK) -> None:
+                 gate: _Gate = _OPEN_GATE, clock: _Clock = _REAL_CLOCK, on_run=None) -> None:
         self.session, self.request, self.cancel, self.kept, self.emit = session, request, cancel, kept, emit
+        self.on_run = on_run         # called as each run starts (the live metrics' runs in flight)
         self.reactor, self.gate = reactor, gate  # the load's reader thread and its gate (see _run_share)
         self.clock = clock           # what offsets are read from and think times wait by
         self.started = started       # the load's start (on the clock), which offset_ms counts from
@@ -115,6 +116,8 @@ class _SessionRun:
         if previous is not None:
             self.emit(previous)
         begun, request, doing = self.clock.now(), self.request, 'building the request'
+        if self.on_run is not None:
+            self.on_run()
         try:
             request = build()
             doing = 'during the run'
@@ -143,7 +146,7 @@ class _SessionRun:
 
 
 def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, on_record,
-                  cancel: Cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
+                  cancel: Cancel, clock: _Clock = _REAL_CLOCK, on_started=None, on_run=None) -> None:
     """Run settings.runs sessions (session i is sessions[i % len(sessions)] with its request, its first turn
     prepared; this shard's, i % N == I), at most settings.in_flight at once, started closed-loop or at the
     open loop's arrivals (from settings.start_at when given), here or spread over settings.processes
@@ -152,7 +155,8 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
     run, open loop: how late the session started), warmup (every run of a warm-up session), load (with
     sessions, the shard's, and runs None: a session's runs are not known ahead) and, on a session's last
     run, session_end. With keep_alive, each session keeps one connection. ``clock`` is what the schedule and
-    the think times wait by; on_started() is called before the first session starts."""
+    the think times wait by; on_started() is called before the first session starts, on_run() as each run
+    starts."""
     started = _started(settings, clock)
     described = {**_load_description(requests, settings), 'runs': None,
                  'sessions': _shard_runs(settings.runs, settings.shard)}
@@ -161,16 +165,17 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
     def numbered(record: dict) -> None:  # one call at a time: the runs of every share, in the order they end
         on_record({'run': next(numbers), **record})
 
-    def run_share(share: tuple[int, int], out, cancel: Cancel) -> None:
-        _run_session_share(sessions, requests, settings, out, cancel, started, described, share, clock)
-    _run_shares(settings, run_share, numbered, cancel, on_started)
+    def run_share(share: tuple[int, int], out, cancel: Cancel, on_run=None) -> None:
+        _run_session_share(sessions, requests, settings, out, cancel, started, described, share, clock, on_run)
+    _run_shares(settings, run_share, numbered, cancel, on_started, on_run)
 
 
 def _run_session_share(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, out,
                        cancel: Cancel, started: float, described: dict, share: tuple[int, int],
-                       clock: _Clock = _REAL_CLOCK) -> None:
+                       clock: _Clock = _REAL_CLOCK, on_run=None) -> None:
     """The sessions i with i % workers == number of share (number, workers), on worker threads of this
-    process, with that share of the slots; out(record) for each run, one call at a time."""
+    process, with that share of the slots; out(record) for each run, one call at a time, on_run() as each
+    starts."""
     lock = threading.Lock()
     gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
     reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
@@ -188,7 +193,7 @@ def _run_session_share(sessions: list[_Session], requests: list[PreparedRequest]
         try:
             with gate:
                 _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel, kept, emit,
-                            started, queued, reactor, gate, clock).run()
+                            started, queued, reactor, gate, clock, on_run).run()
         finally:
             if kept is not None:
                 kept.close()

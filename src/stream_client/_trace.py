@@ -86,14 +86,15 @@ def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
 
 
 def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: list[dict], speed: float,
-               settings: LoadSettings, on_record, cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
+               settings: LoadSettings, on_record, cancel, clock: _Clock = _REAL_CLOCK, on_started=None,
+               on_run=None) -> None:
     """Start requests[i] at lines[i]'s scheduled time, at most settings.in_flight at once (the lines i of
     this shard, i % N == I, of settings.shard; from settings.start_at when given), here or spread over
     settings.processes processes, on the load's engine (_run_share: --keep-alive too); call on_record for
     each run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms and scheduled_ms
     (how late it started, and when it was due), load (with the plan every shard shares), and trace: the
     line, its timestamp, scheduled_ms, late_ms and the facts of its prompt. ``clock`` is what the schedule
-    waits by; on_started() is called before the first line starts."""
+    waits by; on_started() is called before the first line starts, on_run() as each line's run starts."""
     described = _load_description(requests, settings, arrivals='trace', trace_speed=speed)
     offsets = _trace_offsets(lines, speed)
     started = _started(settings, clock)
@@ -103,9 +104,9 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
         return {'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
                           'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}}
 
-    def run_share(share: tuple[int, int], out, cancel) -> None:
-        _run_share(requests, settings, out, cancel, started, described, share, clock, offsets, line_fields)
-    _run_shares(settings, run_share, on_record, cancel, on_started)
+    def run_share(share: tuple[int, int], out, cancel, on_run=None) -> None:
+        _run_share(requests, settings, out, cancel, started, described, share, clock, offsets, line_fields, on_run)
+    _run_shares(settings, run_share, on_record, cancel, on_started, on_run)
 
 
 class _TraceSummary:

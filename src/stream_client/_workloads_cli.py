@@ -65,8 +65,8 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
                          'no turns')
     steps = _planned_steps(args, _repeated(args, _load_settings(args, len(sessions))), time.time())
 
-    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None) -> None:
-        _run_sessions(sessions, requests, settings, on_record, cancel, on_started=on_started)
+    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None, on_run=None) -> None:
+        _run_sessions(sessions, requests, settings, on_record, cancel, on_started=on_started, on_run=on_run)
     return _Workload(requests, steps, run, _SessionSummary, 'sessions')
 
 
@@ -129,8 +129,8 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
               else 'approximation'}
              for line, (_, counted) in zip(lines, prompts)]
 
-    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None) -> None:
-        _run_trace(lines, requests, facts, speed, settings, on_record, cancel, on_started=on_started)
+    def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None, on_run=None) -> None:
+        _run_trace(lines, requests, facts, speed, settings, on_record, cancel, on_started=on_started, on_run=on_run)
     return _Workload(requests, steps, run, lambda: _TraceSummary(speed), 'trace')
 
 
