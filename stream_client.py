@@ -61,8 +61,8 @@ _gates         ``--fail-if`` gates on a summary, sans-IO: parsed before anything
 _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of a load
 _comparison    two loads side by side, sans-IO: the differences of their figures,
                with seeded bootstrap intervals for latency (``--compare BASE CANDIDATE``)
-_otel          a load's figures as OpenTelemetry's GenAI client metrics, sans-IO: ``LoadMetrics``
-               (an observer of records), ``prometheus_text()`` and ``otlp_request()`` (docs/formats.md)
+_otel          a load's figures as OpenTelemetry's GenAI client metrics, sans-IO: ``_LoadMetrics``
+               (an observer of records), ``_prometheus_text()`` and ``_otlp_request()`` (docs/formats.md)
 _workloads     workload files, sans-IO: ``_parse_sessions()`` reads a --sessions file, and
                ``_Conversation`` is the history a session sends, in its API's shape
 _sessions      ``_run_sessions()``: multi-turn agent sessions, each request one run, a run not ok
@@ -7643,9 +7643,9 @@ def _comparison_markdown(comparison: dict, names: tuple[str, str]) -> str:
 # ==== src/stream_client/_otel.py ====
 # A load's figures as OpenTelemetry's GenAI client metrics, sans-IO: records in, Prometheus text and OTLP/JSON out.
 #
-# ``LoadMetrics`` is an observer: ``started()`` as a run begins and ``add(record)`` as it ends keep the
+# ``_LoadMetrics`` is an observer: ``started()`` as a run begins and ``add(record)`` as it ends keep the
 # convention's histograms and counters (open-telemetry/semantic-conventions-genai, docs/gen-ai/client-inference.md
-# and gen-ai-token-metrics.md) and the load's own counts; ``prometheus_text()`` and ``otlp_request()`` render a
+# and gen-ai-token-metrics.md) and the load's own counts; ``_prometheus_text()`` and ``_otlp_request()`` render a
 # copy of them at a time the caller gives. docs/formats.md maps each figure and says where ours differ.
 
 # The conventions' explicit bucket boundaries: seconds for the times, tokens for the per-operation counts.
@@ -7719,7 +7719,7 @@ class _Histogram:
         return other
 
 
-class LoadMetrics:
+class _LoadMetrics:
     """The GenAI client metrics of a load and its own run counts, kept as its records end. Warm-up runs
     (``record['warmup']``) are counted apart and left out of every figure, as the summary leaves them out.
     ``slos`` are the --slo bounds good runs meet (None: each record's load's, as the summary reads them)."""
@@ -7802,9 +7802,9 @@ class LoadMetrics:
         ended = self.points[_WARMUP][()] + sum(self.points[_FINISHED].values())
         return max(0, self.points[_STARTED][()] - ended)
 
-    def copy(self) -> 'LoadMetrics':
+    def copy(self) -> '_LoadMetrics':
         """A copy to render while the load goes on adding to this one."""
-        other = LoadMetrics(self.slos)
+        other = _LoadMetrics(self.slos)
         other.points = {instrument: {attributes: point.copy() if isinstance(point, _Histogram) else point
                                      for attributes, point in points.items()}
                         for instrument, points in self.points.items()}
@@ -7848,8 +7848,8 @@ def _bound_text(bound: float) -> str:
     return str(bound) if isinstance(bound, int) else repr(float(bound))
 
 
-def prometheus_text(metrics: LoadMetrics) -> str:
-    """The metrics (a copy: ``LoadMetrics.copy()``) in the text exposition format 0.0.4: target_info with
+def _prometheus_text(metrics: _LoadMetrics) -> str:
+    """The metrics (a copy: ``_LoadMetrics.copy()``) in the text exposition format 0.0.4: target_info with
     the resource's attributes, then each metric's HELP and TYPE and its samples (a histogram's cumulative
     _bucket lines with le, its _sum and _count)."""
     lines = ['# HELP target_info Target metadata', '# TYPE target_info gauge', f'target_info{_labels(_RESOURCE)} 1']
@@ -7896,7 +7896,7 @@ def _data_point(instrument: _Instrument, attributes: tuple, point, start_ns: int
             'min': point.min, 'max': point.max}
 
 
-def otlp_request(metrics: LoadMetrics, start_ns: int, now_ns: int) -> dict:
+def _otlp_request(metrics: _LoadMetrics, start_ns: int, now_ns: int) -> dict:
     """The metrics (a copy) as one ExportMetricsServiceRequest in the protobuf JSON mapping (what the
     Collector's file receiver reads a line of, and OTLP/HTTP takes as JSON): cumulative sums and histograms
     from start_ns (the load's start) to now_ns, in nanoseconds since the epoch."""
@@ -9891,7 +9891,7 @@ def _timeline_drawing(points: list[tuple[float, dict]]):
 # ==== src/stream_client/_live_metrics.py ====
 # A load's GenAI metrics while it runs: --metrics-port serves them to Prometheus, --otlp-json writes OTLP/JSON.
 #
-# ``_LiveMetrics`` is the observer the load driver calls (``started()``, ``add(record)``), a ``LoadMetrics``
+# ``_LiveMetrics`` is the observer the load driver calls (``started()``, ``add(record)``), a ``_LoadMetrics``
 # behind a lock that is held only to count and to copy; ``_MetricsServer`` answers GET /metrics from threads of
 # its own, and ``_OtlpExport`` writes one export per interval and one at the end (and POSTs each to
 # --otlp-endpoint). Neither touches a connection of the load, and neither ever holds a header value or a key:
@@ -9910,7 +9910,7 @@ class _LiveMetrics:
 
     def __init__(self, slos: tuple | None = None, clock_ns=time.time_ns) -> None:
         self._lock = threading.Lock()
-        self._metrics = LoadMetrics(slos)
+        self._metrics = _LoadMetrics(slos)
         self._clock_ns = clock_ns
         self.start_ns = clock_ns()
 
@@ -9926,16 +9926,16 @@ class _LiveMetrics:
         with self._lock:
             self._metrics.add(record)
 
-    def snapshot(self) -> LoadMetrics:
+    def snapshot(self) -> _LoadMetrics:
         """A copy to render, taken under the lock; the rendering is done outside it."""
         with self._lock:
             return self._metrics.copy()
 
     def prometheus(self) -> str:
-        return prometheus_text(self.snapshot())
+        return _prometheus_text(self.snapshot())
 
     def otlp_line(self) -> str:
-        return _json_text(otlp_request(self.snapshot(), self.start_ns, self._clock_ns()), separators=(',', ':'))
+        return _json_text(_otlp_request(self.snapshot(), self.start_ns, self._clock_ns()), separators=(',', ':'))
 
 
 class _ScrapeHandler(http.server.BaseHTTPRequestHandler):

@@ -19,8 +19,8 @@ import fixture_server
 from stream_client import _live_metrics
 from stream_client._limits import UsageError
 from stream_client._otel import (
-    _FIRST_CHUNK, _INSTRUMENTS, _prometheus_name, _SECONDS_BOUNDS, _TOKEN_BOUNDS, LoadMetrics, otlp_request,
-    prometheus_text)
+    _FIRST_CHUNK, _INSTRUMENTS, _prometheus_name, _SECONDS_BOUNDS, _TOKEN_BOUNDS, _LoadMetrics, _otlp_request,
+    _prometheus_text)
 from stream_client._live_metrics import (
     _export_interval_s, _LiveMetrics, _MetricsServer, _OtlpExport, _otlp_target)
 from stream_client._server_metrics import _parse_exposition
@@ -36,9 +36,9 @@ def record(run: int = 0, ok: bool = True, kind: str | None = None, **fields) -> 
             'finish_reason': 'stop' if ok else None, 'warmup': False, 'load': {'slo': None}, **fields}
 
 
-def rendered(metrics: LoadMetrics) -> dict:
+def rendered(metrics: _LoadMetrics) -> dict:
     """The Prometheus text of the metrics, read back by the project's strict reader of the format."""
-    return _parse_exposition(prometheus_text(metrics.copy()))
+    return _parse_exposition(_prometheus_text(metrics.copy()))
 
 
 def samples(families: dict, family: str, sample: str | None = None, **labels) -> list[float]:
@@ -67,7 +67,7 @@ class ConventionTests(unittest.TestCase):
         self.assertEqual(_TOKEN_BOUNDS, tuple(4 ** n for n in range(14)))
 
     def test_a_value_on_a_boundary_is_counted_in_that_bucket_and_the_buckets_are_cumulative(self):
-        metrics = LoadMetrics()
+        metrics = _LoadMetrics()
         for first in (150.0, 160.0, 161.0, 90_000.0):
             metrics.add(record(first_text_ms=first))
         families = rendered(metrics)
@@ -81,7 +81,7 @@ class ConventionTests(unittest.TestCase):
         self.assertAlmostEqual(samples(families, name, name + '_sum')[0], 90.471)
 
     def test_verified_and_failed_runs_stay_apart_and_a_failure_carries_its_kind(self):
-        metrics = LoadMetrics()
+        metrics = _LoadMetrics()
         metrics.add(record(0))
         metrics.add(record(1, ok=False, kind='eof_before_done'))
         metrics.add(record(2, ok=False, kind='status_not_200', first_text_ms=None, event_gaps_ms=[]))
@@ -100,10 +100,10 @@ class ConventionTests(unittest.TestCase):
         self.assertEqual(samples(families, 'stream_client_runs_good_total'), [1])
 
     def test_the_attributes_name_the_operation_provider_model_and_server_and_nothing_else_of_the_url(self):
-        metrics = LoadMetrics()
+        metrics = _LoadMetrics()
         metrics.add(record(0, api='messages', url='https://llm.example/v1/messages?key=secret-value', model='m1'))
         metrics.add(record(1, api='completions', url='http://[::1]/v1/completions'))
-        text = prometheus_text(metrics.copy())
+        text = _prometheus_text(metrics.copy())
         self.assertIn('gen_ai_operation_name="chat",gen_ai_provider_name="anthropic",gen_ai_request_model="m1",'
                       'server_address="llm.example",server_port="443"', text)
         self.assertIn('gen_ai_operation_name="text_completion",gen_ai_provider_name="openai",gen_ai_request_model="m",'
@@ -112,7 +112,7 @@ class ConventionTests(unittest.TestCase):
         self.assertNotIn('/v1/', text)
 
     def test_warmup_runs_are_counted_apart_and_left_out_of_every_figure(self):
-        metrics = LoadMetrics()
+        metrics = _LoadMetrics()
         for run in range(3):
             metrics.started()
         metrics.add(record(0, warmup=True))
@@ -128,7 +128,7 @@ class ConventionTests(unittest.TestCase):
     def test_good_runs_meet_the_loads_bounds_or_the_ones_given(self):
         load = {'slo': {'first_text_ms': 12.0}}
         records = [record(run, load=load) for run in range(7)]  # first_text_ms 10 + run
-        from_records, given = LoadMetrics(), LoadMetrics((('first_text_ms', 100.0),))
+        from_records, given = _LoadMetrics(), _LoadMetrics((('first_text_ms', 100.0),))
         for each in records:
             from_records.add(each)
             given.add(each)
@@ -136,7 +136,7 @@ class ConventionTests(unittest.TestCase):
         self.assertEqual(samples(rendered(given), 'stream_client_runs_good_total'), [7])
 
     def test_usage_is_counted_where_the_server_reported_it_and_zero_under_unknown_where_not(self):
-        metrics = LoadMetrics()
+        metrics = _LoadMetrics()
         metrics.add(record(0, prompt_tokens=5, completion_tokens=3))
         metrics.add(record(1, prompt_tokens=None, completion_tokens=None))
         families = rendered(metrics)
@@ -149,7 +149,7 @@ class ConventionTests(unittest.TestCase):
         self.assertEqual(samples(families, output, output + '_bucket', le='1'), [0])
 
     def test_each_content_event_after_the_first_is_one_time_per_output_chunk(self):
-        metrics = LoadMetrics()
+        metrics = _LoadMetrics()
         metrics.add(record(0, event_gaps_ms=[5.0, 15.0, 30.0]))
         families = rendered(metrics)
         name = 'gen_ai_client_inference_time_per_output_chunk_seconds'
@@ -160,7 +160,7 @@ class ConventionTests(unittest.TestCase):
     def test_the_counts_equal_the_summarys_by_verdict_and_kind(self):
         kinds = ['eof_before_done', 'status_not_200', 'malformed_json']
         records = [record(run, ok=run % 3 != 0, kind=kinds[run % len(kinds)]) for run in range(30)]
-        metrics, summary = LoadMetrics(), Summary()
+        metrics, summary = _LoadMetrics(), Summary()
         for each in records:
             metrics.add(each)
             summary.add(each)
@@ -173,11 +173,11 @@ class ConventionTests(unittest.TestCase):
         self.assertEqual(samples(families, 'stream_client_runs_good_total'), [result['good']])
 
     def test_the_otlp_request_is_the_protobuf_json_mapping(self):
-        metrics = LoadMetrics()
+        metrics = _LoadMetrics()
         metrics.started()
         metrics.add(record(0))
         metrics.add(record(1, ok=False))
-        request = json.loads(json.dumps(otlp_request(metrics.copy(), 1_700_000_000_000_000_000,
+        request = json.loads(json.dumps(_otlp_request(metrics.copy(), 1_700_000_000_000_000_000,
                                                      1_700_000_001_000_000_000)))
         scope = request['resourceMetrics'][0]['scopeMetrics'][0]
         self.assertEqual(scope['scope']['name'], 'stream_client')
@@ -199,7 +199,7 @@ class ConventionTests(unittest.TestCase):
         self.assertEqual((in_flight['isMonotonic'], in_flight['dataPoints'][0]['asInt']), (False, '0'))
 
     def test_a_copy_does_not_move_with_the_load(self):
-        metrics = LoadMetrics()
+        metrics = _LoadMetrics()
         metrics.add(record(0))
         copy = metrics.copy()
         metrics.add(record(1))

@@ -60,8 +60,8 @@ _gates         ``--fail-if`` gates on a summary, sans-IO: parsed before anything
 _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of a load
 _comparison    two loads side by side, sans-IO: the differences of their figures,
                with seeded bootstrap intervals for latency (``--compare BASE CANDIDATE``)
-_otel          a load's figures as OpenTelemetry's GenAI client metrics, sans-IO: ``LoadMetrics``
-               (an observer of records), ``prometheus_text()`` and ``otlp_request()`` (docs/formats.md)
+_otel          a load's figures as OpenTelemetry's GenAI client metrics, sans-IO: ``_LoadMetrics``
+               (an observer of records), ``_prometheus_text()`` and ``_otlp_request()`` (docs/formats.md)
 _workloads     workload files, sans-IO: ``_parse_sessions()`` reads a --sessions file, and
                ``_Conversation`` is the history a session sends, in its API's shape
 _sessions      ``_run_sessions()``: multi-turn agent sessions, each request one run, a run not ok

@@ -1,6 +1,6 @@
 """A load's GenAI metrics while it runs: --metrics-port serves them to Prometheus, --otlp-json writes OTLP/JSON.
 
-``_LiveMetrics`` is the observer the load driver calls (``started()``, ``add(record)``), a ``LoadMetrics``
+``_LiveMetrics`` is the observer the load driver calls (``started()``, ``add(record)``), a ``_LoadMetrics``
 behind a lock that is held only to count and to copy; ``_MetricsServer`` answers GET /metrics from threads of
 its own, and ``_OtlpExport`` writes one export per interval and one at the end (and POSTs each to
 --otlp-endpoint). Neither touches a connection of the load, and neither ever holds a header value or a key:
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from ._limits import UsageError
 from ._json import _json_text
-from ._otel import _EXPOSITION_TYPE, LoadMetrics, otlp_request, prometheus_text
+from ._otel import _EXPOSITION_TYPE, _LoadMetrics, _otlp_request, _prometheus_text
 
 _DEFAULT_EXPORT_INTERVAL_MS = 60_000   # OTEL_METRIC_EXPORT_INTERVAL's default in the OpenTelemetry SDKs
 _MIN_EXPORT_INTERVAL_MS = 100
@@ -33,7 +33,7 @@ class _LiveMetrics:
 
     def __init__(self, slos: tuple | None = None, clock_ns=time.time_ns) -> None:
         self._lock = threading.Lock()
-        self._metrics = LoadMetrics(slos)
+        self._metrics = _LoadMetrics(slos)
         self._clock_ns = clock_ns
         self.start_ns = clock_ns()
 
@@ -49,16 +49,16 @@ class _LiveMetrics:
         with self._lock:
             self._metrics.add(record)
 
-    def snapshot(self) -> LoadMetrics:
+    def snapshot(self) -> _LoadMetrics:
         """A copy to render, taken under the lock; the rendering is done outside it."""
         with self._lock:
             return self._metrics.copy()
 
     def prometheus(self) -> str:
-        return prometheus_text(self.snapshot())
+        return _prometheus_text(self.snapshot())
 
     def otlp_line(self) -> str:
-        return _json_text(otlp_request(self.snapshot(), self.start_ns, self._clock_ns()), separators=(',', ':'))
+        return _json_text(_otlp_request(self.snapshot(), self.start_ns, self._clock_ns()), separators=(',', ':'))
 
 
 class _ScrapeHandler(http.server.BaseHTTPRequestHandler):

@@ -1,8 +1,8 @@
 """A load's figures as OpenTelemetry's GenAI client metrics, sans-IO: records in, Prometheus text and OTLP/JSON out.
 
-``LoadMetrics`` is an observer: ``started()`` as a run begins and ``add(record)`` as it ends keep the
+``_LoadMetrics`` is an observer: ``started()`` as a run begins and ``add(record)`` as it ends keep the
 convention's histograms and counters (open-telemetry/semantic-conventions-genai, docs/gen-ai/client-inference.md
-and gen-ai-token-metrics.md) and the load's own counts; ``prometheus_text()`` and ``otlp_request()`` render a
+and gen-ai-token-metrics.md) and the load's own counts; ``_prometheus_text()`` and ``_otlp_request()`` render a
 copy of them at a time the caller gives. docs/formats.md maps each figure and says where ours differ.
 """
 import bisect
@@ -85,7 +85,7 @@ class _Histogram:
         return other
 
 
-class LoadMetrics:
+class _LoadMetrics:
     """The GenAI client metrics of a load and its own run counts, kept as its records end. Warm-up runs
     (``record['warmup']``) are counted apart and left out of every figure, as the summary leaves them out.
     ``slos`` are the --slo bounds good runs meet (None: each record's load's, as the summary reads them)."""
@@ -168,9 +168,9 @@ class LoadMetrics:
         ended = self.points[_WARMUP][()] + sum(self.points[_FINISHED].values())
         return max(0, self.points[_STARTED][()] - ended)
 
-    def copy(self) -> 'LoadMetrics':
+    def copy(self) -> '_LoadMetrics':
         """A copy to render while the load goes on adding to this one."""
-        other = LoadMetrics(self.slos)
+        other = _LoadMetrics(self.slos)
         other.points = {instrument: {attributes: point.copy() if isinstance(point, _Histogram) else point
                                      for attributes, point in points.items()}
                         for instrument, points in self.points.items()}
@@ -214,8 +214,8 @@ def _bound_text(bound: float) -> str:
     return str(bound) if isinstance(bound, int) else repr(float(bound))
 
 
-def prometheus_text(metrics: LoadMetrics) -> str:
-    """The metrics (a copy: ``LoadMetrics.copy()``) in the text exposition format 0.0.4: target_info with
+def _prometheus_text(metrics: _LoadMetrics) -> str:
+    """The metrics (a copy: ``_LoadMetrics.copy()``) in the text exposition format 0.0.4: target_info with
     the resource's attributes, then each metric's HELP and TYPE and its samples (a histogram's cumulative
     _bucket lines with le, its _sum and _count)."""
     lines = ['# HELP target_info Target metadata', '# TYPE target_info gauge', f'target_info{_labels(_RESOURCE)} 1']
@@ -262,7 +262,7 @@ def _data_point(instrument: _Instrument, attributes: tuple, point, start_ns: int
             'min': point.min, 'max': point.max}
 
 
-def otlp_request(metrics: LoadMetrics, start_ns: int, now_ns: int) -> dict:
+def _otlp_request(metrics: _LoadMetrics, start_ns: int, now_ns: int) -> dict:
     """The metrics (a copy) as one ExportMetricsServiceRequest in the protobuf JSON mapping (what the
     Collector's file receiver reads a line of, and OTLP/HTTP takes as JSON): cumulative sums and histograms
     from start_ns (the load's start) to now_ns, in nanoseconds since the epoch."""
