@@ -305,6 +305,36 @@ class LiveTests(unittest.TestCase):
         self.assertIn(b'content-type: application/json', head.lower())
         self.assertEqual(json.loads(body), exported)
 
+    def test_a_port_out_of_range_is_refused_in_one_line(self):
+        with self.assertRaisesRegex(UsageError, r'^--metrics-port 70000 on 127.0.0.1: cannot listen: '):
+            _MetricsServer('127.0.0.1', 70000, _LiveMetrics())
+
+    def test_an_export_is_written_every_interval_each_one_cumulative(self):
+        live = _LiveMetrics()
+        read, write = os.pipe()
+        self.addCleanup(os.close, read)
+        export = _OtlpExport(live, 0.05, write, None)
+        export.start()
+        lines, added = b'', 0
+        while lines.count(b'\n') < 2:  # two exports of the interval, whenever they come
+            live.add(record(added))
+            added += 1
+            lines += os.read(read, 1 << 20)
+        live.add(record(added))
+        export.close()  # the last export, and the file closed
+        while more := os.read(read, 1 << 20):
+            lines += more
+        finished = []
+        for line in lines.splitlines():
+            metrics = json.loads(line)['resourceMetrics'][0]['scopeMetrics'][0]['metrics']
+            points = next(metric for metric in metrics if metric['name'] == 'stream_client.runs.finished')['sum']
+            finished.append((int(points['dataPoints'][0]['timeUnixNano']),
+                             sum(int(point['asInt']) for point in points['dataPoints'])))
+        self.assertGreaterEqual(len(finished), 3)
+        for column in zip(*finished):  # later exports: later times, never fewer runs
+            self.assertEqual(list(column), sorted(column))
+        self.assertEqual(finished[-1][1], added + 1)
+
     def test_a_refused_post_is_reported_and_the_file_still_written(self):
         closed = socket.socket()
         closed.bind(('127.0.0.1', 0))
