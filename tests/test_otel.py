@@ -380,6 +380,25 @@ class EndpointDuringALoadTests(unittest.TestCase):
         self.assertNotIn('secret', scrapes[-1])
         self.assertRegex(done.stderr, r'metrics served at http://127\.0\.0\.1:\d+/metrics during the load')
 
+    def test_sessions_and_traces_count_their_runs_started_as_a_load_does(self):
+        files = {'sessions.jsonl': ''.join(json.dumps({'id': f's{n}', 'turns': ['one', 'two']}) + '\n'
+                                           for n in range(2)),
+                 'trace.jsonl': '{"timestamp": 0, "prompt": "a"}\n{"timestamp": 5, "prompt": "b"}\n'}
+        for flag, name, runs in (('--sessions', 'sessions.jsonl', 4), ('--trace', 'trace.jsonl', 2)):
+            with self.subTest(flag=flag):
+                folder = tempfile.mkdtemp()
+                with open(os.path.join(folder, name), 'w', encoding='utf-8') as file:
+                    file.write(files[name])
+                done = run_in_process('--fixture', 'ok', flag, name, '--otlp-json', 'm.otlp.jsonl', '--output',
+                                      'l.jsonl', cwd=folder)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                with open(os.path.join(folder, 'm.otlp.jsonl'), encoding='utf-8') as file:
+                    last = json.loads(file.read().splitlines()[-1])
+                sums = {metric['name']: sum(int(point['asInt']) for point in metric['sum']['dataPoints'])
+                        for metric in last['resourceMetrics'][0]['scopeMetrics'][0]['metrics'] if 'sum' in metric}
+                self.assertEqual((sums['stream_client.runs.started'], sums['stream_client.runs.finished'],
+                                  sums['stream_client.runs.in_flight']), (runs, runs, 0))
+
     def test_metrics_host_without_metrics_port_is_refused_before_anything_is_sent(self):
         folder = tempfile.mkdtemp()
         done = run_in_process('--fixture', 'ok', '--runs', '2', '--metrics-host', '0.0.0.0', '--output', 'l.jsonl',
