@@ -7838,21 +7838,20 @@ def _prometheus_name(instrument: _Instrument) -> str:
     return name + '_total' if instrument.kind == 'counter' else name
 
 
-def _labels(attributes: tuple, extra: str = '') -> str:
-    pairs = [f'{key.replace(".", "_")}="{_label_value(str(value))}"' for key, value in attributes] + \
-        ([extra] if extra else [])
-    return '{' + ','.join(pairs) + '}' if pairs else ''
+def _label_pairs(attributes: tuple) -> str:
+    return ','.join(f'{key.replace(".", "_")}="{_label_value(str(value))}"' for key, value in attributes)
 
 
 def _bound_text(bound: float) -> str:
-    return str(bound) if isinstance(bound, int) else repr(float(bound))
+    return '+Inf' if bound == math.inf else str(bound) if isinstance(bound, int) else repr(float(bound))
 
 
 def _prometheus_text(metrics: _LoadMetrics) -> str:
     """The metrics (a copy: ``_LoadMetrics.copy()``) in the text exposition format 0.0.4: target_info with
     the resource's attributes, then each metric's HELP and TYPE and its samples (a histogram's cumulative
     _bucket lines with le, its _sum and _count)."""
-    lines = ['# HELP target_info Target metadata', '# TYPE target_info gauge', f'target_info{_labels(_RESOURCE)} 1']
+    lines = ['# HELP target_info Target metadata', '# TYPE target_info gauge',
+             f'target_info{{{_label_pairs(_RESOURCE)}}} 1']
     for instrument in _INSTRUMENTS:
         points = metrics.points[instrument]
         if not points:
@@ -7860,17 +7859,19 @@ def _prometheus_text(metrics: _LoadMetrics) -> str:
         name = _prometheus_name(instrument)
         kind = {'updown': 'gauge'}.get(instrument.kind, instrument.kind)
         lines += [f'# HELP {name} {instrument.description}', f'# TYPE {name} {kind}']
+        les = [f'le="{_bound_text(bound)}"}} ' for bound in instrument.bounds + (math.inf,)]
         for attributes, point in sorted(points.items(), key=lambda item: [str(part) for part in item[0]]):
+            pairs = _label_pairs(attributes)
+            labels = f'{{{pairs}}}' if pairs else ''
             if instrument.kind != 'histogram':
-                lines.append(f'{name}{_labels(attributes)} {_sample_value(point)}')
+                lines.append(f'{name}{labels} {_sample_value(point)}')
                 continue
-            seen = 0
-            for bound, count in zip(instrument.bounds + (math.inf,), point.counts):
+            bucket, seen = f'{name}_bucket{{{pairs},' if pairs else f'{name}_bucket{{', 0
+            for le, count in zip(les, point.counts):
                 seen += count
-                le = 'le="' + ('+Inf' if bound == math.inf else _bound_text(bound)) + '"'
-                lines.append(f'{name}_bucket{_labels(attributes, le)} {seen}')
-            lines.append(f'{name}_sum{_labels(attributes)} {_sample_value(float(point.sum))}')
-            lines.append(f'{name}_count{_labels(attributes)} {seen}')
+                lines.append(f'{bucket}{le}{seen}')
+            lines.append(f'{name}_sum{labels} {_sample_value(float(point.sum))}')
+            lines.append(f'{name}_count{labels} {seen}')
     return '\n'.join(lines) + '\n'
 
 
@@ -9892,7 +9893,7 @@ def _timeline_drawing(points: list[tuple[float, dict]]):
 # A load's GenAI metrics while it runs: --metrics-port serves them to Prometheus, --otlp-json writes OTLP/JSON.
 #
 # ``_LiveMetrics`` is the observer the load driver calls (``started()``, ``add(record)``), a ``_LoadMetrics``
-# behind a lock that is held only to count and to copy; ``_MetricsServer`` answers GET /metrics from threads of
+# behind a lock that is held only to count and to copy; ``_MetricsServer`` answers GET /metrics from a thread of
 # its own, and ``_OtlpExport`` writes one export per interval and one at the end (and POSTs each to
 # --otlp-endpoint). Neither touches a connection of the load, and neither ever holds a header value or a key:
 # what they render is ``_otel``'s, built from the records' verdicts, timings, model and server alone.
@@ -9962,11 +9963,10 @@ class _ScrapeHandler(http.server.BaseHTTPRequestHandler):
         pass  # a scrape is not the load's business on stderr
 
 
-class _MetricsServer(http.server.ThreadingHTTPServer):
+class _MetricsServer(http.server.HTTPServer):
     """The live endpoint: bound when made (a port in use is refused before anything is sent), served from a
-    thread of its own from ``start()`` to ``close()``."""
-
-    daemon_threads = True
+    thread of its own from ``start()`` to ``close()``, one scrape at a time (a scraper that stalls is dropped
+    after _SCRAPE_READ_TIMEOUT_S): a thread per scrape cost the load twice the CPU."""
 
     def __init__(self, host: str, port: int, metrics: _LiveMetrics) -> None:
         self.metrics = metrics

@@ -9,6 +9,7 @@ usage: python3 benchmarks/prometheus_check.py [--duration S] [--rate R]
 from __future__ import annotations
 
 import argparse
+import http.client
 import bisect
 import json
 import os
@@ -80,7 +81,7 @@ def keep_one_scrape(url: str, into: list, done: threading.Event) -> None:
             body = get(url, timeout=2).decode()
             if 'gen_ai_client_inference_duration_seconds_bucket' in body:
                 into.append(body)
-        except (urllib.error.URLError, OSError):
+        except (urllib.error.URLError, OSError, http.client.HTTPException):
             pass
         done.wait(0.2)
 

@@ -1,7 +1,7 @@
 """A load's GenAI metrics while it runs: --metrics-port serves them to Prometheus, --otlp-json writes OTLP/JSON.
 
 ``_LiveMetrics`` is the observer the load driver calls (``started()``, ``add(record)``), a ``_LoadMetrics``
-behind a lock that is held only to count and to copy; ``_MetricsServer`` answers GET /metrics from threads of
+behind a lock that is held only to count and to copy; ``_MetricsServer`` answers GET /metrics from a thread of
 its own, and ``_OtlpExport`` writes one export per interval and one at the end (and POSTs each to
 --otlp-endpoint). Neither touches a connection of the load, and neither ever holds a header value or a key:
 what they render is ``_otel``'s, built from the records' verdicts, timings, model and server alone.
@@ -85,11 +85,10 @@ class _ScrapeHandler(http.server.BaseHTTPRequestHandler):
         pass  # a scrape is not the load's business on stderr
 
 
-class _MetricsServer(http.server.ThreadingHTTPServer):
+class _MetricsServer(http.server.HTTPServer):
     """The live endpoint: bound when made (a port in use is refused before anything is sent), served from a
-    thread of its own from ``start()`` to ``close()``."""
-
-    daemon_threads = True
+    thread of its own from ``start()`` to ``close()``, one scrape at a time (a scraper that stalls is dropped
+    after _SCRAPE_READ_TIMEOUT_S): a thread per scrape cost the load twice the CPU."""
 
     def __init__(self, host: str, port: int, metrics: _LiveMetrics) -> None:
         self.metrics = metrics
