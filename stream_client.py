@@ -9990,6 +9990,9 @@ class _MetricsServer(http.server.HTTPServer):
             self.shutdown()
         self.server_close()
 
+    def handle_error(self, request, client_address) -> None:
+        pass  # a scraper that went away mid-answer: nothing the load's stderr needs
+
 
 def _export_interval_s(environ: dict) -> float:
     """OTEL_METRIC_EXPORT_INTERVAL (milliseconds, as the OpenTelemetry SDKs read it), in seconds."""
