@@ -7741,23 +7741,30 @@ class _LoadMetrics:
             return
         base = self._attributes(record)
         failed = () if record['ok'] else (('error.type', record.get('error_kind') or _UNCLASSIFIED),)
-        attributes = base + failed
         self._count(_FINISHED, base + (('stream_client.verdict', 'ok' if record['ok'] else 'not_ok'),) + failed, 1)
         load = record.get('load') or {}
         slos = self.slos if self.slos is not None else tuple(sorted((load.get('slo') or {}).items()))
         if record['ok'] and _meets_slos(record, slos):
             self.points[_GOOD][()] += 1
+        self._add_times(record, base + failed)
+        self._add_usage(record, base + failed)
+
+    def _add_times(self, record: dict, attributes: tuple) -> None:
+        """The run's duration, its first content event and the gaps between its content events, in seconds."""
         if record.get('duration_ms') is not None:
             self._observe(_DURATION, attributes, record['duration_ms'] / 1000)
         if record.get('first_text_ms') is not None:
             self._observe(_FIRST_CHUNK, attributes, record['first_text_ms'] / 1000)
         for gap in record.get('event_gaps_ms') or ():
             self._observe(_PER_CHUNK, attributes, gap / 1000)
+
+    def _add_usage(self, record: dict, attributes: tuple) -> None:
+        """The server's token counts: a count for every run, as the convention asks (0 under modality unknown
+        where no usage came), and the per-run distribution where it came."""
         for counter, histogram, field in ((_INPUT_TOKENS, _OPERATION_INPUT, 'prompt_tokens'),
                                           (_OUTPUT_TOKENS, _OPERATION_OUTPUT, 'completion_tokens')):
             tokens = record.get(field)
             counted = isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
-            # the convention: a count for every run, 0 under modality unknown where no usage came
             self._count(counter, attributes + (('gen_ai.token.modality', 'text' if counted else 'unknown'),),
                         tokens if counted else 0)
             if counted:
