@@ -198,7 +198,7 @@ class _OtlpExport:
             response.read(65536)
             if not 200 <= response.status < 300:
                 self._problem(f'--otlp-endpoint {host}:{port}{path}: status {response.status}')
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:  # ValueError: a path http.client refuses
             self._problem(f'--otlp-endpoint {host}:{port}{path}: {type(exc).__name__}: {exc}'[:300])
         finally:
             connection.close()
