@@ -8,9 +8,12 @@ import http.client
 import json
 import os
 import re
+import signal
 import socket
+import subprocess
 import tempfile
 import threading
+import time
 import unittest
 import urllib.request
 from unittest import mock
@@ -25,7 +28,7 @@ from stream_client._live_metrics import (
     _export_interval_s, _LiveMetrics, _MetricsServer, _OtlpExport, _otlp_target)
 from stream_client._server_metrics import _parse_exposition
 from stream_client._summary import Summary
-from .support import fake_record, LoopbackServer, run_in_process
+from .support import CLIENT, fake_record, Fixture, LoopbackServer, run_in_process, script_command, script_env
 from .tiers import sans_io
 
 
@@ -39,6 +42,11 @@ def record(run: int = 0, ok: bool = True, kind: str | None = None, **fields) -> 
 def rendered(metrics: _LoadMetrics) -> dict:
     """The Prometheus text of the metrics, read back by the project's strict reader of the format."""
     return _parse_exposition(_prometheus_text(metrics.copy()))
+
+
+def lines(path: str) -> int:
+    with open(path, encoding='utf-8') as file:
+        return file.read().count('\n')
 
 
 def samples(families: dict, family: str, sample: str | None = None, **labels) -> list[float]:
@@ -398,6 +406,29 @@ class EndpointDuringALoadTests(unittest.TestCase):
                         for metric in last['resourceMetrics'][0]['scopeMetrics'][0]['metrics'] if 'sum' in metric}
                 self.assertEqual((sums['stream_client.runs.started'], sums['stream_client.runs.finished'],
                                   sums['stream_client.runs.in_flight']), (runs, runs, 0))
+
+    def test_a_load_cut_by_ctrl_c_still_writes_its_last_export_with_every_run_that_started(self):
+        folder = tempfile.mkdtemp()
+        output, otlp = os.path.join(folder, 'cut.jsonl'), os.path.join(folder, 'cut.otlp.jsonl')
+        with Fixture('ok', delay=0.02) as fixture:
+            process = subprocess.Popen(script_command(CLIENT, '--url', fixture.url, '--model', 'm', '--runs', '200',
+                                                      '--concurrency', '4', '--otlp-json', otlp, '--output', output),
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=script_env())
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and (not os.path.exists(output) or lines(output) < 6):
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=20)
+        self.assertEqual(process.returncode, 130, stderr)
+        with open(output, encoding='utf-8') as file:
+            records = [json.loads(line) for line in file]
+        with open(otlp, encoding='utf-8') as file:
+            last = json.loads(file.read().splitlines()[-1])
+        sums = {metric['name']: sum(int(point['asInt']) for point in metric['sum']['dataPoints'])
+                for metric in last['resourceMetrics'][0]['scopeMetrics'][0]['metrics'] if 'sum' in metric}
+        self.assertLess(len(records), 200)
+        self.assertEqual((sums['stream_client.runs.started'], sums['stream_client.runs.finished'],
+                          sums['stream_client.runs.in_flight']), (len(records), len(records), 0))
 
     def test_metrics_host_without_metrics_port_is_refused_before_anything_is_sent(self):
         folder = tempfile.mkdtemp()
