@@ -69,16 +69,16 @@ class ReactorTests(unittest.TestCase):
         self.assertLess(max(stamp for _, stamp in fed), min(when for when, _ in fed))
         self.assertEqual([stamp for _, stamp in fed], sorted(stamp for _, stamp in fed))  # fed in the order read
 
-    def test_a_bug_in_the_reactor_fails_its_runs_and_hangs_none(self):
+    def test_a_bug_in_the_engine_fails_its_runs_and_hangs_none(self):
         def broken(*args):
             raise RuntimeError('a bug')
         with Fixture('ok') as fixture:
-            for where in ('_read_ready', '_feed'):
-                with self.subTest(where=where), mock.patch.object(stream_client._reactor._Reactor, where, broken):
+            for where in ('_pass', '_expire'):
+                with self.subTest(where=where), mock.patch.object(stream_client._runs._Engine, where, broken):
                     records = self.load_records(fixture.url, 4, True)
                     self.assertEqual([record['error_kind'] for record in records], ['client_error'] * 4)
                     self.assertTrue(all('RuntimeError' in record['error'] for record in records))
-            with mock.patch.object(stream_client._reactor, '_take_read', broken):  # a bug in one run's read
+            with mock.patch.object(stream_client._runs, '_take_read', broken):  # a bug in one run's read
                 records = self.load_records(fixture.url, 4, True)
             self.assertEqual([record['error_kind'] for record in records], ['client_error'] * 4)
             self.assertTrue(all(record['ok'] for record in self.load_records(fixture.url, 4, True)))
@@ -105,7 +105,8 @@ class ReactorTests(unittest.TestCase):
         def broken(*args, **kwargs):
             raise RuntimeError('a bug')
         with Fixture('ok', profile='vllm') as fixture:
-            for target, name in ((stream_client.KeptConnections, 'take'), (stream_client._load, '_run')):
+            for target, name in ((stream_client.KeptConnections, 'take'), (stream_client._runs, '_build_record'),
+                                 (stream_client._runs._Machine, 'send')):
                 with self.subTest(name), mock.patch.object(target, name, broken):
                     records: list[dict] = []
                     stream_client.run_load([stream_client.prepare(fixture.url, 'synthetic-fixture', 'READY')],

@@ -52,9 +52,10 @@ _failures      the transport's failures, next to it: where socket, TLS and clock
 _record        ``_build_record()``: the evidence record of one run
 _transport     ``run()`` and ``stream()``: one request, read under the idle
                timeout and the overall deadline; the cross-check's twin
-_reactor       ``_Reactor``: one thread per process reads every response of a load
+_reactor       ``_Reactor``: one thread per process reads every response of sessions
+_runs          ``_Engine``: a load's runs as state machines on one epoll set, no thread per run
 _plan          a load's plan: its id, ``--shard I/N`` and ``--start-at``; which shard is missing
-_load          ``run_load()``: runs from worker threads or forked processes
+_load          ``run_load()``: runs on the engine (worker threads without epoll) or forked processes
 _gates         ``--fail-if`` gates on a summary, sans-IO: parsed before anything
                is sent, evaluated on the summary's figures
 _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of a load

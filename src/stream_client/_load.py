@@ -1,8 +1,9 @@
 """Many runs: a load of strict runs.
 
-``run_load()`` runs prepared requests from worker threads, or forked worker
-processes, closed-loop or at seeded arrival times, and hands each record on
-as it is written.
+``run_load()`` runs prepared requests on the engine (``_runs``; worker threads
+where there is no epoll), in this process or forked worker processes,
+closed-loop or at seeded arrival times, and hands each record on as it is
+written.
 """
 import dataclasses
 import itertools
@@ -18,10 +19,11 @@ import typing
 
 from ._json import _json_text
 from ._request import _positive_finite, PreparedRequest
-from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
+from ._exchange import Cancel, KeptConnections
 from ._record import _client_failure, _utc_iso
 from ._transport import _run, _Show
-from ._reactor import _EPOLL, _Reactor
+from ._reactor import _EPOLL
+from ._runs import _Engine, _wait_until
 from ._plan import _plan_id, _shard_runs
 
 
@@ -190,15 +192,6 @@ class _Clock:
 _REAL_CLOCK = _Clock()
 
 
-def _wait_until(at: float, cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> bool:
-    """Sleep until the clock's time ``at``, waking every 50 ms to see a cancel; False when one came."""
-    wait = at - clock.now()
-    while wait > 0 and cancel.reason is None:
-        clock.sleep(min(wait, 0.05))
-        wait = at - clock.now()
-    return cancel.reason is None
-
-
 def _run_on_schedule(schedule, slots: int, work, started: float, cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> None:
     """The one scheduling loop of every workload (a load's runs, sessions, a trace's lines): for each (index,
     due) of schedule, in order, wait until started + due on the clock, then hand (index, due) to work on one
@@ -217,18 +210,18 @@ def _run_on_schedule(schedule, slots: int, work, started: float, cancel: Cancel,
 def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
              on_started=None, clock: _Clock = _REAL_CLOCK) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
-    run as it ends, one call at a time, from the worker threads.
+    run as it ends, one call at a time (in this thread on Linux, else from the worker threads).
 
     Each record gains ``run`` (its index), ``offset_ms`` (its start after the load's), ``queued_ms``
     and ``scheduled_ms`` (open loop: how late it started after it was due, and when it was due, after the
     load's start), ``warmup`` (a warm-up run) and ``load`` (the settings, and an ``id`` of the
-    load). With ``settings.keep_alive`` each worker thread keeps its connections between its runs (see
-    run()) and closes them when the load ends. Once ``cancel`` is cancelled, no run starts and the runs
-    in flight end as interrupted; this returns when every run that started has its record. With
-    ``settings.processes`` above 1 the runs are spread over that many forked processes (see
-    _spread_load), and on_record is still called here, in this process. On Linux one _Reactor thread
-    per process reads the responses, and the workers pass through a _Gate. on_started(), if given, is
-    called here once the worker processes are forked (at once without them), before any run starts.
+    load). With ``settings.keep_alive`` each slot (the engine's, or a worker thread) keeps its
+    connections between its runs (see run()) and closes them when the load ends. Once ``cancel`` is
+    cancelled, no run starts and the runs in flight end as interrupted; this returns when every run that
+    started has its record. With ``settings.processes`` above 1 the runs are spread over that many forked
+    processes (see _spread_load), and on_record is still called here, in this process. On Linux the runs
+    of each process are state machines on one _Engine, with no thread per run (see _runs). on_started(),
+    if given, is called here once the worker processes are forked (at once without them), before any run starts.
     ``clock`` is what the schedule waits by (the real one in forked processes).
     """
     started = _started(settings, clock)
@@ -267,17 +260,35 @@ def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
 
 def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
                described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK) -> None:
-    """The runs i with i % processes == number, on worker threads of this process (share is (number,
-    processes)), with that share of the slots, on the load's schedule from ``started``."""
+    """The runs i with i % processes == number (share is (number, processes)), with that share of the slots,
+    on the load's schedule from ``started``: on Linux as state machines on one _Engine in this thread,
+    elsewhere on worker threads."""
     number, processes = share
     slots = max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
+
+    def emit(index: int, due: float, begun: float, record: dict) -> None:
+        on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
+                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
+                   'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
+                   'warmup': settings.warms_up(index, begun - started), 'load': described})
+    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % processes == number)
+    if _EPOLL:
+        _Engine(slots, cancel, clock, settings.keep_alive).run(mine, lambda index: requests[index % len(requests)],
+                                                               emit, started)
+    else:
+        _run_on_threads(requests, settings.keep_alive, mine, slots, emit, started, cancel, clock)
+
+
+def _run_on_threads(requests: list[PreparedRequest], keep_alive: bool, schedule, slots: int, emit, started: float,
+                    cancel: Cancel, clock: _Clock) -> None:
+    """The runs of schedule on worker threads that read their own responses (where there is no epoll);
+    emit(index, due, begun, record) as each ends, one call at a time. With keep_alive each worker thread
+    keeps its connections between its runs."""
     lock = threading.Lock()
     workers, kept_by_worker = threading.local(), []
-    gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
-    reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
 
     def kept() -> KeptConnections | None:
-        if not settings.keep_alive:
+        if not keep_alive:
             return None
         if not hasattr(workers, 'kept'):
             workers.kept = KeptConnections()
@@ -286,27 +297,17 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
         return workers.kept
 
     def one(job: tuple[int, float]) -> None:
-        with gate:
-            run_one(*job)
-
-    def run_one(index: int, due: float) -> None:
+        index, due = job
         begun, request = clock.now(), requests[index % len(requests)]
         try:
-            record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
+            record = _run(request, _Show(), None, cancel, kept())
         except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
             record = _client_failure(request, exc, 'during the run')
-        record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
-                  'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
-                  'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
-                  'warmup': settings.warms_up(index, begun - started), 'load': described}
         with lock:
-            on_record(record)
-    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % processes == number)
+            emit(index, due, begun, record)
     try:
-        _run_on_schedule(mine, slots, one, started, cancel, clock)  # a run cancelled before it was taken has no record
+        _run_on_schedule(schedule, slots, one, started, cancel, clock)  # one cancelled before it was taken: no record
     finally:
-        if reactor is not None:
-            reactor.close()
         for connections in kept_by_worker:
             connections.close()
 

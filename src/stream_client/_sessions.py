@@ -23,8 +23,8 @@ from ._record import _client_failure
 from ._transport import _run, _Show
 from ._reactor import _EPOLL, _Reactor
 from ._plan import _session_key, _shard_runs
-from ._load import (
-    _Clock, arrival_offsets, _load_description, LoadSettings, _REAL_CLOCK, _run_on_schedule, _started, _wait_until)
+from ._load import _Clock, arrival_offsets, _load_description, LoadSettings, _REAL_CLOCK, _run_on_schedule, _started
+from ._runs import _wait_until
 from ._summary import _percentiles
 from ._workloads import _Conversation, _Session, _ToolResults
 

@@ -1,0 +1,469 @@
+"""Runs on the reactor: a load's runs as state machines, with no thread per run (Linux).
+
+``_Engine`` runs a schedule of runs in the thread that calls it: one epoll
+set waits for every run's socket and for the next start, and each run
+(``_Machine``) steps through connect, send, read, judge and its record as its
+socket becomes ready or its timer runs out. The blocking steps that remain (a
+name lookup, a proxy's tunnel, a TLS handshake, the cross-check's twin) run on
+``_BlockingSteps``, a few threads at most.
+"""
+import contextlib
+import errno
+import heapq
+import itertools
+import os
+import queue
+import select
+import socket
+import ssl
+import threading
+import time
+import traceback
+
+from ._limits import StreamError
+from ._exchange import Cancel, _Connection, _Exchange, KeptConnections, _Phase, _recv_stamped
+from ._failures import _classify, _exchange_failure, _interrupted_before_sending, _interruption
+from ._record import _build_record, _client_failure, _source
+from ._transport import (_check_plain_peer, _connect, _cross_check, _read_over, _reusable, _reuse, _take_read,
+                         _wait)
+from ._reactor import _drained, _receive_unstamped
+
+_BLOCKING_THREADS = 8  # threads at most for the steps of runs that block (see _BlockingSteps)
+_IN_PROGRESS = (0, errno.EINPROGRESS, errno.EAGAIN)
+
+
+def _wait_until(at: float, cancel: Cancel, clock) -> bool:
+    """Sleep until the clock's time ``at``, waking every 50 ms to see a cancel; False when one came."""
+    wait = at - clock.now()
+    while wait > 0 and cancel.reason is None:
+        clock.sleep(min(wait, 0.05))
+        wait = at - clock.now()
+    return cancel.reason is None
+
+
+def _raise(exc: Exception) -> None:
+    """A step that fails its run with exc (a blocking step's failure, a timer run out)."""
+    raise exc
+
+
+class _BlockingSteps:
+    """The steps of a run that block, each on one of at most ``size`` threads, started as they are needed:
+    a TCP connect by name, a proxy's tunnel and a TLS handshake (transport's _connect), and the cross-check's
+    unstreamed twin. Each result is handed back to the engine's thread (``done``), and the bell rung."""
+
+    def __init__(self, size: int, ring) -> None:
+        self._size, self._ring = size, ring
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.done: queue.SimpleQueue = queue.SimpleQueue()  # (flight, then, result, error)
+        self._threads: list[threading.Thread] = []
+        self._pending = 0  # jobs submitted and not handed back
+
+    def submit(self, flight: '_Machine', step, then, *args) -> None:
+        self._pending += 1
+        self._jobs.put((flight, step, then, args))
+        if self._pending > len(self._threads) and len(self._threads) < self._size:
+            self._threads.append(threading.Thread(target=self._loop, daemon=True, name='blocking steps'))
+            self._threads[-1].start()
+
+    def taken(self) -> None:
+        """One result has been taken from ``done``."""
+        self._pending -= 1
+
+    def _loop(self) -> None:
+        for flight, step, then, args in iter(self._jobs.get, None):
+            try:
+                self.done.put((flight, then, step(*args), None))
+            except Exception as exc:  # the run's failure, classified in the engine's thread
+                self.done.put((flight, then, None, exc))
+            self._ring()
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+
+
+class _Machine:
+    """One run on the engine, from its start to its record: connect (or take a kept connection), send, read
+    until the response ends, then its record. Each step runs in the engine's thread when the run's socket is
+    ready (``wake``, or a read while ``reading``) or its blocking step has ended; a step that raises fails
+    the run as run() would classify the failure (_transport._run)."""
+
+    def __init__(self, engine: '_Engine', index: int, due: float, begun: float, request, slot) -> None:
+        self.engine, self.index, self.due, self.begun = engine, index, due, begun
+        self.request, self.kept = request, slot  # slot: the KeptConnections of the slot it runs in (or None)
+        self.x: _Exchange | None = None
+        self.connection = None
+        self.sock: socket.socket | None = None  # the socket it owns, once it has one
+        self.fd = -1                            # the descriptor it is watched by (-1: none)
+        self.events = 0                         # the epoll events it waits for
+        self.wake = None                        # the step to take when its socket is writable
+        self.reading = False
+        self.receive = None
+        self.last = 0.0                         # when its latest step or read began (the idle timeout runs from it)
+        self.deadline_at = 0.0
+        self.timer = 0                          # the token of its entry in the engine's timers (0: none)
+        self.exchanging = False                 # failures pass through _exchange_failure, as in _exchange()
+        self.ending = self.over = False
+        self.wire = memoryview(b'')
+        self.sent = 0
+
+    def due_at(self) -> float:
+        """When the idle timeout, cut to the deadline, runs out."""
+        return min(self.last + self.request.idle, self.deadline_at)
+
+    def start(self) -> None:
+        engine, request = self.engine, self.request
+        x = self.x = _Exchange(request, None, engine.cancel)
+        x.timeline.start()
+        self.deadline_at = x.timeline.started + request.deadline
+        if engine.broken is not None:
+            raise engine.broken
+        if engine.cancel.reason is not None:  # cancelled as it was due
+            raise _interrupted_before_sending(engine.cancel.reason)
+        connection = self.kept.take(request.origin) if self.kept is not None else None
+        if connection is not None:
+            _reuse(x, connection)
+            self.use(connection)
+            return
+        address = engine.numeric_address(request)
+        if address is None:  # a name to look up, a proxy or TLS: a blocking step
+            engine.block(self, _connect, self.use, x)
+        else:
+            self.connect(address)
+
+    def connect(self, address: tuple) -> None:
+        """A non-blocking TCP connect to a numeric address (plain http, no proxy)."""
+        x = self.x
+        stop = _interruption(x)
+        if stop:
+            raise stop
+        _wait(x)  # the deadline
+        self.last = time.perf_counter()
+        family, kind, proto, _, where = address
+        self.sock = socket.socket(family, kind, proto)
+        self.sock.setblocking(False)
+        self.engine.cancel.attach(self.sock)
+        status = self.sock.connect_ex(where)
+        if status not in _IN_PROGRESS:
+            raise OSError(status, os.strerror(status))
+        self.engine.watch(self, select.EPOLLOUT, self.connected)
+
+    def connected(self) -> None:
+        status = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if status:
+            raise OSError(status, os.strerror(status))
+        connection = _Connection(self.sock)
+        _check_plain_peer(connection, self.request)
+        self.use(connection)
+
+    def use(self, connection) -> None:
+        """Send the request on the connection (a new one, or one kept from an earlier run)."""
+        x = self.x
+        self.sock = connection.sock
+        x.connection = self.connection = connection
+        connection.requests += 1
+        if self.sock.gettimeout() != 0.0:
+            self.sock.setblocking(False)
+        self.exchanging = True
+        x.phase = _Phase.REQUEST
+        _wait(x)  # the deadline
+        self.last = time.perf_counter()
+        self.wire = memoryview(self.request.wire)
+        self.send()
+
+    def send(self) -> None:
+        with contextlib.suppress(BlockingIOError, ssl.SSLWantWriteError):
+            self.sent += self.sock.send(self.wire[self.sent:])
+        if self.sent < len(self.wire):
+            self.engine.watch(self, select.EPOLLOUT, self.send)
+            return
+        self.x.phase = _Phase.HEADERS
+        self.wire, self.reading, self.last = memoryview(b''), True, time.perf_counter()
+        self.receive = _recv_stamped if self.connection.kernel_stamps else _receive_unstamped
+        self.engine.watch(self, select.EPOLLIN, None)
+
+    def take(self, raw: bytes | Exception, returned: float, kernel_ns: int | None, wall_offset_ns: int) -> None:
+        """One read of the response, stamped when it returned: fed to the reader; the run ends with the response."""
+        if isinstance(raw, Exception):
+            raise raw
+        _take_read(self.x, raw, returned, kernel_ns, wall_offset_ns)
+        if _read_over(self.x, raw):
+            self.end()
+
+    def fail(self, exc: Exception) -> None:
+        """End the run with the failure that exc means (see _transport._run)."""
+        x = self.x
+        if x is None:  # not even its exchange could be built: a bug in this client
+            self.engine.ended(self, _client_failure(self.request, exc, 'during the run'))
+            return
+        if self.exchanging and isinstance(exc, (OSError, StreamError)):
+            exc = _exchange_failure(exc, x)
+        x.fail(exc if isinstance(exc, StreamError) else _classify(exc, x))
+        self.end()
+
+    def end(self) -> None:
+        """Let the connection go (kept for the slot's next run when the response allows it), then the record;
+        with a twin to send (--cross-check), after it."""
+        self.ending = True
+        x, connection, sock = self.x, self.connection, self.sock
+        self.engine.unwatch(self)
+        if sock is not None:
+            self.engine.cancel.detach(sock)
+        if connection is not None:
+            if x.reader.head is not None:
+                connection.source = _source(x.reader.head, self.request.source)
+            if self.kept is not None and _reusable(x):
+                self.kept.keep(self.request.origin, connection)
+            else:
+                connection.sock.close()
+        elif sock is not None:
+            sock.close()
+        if x.timeline.ended is None:  # not ended by the message's last bytes
+            x.timeline.ended = time.perf_counter()
+        if self.request.twin is not None:
+            self.engine.block(self, _cross_check, self.checked, x, self.engine.cancel)
+        else:
+            self.record()
+
+    def checked(self, cross_check: dict) -> None:
+        self.x.cross_check = cross_check
+        self.record()
+
+    def record(self) -> None:
+        try:
+            record = _build_record(self.x)
+        except Exception as exc:  # a bug in this client: the run still has its record
+            record = _client_failure(self.request, exc, 'during the run')
+        self.engine.ended(self, record)
+
+    def crash(self, exc: BaseException) -> None:
+        """End the run at once with a bug of this client's: its socket closed, a client_error record."""
+        if self.over:
+            return
+        if not self.ending:  # else end() has let its connection go
+            with contextlib.suppress(Exception):
+                self.engine.unwatch(self)
+            for sock in {self.sock, self.connection.sock if self.connection is not None else None} - {None}:
+                self.engine.cancel.detach(sock)
+                sock.close()
+        self.engine.ended(self, _client_failure(self.request, exc, 'during the run'))
+
+
+
+class _Engine:
+    """Runs a schedule of runs in the calling thread, at most ``slots`` at once, each a _Machine driven by one
+    epoll set's readiness and timers; with ``keep_alive``, each slot keeps its connections between its runs,
+    as a worker thread did. A cancel stops the schedule (rung on the engine's bell) and shuts the runs'
+    connections down, so that they end as interrupted; a bug in the engine's loop fails the runs in flight
+    and every later one, so that none waits for ever and each has its record."""
+
+    def __init__(self, slots: int, cancel: Cancel, clock, keep_alive: bool) -> None:
+        self.cancel, self._clock = cancel, clock
+        self._free = [KeptConnections() if keep_alive else None for _ in range(slots)]  # free slots
+        self._slots = list(self._free)
+        self._live: set[_Machine] = set()           # flights started and not ended
+        self._watched: dict[int, _Machine] = {}     # by descriptor
+        self._timers: list = []                    # heap of (due, token, flight), refreshed when popped
+        self._tokens = itertools.count(1)
+        self._addresses: dict[tuple, tuple | None] = {}
+        self.broken: BaseException | None = None   # a bug in the loop: every later run fails with it
+        self._poll = select.epoll()
+        self._waker, self._bell = os.pipe()
+        os.set_blocking(self._waker, False)
+        os.set_blocking(self._bell, False)
+        self._poll.register(self._waker, select.EPOLLIN)
+        self._blocking = _BlockingSteps(_BLOCKING_THREADS, self._ring)
+
+    def run(self, schedule, request_of, on_end, started: float) -> None:
+        """For each (index, due) of schedule, in order, once the clock passes started + due and a slot is free,
+        start run index with request_of(index); call on_end(index, due, begun, record) as each ends (begun: its
+        start on the clock), in this thread. Returns when every run that started has ended; a
+        KeyboardInterrupt cancels the load and is raised once they have."""
+        self._request_of, self._on_end = request_of, on_end
+        interrupted = None
+        self.cancel.on_cancel(self._ring_on_cancel)
+        try:
+            upcoming = next(schedule, None)
+            while True:
+                try:
+                    upcoming = self._start_due(upcoming, schedule, started)
+                    if upcoming is None and not self._live:
+                        break
+                    if not self._live:  # nothing in flight: wait on the clock for the next start
+                        _wait_until(started + upcoming[1], self.cancel, self._clock)
+                        continue
+                    self._pass(self._timeout(upcoming, started))
+                except KeyboardInterrupt as exc:
+                    interrupted = interrupted or exc
+                    self.cancel.cancel(getattr(exc, 'signal_name', 'SIGINT'))
+                except Exception as exc:  # a bug in this client: no run may wait for ever
+                    self.broken = exc
+                    for flight in list(self._live):
+                        flight.crash(exc)
+        finally:
+            self.cancel.forget(self._ring_on_cancel)
+            self._close()
+        if interrupted is not None:
+            raise interrupted
+
+    def _start_due(self, upcoming, schedule, started: float):
+        """Start every run that is due while a slot is free; the next one not started (None: none is left)."""
+        while upcoming is not None:
+            if self.cancel.reason is not None:  # nothing more starts
+                return None
+            if not self._free or started + upcoming[1] > self._clock.now():
+                return upcoming
+            index, due = upcoming
+            flight = _Machine(self, index, due, self._clock.now(), self._request_of(index), self._free.pop())
+            self._live.add(flight)
+            self._step(flight, flight.start)
+            upcoming = next(schedule, None)
+        return None
+
+    def _timeout(self, upcoming, started: float) -> float:
+        """Seconds to wait for sockets: until the earliest timer, or the next start when a slot is free."""
+        if len(self._timers) > 2 * len(self._live) + 64:  # mostly entries of runs that moved on
+            self._timers = [entry for entry in self._timers if entry[2].timer == entry[1]]
+            heapq.heapify(self._timers)
+        wait = self._timers[0][0] - time.perf_counter() if self._timers else -1
+        if upcoming is not None and self._free:
+            until = started + upcoming[1] - self._clock.now()
+            wait = until if wait < 0 else min(wait, until)
+        return wait if wait < 0 else max(0.0, wait)
+
+    def _pass(self, timeout: float) -> None:
+        """Wait for sockets, then read every ready response, stamping each read as it returns (with the wall
+        clock's offset from the monotonic one, taken once for the pass), before any of them is fed; take the
+        other steps that became ready, the results of blocking steps, and the timers that ran out."""
+        ready = self._poll.poll(timeout)
+        wall_offset_ns = time.time_ns() - time.perf_counter_ns()
+        reads = []
+        for fd, _ in ready:
+            flight = self._watched.get(fd)
+            if flight is None:  # the bell
+                while _drained(self._waker):
+                    pass
+            elif flight.reading:
+                kernel_ns = None
+                try:
+                    raw, kernel_ns = flight.receive(flight.connection)
+                except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    continue  # nothing to read yet (a TLS record not yet whole)
+                except Exception as exc:
+                    raw = exc
+                flight.last = time.perf_counter()
+                reads.append((flight, raw, flight.last, kernel_ns))
+            else:
+                self._step(flight, flight.wake)
+        for flight, raw, returned, kernel_ns in reads:
+            self._step(flight, flight.take, raw, returned, kernel_ns, wall_offset_ns)
+        self._take_blocked()
+        self._expire(time.perf_counter())
+
+    def _step(self, flight: _Machine, step, *args) -> None:
+        try:
+            step(*args)
+        except Exception as exc:
+            if flight.ending:  # a bug once it had ended (its twin's, its record's): said in its record
+                flight.crash(exc)
+            else:
+                flight.fail(exc)
+
+    def _take_blocked(self) -> None:
+        """Resume the runs whose blocking step has ended."""
+        while True:
+            try:
+                flight, then, result, error = self._blocking.done.get_nowait()
+            except queue.Empty:
+                return
+            self._blocking.taken()
+            if flight.over:  # crashed meanwhile: what the step opened is let go
+                if isinstance(result, _Connection):
+                    self.cancel.detach(result.sock)
+                    result.sock.close()
+            elif error is not None:
+                self._step(flight, _raise, error)
+            else:
+                self._step(flight, then, result)
+
+    def _expire(self, now: float) -> None:
+        """Fail the runs whose idle timeout or deadline has run out, as a blocking socket would."""
+        while self._timers and self._timers[0][0] <= now:
+            _, token, flight = heapq.heappop(self._timers)
+            if flight.timer != token:
+                continue
+            due = flight.due_at()
+            if due > now:
+                heapq.heappush(self._timers, (due, token, flight))
+            else:
+                self._step(flight, _raise, TimeoutError('timed out'))
+
+    def watch(self, flight: _Machine, events: int, wake) -> None:
+        """Wait for the flight's socket to be ready for events, then take wake (or read it), under its timer."""
+        flight.wake = wake
+        if flight.fd < 0:
+            flight.fd = flight.sock.fileno()
+            self._poll.register(flight.fd, events)
+            self._watched[flight.fd] = flight
+        elif flight.events != events:
+            self._poll.modify(flight.fd, events)
+        flight.events = events
+        if not flight.timer:
+            flight.timer = next(self._tokens)
+            heapq.heappush(self._timers, (flight.due_at(), flight.timer, flight))
+
+    def unwatch(self, flight: _Machine) -> None:
+        flight.timer = 0
+        if flight.fd >= 0:
+            if self._watched.get(flight.fd) is flight:
+                del self._watched[flight.fd]
+                self._poll.unregister(flight.fd)
+            flight.fd = -1
+
+    def block(self, flight: _Machine, step, then, *args) -> None:
+        """Take step(*args) on a blocking-step thread, then then(result) here (or fail the flight)."""
+        self.unwatch(flight)
+        self._blocking.submit(flight, step, then, *args)
+
+    def ended(self, flight: _Machine, record: dict) -> None:
+        """The run has its record: its slot is free, and on_end has it."""
+        flight.over = True
+        flight.x = flight.connection = flight.sock = None  # a timer's entry may outlive it until its due time
+        self._live.discard(flight)
+        self._free.append(flight.kept)
+        try:
+            self._on_end(flight.index, flight.due, flight.begun, record)
+        except Exception:  # the caller's bug, as a worker thread's would be: said, and the load goes on
+            traceback.print_exc()
+
+    def numeric_address(self, request) -> tuple | None:
+        """The address of a plain http request without a proxy to a numeric host, which the engine connects
+        to itself; None for any other (see _BlockingSteps)."""
+        key = (request.scheme, request.proxy, request.host, request.port)
+        if key not in self._addresses:
+            self._addresses[key] = None
+            if request.scheme == 'http' and request.proxy is None:
+                with contextlib.suppress(socket.gaierror, UnicodeError):
+                    found = socket.getaddrinfo(request.host, request.port, 0, socket.SOCK_STREAM, 0,
+                                               socket.AI_NUMERICHOST)
+                    self._addresses[key] = found[0] if len(found) == 1 else None
+        return self._addresses[key]
+
+    def _ring_on_cancel(self, reason: str) -> None:
+        self._ring()
+
+    def _ring(self) -> None:
+        """Wake the loop; a full pipe has already rung."""
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._bell, b'.')
+
+    def _close(self) -> None:
+        self._blocking.close()
+        for kept in self._slots:
+            if kept is not None:
+                kept.close()
+        self._poll.close()
+        os.close(self._waker)
+        os.close(self._bell)
