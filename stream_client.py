@@ -6205,6 +6205,7 @@ def _receive_unstamped(connection: _Connection) -> tuple[bytes, None]:
 
 _BLOCKING_THREADS = 8  # threads at most for the steps of runs that block (see _BlockingSteps)
 _IN_PROGRESS = (0, errno.EINPROGRESS, errno.EAGAIN)
+_EPOLL_RESOLUTION = 0.001  # epoll waits in whole milliseconds
 
 
 def _wait_until(at: float, cancel: Cancel, clock) -> bool:
@@ -6265,6 +6266,10 @@ class _Machine:
     ready (``wake``, or a read while ``reading``) or its blocking step has ended; a step that raises fails
     the run as run() would classify the failure (_transport._run)."""
 
+    __slots__ = ('engine', 'index', 'due', 'begun', 'request', 'kept', 'x', 'connection', 'sock', 'fd', 'events',
+                 'wake', 'reading', 'receive', 'last', 'deadline_at', 'timer', 'exchanging', 'ending', 'over', 'wire',
+                 'sent')
+
     def __init__(self, engine: '_Engine', index: int, due: float, begun: float, request, slot) -> None:
         self.engine, self.index, self.due, self.begun = engine, index, due, begun
         self.request, self.kept = request, slot  # slot: the KeptConnections of the slot it runs in (or None)
@@ -6281,7 +6286,7 @@ class _Machine:
         self.timer = 0                          # the token of its entry in the engine's timers (0: none)
         self.exchanging = False                 # failures pass through _exchange_failure, as in _exchange()
         self.ending = self.over = False
-        self.wire = memoryview(b'')
+        self.wire = b''
         self.sent = 0
 
     def due_at(self) -> float:
@@ -6345,17 +6350,17 @@ class _Machine:
         x.phase = _Phase.REQUEST
         _wait(x)  # the deadline
         self.last = time.perf_counter()
-        self.wire = memoryview(self.request.wire)
+        self.wire = self.request.wire
         self.send()
 
     def send(self) -> None:
         with contextlib.suppress(BlockingIOError, ssl.SSLWantWriteError):
-            self.sent += self.sock.send(self.wire[self.sent:])
+            self.sent += self.sock.send(memoryview(self.wire)[self.sent:] if self.sent else self.wire)
         if self.sent < len(self.wire):
             self.engine.watch(self, select.EPOLLOUT, self.send)
             return
         self.x.phase = _Phase.HEADERS
-        self.wire, self.reading, self.last = memoryview(b''), True, time.perf_counter()
+        self.wire, self.reading, self.last = b'', True, time.perf_counter()
         self.receive = _recv_stamped if self.connection.kernel_stamps else _receive_unstamped
         self.engine.watch(self, select.EPOLLIN, None)
 
@@ -6383,13 +6388,14 @@ class _Machine:
         with a twin to send (--cross-check), after it."""
         self.ending = True
         x, connection, sock = self.x, self.connection, self.sock
-        self.engine.unwatch(self)
+        self.engine.unwatch(self, keep_registered=self.kept is not None)
         if sock is not None:
             self.engine.cancel.detach(sock)
         if connection is not None:
             if x.reader.head is not None:
                 connection.source = _source(x.reader.head, self.request.source)
             if self.kept is not None and _reusable(x):
+                self.engine.rest(connection.sock)
                 self.kept.keep(self.request.origin, connection)
             else:
                 connection.sock.close()
@@ -6439,6 +6445,7 @@ class _Engine:
         self._slots = list(self._free)
         self._live: set[_Machine] = set()           # flights started and not ended
         self._watched: dict[int, _Machine] = {}     # by descriptor
+        self._resting: dict[int, socket.socket] = {}  # idle kept connections left in the epoll set, by descriptor
         self._timers: list = []                    # heap of (due, token, flight), refreshed when popped
         self._tokens = itertools.count(1)
         self._addresses: dict[tuple, tuple | None] = {}
@@ -6468,7 +6475,7 @@ class _Engine:
                     if not self._live:  # nothing in flight: wait on the clock for the next start
                         _wait_until(started + upcoming[1], self.cancel, self._clock)
                         continue
-                    self._pass(self._timeout(upcoming, started))
+                    self._wait(upcoming, started)
                 except KeyboardInterrupt as exc:
                     interrupted = interrupted or exc
                     self.cancel.cancel(getattr(exc, 'signal_name', 'SIGINT'))
@@ -6496,16 +6503,22 @@ class _Engine:
             upcoming = next(schedule, None)
         return None
 
-    def _timeout(self, upcoming, started: float) -> float:
-        """Seconds to wait for sockets: until the earliest timer, or the next start when a slot is free."""
+    def _wait(self, upcoming, started: float) -> None:
+        """Wait for sockets until the earliest timer, or the next start when a slot is free, and take what
+        became ready. epoll waits in whole milliseconds, rounded up: a start due sooner is waited for by
+        the clock, after a look at the sockets that does not wait."""
         if len(self._timers) > 2 * len(self._live) + 64:  # mostly entries of runs that moved on
             self._timers = [entry for entry in self._timers if entry[2].timer == entry[1]]
             heapq.heapify(self._timers)
         wait = self._timers[0][0] - time.perf_counter() if self._timers else -1
         if upcoming is not None and self._free:
             until = started + upcoming[1] - self._clock.now()
+            if until < _EPOLL_RESOLUTION and (wait < 0 or until <= wait):
+                self._pass(0)
+                self._clock.sleep(max(0.0, started + upcoming[1] - self._clock.now()))
+                return
             wait = until if wait < 0 else min(wait, until)
-        return wait if wait < 0 else max(0.0, wait)
+        self._pass(wait if wait < 0 else max(0.0, wait))
 
     def _pass(self, timeout: float) -> None:
         """Wait for sockets, then read every ready response, stamping each read as it returns (with the wall
@@ -6516,9 +6529,12 @@ class _Engine:
         reads = []
         for fd, _ in ready:
             flight = self._watched.get(fd)
-            if flight is None:  # the bell
-                while _drained(self._waker):
-                    pass
+            if flight is None:
+                if fd == self._waker:  # the bell
+                    while _drained(self._waker):
+                        pass
+                elif self._resting.pop(fd, None) is not None:  # bytes or an end while idle
+                    self._poll.unregister(fd)
             elif flight.reading:
                 kernel_ns = None
                 try:
@@ -6579,22 +6595,36 @@ class _Engine:
         flight.wake = wake
         if flight.fd < 0:
             flight.fd = flight.sock.fileno()
-            self._poll.register(flight.fd, events)
+            if self._resting.pop(flight.fd, None) is flight.sock:  # a kept connection, still in the set
+                flight.events = select.EPOLLIN
+            else:
+                self._poll.register(flight.fd, events)
+                flight.events = events
             self._watched[flight.fd] = flight
-        elif flight.events != events:
+        if flight.events != events:
             self._poll.modify(flight.fd, events)
-        flight.events = events
+            flight.events = events
         if not flight.timer:
             flight.timer = next(self._tokens)
             heapq.heappush(self._timers, (flight.due_at(), flight.timer, flight))
 
-    def unwatch(self, flight: _Machine) -> None:
+    def unwatch(self, flight: _Machine, keep_registered: bool = False) -> None:
+        """Stop waiting for the flight's socket; with keep_registered, leave it in the epoll set (rest())."""
         flight.timer = 0
         if flight.fd >= 0:
             if self._watched.get(flight.fd) is flight:
                 del self._watched[flight.fd]
-                self._poll.unregister(flight.fd)
+                if not keep_registered:
+                    self._poll.unregister(flight.fd)
+                elif flight.events != select.EPOLLIN:
+                    self._poll.modify(flight.fd, select.EPOLLIN)
             flight.fd = -1
+
+    def rest(self, sock: socket.socket) -> None:
+        """Keep an idle kept connection in the epoll set (left there by unwatch), so that the slot's next run
+        on it costs no system call to add it again; if it becomes readable while idle, it leaves the set, and
+        the next run's take() of it sees why."""
+        self._resting[sock.fileno()] = sock
 
     def block(self, flight: _Machine, step, then, *args) -> None:
         """Take step(*args) on a blocking-step thread, then then(result) here (or fail the flight)."""
@@ -7097,18 +7127,20 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
                    'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
                    'warmup': settings.warms_up(index, begun - started), 'load': described})
     mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % processes == number)
+    _run_scheduled(lambda index: requests[index % len(requests)], settings.keep_alive, mine, slots, emit, started,
+                   cancel, clock)
+
+
+def _run_scheduled(request_of, keep_alive: bool, schedule, slots: int, emit, started: float, cancel: Cancel,
+                   clock: _Clock) -> None:
+    """Run request_of(index) for each (index, due) of schedule, at started + due on the clock, at most slots at
+    once; emit(index, due, begun, record) as each ends, one call at a time (begun: when it started). On Linux
+    the runs are state machines on one _Engine in this thread; elsewhere they run on worker threads that
+    read their own responses. With keep_alive each slot (or worker thread) keeps its connections between
+    its runs."""
     if _EPOLL:
-        _Engine(slots, cancel, clock, settings.keep_alive).run(mine, lambda index: requests[index % len(requests)],
-                                                               emit, started)
-    else:
-        _run_on_threads(requests, settings.keep_alive, mine, slots, emit, started, cancel, clock)
-
-
-def _run_on_threads(requests: list[PreparedRequest], keep_alive: bool, schedule, slots: int, emit, started: float,
-                    cancel: Cancel, clock: _Clock) -> None:
-    """The runs of schedule on worker threads that read their own responses (where there is no epoll);
-    emit(index, due, begun, record) as each ends, one call at a time. With keep_alive each worker thread
-    keeps its connections between its runs."""
+        _Engine(slots, cancel, clock, keep_alive).run(schedule, request_of, emit, started)
+        return
     lock = threading.Lock()
     workers, kept_by_worker = threading.local(), []
 
@@ -7123,7 +7155,7 @@ def _run_on_threads(requests: list[PreparedRequest], keep_alive: bool, schedule,
 
     def one(job: tuple[int, float]) -> None:
         index, due = job
-        begun, request = clock.now(), requests[index % len(requests)]
+        begun, request = clock.now(), request_of(index)
         try:
             record = _run(request, _Show(), None, cancel, kept())
         except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
@@ -8829,28 +8861,19 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
     line starts."""
     described = _load_description(requests, settings, arrivals='trace', trace_speed=speed)
     offsets = _trace_offsets(lines, speed)
-    lock = threading.Lock()
     started = _started(settings, clock)
     index, shards = settings.shard
 
-    def one(job: tuple[int, float]) -> None:
-        index, begun = job[0], clock.now()
-        request = requests[index]
-        try:
-            record = _run(request, _Show(), None, cancel, None)
-        except Exception as exc:  # a bug in this client: the run still has its record
-            record = _client_failure(request, exc, 'during the run')
-        late = round((begun - started - offsets[index]) * 1000, 3)
-        line = lines[index]
-        with lock:
-            on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3), 'queued_ms': late,
-                       'warmup': settings.warms_up(index, begun - started), 'load': described,
-                       'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
-                                 'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}})
+    def emit(index: int, due: float, begun: float, record: dict) -> None:
+        late, line = round((begun - started - due) * 1000, 3), lines[index]
+        on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3), 'queued_ms': late,
+                   'warmup': settings.warms_up(index, begun - started), 'load': described,
+                   'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
+                             'scheduled_ms': round(due * 1000, 3), 'late_ms': late, **facts[index]}})
     mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
     if on_started is not None:
         on_started()
-    _run_on_schedule(mine, settings.in_flight, one, started, cancel, clock)
+    _run_scheduled(requests.__getitem__, False, mine, settings.in_flight, emit, started, cancel, clock)
 
 
 class _TraceSummary:

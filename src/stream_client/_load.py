@@ -272,18 +272,20 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
                    'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
                    'warmup': settings.warms_up(index, begun - started), 'load': described})
     mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % processes == number)
+    _run_scheduled(lambda index: requests[index % len(requests)], settings.keep_alive, mine, slots, emit, started,
+                   cancel, clock)
+
+
+def _run_scheduled(request_of, keep_alive: bool, schedule, slots: int, emit, started: float, cancel: Cancel,
+                   clock: _Clock) -> None:
+    """Run request_of(index) for each (index, due) of schedule, at started + due on the clock, at most slots at
+    once; emit(index, due, begun, record) as each ends, one call at a time (begun: when it started). On Linux
+    the runs are state machines on one _Engine in this thread; elsewhere they run on worker threads that
+    read their own responses. With keep_alive each slot (or worker thread) keeps its connections between
+    its runs."""
     if _EPOLL:
-        _Engine(slots, cancel, clock, settings.keep_alive).run(mine, lambda index: requests[index % len(requests)],
-                                                               emit, started)
-    else:
-        _run_on_threads(requests, settings.keep_alive, mine, slots, emit, started, cancel, clock)
-
-
-def _run_on_threads(requests: list[PreparedRequest], keep_alive: bool, schedule, slots: int, emit, started: float,
-                    cancel: Cancel, clock: _Clock) -> None:
-    """The runs of schedule on worker threads that read their own responses (where there is no epoll);
-    emit(index, due, begun, record) as each ends, one call at a time. With keep_alive each worker thread
-    keeps its connections between its runs."""
+        _Engine(slots, cancel, clock, keep_alive).run(schedule, request_of, emit, started)
+        return
     lock = threading.Lock()
     workers, kept_by_worker = threading.local(), []
 
@@ -298,7 +300,7 @@ def _run_on_threads(requests: list[PreparedRequest], keep_alive: bool, schedule,
 
     def one(job: tuple[int, float]) -> None:
         index, due = job
-        begun, request = clock.now(), requests[index % len(requests)]
+        begun, request = clock.now(), request_of(index)
         try:
             record = _run(request, _Show(), None, cancel, kept())
         except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact

@@ -8,12 +8,9 @@ scheduled time and records how late it was.
 import collections
 import http.client
 import json
-import threading
 
 from ._request import PreparedRequest
-from ._record import _client_failure
-from ._transport import _run, _Show
-from ._load import _Clock, _load_description, LoadSettings, _REAL_CLOCK, _run_on_schedule, _started
+from ._load import _Clock, _load_description, LoadSettings, _REAL_CLOCK, _run_scheduled, _started
 from ._summary import _percentiles
 from ._workloads import _prompt_words, _TraceLine
 
@@ -98,28 +95,19 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
     line starts."""
     described = _load_description(requests, settings, arrivals='trace', trace_speed=speed)
     offsets = _trace_offsets(lines, speed)
-    lock = threading.Lock()
     started = _started(settings, clock)
     index, shards = settings.shard
 
-    def one(job: tuple[int, float]) -> None:
-        index, begun = job[0], clock.now()
-        request = requests[index]
-        try:
-            record = _run(request, _Show(), None, cancel, None)
-        except Exception as exc:  # a bug in this client: the run still has its record
-            record = _client_failure(request, exc, 'during the run')
-        late = round((begun - started - offsets[index]) * 1000, 3)
-        line = lines[index]
-        with lock:
-            on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3), 'queued_ms': late,
-                       'warmup': settings.warms_up(index, begun - started), 'load': described,
-                       'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
-                                 'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}})
+    def emit(index: int, due: float, begun: float, record: dict) -> None:
+        late, line = round((begun - started - due) * 1000, 3), lines[index]
+        on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3), 'queued_ms': late,
+                   'warmup': settings.warms_up(index, begun - started), 'load': described,
+                   'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
+                             'scheduled_ms': round(due * 1000, 3), 'late_ms': late, **facts[index]}})
     mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
     if on_started is not None:
         on_started()
-    _run_on_schedule(mine, settings.in_flight, one, started, cancel, clock)
+    _run_scheduled(requests.__getitem__, False, mine, settings.in_flight, emit, started, cancel, clock)
 
 
 class _TraceSummary:
