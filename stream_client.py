@@ -6196,10 +6196,12 @@ def _receive_unstamped(connection: _Connection) -> tuple[bytes, None]:
 # ==== src/stream_client/_runs.py ====
 # Runs on the reactor: a load's runs as state machines, with no thread per run (Linux).
 #
-# ``_Engine`` runs a schedule of runs in the thread that calls it: one epoll
-# set waits for every run's socket and for the next start, and each run
-# (``_Machine``) steps through connect, send, read, judge and its record as its
-# socket becomes ready or its timer runs out. The blocking steps that remain (a
+# ``_Engine`` runs a schedule of jobs in the thread that calls it (a load's
+# run, a trace's line, a session: each a generator that yields the requests to
+# send and the think times to wait, and gets back each run's record): one epoll
+# set waits for every run's socket, the next start and the end of each think
+# time, and each run (``_Machine``) steps through connect, send, read, judge
+# and its record as its socket becomes ready or its timer runs out. The blocking steps that remain (a
 # name lookup, a proxy's tunnel, a TLS handshake, the cross-check's twin) run on
 # ``_BlockingSteps``, a few threads at most.
 
@@ -6260,19 +6262,29 @@ class _BlockingSteps:
             thread.join()
 
 
+class _Job:
+    """What holds a slot of the engine: a generator of steps (a PreparedRequest to send, or seconds to think;
+    it is sent each run's record, and after a think whether the load goes on), and the slot's kept
+    connections (None without keep-alive)."""
+
+    __slots__ = ('steps', 'kept')
+
+    def __init__(self, steps, kept: KeptConnections | None) -> None:
+        self.steps, self.kept = steps, kept
+
+
 class _Machine:
     """One run on the engine, from its start to its record: connect (or take a kept connection), send, read
     until the response ends, then its record. Each step runs in the engine's thread when the run's socket is
     ready (``wake``, or a read while ``reading``) or its blocking step has ended; a step that raises fails
     the run as run() would classify the failure (_transport._run)."""
 
-    __slots__ = ('engine', 'index', 'due', 'begun', 'request', 'kept', 'x', 'connection', 'sock', 'fd', 'events',
-                 'wake', 'reading', 'receive', 'last', 'deadline_at', 'timer', 'exchanging', 'ending', 'over', 'wire',
-                 'sent')
+    __slots__ = ('engine', 'job', 'request', 'kept', 'x', 'connection', 'sock', 'fd', 'events', 'wake', 'reading',
+                 'receive', 'last', 'deadline_at', 'timer', 'exchanging', 'ending', 'over', 'wire', 'sent')
 
-    def __init__(self, engine: '_Engine', index: int, due: float, begun: float, request, slot) -> None:
-        self.engine, self.index, self.due, self.begun = engine, index, due, begun
-        self.request, self.kept = request, slot  # slot: the KeptConnections of the slot it runs in (or None)
+    def __init__(self, engine: '_Engine', job: _Job, request: PreparedRequest) -> None:
+        self.engine, self.job, self.request = engine, job, request
+        self.kept = job.kept  # the KeptConnections of the slot it runs in (or None)
         self.x: _Exchange | None = None
         self.connection = None
         self.sock: socket.socket | None = None  # the socket it owns, once it has one
@@ -6433,17 +6445,20 @@ class _Machine:
 
 
 class _Engine:
-    """Runs a schedule of runs in the calling thread, at most ``slots`` at once, each a _Machine driven by one
-    epoll set's readiness and timers; with ``keep_alive``, each slot keeps its connections between its runs,
-    as a worker thread did. A cancel stops the schedule (rung on the engine's bell) and shuts the runs'
+    """Runs a schedule of jobs in the calling thread, at most ``slots`` at once, each run of a job a _Machine
+    driven by one epoll set's readiness and timers; with ``keep_alive``, each slot keeps its connections
+    between its runs, as a worker thread did (with ``kept_per_job``, between the runs of one job only). A
+    cancel stops the schedule (rung on the engine's bell), ends every think time, and shuts the runs'
     connections down, so that they end as interrupted; a bug in the engine's loop fails the runs in flight
     and every later one, so that none waits for ever and each has its record."""
 
-    def __init__(self, slots: int, cancel: Cancel, clock, keep_alive: bool) -> None:
-        self.cancel, self._clock = cancel, clock
+    def __init__(self, slots: int, cancel: Cancel, clock, keep_alive: bool, kept_per_job: bool = False) -> None:
+        self.cancel, self._clock, self._kept_per_job = cancel, clock, kept_per_job
         self._free = [KeptConnections() if keep_alive else None for _ in range(slots)]  # free slots
         self._slots = list(self._free)
-        self._live: set[_Machine] = set()           # flights started and not ended
+        self._jobs: set[_Job] = set()              # jobs started and not ended
+        self._thinking: list = []                  # heap of (when on the clock, token, job): jobs in a think time
+        self._live: set[_Machine] = set()           # runs started and not ended
         self._watched: dict[int, _Machine] = {}     # by descriptor
         self._resting: dict[int, socket.socket] = {}  # idle kept connections left in the epoll set, by descriptor
         self._timers: list = []                    # heap of (due, token, flight), refreshed when popped
@@ -6457,12 +6472,12 @@ class _Engine:
         self._poll.register(self._waker, select.EPOLLIN)
         self._blocking = _BlockingSteps(_BLOCKING_THREADS, self._ring)
 
-    def run(self, schedule, request_of, on_end, started: float) -> None:
+    def run(self, schedule, start_job, started: float) -> None:
         """For each (index, due) of schedule, in order, once the clock passes started + due and a slot is free,
-        start run index with request_of(index); call on_end(index, due, begun, record) as each ends (begun: its
-        start on the clock), in this thread. Returns when every run that started has ended; a
-        KeyboardInterrupt cancels the load and is raised once they have."""
-        self._request_of, self._on_end = request_of, on_end
+        start the job start_job(index, due, begun) (begun: its start on the clock) and take its steps, in this
+        thread. Returns when every job that started has ended; a KeyboardInterrupt cancels the load and is
+        raised once they have."""
+        self._start_job = start_job
         interrupted = None
         self.cancel.on_cancel(self._ring_on_cancel)
         try:
@@ -6470,10 +6485,11 @@ class _Engine:
             while True:
                 try:
                     upcoming = self._start_due(upcoming, schedule, started)
-                    if upcoming is None and not self._live:
+                    self._end_thinking()
+                    if upcoming is None and not self._jobs:
                         break
-                    if not self._live:  # nothing in flight: wait on the clock for the next start
-                        _wait_until(started + upcoming[1], self.cancel, self._clock)
+                    if not self._live:  # no run in flight: wait on the clock for the next start or think's end
+                        _wait_until(self._next_on_clock(upcoming, started), self.cancel, self._clock)
                         continue
                     self._wait(upcoming, started)
                 except KeyboardInterrupt as exc:
@@ -6496,26 +6512,61 @@ class _Engine:
                 return None
             if not self._free or started + upcoming[1] > self._clock.now():
                 return upcoming
-            index, due = upcoming
-            flight = _Machine(self, index, due, self._clock.now(), self._request_of(index), self._free.pop())
-            self._live.add(flight)
-            self._step(flight, flight.start)
+            job = _Job(self._start_job(*upcoming, self._clock.now()), self._free.pop())
+            self._jobs.add(job)
+            self._advance(job, None)
             upcoming = next(schedule, None)
         return None
 
+    def _advance(self, job: _Job, value) -> None:
+        """Send the job what its last step gave (None to begin), and take its next step: a run, a think time
+        (none when the load was cancelled), or its end, which frees its slot."""
+        try:
+            step = job.steps.send(value)
+        except StopIteration:
+            step = None
+        except Exception:  # the caller's bug (its emit's), as a worker thread's would be: said, and the load goes on
+            traceback.print_exc()
+            step = None
+        if step is None:
+            self._jobs.discard(job)
+            if self._kept_per_job and job.kept is not None:
+                job.kept.close()
+            self._free.append(job.kept)
+        elif isinstance(step, PreparedRequest):
+            machine = _Machine(self, job, step)
+            self._live.add(machine)
+            self._step(machine, machine.start)
+        elif step <= 0 or self.cancel.reason is not None:
+            self._advance(job, self.cancel.reason is None)
+        else:
+            heapq.heappush(self._thinking, (self._clock.now() + step, next(self._tokens), job))
+
+    def _end_thinking(self) -> None:
+        """Take up the jobs whose think time is over on the clock, every one once the load is cancelled."""
+        cancelled, now = self.cancel.reason is not None, self._clock.now()
+        while self._thinking and (cancelled or self._thinking[0][0] <= now):
+            self._advance(heapq.heappop(self._thinking)[2], not cancelled)
+
+    def _next_on_clock(self, upcoming, started: float) -> float:
+        """When on the clock the next job starts (if a slot is free) or the next think time ends."""
+        at = started + upcoming[1] if upcoming is not None and self._free else math.inf
+        return min(at, self._thinking[0][0]) if self._thinking else at
+
     def _wait(self, upcoming, started: float) -> None:
-        """Wait for sockets until the earliest timer, or the next start when a slot is free, and take what
-        became ready. epoll waits in whole milliseconds, rounded up: a start due sooner is waited for by
-        the clock, after a look at the sockets that does not wait."""
+        """Wait for sockets until the earliest timer, the next start when a slot is free or the end of a think
+        time, and take what became ready. epoll waits in whole milliseconds, rounded up: a start or a think's
+        end due sooner is waited for by the clock, after a look at the sockets that does not wait."""
         if len(self._timers) > 2 * len(self._live) + 64:  # mostly entries of runs that moved on
             self._timers = [entry for entry in self._timers if entry[2].timer == entry[1]]
             heapq.heapify(self._timers)
         wait = self._timers[0][0] - time.perf_counter() if self._timers else -1
-        if upcoming is not None and self._free:
-            until = started + upcoming[1] - self._clock.now()
+        at = self._next_on_clock(upcoming, started)
+        if at < math.inf:
+            until = at - self._clock.now()
             if until < _EPOLL_RESOLUTION and (wait < 0 or until <= wait):
                 self._pass(0)
-                self._clock.sleep(max(0.0, started + upcoming[1] - self._clock.now()))
+                self._clock.sleep(max(0.0, at - self._clock.now()))
                 return
             wait = until if wait < 0 else min(wait, until)
         self._pass(wait if wait < 0 else max(0.0, wait))
@@ -6632,15 +6683,11 @@ class _Engine:
         self._blocking.submit(flight, step, then, *args)
 
     def ended(self, flight: _Machine, record: dict) -> None:
-        """The run has its record: its slot is free, and on_end has it."""
+        """The run has its record: its job has it."""
         flight.over = True
         flight.x = flight.connection = flight.sock = None  # a timer's entry may outlive it until its due time
         self._live.discard(flight)
-        self._free.append(flight.kept)
-        try:
-            self._on_end(flight.index, flight.due, flight.begun, record)
-        except Exception:  # the caller's bug, as a worker thread's would be: said, and the load goes on
-            traceback.print_exc()
+        self._advance(flight.job, record)
 
     def numeric_address(self, request) -> tuple | None:
         """The address of a plain http request without a proxy to a numeric host, which the engine connects
@@ -7127,19 +7174,28 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
                    'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
                    'warmup': settings.warms_up(index, begun - started), 'load': described})
     mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % processes == number)
-    _run_scheduled(lambda index: requests[index % len(requests)], settings.keep_alive, mine, slots, emit, started,
-                   cancel, clock)
+    _run_scheduled(_single_runs(lambda index: requests[index % len(requests)], emit), settings.keep_alive, mine,
+                   slots, started, cancel, clock)
 
 
-def _run_scheduled(request_of, keep_alive: bool, schedule, slots: int, emit, started: float, cancel: Cancel,
-                   clock: _Clock) -> None:
-    """Run request_of(index) for each (index, due) of schedule, at started + due on the clock, at most slots at
-    once; emit(index, due, begun, record) as each ends, one call at a time (begun: when it started). On Linux
-    the runs are state machines on one _Engine in this thread; elsewhere they run on worker threads that
-    read their own responses. With keep_alive each slot (or worker thread) keeps its connections between
-    its runs."""
+def _single_runs(request_of, emit):
+    """The job of one run (see _run_scheduled): send request_of(index), then emit(index, due, begun, record)."""
+    def job(index: int, due: float, begun: float):
+        emit(index, due, begun, (yield request_of(index)))
+    return job
+
+
+def _run_scheduled(start_job, keep_alive: bool, schedule, slots: int, started: float, cancel: Cancel,
+                   clock: _Clock, kept_per_job: bool = False) -> None:
+    """For each (index, due) of schedule, at started + due on the clock, with at most slots at once, take the
+    steps of the job start_job(index, due, begun) (begun: when it started): a generator that yields each
+    PreparedRequest to send and is sent its record, or yields seconds to think and is sent whether the
+    load goes on (False once it is cancelled); its generator's code runs one job at a time. On Linux the
+    jobs' runs are state machines on one _Engine in this thread; elsewhere each job runs on a worker
+    thread that reads its own responses. With keep_alive each slot (or worker thread) keeps its
+    connections between its runs (with kept_per_job, between the runs of one job)."""
     if _EPOLL:
-        _Engine(slots, cancel, clock, keep_alive).run(schedule, request_of, emit, started)
+        _Engine(slots, cancel, clock, keep_alive, kept_per_job).run(schedule, start_job, started)
         return
     lock = threading.Lock()
     workers, kept_by_worker = threading.local(), []
@@ -7147,23 +7203,31 @@ def _run_scheduled(request_of, keep_alive: bool, schedule, slots: int, emit, sta
     def kept() -> KeptConnections | None:
         if not keep_alive:
             return None
-        if not hasattr(workers, 'kept'):
+        if kept_per_job or not hasattr(workers, 'kept'):
             workers.kept = KeptConnections()
             with lock:
                 kept_by_worker.append(workers.kept)
         return workers.kept
 
     def one(job: tuple[int, float]) -> None:
-        index, due = job
-        begun, request = clock.now(), request_of(index)
-        try:
-            record = _run(request, _Show(), None, cancel, kept())
-        except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
-            record = _client_failure(request, exc, 'during the run')
-        with lock:
-            emit(index, due, begun, record)
+        steps, connections, value = start_job(*job, clock.now()), kept(), None
+        while True:
+            try:
+                with lock:
+                    step = steps.send(value)
+            except StopIteration:
+                break
+            if isinstance(step, PreparedRequest):
+                try:
+                    value = _run(step, _Show(), None, cancel, connections)
+                except Exception as exc:  # a bug in this client: the run still has its record
+                    value = _client_failure(step, exc, 'during the run')
+            else:
+                value = _wait_until(clock.now() + step, cancel, clock)
+        if kept_per_job and connections is not None:
+            connections.close()
     try:
-        _run_on_schedule(schedule, slots, one, started, cancel, clock)  # one cancelled before it was taken: no record
+        _run_on_schedule(schedule, slots, one, started, cancel, clock)  # one cancelled before it was taken: no job
     finally:
         for connections in kept_by_worker:
             connections.close()
@@ -8873,7 +8937,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
     mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
     if on_started is not None:
         on_started()
-    _run_scheduled(requests.__getitem__, False, mine, settings.in_flight, emit, started, cancel, clock)
+    _run_scheduled(_single_runs(requests.__getitem__, emit), False, mine, settings.in_flight, started, cancel, clock)
 
 
 class _TraceSummary:

@@ -272,19 +272,28 @@ def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_recor
                    'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
                    'warmup': settings.warms_up(index, begun - started), 'load': described})
     mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % processes == number)
-    _run_scheduled(lambda index: requests[index % len(requests)], settings.keep_alive, mine, slots, emit, started,
-                   cancel, clock)
+    _run_scheduled(_single_runs(lambda index: requests[index % len(requests)], emit), settings.keep_alive, mine,
+                   slots, started, cancel, clock)
 
 
-def _run_scheduled(request_of, keep_alive: bool, schedule, slots: int, emit, started: float, cancel: Cancel,
-                   clock: _Clock) -> None:
-    """Run request_of(index) for each (index, due) of schedule, at started + due on the clock, at most slots at
-    once; emit(index, due, begun, record) as each ends, one call at a time (begun: when it started). On Linux
-    the runs are state machines on one _Engine in this thread; elsewhere they run on worker threads that
-    read their own responses. With keep_alive each slot (or worker thread) keeps its connections between
-    its runs."""
+def _single_runs(request_of, emit):
+    """The job of one run (see _run_scheduled): send request_of(index), then emit(index, due, begun, record)."""
+    def job(index: int, due: float, begun: float):
+        emit(index, due, begun, (yield request_of(index)))
+    return job
+
+
+def _run_scheduled(start_job, keep_alive: bool, schedule, slots: int, started: float, cancel: Cancel,
+                   clock: _Clock, kept_per_job: bool = False) -> None:
+    """For each (index, due) of schedule, at started + due on the clock, with at most slots at once, take the
+    steps of the job start_job(index, due, begun) (begun: when it started): a generator that yields each
+    PreparedRequest to send and is sent its record, or yields seconds to think and is sent whether the
+    load goes on (False once it is cancelled); its generator's code runs one job at a time. On Linux the
+    jobs' runs are state machines on one _Engine in this thread; elsewhere each job runs on a worker
+    thread that reads its own responses. With keep_alive each slot (or worker thread) keeps its
+    connections between its runs (with kept_per_job, between the runs of one job)."""
     if _EPOLL:
-        _Engine(slots, cancel, clock, keep_alive).run(schedule, request_of, emit, started)
+        _Engine(slots, cancel, clock, keep_alive, kept_per_job).run(schedule, start_job, started)
         return
     lock = threading.Lock()
     workers, kept_by_worker = threading.local(), []
@@ -292,23 +301,31 @@ def _run_scheduled(request_of, keep_alive: bool, schedule, slots: int, emit, sta
     def kept() -> KeptConnections | None:
         if not keep_alive:
             return None
-        if not hasattr(workers, 'kept'):
+        if kept_per_job or not hasattr(workers, 'kept'):
             workers.kept = KeptConnections()
             with lock:
                 kept_by_worker.append(workers.kept)
         return workers.kept
 
     def one(job: tuple[int, float]) -> None:
-        index, due = job
-        begun, request = clock.now(), request_of(index)
-        try:
-            record = _run(request, _Show(), None, cancel, kept())
-        except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
-            record = _client_failure(request, exc, 'during the run')
-        with lock:
-            emit(index, due, begun, record)
+        steps, connections, value = start_job(*job, clock.now()), kept(), None
+        while True:
+            try:
+                with lock:
+                    step = steps.send(value)
+            except StopIteration:
+                break
+            if isinstance(step, PreparedRequest):
+                try:
+                    value = _run(step, _Show(), None, cancel, connections)
+                except Exception as exc:  # a bug in this client: the run still has its record
+                    value = _client_failure(step, exc, 'during the run')
+            else:
+                value = _wait_until(clock.now() + step, cancel, clock)
+        if kept_per_job and connections is not None:
+            connections.close()
     try:
-        _run_on_schedule(schedule, slots, one, started, cancel, clock)  # one cancelled before it was taken: no record
+        _run_on_schedule(schedule, slots, one, started, cancel, clock)  # one cancelled before it was taken: no job
     finally:
         for connections in kept_by_worker:
             connections.close()

@@ -10,7 +10,7 @@ import http.client
 import json
 
 from ._request import PreparedRequest
-from ._load import _Clock, _load_description, LoadSettings, _REAL_CLOCK, _run_scheduled, _started
+from ._load import _Clock, _load_description, LoadSettings, _REAL_CLOCK, _run_scheduled, _single_runs, _started
 from ._summary import _percentiles
 from ._workloads import _prompt_words, _TraceLine
 
@@ -107,7 +107,7 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
     mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
     if on_started is not None:
         on_started()
-    _run_scheduled(requests.__getitem__, False, mine, settings.in_flight, emit, started, cancel, clock)
+    _run_scheduled(_single_runs(requests.__getitem__, emit), False, mine, settings.in_flight, started, cancel, clock)
 
 
 class _TraceSummary:
