@@ -17,7 +17,7 @@ from stream_client import UsageError
 from stream_client._workloads import _Conversation, _parse_sessions
 from .support import (arguments, chunk_json, Fixture, HERE, LoopbackServer, MESSAGE_START, message_end, message_event,
                       opening, run_cli, sse_response, TEXT_BLOCK, text_delta, URL_PATHS)
-from .support import CLIENT, instant_run, read_request, script_command, script_env, VirtualClock
+from .support import CLIENT, instant_start, read_request, script_command, script_env, VirtualClock
 from .tiers import sans_io
 
 SESSION_APIS = ('chat', 'messages', 'responses')
@@ -541,7 +541,7 @@ class VirtualThinkTimeTests(unittest.TestCase):
                     for session in sessions]
         clock, records = VirtualClock(), []
         settings = stream_client.LoadSettings(runs=3, concurrency=1)
-        with mock.patch.object(stream_client._sessions, '_run', instant_run()):
+        with mock.patch.object(stream_client._runs._Machine, 'start', instant_start()):
             stream_client._sessions._run_sessions(sessions, requests, settings, records.append,
                                                   stream_client.Cancel(), clock.clock())
         self.assertEqual(len(records), 9)
