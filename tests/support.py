@@ -314,7 +314,7 @@ def in_threads(work, items: list, threads: int = 8) -> list:
     return results
 
 
-# The verdict of every fixture mode: what the fixture tests, loads and the reactor expect.
+# The verdict of every fixture mode: what the fixture tests and loads (on the engine or on threads) expect.
 FIXTURE_EXPECTED = {
     'ok': row(True, True, True, None, None, ANSWER),
     'capacity': row(True, True, True, None, None, ANSWER),

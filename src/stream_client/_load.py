@@ -22,8 +22,7 @@ from ._request import _positive_finite, PreparedRequest
 from ._exchange import Cancel, KeptConnections
 from ._record import _client_failure, _utc_iso
 from ._transport import _run, _Show
-from ._reactor import _EPOLL
-from ._runs import _Engine, _wait_until
+from ._runs import _Engine, _EPOLL, _wait_until
 from ._plan import _plan_id, _shard_runs
 
 

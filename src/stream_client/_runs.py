@@ -1,4 +1,4 @@
-"""Runs on the reactor: a load's runs as state machines, with no thread per run (Linux).
+"""Runs on the engine: the runs of a load as state machines, with no thread per run (Linux).
 
 ``_Engine`` runs a schedule of jobs in the thread that calls it (a load's
 run, a trace's line, a session: each a generator that yields the requests to
@@ -23,15 +23,15 @@ import threading
 import time
 import traceback
 
-from ._limits import StreamError
-from ._exchange import Cancel, _Connection, _Exchange, KeptConnections, _Phase, _recv_stamped
+from ._limits import _READ_SIZE, StreamError
+from ._exchange import Cancel, _Connection, _Exchange, KeptConnections, _Phase, _recv_stamped, _recv_unstamped
 from ._failures import _classify, _exchange_failure, _interrupted_before_sending, _interruption
 from ._request import PreparedRequest
 from ._record import _build_record, _client_failure, _source
 from ._transport import (_check_plain_peer, _connect, _cross_check, _read_over, _reusable, _reuse, _take_read,
                          _wait)
-from ._reactor import _drained, _receive_unstamped
 
+_EPOLL = hasattr(select, 'epoll')  # Linux: a load's runs are state machines on an _Engine (else worker threads)
 _BLOCKING_THREADS = 8  # threads at most for the steps of runs that block (see _BlockingSteps)
 _IN_PROGRESS = (0, errno.EINPROGRESS, errno.EAGAIN)
 _EPOLL_RESOLUTION = 0.001  # epoll waits in whole milliseconds
@@ -44,6 +44,24 @@ def _wait_until(at: float, cancel: Cancel, clock) -> bool:
         clock.sleep(min(wait, 0.05))
         wait = at - clock.now()
     return cancel.reason is None
+
+
+def _drained(fd: int) -> bool:
+    """Read what the bell rang into a non-blocking pipe; False once it is empty."""
+    try:
+        return bool(os.read(fd, 4096))
+    except BlockingIOError:
+        return False
+
+
+def _receive_unstamped(connection: _Connection) -> tuple[bytes, None]:
+    """What a ready non-blocking connection without the kernel's stamps holds: one recv(), and for TLS
+    the rest of the record that OpenSSL has already decrypted, which the epoll set cannot see."""
+    raw, _ = _recv_unstamped(connection)
+    if raw and isinstance(connection.sock, ssl.SSLSocket):
+        while connection.sock.pending():
+            raw += connection.sock.recv(_READ_SIZE)
+    return raw, None
 
 
 def _connected_at_once(sock: socket.socket) -> bool:
@@ -210,8 +228,13 @@ class _Machine:
         if self.sent < len(self.wire):
             self.engine.watch(self, select.EPOLLOUT, self.send)
             return
+        self.wire = b''
+        self.read_response()
+
+    def read_response(self) -> None:
+        """The request is sent: wait for the response's reads (see _Engine._pass), under the idle timeout."""
         self.x.phase = _Phase.HEADERS
-        self.wire, self.reading, self.last = b'', True, time.perf_counter()
+        self.reading, self.last = True, time.perf_counter()
         self.receive = _recv_stamped if self.connection.kernel_stamps else _receive_unstamped
         self.engine.watch(self, select.EPOLLIN, None)
 
