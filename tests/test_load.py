@@ -1087,7 +1087,7 @@ class GoodputTests(unittest.TestCase):
             return record
         prompts = self.dir / 'prompts.txt'
         prompts.write_text(''.join(json.dumps(text) + '\n' for text in ('a', 'b', 'c', 'd', 'e', 'die') * 2))
-        with mock.patch.object(stream_client._runs, '_build_record', die_in_run_5), \
+        with mock.patch.object(stream_client._machine, '_build_record', die_in_run_5), \
                 contextlib.redirect_stdout(io.StringIO()):
             done = run_in_process('--fixture', 'ok', '--prompts', str(prompts), '--runs', '12', '--concurrency', '2',
                                   '--processes', '2', '--output', 'died.jsonl', cwd=self.tmp.name)
@@ -1099,13 +1099,13 @@ class GoodputTests(unittest.TestCase):
         self.assertNotIn('Traceback', done.stderr)
 
     def test_the_runs_of_a_spread_load_run_in_other_processes(self):
-        # the engine's _build_record is wrapped before the fork, so each worker's records say which process ran them
+        # the machine's _build_record is wrapped before the fork, so each worker's records say which process ran them
         real_build = stream_client._record._build_record
 
         def build_and_say_where(x):
             return {**real_build(x), 'pid': os.getpid()}
         records: list[dict] = []
-        with Fixture('ok') as fixture, mock.patch.object(stream_client._runs, "_build_record", build_and_say_where):
+        with Fixture('ok') as fixture, mock.patch.object(stream_client._machine, "_build_record", build_and_say_where):
             requests = [stream_client.prepare(fixture.url, 'm', 'p')]
             stream_client.run_load(requests, stream_client.LoadSettings(runs=12, concurrency=4, processes=2),
                                    records.append, stream_client.Cancel())
@@ -1269,7 +1269,7 @@ class VirtualScheduleTests(unittest.TestCase):
         clock, records = VirtualClock(), []
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
         settings = stream_client.LoadSettings(runs=40, rate=2.0, arrivals='constant', concurrency=4)
-        with mock.patch.object(stream_client._runs._Machine, 'start', instant_start()):
+        with mock.patch.object(stream_client._machine._Machine, 'start', instant_start()):
             stream_client.run_load([request], settings, records.append, stream_client.Cancel(),
                                    clock=clock.clock())
         records.sort(key=lambda record: record['run'])
@@ -1283,7 +1283,7 @@ class VirtualScheduleTests(unittest.TestCase):
         clock, records = VirtualClock(), []
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
         settings = stream_client.LoadSettings(runs=2, rate=10.0, arrivals='constant', start_at=clock.wall() + 60)
-        with mock.patch.object(stream_client._runs._Machine, 'start', instant_start()):
+        with mock.patch.object(stream_client._machine._Machine, 'start', instant_start()):
             stream_client.run_load([request], settings, records.append, stream_client.Cancel(),
                                    clock=clock.clock())
         self.assertEqual(sorted(record['scheduled_ms'] for record in records), [0.0, 100.0])

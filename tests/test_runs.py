@@ -30,10 +30,10 @@ def new_engine(test: unittest.TestCase) -> stream_client._runs._Engine:
     return engine
 
 
-def reading_machine(engine: stream_client._runs._Machine, ours: socket.socket) -> stream_client._runs._Machine:
+def reading_machine(engine: stream_client._machine._Machine, ours: socket.socket) -> stream_client._machine._Machine:
     """A run on the engine whose request has gone out on ours: it waits for the response's reads."""
     request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
-    machine = stream_client._runs._Machine(engine, stream_client._runs._Job(iter(()), None), request)
+    machine = stream_client._machine._Machine(engine, stream_client._machine._Job(iter(()), None), request)
     machine.x = stream_client._exchange._Exchange(request)
     machine.deadline_at = machine.x.timeline.started + request.deadline
     machine.sock, machine.connection = ours, stream_client._exchange._Connection(ours)
@@ -142,7 +142,7 @@ class LoadOnTheEngineTests(unittest.TestCase):
         def take_read(x, raw, now, kernel_ns, wall_offset_ns=None):
             fed.append((time.perf_counter(), now))
             return []
-        with mock.patch.object(stream_client._runs, '_take_read', take_read):
+        with mock.patch.object(stream_client._machine, '_take_read', take_read):
             while len(fed) < 3:
                 engine._pass(10)
         self.assertEqual(len(fed), 3)
@@ -181,7 +181,7 @@ class LoadOnTheEngineTests(unittest.TestCase):
                     records = self.load_records(fixture.url, 4)
                     self.assertEqual([record['error_kind'] for record in records], ['client_error'] * 4)
                     self.assertTrue(all('RuntimeError' in record['error'] for record in records))
-            with mock.patch.object(stream_client._runs, '_take_read', broken):  # a bug in one run's read
+            with mock.patch.object(stream_client._machine, '_take_read', broken):  # a bug in one run's read
                 records = self.load_records(fixture.url, 4)
             self.assertEqual([record['error_kind'] for record in records], ['client_error'] * 4)
             self.assertTrue(all(record['ok'] for record in self.load_records(fixture.url, 4)))
@@ -208,8 +208,8 @@ class LoadOnTheEngineTests(unittest.TestCase):
         def broken(*args, **kwargs):
             raise RuntimeError('a bug')
         with Fixture('ok', profile='vllm') as fixture:
-            for target, name in ((stream_client.KeptConnections, 'take'), (stream_client._runs, '_build_record'),
-                                 (stream_client._runs._Machine, 'send')):
+            for target, name in ((stream_client.KeptConnections, 'take'), (stream_client._machine, '_build_record'),
+                                 (stream_client._machine._Machine, 'send')):
                 with self.subTest(name), mock.patch.object(target, name, broken):
                     records: list[dict] = []
                     stream_client.run_load([stream_client.prepare(fixture.url, 'synthetic-fixture', 'READY')],

@@ -541,7 +541,7 @@ class VirtualThinkTimeTests(unittest.TestCase):
                     for session in sessions]
         clock, records = VirtualClock(), []
         settings = stream_client.LoadSettings(runs=3, concurrency=1)
-        with mock.patch.object(stream_client._runs._Machine, 'start', instant_start()):
+        with mock.patch.object(stream_client._machine._Machine, 'start', instant_start()):
             stream_client._sessions._run_sessions(sessions, requests, settings, records.append,
                                                   stream_client.Cancel(), clock.clock())
         self.assertEqual(len(records), 9)

@@ -297,7 +297,7 @@ class VirtualReplayTests(unittest.TestCase):
         for speed in (1.0, 4.0):
             with self.subTest(speed=speed):
                 clock, records = VirtualClock(), []
-                with mock.patch.object(stream_client._runs._Machine, 'start', instant_start()):
+                with mock.patch.object(stream_client._machine._Machine, 'start', instant_start()):
                     stream_client._trace._run_trace(lines, requests, [{}] * len(lines), speed,
                                                     stream_client.LoadSettings(len(lines), 2), records.append,
                                                     stream_client.Cancel(), clock.clock())

@@ -52,6 +52,7 @@ _failures      the transport's failures, next to it: where socket, TLS and clock
 _record        ``_build_record()``: the evidence record of one run
 _transport     ``run()`` and ``stream()``: one request, read under the idle
                timeout and the overall deadline; the cross-check's twin
+_machine       ``_Machine``: one run on the engine as a state machine (connect, send, read, record)
 _runs          ``_Engine``: the runs of a load, a trace or sessions as state machines on one
                epoll set in the load's thread, no thread per run (Linux)
 _plan          a load's plan: its id, ``--shard I/N`` and ``--start-at``; which shard is missing
