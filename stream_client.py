@@ -6308,6 +6308,8 @@ class _Engine:
 
     def _end_thinking(self) -> None:
         """Take up the jobs whose think time is over on the clock, every one once the load is cancelled."""
+        if not self._thinking:
+            return
         cancelled, now = self.cancel.reason is not None, self._clock.now()
         while self._thinking and (cancelled or self._thinking[0][0] <= now):
             self._advance(heapq.heappop(self._thinking)[2], not cancelled)
@@ -6450,6 +6452,7 @@ class _Engine:
         """The run has its record: its job has it."""
         flight.over = True
         flight.x = flight.connection = flight.sock = None  # a timer's entry may outlive it until its due time
+        flight.wake = flight.receive = None  # a bound method of its own: no cycle left for the collector
         self._live.discard(flight)
         self._advance(flight.job, record)
 
