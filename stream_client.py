@@ -6895,12 +6895,23 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     """
     started = _started(settings, clock)
     described = _load_description(requests, settings)
+
+    def run_share(share: tuple[int, int], out, cancel: Cancel) -> None:
+        _run_share(requests, settings, out, cancel, started, described, share, clock)
+    _run_shares(settings, run_share, on_record, cancel, on_started)
+
+
+def _run_shares(settings: LoadSettings, run_share, on_record, cancel: Cancel, on_started=None) -> None:
+    """Run every share of a workload's units (runs, sessions, lines) of this shard: run_share(share, out,
+    cancel) runs the units i with i % workers == number (share is (number, workers): see _share), handing
+    each record to out. In this process, or spread over settings.processes forked ones (_spread_load), and
+    on_record is called here either way, one call at a time."""
     if settings.processes > 1:
-        _spread_load(requests, settings, on_record, cancel, started, described, on_started)
-    else:
-        if on_started is not None:
-            on_started()
-        _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0), clock)
+        _spread_load(settings, run_share, on_record, cancel, on_started)
+        return
+    if on_started is not None:
+        on_started()
+    run_share(_share(settings, 0), on_record, cancel)
 
 
 def _started(settings: LoadSettings, clock: _Clock) -> float:
@@ -6920,6 +6931,12 @@ def _load_description(requests: list[PreparedRequest], settings: LoadSettings, *
                      'start_at': None if settings.start_at is None else _utc_iso(settings.start_at)}}
 
 
+def _slots(settings: LoadSettings, share: tuple[int, int]) -> int:
+    """The runs a share may have in flight: its part of settings.in_flight, at least one."""
+    number, processes = share
+    return max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
+
+
 def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
     """(number, workers) of a worker process of a shard: run i is its when i % workers == number (i % N is
     the shard, and i // N % processes the process within it), and it takes that share of the slots."""
@@ -6928,21 +6945,25 @@ def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
 
 
 def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
-               described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK) -> None:
+               described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK, offsets=None,
+               fields=None) -> None:
     """The runs i with i % processes == number (share is (number, processes)), with that share of the slots,
-    on the load's schedule from ``started``: on Linux as state machines on one _Engine in this thread,
-    elsewhere on worker threads."""
+    on the schedule from ``started``: the load's arrivals, or offsets[i] (a trace's timestamps); on Linux as
+    state machines on one _Engine in this thread, elsewhere on worker threads. fields(i, late_ms), when
+    given, adds a workload's own fields to run i's record (a trace's line)."""
     number, processes = share
-    slots = max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
+    timed = offsets is not None or settings.rate is not None  # a closed loop has no schedule to be late on
 
     def emit(index: int, due: float, begun: float, record: dict) -> None:
+        late = round((begun - started - due) * 1000, 3)
         on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
-                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
-                   'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
-                   'warmup': settings.warms_up(index, begun - started), 'load': described})
-    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % processes == number)
+                   'queued_ms': late if timed else None, 'scheduled_ms': round(due * 1000, 3) if timed else None,
+                   'warmup': settings.warms_up(index, begun - started), 'load': described,
+                   **(fields(index, late) if fields is not None else {})})
+    schedule = enumerate(arrival_offsets(settings) if offsets is None else offsets)
+    mine = ((index, due) for index, due in schedule if index % processes == number)
     _run_scheduled(_single_runs(lambda index: requests[index % len(requests)], emit), settings.keep_alive, mine,
-                   slots, started, cancel, clock)
+                   _slots(settings, share), started, cancel, clock)
 
 
 def _single_runs(request_of, emit):
@@ -7003,9 +7024,8 @@ def _run_scheduled(start_job, keep_alive: bool, schedule, slots: int, started: f
 _CANCEL_MESSAGE = 16  # bytes a cancelled load writes per worker process: the reason, padded
 
 
-def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
-                 described: dict, on_started=None) -> None:
-    """Fork settings.processes worker processes, each running its share of the runs (_run_share) and
+def _spread_load(settings: LoadSettings, run_share, on_record, cancel: Cancel, on_started=None) -> None:
+    """Fork settings.processes worker processes, each running its share of the units (run_share) and
     writing each record as one JSON line to its own pipe; call on_record for every line here, one at a
     time, so that this process stays the one owner of the evidence. The clock (perf_counter) is the
     system's monotonic one, shared by the processes, so offsets stay on one schedule. A cancel here
@@ -7034,8 +7054,7 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
             if pid == 0:  # the worker
                 for fd in parent_fds + [record_read]:
                     os.close(fd)
-                _worker_process(requests, settings, started, described, _share(settings, number),
-                                control_read, record_write)
+                _worker_process(run_share, _share(settings, number), control_read, record_write)
             os.close(record_write)
             parent_fds.append(record_read)
             pids.append(pid)
@@ -7064,8 +7083,7 @@ def _tell_workers(control: int, reason: str, processes: int) -> None:
         pass
 
 
-def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, started: float, described: dict,
-                    share: tuple[int, int], control: int, records: int) -> None:
+def _worker_process(run_share, share: tuple[int, int], control: int, records: int) -> None:
     """The body of a forked worker: run the share, write its records, exit (never returns)."""
     status = 1
     try:
@@ -7081,7 +7099,7 @@ def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, sta
             def write(record: dict) -> None:
                 out.write(_json_text(record) + '\n')
                 out.flush()
-            _run_share(requests, settings, write, cancel, started, described, share)
+            run_share(share, write, cancel)
         status = 0
     except BaseException:  # a bug in this client: say so, and let the parent see the status
         traceback.print_exc()
@@ -8432,32 +8450,43 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
                   cancel: Cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
     """Run settings.runs sessions (session i is sessions[i % len(sessions)] with its request, its first turn
     prepared; this shard's, i % N == I), at most settings.in_flight at once, started closed-loop or at the
-    open loop's arrivals (from settings.start_at when given); call on_record for each run as it ends, one
-    call at a time. Each record gains run (numbered as records are written), session, session_index (i),
-    turn, round, offset_ms, queued_ms (a session's first run, open loop: how late the session started),
-    warmup (every run of a warm-up session), load (with sessions, the shard's, and runs None: a session's
-    runs are not known ahead) and, on a session's last run, session_end. With keep_alive, each session keeps
-    one connection. ``clock`` is what the schedule and the think times wait by; on_started() is called
-    before the first session starts."""
+    open loop's arrivals (from settings.start_at when given), here or spread over settings.processes
+    processes; call on_record for each run as it ends, one call at a time. Each record gains run (numbered
+    here as records come), session, session_index (i), turn, round, offset_ms, queued_ms (a session's first
+    run, open loop: how late the session started), warmup (every run of a warm-up session), load (with
+    sessions, the shard's, and runs None: a session's runs are not known ahead) and, on a session's last
+    run, session_end. With keep_alive, each session keeps one connection. ``clock`` is what the schedule and
+    the think times wait by; on_started() is called before the first session starts."""
     started = _started(settings, clock)
     described = {**_load_description(requests, settings), 'runs': None,
                  'sessions': _shard_runs(settings.runs, settings.shard)}
     numbers = iter(range(2 ** 62))
 
+    def numbered(record: dict) -> None:  # one call at a time: the runs of every share, in the order they end
+        on_record({'run': next(numbers), **record})
+
+    def run_share(share: tuple[int, int], out, cancel: Cancel) -> None:
+        _run_session_share(sessions, requests, settings, out, cancel, started, described, share, clock)
+    _run_shares(settings, run_share, numbered, cancel, on_started)
+
+
+def _run_session_share(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, out,
+                       cancel: Cancel, started: float, described: dict, share: tuple[int, int],
+                       clock: _Clock = _REAL_CLOCK) -> None:
+    """The sessions i with i % workers == number of share (number, workers), with that share of the slots: on
+    Linux each a job of one _Engine in this thread (its runs state machines, its think times the engine's
+    timers), elsewhere on worker threads; out(record) for each run, one call at a time. With keep_alive,
+    each session keeps one connection."""
     def session(index: int, due: float, begun: float):
         """The job of session index (see _load._run_scheduled): its steps."""
         queued = None if settings.rate is None else round((begun - started - due) * 1000, 3)
         fields = {'session_index': index, 'warmup': settings.warms_up(index, begun - started), 'load': described}
-
-        def emit(record: dict) -> None:
-            on_record({'run': next(numbers), **record, **fields})
-        return _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel, emit, started,
-                           queued, clock).steps()
-    shard, shards = settings.shard
-    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % shards == shard)
-    if on_started is not None:
-        on_started()
-    _run_scheduled(session, settings.keep_alive, mine, settings.in_flight, started, cancel, clock, kept_per_job=True)
+        return _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel,
+                           lambda record: out({**record, **fields}), started, queued, clock).steps()
+    number, workers = share
+    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % workers == number)
+    _run_scheduled(session, settings.keep_alive, mine, _slots(settings, share), started, cancel, clock,
+                   kept_per_job=True)
 
 
 class _SessionSummary:
@@ -8666,26 +8695,24 @@ def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
 def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: list[dict], speed: float,
                settings: LoadSettings, on_record, cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
     """Start requests[i] at lines[i]'s scheduled time, at most settings.in_flight at once (the lines i of
-    this shard, i % N == I, of settings.shard; from settings.start_at when given); call on_record for each
-    run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms (how late it started),
-    load (with the plan every shard shares), and trace: the line, its timestamp, scheduled_ms, late_ms and
-    the facts of its prompt. ``clock`` is what the schedule waits by; on_started() is called before the first
-    line starts."""
+    this shard, i % N == I, of settings.shard; from settings.start_at when given), here or spread over
+    settings.processes processes, on the load's engine (_run_share: --keep-alive too); call on_record for
+    each run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms and scheduled_ms
+    (how late it started, and when it was due), load (with the plan every shard shares), and trace: the
+    line, its timestamp, scheduled_ms, late_ms and the facts of its prompt. ``clock`` is what the schedule
+    waits by; on_started() is called before the first line starts."""
     described = _load_description(requests, settings, arrivals='trace', trace_speed=speed)
     offsets = _trace_offsets(lines, speed)
     started = _started(settings, clock)
-    index, shards = settings.shard
 
-    def emit(index: int, due: float, begun: float, record: dict) -> None:
-        late, line = round((begun - started - due) * 1000, 3), lines[index]
-        on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3), 'queued_ms': late,
-                   'warmup': settings.warms_up(index, begun - started), 'load': described,
-                   'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
-                             'scheduled_ms': round(due * 1000, 3), 'late_ms': late, **facts[index]}})
-    mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
-    if on_started is not None:
-        on_started()
-    _run_scheduled(_single_runs(requests.__getitem__, emit), False, mine, settings.in_flight, started, cancel, clock)
+    def line_fields(index: int, late: float) -> dict:
+        line = lines[index]
+        return {'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
+                          'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}}
+
+    def run_share(share: tuple[int, int], out, cancel) -> None:
+        _run_share(requests, settings, out, cancel, started, described, share, clock, offsets, line_fields)
+    _run_shares(settings, run_share, on_record, cancel, on_started)
 
 
 class _TraceSummary:
@@ -10394,7 +10421,7 @@ def _warmup(text: str | None) -> tuple[int, float | None]:
 
 # The workloads, as the table's columns name them.
 _WORKLOADS = ('one run', 'load', '--sessions', '--trace')
-_YES, _LOAD, _NOT_YET = 'yes', 'load', 'not yet'
+_YES, _LOAD = 'yes', 'load'
 # A refusal for good: the workload gives that itself, or the flag is another workload's. Keyed by the
 # short word the table uses; the doc shows each as "no".
 _WHY = {
@@ -10408,8 +10435,8 @@ _WHY = {
     'draws': 'a trace draws nothing: each pass replays the same lines at the same times',
 }
 # flag: (one run, load, --sessions, --trace). yes: honoured; load: the flag makes the command a load (see
-# that column); not yet: refused until the workload honours it; any other word: refused for the reason
-# _WHY gives.
+# that column); any other word: refused for the reason _WHY gives. Every workload runs on one engine
+# (_engine), so what wraps one wraps them all: a refusal here is for good.
 _FLAG_TABLE = {
     '--prompt': ('yes', 'yes', 'turns', 'prompts'),
     '--prompt-file': ('yes', 'yes', 'turns', 'prompts'),
@@ -10422,16 +10449,16 @@ _FLAG_TABLE = {
     '--runs': ('load', 'yes', 'yes', 'yes'),
     '--concurrency': ('load', 'yes', 'yes', 'yes'),
     '--rate': ('load', 'yes', 'yes', 'schedule'),
-    '--processes': ('load', 'yes', 'not yet', 'not yet'),
+    '--processes': ('load', 'yes', 'yes', 'yes'),
     '--duration': ('load', 'yes', 'yes', 'schedule'),
     '--arrivals': ('load', 'yes', 'yes', 'schedule'),
     '--seed': ('yes', 'yes', 'yes', 'yes'),
-    '--keep-alive': ('load', 'yes', 'yes', 'not yet'),
+    '--keep-alive': ('load', 'yes', 'yes', 'yes'),
     '--prompts': ('load', 'yes', 'turns', 'prompts'),
     '--trace-speed': ('for-trace', 'for-trace', 'for-trace', 'yes'),
     '--block-size': ('for-trace', 'for-trace', 'for-trace', 'yes'),
     '--input-tokens': ('yes', 'yes', 'turns', 'prompts'),
-    '--output-tokens': ('yes', 'yes', 'not yet', 'prompts'),
+    '--output-tokens': ('yes', 'yes', 'yes', 'prompts'),
     '--shared-prefix-tokens': ('yes', 'yes', 'turns', 'prompts'),
     '--repeat': ('load', 'yes', 'yes', 'yes'),
     '--repeat-seeds': ('load', 'yes', 'yes', 'draws'),
@@ -10500,8 +10527,6 @@ def _check_workload_flags(parser, args, argv: list[str]) -> None:
         cell = cells[column]
         if not given[flag] or cell == _YES or (cell == _LOAD and flag in _LOAD_MAKERS):
             continue
-        if cell == _NOT_YET:
-            raise UsageError(f'{flag} does not work with {chosen_by} yet {_SEE}')
         if cell == 'load':
             raise UsageError(f'{flag} is for a load, not a single run: give --runs 2 or more, or --rate with '
                              f'--duration {_SEE}')
@@ -11097,7 +11122,11 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
     if args.tool_choice is not None and not any(session.tools for session in sessions):
         raise UsageError(f'--tool-choice needs tools, and no session of --sessions {args.sessions} brings "tools"')
     extra = _extra(args)
-    requests = [_prepare_session(args, url, model, session, extra, key_env) for session in sessions]
+    outputs = _mean_spread(args.output_tokens, '--output-tokens', 1, 32768) if args.output_tokens else None
+    budgets = [budget or args.max_tokens for _, budget, _ in _Synthetic(output_tokens=outputs).plan(len(sessions),
+                                                                                                  args.seed)]
+    requests = [_prepare_session(args, url, model, session, extra, key_env, budget)
+                for session, budget in zip(sessions, budgets)]
     if requests[0].api not in _SESSION_APIS:
         raise UsageError(f'--sessions runs on {", ".join(_SESSION_APIS)}; {requests[0].api} has no tools and '
                          'no turns')
@@ -11109,9 +11138,11 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
 
 
 def _prepare_session(args, url: str, model: str, session: _Session, extra: dict | None,
-                     key_env: str) -> PreparedRequest:
+                     key_env: str, max_tokens: int) -> PreparedRequest:
+    """The session's first request, with max_tokens (--max-tokens, or the session's --output-tokens draw) the
+    budget of each of its runs."""
     try:
-        return prepare(url, model, session.turns[0], max_tokens=args.max_tokens, idle=args.idle,
+        return prepare(url, model, session.turns[0], max_tokens=max_tokens, idle=args.idle,
                        deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get(key_env),
                        system=session.system if session.system is not None else args.system,
                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
@@ -11151,7 +11182,8 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
         raise UsageError(f'--warmup {args.warmup} leaves no line of the {len(lines)} to summarise: the warm-up runs '
                          'are left out of every figure')
     base = LoadSettings(len(lines), min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT),
-                        slos=_parse_slos(args.slo or []), slo_target=_slo_target(args), warmup_runs=warmup_runs,
+                        keep_alive=args.keep_alive, slos=_parse_slos(args.slo or []), slo_target=_slo_target(args),
+                        processes=1 if args.processes is None else args.processes, warmup_runs=warmup_runs,
                         warmup_s=warmup_s)
     steps = _planned_steps(args, _repeated(args, [base]), time.time())
     prepared = _preparer(args, url, model, key_env)
@@ -12260,7 +12292,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed,
-                                   own_process=steps is not None and _first_step(steps).processes > 1)
+                                   own_process=(args.processes or 1) > 1)  # a forked worker cannot serve it
             url = fixture.url if fixture else args.url or _DEFAULT_URL
             workload = _plan_workload(args, url)
             requests = workload.requests if workload is not None else \

@@ -605,11 +605,12 @@ class SessionEngineTests(unittest.TestCase):
 
     def test_a_capacity_search_over_sessions_follows_its_probes_verdicts(self):
         # --fixture capacity starts at most 20 answers per second; each probe starts one-turn sessions at its
-        # rate, cycling through the file. Which probes pass depends on the machine; that each probe is the one
-        # _next_probe chooses from the verdicts before it does not.
+        # rate, cycling through the file. Which probes pass depends on the machine (5 per second within 500 ms
+        # passes on a busy one, 80 cannot); that each probe is the one _next_probe chooses from the verdicts
+        # before it does not.
         path = self.write_sessions(3, 1)
-        done = run_cli('--fixture', 'capacity', '--sessions', path, '--find-capacity', '10:80', '--duration', '0.3',
-                       '--arrivals', 'constant', '--slo', 'first_text_ms=70', '--slo-target', '0.8', '--output',
+        done = run_cli('--fixture', 'capacity', '--sessions', path, '--find-capacity', '5:80', '--duration', '0.3',
+                       '--arrivals', 'constant', '--slo', 'first_text_ms=500', '--slo-target', '0.8', '--output',
                        'capacity.jsonl', '--quiet', cwd=self.folder, timeout=120)
         self.assertNotEqual(done.returncode, 2, done.stderr)
         summary, records = json.loads(done.stdout), self.records('capacity.jsonl')
@@ -619,7 +620,7 @@ class SessionEngineTests(unittest.TestCase):
         verdicts = [(rate, stream_client._summary._saturation_step([steps[rate]], 0.8)['rate'] is not None)
                     for rate in probed]
         for number, rate in enumerate(probed):
-            self.assertEqual(stream_client._steps._next_probe(10, 80, verdicts[:number], 0.05), rate, verdicts)
+            self.assertEqual(stream_client._steps._next_probe(5, 80, verdicts[:number], 0.05), rate, verdicts)
         self.assertEqual(summary['capacity']['probes'], len(probed))
         for step, rate in enumerate(probed):  # each probe started its scheduled sessions, the file cycled
             planned = stream_client._load._scheduled_runs(rate, 'constant', 0, 0.3)

@@ -29,7 +29,7 @@ from ._args import (
     _checked_line, _Fixture, _given_flags, _in_flag_terms, _parser, _READING_FLAGS, _requests_from_args,
     _served_model, _terminate, _unchecked_line, _unset_key_note)
 from ._workload_flags import _check_workload_flags
-from ._steps import _first_step, _load_settings, _repeated, _slo_target
+from ._steps import _load_settings, _repeated, _slo_target
 from ._views import _compare_table, _emit, _emit_summary, _LiveView, _say_written
 from ._engine import _drive, _Workload
 from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_blocks
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.url is not None:
                     raise UsageError('--fixture and --url exclude each other')
                 fixture = _Fixture(args.fixture, args.fixture_profile, args.api or 'chat', args.seed,
-                                   own_process=steps is not None and _first_step(steps).processes > 1)
+                                   own_process=(args.processes or 1) > 1)  # a forked worker cannot serve it
             url = fixture.url if fixture else args.url or _DEFAULT_URL
             workload = _plan_workload(args, url)
             requests = workload.requests if workload is not None else \

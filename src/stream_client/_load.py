@@ -225,12 +225,23 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     """
     started = _started(settings, clock)
     described = _load_description(requests, settings)
+
+    def run_share(share: tuple[int, int], out, cancel: Cancel) -> None:
+        _run_share(requests, settings, out, cancel, started, described, share, clock)
+    _run_shares(settings, run_share, on_record, cancel, on_started)
+
+
+def _run_shares(settings: LoadSettings, run_share, on_record, cancel: Cancel, on_started=None) -> None:
+    """Run every share of a workload's units (runs, sessions, lines) of this shard: run_share(share, out,
+    cancel) runs the units i with i % workers == number (share is (number, workers): see _share), handing
+    each record to out. In this process, or spread over settings.processes forked ones (_spread_load), and
+    on_record is called here either way, one call at a time."""
     if settings.processes > 1:
-        _spread_load(requests, settings, on_record, cancel, started, described, on_started)
-    else:
-        if on_started is not None:
-            on_started()
-        _run_share(requests, settings, on_record, cancel, started, described, _share(settings, 0), clock)
+        _spread_load(settings, run_share, on_record, cancel, on_started)
+        return
+    if on_started is not None:
+        on_started()
+    run_share(_share(settings, 0), on_record, cancel)
 
 
 def _started(settings: LoadSettings, clock: _Clock) -> float:
@@ -250,6 +261,12 @@ def _load_description(requests: list[PreparedRequest], settings: LoadSettings, *
                      'start_at': None if settings.start_at is None else _utc_iso(settings.start_at)}}
 
 
+def _slots(settings: LoadSettings, share: tuple[int, int]) -> int:
+    """The runs a share may have in flight: its part of settings.in_flight, at least one."""
+    number, processes = share
+    return max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
+
+
 def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
     """(number, workers) of a worker process of a shard: run i is its when i % workers == number (i % N is
     the shard, and i // N % processes the process within it), and it takes that share of the slots."""
@@ -258,21 +275,25 @@ def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
 
 
 def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
-               described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK) -> None:
+               described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK, offsets=None,
+               fields=None) -> None:
     """The runs i with i % processes == number (share is (number, processes)), with that share of the slots,
-    on the load's schedule from ``started``: on Linux as state machines on one _Engine in this thread,
-    elsewhere on worker threads."""
+    on the schedule from ``started``: the load's arrivals, or offsets[i] (a trace's timestamps); on Linux as
+    state machines on one _Engine in this thread, elsewhere on worker threads. fields(i, late_ms), when
+    given, adds a workload's own fields to run i's record (a trace's line)."""
     number, processes = share
-    slots = max(1, settings.in_flight // processes + (number < settings.in_flight % processes))
+    timed = offsets is not None or settings.rate is not None  # a closed loop has no schedule to be late on
 
     def emit(index: int, due: float, begun: float, record: dict) -> None:
+        late = round((begun - started - due) * 1000, 3)
         on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
-                   'queued_ms': None if settings.rate is None else round((begun - started - due) * 1000, 3),
-                   'scheduled_ms': None if settings.rate is None else round(due * 1000, 3),
-                   'warmup': settings.warms_up(index, begun - started), 'load': described})
-    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % processes == number)
+                   'queued_ms': late if timed else None, 'scheduled_ms': round(due * 1000, 3) if timed else None,
+                   'warmup': settings.warms_up(index, begun - started), 'load': described,
+                   **(fields(index, late) if fields is not None else {})})
+    schedule = enumerate(arrival_offsets(settings) if offsets is None else offsets)
+    mine = ((index, due) for index, due in schedule if index % processes == number)
     _run_scheduled(_single_runs(lambda index: requests[index % len(requests)], emit), settings.keep_alive, mine,
-                   slots, started, cancel, clock)
+                   _slots(settings, share), started, cancel, clock)
 
 
 def _single_runs(request_of, emit):
@@ -333,9 +354,8 @@ def _run_scheduled(start_job, keep_alive: bool, schedule, slots: int, started: f
 _CANCEL_MESSAGE = 16  # bytes a cancelled load writes per worker process: the reason, padded
 
 
-def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
-                 described: dict, on_started=None) -> None:
-    """Fork settings.processes worker processes, each running its share of the runs (_run_share) and
+def _spread_load(settings: LoadSettings, run_share, on_record, cancel: Cancel, on_started=None) -> None:
+    """Fork settings.processes worker processes, each running its share of the units (run_share) and
     writing each record as one JSON line to its own pipe; call on_record for every line here, one at a
     time, so that this process stays the one owner of the evidence. The clock (perf_counter) is the
     system's monotonic one, shared by the processes, so offsets stay on one schedule. A cancel here
@@ -364,8 +384,7 @@ def _spread_load(requests: list[PreparedRequest], settings: LoadSettings, on_rec
             if pid == 0:  # the worker
                 for fd in parent_fds + [record_read]:
                     os.close(fd)
-                _worker_process(requests, settings, started, described, _share(settings, number),
-                                control_read, record_write)
+                _worker_process(run_share, _share(settings, number), control_read, record_write)
             os.close(record_write)
             parent_fds.append(record_read)
             pids.append(pid)
@@ -394,8 +413,7 @@ def _tell_workers(control: int, reason: str, processes: int) -> None:
         pass
 
 
-def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, started: float, described: dict,
-                    share: tuple[int, int], control: int, records: int) -> None:
+def _worker_process(run_share, share: tuple[int, int], control: int, records: int) -> None:
     """The body of a forked worker: run the share, write its records, exit (never returns)."""
     status = 1
     try:
@@ -411,7 +429,7 @@ def _worker_process(requests: list[PreparedRequest], settings: LoadSettings, sta
             def write(record: dict) -> None:
                 out.write(_json_text(record) + '\n')
                 out.flush()
-            _run_share(requests, settings, write, cancel, started, described, share)
+            run_share(share, write, cancel)
         status = 0
     except BaseException:  # a bug in this client: say so, and let the parent see the status
         traceback.print_exc()

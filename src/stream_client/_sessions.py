@@ -20,7 +20,9 @@ from ._request import _render_request, PreparedRequest, _unstreamed_twin
 from ._exchange import Cancel
 from ._record import _client_failure
 from ._plan import _session_key, _shard_runs
-from ._load import _Clock, arrival_offsets, _load_description, LoadSettings, _REAL_CLOCK, _run_scheduled, _started
+from ._load import (
+    _Clock, arrival_offsets, _load_description, LoadSettings, _REAL_CLOCK, _run_scheduled, _run_shares, _slots,
+    _started)
 from ._summary import _percentiles
 from ._workloads import _Conversation, _Session, _ToolResults
 
@@ -136,32 +138,43 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
                   cancel: Cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
     """Run settings.runs sessions (session i is sessions[i % len(sessions)] with its request, its first turn
     prepared; this shard's, i % N == I), at most settings.in_flight at once, started closed-loop or at the
-    open loop's arrivals (from settings.start_at when given); call on_record for each run as it ends, one
-    call at a time. Each record gains run (numbered as records are written), session, session_index (i),
-    turn, round, offset_ms, queued_ms (a session's first run, open loop: how late the session started),
-    warmup (every run of a warm-up session), load (with sessions, the shard's, and runs None: a session's
-    runs are not known ahead) and, on a session's last run, session_end. With keep_alive, each session keeps
-    one connection. ``clock`` is what the schedule and the think times wait by; on_started() is called
-    before the first session starts."""
+    open loop's arrivals (from settings.start_at when given), here or spread over settings.processes
+    processes; call on_record for each run as it ends, one call at a time. Each record gains run (numbered
+    here as records come), session, session_index (i), turn, round, offset_ms, queued_ms (a session's first
+    run, open loop: how late the session started), warmup (every run of a warm-up session), load (with
+    sessions, the shard's, and runs None: a session's runs are not known ahead) and, on a session's last
+    run, session_end. With keep_alive, each session keeps one connection. ``clock`` is what the schedule and
+    the think times wait by; on_started() is called before the first session starts."""
     started = _started(settings, clock)
     described = {**_load_description(requests, settings), 'runs': None,
                  'sessions': _shard_runs(settings.runs, settings.shard)}
     numbers = iter(range(2 ** 62))
 
+    def numbered(record: dict) -> None:  # one call at a time: the runs of every share, in the order they end
+        on_record({'run': next(numbers), **record})
+
+    def run_share(share: tuple[int, int], out, cancel: Cancel) -> None:
+        _run_session_share(sessions, requests, settings, out, cancel, started, described, share, clock)
+    _run_shares(settings, run_share, numbered, cancel, on_started)
+
+
+def _run_session_share(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, out,
+                       cancel: Cancel, started: float, described: dict, share: tuple[int, int],
+                       clock: _Clock = _REAL_CLOCK) -> None:
+    """The sessions i with i % workers == number of share (number, workers), with that share of the slots: on
+    Linux each a job of one _Engine in this thread (its runs state machines, its think times the engine's
+    timers), elsewhere on worker threads; out(record) for each run, one call at a time. With keep_alive,
+    each session keeps one connection."""
     def session(index: int, due: float, begun: float):
         """The job of session index (see _load._run_scheduled): its steps."""
         queued = None if settings.rate is None else round((begun - started - due) * 1000, 3)
         fields = {'session_index': index, 'warmup': settings.warms_up(index, begun - started), 'load': described}
-
-        def emit(record: dict) -> None:
-            on_record({'run': next(numbers), **record, **fields})
-        return _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel, emit, started,
-                           queued, clock).steps()
-    shard, shards = settings.shard
-    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % shards == shard)
-    if on_started is not None:
-        on_started()
-    _run_scheduled(session, settings.keep_alive, mine, settings.in_flight, started, cancel, clock, kept_per_job=True)
+        return _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel,
+                           lambda record: out({**record, **fields}), started, queued, clock).steps()
+    number, workers = share
+    mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % workers == number)
+    _run_scheduled(session, settings.keep_alive, mine, _slots(settings, share), started, cancel, clock,
+                   kept_per_job=True)
 
 
 class _SessionSummary:

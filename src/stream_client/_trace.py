@@ -10,7 +10,7 @@ import http.client
 import json
 
 from ._request import PreparedRequest
-from ._load import _Clock, _load_description, LoadSettings, _REAL_CLOCK, _run_scheduled, _single_runs, _started
+from ._load import _Clock, _load_description, LoadSettings, _REAL_CLOCK, _run_share, _run_shares, _started
 from ._summary import _percentiles
 from ._workloads import _prompt_words, _TraceLine
 
@@ -88,26 +88,24 @@ def _trace_offsets(lines: list[_TraceLine], speed: float) -> list[float]:
 def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: list[dict], speed: float,
                settings: LoadSettings, on_record, cancel, clock: _Clock = _REAL_CLOCK, on_started=None) -> None:
     """Start requests[i] at lines[i]'s scheduled time, at most settings.in_flight at once (the lines i of
-    this shard, i % N == I, of settings.shard; from settings.start_at when given); call on_record for each
-    run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms (how late it started),
-    load (with the plan every shard shares), and trace: the line, its timestamp, scheduled_ms, late_ms and
-    the facts of its prompt. ``clock`` is what the schedule waits by; on_started() is called before the first
-    line starts."""
+    this shard, i % N == I, of settings.shard; from settings.start_at when given), here or spread over
+    settings.processes processes, on the load's engine (_run_share: --keep-alive too); call on_record for
+    each run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms and scheduled_ms
+    (how late it started, and when it was due), load (with the plan every shard shares), and trace: the
+    line, its timestamp, scheduled_ms, late_ms and the facts of its prompt. ``clock`` is what the schedule
+    waits by; on_started() is called before the first line starts."""
     described = _load_description(requests, settings, arrivals='trace', trace_speed=speed)
     offsets = _trace_offsets(lines, speed)
     started = _started(settings, clock)
-    index, shards = settings.shard
 
-    def emit(index: int, due: float, begun: float, record: dict) -> None:
-        late, line = round((begun - started - due) * 1000, 3), lines[index]
-        on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3), 'queued_ms': late,
-                   'warmup': settings.warms_up(index, begun - started), 'load': described,
-                   'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
-                             'scheduled_ms': round(due * 1000, 3), 'late_ms': late, **facts[index]}})
-    mine = ((line, due) for line, due in enumerate(offsets) if line % shards == index)
-    if on_started is not None:
-        on_started()
-    _run_scheduled(_single_runs(requests.__getitem__, emit), False, mine, settings.in_flight, started, cancel, clock)
+    def line_fields(index: int, late: float) -> dict:
+        line = lines[index]
+        return {'trace': {'line': line.line, 'timestamp_ms': line.timestamp_ms,
+                          'scheduled_ms': round(offsets[index] * 1000, 3), 'late_ms': late, **facts[index]}}
+
+    def run_share(share: tuple[int, int], out, cancel) -> None:
+        _run_share(requests, settings, out, cancel, started, described, share, clock, offsets, line_fields)
+    _run_shares(settings, run_share, on_record, cancel, on_started)
 
 
 class _TraceSummary:

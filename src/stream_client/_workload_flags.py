@@ -12,7 +12,7 @@ from ._limits import UsageError
 
 # The workloads, as the table's columns name them.
 _WORKLOADS = ('one run', 'load', '--sessions', '--trace')
-_YES, _LOAD, _NOT_YET = 'yes', 'load', 'not yet'
+_YES, _LOAD = 'yes', 'load'
 # A refusal for good: the workload gives that itself, or the flag is another workload's. Keyed by the
 # short word the table uses; the doc shows each as "no".
 _WHY = {
@@ -26,8 +26,8 @@ _WHY = {
     'draws': 'a trace draws nothing: each pass replays the same lines at the same times',
 }
 # flag: (one run, load, --sessions, --trace). yes: honoured; load: the flag makes the command a load (see
-# that column); not yet: refused until the workload honours it; any other word: refused for the reason
-# _WHY gives.
+# that column); any other word: refused for the reason _WHY gives. Every workload runs on one engine
+# (_engine), so what wraps one wraps them all: a refusal here is for good.
 _FLAG_TABLE = {
     '--prompt': ('yes', 'yes', 'turns', 'prompts'),
     '--prompt-file': ('yes', 'yes', 'turns', 'prompts'),
@@ -40,16 +40,16 @@ _FLAG_TABLE = {
     '--runs': ('load', 'yes', 'yes', 'yes'),
     '--concurrency': ('load', 'yes', 'yes', 'yes'),
     '--rate': ('load', 'yes', 'yes', 'schedule'),
-    '--processes': ('load', 'yes', 'not yet', 'not yet'),
+    '--processes': ('load', 'yes', 'yes', 'yes'),
     '--duration': ('load', 'yes', 'yes', 'schedule'),
     '--arrivals': ('load', 'yes', 'yes', 'schedule'),
     '--seed': ('yes', 'yes', 'yes', 'yes'),
-    '--keep-alive': ('load', 'yes', 'yes', 'not yet'),
+    '--keep-alive': ('load', 'yes', 'yes', 'yes'),
     '--prompts': ('load', 'yes', 'turns', 'prompts'),
     '--trace-speed': ('for-trace', 'for-trace', 'for-trace', 'yes'),
     '--block-size': ('for-trace', 'for-trace', 'for-trace', 'yes'),
     '--input-tokens': ('yes', 'yes', 'turns', 'prompts'),
-    '--output-tokens': ('yes', 'yes', 'not yet', 'prompts'),
+    '--output-tokens': ('yes', 'yes', 'yes', 'prompts'),
     '--shared-prefix-tokens': ('yes', 'yes', 'turns', 'prompts'),
     '--repeat': ('load', 'yes', 'yes', 'yes'),
     '--repeat-seeds': ('load', 'yes', 'yes', 'draws'),
@@ -118,8 +118,6 @@ def _check_workload_flags(parser, args, argv: list[str]) -> None:
         cell = cells[column]
         if not given[flag] or cell == _YES or (cell == _LOAD and flag in _LOAD_MAKERS):
             continue
-        if cell == _NOT_YET:
-            raise UsageError(f'{flag} does not work with {chosen_by} yet {_SEE}')
         if cell == 'load':
             raise UsageError(f'{flag} is for a load, not a single run: give --runs 2 or more, or --rate with '
                              f'--duration {_SEE}')

@@ -55,7 +55,11 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
     if args.tool_choice is not None and not any(session.tools for session in sessions):
         raise UsageError(f'--tool-choice needs tools, and no session of --sessions {args.sessions} brings "tools"')
     extra = _extra(args)
-    requests = [_prepare_session(args, url, model, session, extra, key_env) for session in sessions]
+    outputs = _mean_spread(args.output_tokens, '--output-tokens', 1, 32768) if args.output_tokens else None
+    budgets = [budget or args.max_tokens for _, budget, _ in _Synthetic(output_tokens=outputs).plan(len(sessions),
+                                                                                                  args.seed)]
+    requests = [_prepare_session(args, url, model, session, extra, key_env, budget)
+                for session, budget in zip(sessions, budgets)]
     if requests[0].api not in _SESSION_APIS:
         raise UsageError(f'--sessions runs on {", ".join(_SESSION_APIS)}; {requests[0].api} has no tools and '
                          'no turns')
@@ -67,9 +71,11 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
 
 
 def _prepare_session(args, url: str, model: str, session: _Session, extra: dict | None,
-                     key_env: str) -> PreparedRequest:
+                     key_env: str, max_tokens: int) -> PreparedRequest:
+    """The session's first request, with max_tokens (--max-tokens, or the session's --output-tokens draw) the
+    budget of each of its runs."""
     try:
-        return prepare(url, model, session.turns[0], max_tokens=args.max_tokens, idle=args.idle,
+        return prepare(url, model, session.turns[0], max_tokens=max_tokens, idle=args.idle,
                        deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get(key_env),
                        system=session.system if session.system is not None else args.system,
                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
@@ -109,7 +115,8 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
         raise UsageError(f'--warmup {args.warmup} leaves no line of the {len(lines)} to summarise: the warm-up runs '
                          'are left out of every figure')
     base = LoadSettings(len(lines), min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT),
-                        slos=_parse_slos(args.slo or []), slo_target=_slo_target(args), warmup_runs=warmup_runs,
+                        keep_alive=args.keep_alive, slos=_parse_slos(args.slo or []), slo_target=_slo_target(args),
+                        processes=1 if args.processes is None else args.processes, warmup_runs=warmup_runs,
                         warmup_s=warmup_s)
     steps = _planned_steps(args, _repeated(args, [base]), time.time())
     prepared = _preparer(args, url, model, key_env)

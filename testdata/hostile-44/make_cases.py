@@ -236,13 +236,19 @@ case("S12-sharegpt-model-entries-left-out", "sessions",
          {"from": "gpt", "value": "FILE-ANSWER"}, {"from": "human", "value": "Q2"}]}])},
      server={"responses": [chat_text("LIVE1"), chat_text("LIVE2")]})
 
-for flag, val, why in [("--prompt", "hi", "no"), ("--warmup", "1", "not yet"), ("--output-tokens", "5", "not yet"),
-                       ("--duration", "5", "not yet"), ("--shard", "0/2", "not yet"), ("--cross-check", None, "not yet")]:
+for flag, val, why in [("--prompt", "hi", "no"), ("--warmup", "1", "no session left to summarise"),
+                       ("--duration", "5", "no rate")]:
     case("S13-refuses" + flag, "sessions",
          "docs/cli.md#flags-and-workloads: %s with --sessions is '%s': refused, exit 2, one line naming it and the workload, before anything is sent or any file created" % (flag, why),
          SURL + ["--sessions", "s.jsonl", "--output", "o.jsonl", flag] + ([val] if val else []),
          dict(NO_TB, absent=["o.jsonl"], stderr_contains=[flag], asserts=["len(reqs) == 0"]),
          files={"s.jsonl": jl({"id": "a", "turns": ["hi"]})}, server={"responses": [chat_text()]})
+
+case("S13-honours--shard", "sessions",
+     "docs/cli.md#flags-and-workloads: --shard with --sessions is honoured since issue 46: shard 1/2 of two sessions runs the second (session_index 1), exit 0",
+     SURL + ["--sessions", "s.jsonl", "--output", "o.jsonl", "--shard", "1/2"],
+     {"rc": 0, "asserts": ["[(r['session'], r['session_index']) for r in R('o.jsonl')] == [('b', 1)]", "len(reqs) == 1"]},
+     files={"s.jsonl": jl({"id": "a", "turns": ["hi"]}, {"id": "b", "turns": ["hi"]})}, server={"responses": [chat_text()]})
 
 case("S14-completions-refused", "sessions", W + "Completions has no tools and no turns: --sessions refuses it (exit 2, nothing sent)",
      ["--url", "{ORIGIN}/v1/completions", "--model", "m", "--quiet", "--sessions", "s.jsonl", "--output", "o.jsonl"],
@@ -463,13 +469,21 @@ case("T19-short-input-cuts-blocks", "traces",
      files={"t.jsonl": jl({"timestamp": 0, "input_length": 10, "hash_ids": [1, 2]})},
      server={"responses": [comp_text()]})
 
-for flag, val, why in [("--rate", "5", "no"), ("--keep-alive", None, "not yet"), ("--arrivals", "constant", "no"),
-                       ("--prompt", "x", "no"), ("--input-tokens", "10", "no"), ("--repeat", "2", "not yet"),
-                       ("--processes", "2", "not yet"), ("--start-at", "2030-01-01T00:00:00Z", "not yet")]:
+for flag, val, why in [("--rate", "5", "no"), ("--arrivals", "constant", "no"),
+                       ("--prompt", "x", "no"), ("--input-tokens", "10", "no"), ("--repeat-seeds", "same", "no"),
+                       ("--start-at", "2030-01-01T00:00:00Z", "more than a day ahead")]:
     case("T20-refuses" + flag, "traces",
          "docs/cli.md#flags-and-workloads: %s with --trace is '%s': exit 2, one line naming it, nothing sent, no file" % (flag, why),
          CURL + ["--trace", "t.jsonl", "--output", "o.jsonl", flag] + ([val] if val else []),
          dict(NO_TB, absent=["o.jsonl"], stderr_contains=[flag], asserts=["len(reqs) == 0"]),
+         files={"t.jsonl": jl({"timestamp": 0, "prompt": "a"}, {"timestamp": 1, "prompt": "b"})}, server={"responses": [comp_text()]})
+
+# Honoured since issue 46 (one engine): a trace takes the load's --keep-alive, --repeat and --processes.
+for flag, val, records in [("--keep-alive", None, 2), ("--repeat", "2", 4), ("--processes", "2", 2)]:
+    case("T20-honours" + flag, "traces",
+         "docs/cli.md#flags-and-workloads: %s with --trace is honoured: every line of every pass has its record, exit 0" % flag,
+         CURL + ["--trace", "t.jsonl", "--output", "o.jsonl", flag] + ([val] if val else []),
+         {"rc": 0, "asserts": ["len(R('o.jsonl')) == %d" % records, "len(reqs) == %d" % records]},
          files={"t.jsonl": jl({"timestamp": 0, "prompt": "a"}, {"timestamp": 1, "prompt": "b"})}, server={"responses": [comp_text()]})
 
 case("T21-failed-line-replay-goes-on", "traces",
@@ -674,10 +688,10 @@ case("H15-different-plans", "shards", SH + "shards of two different plans (seeds
 case("H16-start-at-behind-sends-at-once", "shards", SH + "a process that starts late sends the runs already due at once, and their queued_ms says how late (start 10 s ago: > 5000 ms)",
      ["--fixture", "ok", "--runs", "2", "--rate", "20", "--start-at", "{UTC_MINUS_10S}", "--output", "o.jsonl", "--quiet"],
      {"rc": 0, "asserts": ["min(r['queued_ms'] for r in R('o.jsonl')) > 5000", "R('o.jsonl')[0]['load']['plan']['start_at'] is not None"]})
-case("H17-trace-shard-message", "shards", "docs/cli.md#flags-and-workloads: the example line 'stream_client.py: error: --processes does not work with --trace yet (docs/cli.md#flags-and-workloads)' (--shard of a trace is honoured since issue 46: a shard that would send none is refused)",
-     ["--fixture", "ok", "--api", "completions", "--trace", "t.jsonl", "--processes", "2", "--output", "o.jsonl"],
-     dict(NO_TB, stderr_contains=["stream_client.py: error: --processes does not work with --trace yet (docs/cli.md#flags-and-workloads)"]),
-     files={"t.jsonl": jl({"timestamp": 0, "prompt": "a"})})
+case("H17-refusal-message", "shards", "docs/cli.md#flags-and-workloads: the example line 'stream_client.py: error: --prompt does not go with --sessions: each session brings its own turns (docs/cli.md#flags-and-workloads)' (since issue 46 no pair is refused 'not yet')",
+     ["--fixture", "agent", "--sessions", "s.jsonl", "--prompt", "hi", "--output", "o.jsonl"],
+     dict(NO_TB, stderr_contains=["stream_client.py: error: --prompt does not go with --sessions: each session brings its own turns (docs/cli.md#flags-and-workloads)"]),
+     files={"s.jsonl": jl({"id": "s", "turns": ["a"]})})
 case("H18-shard-gate-over-files", "shards", SH + "--summary of the shard files with --fail-if gates the whole load: 'runs != 6' holds, exit 0",
      ["--summary", "s0.jsonl", "s1.jsonl", "--fail-if", "runs != 6"], {"rc": 0}, pre=[SHARD(0, 2), SHARD(1, 2)])
 case("H19-shard-unsharded-merge", "shards", SH + "a load that is not sharded is shard 0 of 1 (load.plan.shard 0, shards 1)",
