@@ -6146,6 +6146,7 @@ class _Machine:
 _EPOLL = hasattr(select, 'epoll')  # Linux: a load's runs are state machines on an _Engine (else worker threads)
 _BLOCKING_THREADS = 8  # threads at most for the steps of runs that block (see _BlockingSteps)
 _EPOLL_RESOLUTION = 0.001  # epoll waits in whole milliseconds
+_FEEDS_PER_LOOK = 16  # reads a pass feeds between two looks at the schedule
 
 
 def _wait_until(at: float, cancel: Cancel, clock) -> bool:
@@ -6220,6 +6221,7 @@ class _Engine:
         self.cancel, self._clock, self._kept_per_job = cancel, clock, kept_per_job
         self._free = [KeptConnections() if keep_alive else None for _ in range(slots)]  # free slots
         self._slots = list(self._free)
+        self._upcoming = None                      # the next (index, due) of the schedule to start (see run())
         self._jobs: set[_Job] = set()              # jobs started and not ended
         self._thinking: list = []                  # heap of (when on the clock, token, job): jobs in a think time
         self._live: set[_Machine] = set()           # runs started and not ended
@@ -6241,21 +6243,21 @@ class _Engine:
         start the job start_job(index, due, begun) (begun: its start on the clock) and take its steps, in this
         thread. Returns when every job that started has ended; a KeyboardInterrupt cancels the load and is
         raised once they have."""
-        self._start_job = start_job
+        self._start_job, self._schedule, self._started = start_job, schedule, started
         interrupted = None
         self.cancel.on_cancel(self._ring_on_cancel)
         try:
-            upcoming = next(schedule, None)
+            self._upcoming = next(schedule, None)  # the next (index, due) to start
             while True:
                 try:
-                    upcoming = self._start_due(upcoming, schedule, started)
+                    self._start_due()
                     self._end_thinking()
-                    if upcoming is None and not self._jobs:
+                    if self._upcoming is None and not self._jobs:
                         break
                     if not self._live:  # no run in flight: wait on the clock for the next start or think's end
-                        _wait_until(self._next_on_clock(upcoming, started), self.cancel, self._clock)
+                        _wait_until(self._next_on_clock(), self.cancel, self._clock)
                         continue
-                    self._wait(upcoming, started)
+                    self._wait()
                 except KeyboardInterrupt as exc:
                     interrupted = interrupted or exc
                     self.cancel.cancel(getattr(exc, 'signal_name', 'SIGINT'))
@@ -6269,18 +6271,18 @@ class _Engine:
         if interrupted is not None:
             raise interrupted
 
-    def _start_due(self, upcoming, schedule, started: float):
-        """Start every run that is due while a slot is free; the next one not started (None: none is left)."""
-        while upcoming is not None:
+    def _start_due(self) -> None:
+        """Start every job that is due while a slot is free (none once the load is cancelled)."""
+        while self._upcoming is not None:
             if self.cancel.reason is not None:  # nothing more starts
-                return None
-            if not self._free or started + upcoming[1] > self._clock.now():
-                return upcoming
-            job = _Job(self._start_job(*upcoming, self._clock.now()), self._free.pop())
+                self._upcoming = None
+                return
+            if not self._free or self._started + self._upcoming[1] > self._clock.now():
+                return
+            job = _Job(self._start_job(*self._upcoming, self._clock.now()), self._free.pop())
+            self._upcoming = next(self._schedule, None)
             self._jobs.add(job)
             self._advance(job, None)
-            upcoming = next(schedule, None)
-        return None
 
     def _advance(self, job: _Job, value) -> None:
         """Send the job what its last step gave (None to begin), and take its next step: a run, a think time
@@ -6314,12 +6316,12 @@ class _Engine:
         while self._thinking and (cancelled or self._thinking[0][0] <= now):
             self._advance(heapq.heappop(self._thinking)[2], not cancelled)
 
-    def _next_on_clock(self, upcoming, started: float) -> float:
+    def _next_on_clock(self) -> float:
         """When on the clock the next job starts (if a slot is free) or the next think time ends."""
-        at = started + upcoming[1] if upcoming is not None and self._free else math.inf
+        at = self._started + self._upcoming[1] if self._upcoming is not None and self._free else math.inf
         return min(at, self._thinking[0][0]) if self._thinking else at
 
-    def _wait(self, upcoming, started: float) -> None:
+    def _wait(self) -> None:
         """Wait for sockets until the earliest timer, the next start when a slot is free or the end of a think
         time, and take what became ready. epoll waits in whole milliseconds, rounded up: a start or a think's
         end due sooner is waited for by the clock, after a look at the sockets that does not wait."""
@@ -6327,7 +6329,7 @@ class _Engine:
             self._timers = [entry for entry in self._timers if entry[2].timer == entry[1]]
             heapq.heapify(self._timers)
         wait = self._timers[0][0] - time.perf_counter() if self._timers else -1
-        at = self._next_on_clock(upcoming, started)
+        at = self._next_on_clock()
         if at < math.inf:
             until = at - self._clock.now()
             if until < _EPOLL_RESOLUTION and (wait < 0 or until <= wait):
@@ -6364,8 +6366,10 @@ class _Engine:
                 reads.append((flight, raw, flight.last, kernel_ns))
             else:
                 self._step(flight, flight.wake)
-        for flight, raw, returned, kernel_ns in reads:
+        for number, (flight, raw, returned, kernel_ns) in enumerate(reads, 1):
             self._step(flight, flight.take, raw, returned, kernel_ns, wall_offset_ns)
+            if number % _FEEDS_PER_LOOK == 0:  # a long pass: the starts that came due go first
+                self._start_due()
         self._take_blocked()
         self._expire(time.perf_counter())
 
