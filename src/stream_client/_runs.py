@@ -29,7 +29,6 @@ from ._machine import _Job, _Machine
 _EPOLL = hasattr(select, 'epoll')  # Linux: a load's runs are state machines on an _Engine (else worker threads)
 _BLOCKING_THREADS = 8  # threads at most for the steps of runs that block (see _BlockingSteps)
 _EPOLL_RESOLUTION = 0.001  # epoll waits in whole milliseconds
-_FEEDS_PER_LOOK = 16  # reads a pass feeds between two looks at the schedule
 
 
 def _wait_until(at: float, cancel: Cancel, clock) -> bool:
@@ -206,8 +205,9 @@ class _Engine:
 
     def _wait(self) -> None:
         """Wait for sockets until the earliest timer, the next start when a slot is free or the end of a think
-        time, and take what became ready. epoll waits in whole milliseconds, rounded up: a start or a think's
-        end due sooner is waited for by the clock, after a look at the sockets that does not wait."""
+        time, and take what became ready. epoll waits in whole milliseconds, rounded up: for a start or a
+        think's end it waits the whole milliseconds before it, and the rest by the clock, after a look at
+        the sockets that does not wait."""
         if len(self._timers) > 2 * len(self._live) + 64:  # mostly entries of runs that moved on
             self._timers = [entry for entry in self._timers if entry[2].timer == entry[1]]
             heapq.heapify(self._timers)
@@ -219,6 +219,7 @@ class _Engine:
                 self._pass(0)
                 self._clock.sleep(max(0.0, at - self._clock.now()))
                 return
+            until = math.floor(until / _EPOLL_RESOLUTION) * _EPOLL_RESOLUTION  # woken before it, not after
             wait = until if wait < 0 else min(wait, until)
         self._pass(wait if wait < 0 else max(0.0, wait))
 
@@ -249,10 +250,9 @@ class _Engine:
                 reads.append((flight, raw, flight.last, kernel_ns))
             else:
                 self._step(flight, flight.wake)
-        for number, (flight, raw, returned, kernel_ns) in enumerate(reads, 1):
+        for flight, raw, returned, kernel_ns in reads:
             self._step(flight, flight.take, raw, returned, kernel_ns, wall_offset_ns)
-            if number % _FEEDS_PER_LOOK == 0:  # a long pass: the starts that came due go first
-                self._start_due()
+            self._start_due()  # a long pass: the starts that came due go first
         self._take_blocked()
         self._expire(time.perf_counter())
 
