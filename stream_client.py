@@ -6866,9 +6866,9 @@ _REAL_CLOCK = _Clock()
 
 
 def _run_on_schedule(schedule, slots: int, work, started: float, cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> None:
-    """The one scheduling loop of every workload (a load's runs, sessions, a trace's lines): for each (index,
-    due) of schedule, in order, wait until started + due on the clock, then hand (index, due) to work on one
-    of at most slots worker threads. Once cancel is cancelled nothing more is submitted, and a job not yet
+    """The scheduling loop of every workload where there is no epoll (the engine's is _Engine.run): for each
+    (index, due) of schedule, in order, wait until started + due on the clock, then hand (index, due) to work
+    on one of at most slots worker threads. Once cancel is cancelled nothing more is submitted, and a job not yet
     taken does not run; this returns when every job that started has ended."""
     pool = _Pool(slots, work, lambda job: cancel.reason is None)
     try:
