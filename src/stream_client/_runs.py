@@ -5,9 +5,9 @@ run, a trace's line, a session: each a generator that yields the requests to
 send and the think times to wait, and gets back each run's record): one epoll
 set waits for every run's socket, the next start and the end of each think
 time, and each run (``_machine._Machine``) steps through connect, send, read,
-judge and its record as its socket becomes ready or its timer runs out. The blocking steps that remain (a
-name lookup, a proxy's tunnel, a TLS handshake, the cross-check's twin) run on
-``_BlockingSteps``, a few threads at most.
+judge and its record as its socket becomes ready or its timer runs out. The
+blocking steps that remain (a name lookup, a proxy's tunnel, a TLS handshake,
+the cross-check's twin) run on ``_BlockingSteps``, a few threads at most.
 """
 import contextlib
 import heapq
