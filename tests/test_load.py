@@ -1088,7 +1088,8 @@ class GoodputTests(unittest.TestCase):
         prompts = self.dir / 'prompts.txt'
         prompts.write_text(''.join(json.dumps(text) + '\n' for text in ('a', 'b', 'c', 'd', 'e', 'die') * 2))
         with mock.patch.object(stream_client._machine, '_build_record', die_in_run_5), \
-                contextlib.redirect_stdout(io.StringIO()):
+                mock.patch.object(stream_client._transport, '_build_record', die_in_run_5), \
+                contextlib.redirect_stdout(io.StringIO()):  # the engine's, and worker threads' (no epoll)
             done = run_in_process('--fixture', 'ok', '--prompts', str(prompts), '--runs', '12', '--concurrency', '2',
                                   '--processes', '2', '--output', 'died.jsonl', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 1, done.stderr)
@@ -1099,13 +1100,15 @@ class GoodputTests(unittest.TestCase):
         self.assertNotIn('Traceback', done.stderr)
 
     def test_the_runs_of_a_spread_load_run_in_other_processes(self):
-        # the machine's _build_record is wrapped before the fork, so each worker's records say which process ran them
+        # _build_record is wrapped before the fork (the engine's, and worker threads' where there is no epoll), so
+        # each worker's records say which process ran them
         real_build = stream_client._record._build_record
 
-        def build_and_say_where(x):
+        def say_where(x):
             return {**real_build(x), 'pid': os.getpid()}
         records: list[dict] = []
-        with Fixture('ok') as fixture, mock.patch.object(stream_client._machine, "_build_record", build_and_say_where):
+        with Fixture('ok') as fixture, mock.patch.object(stream_client._machine, '_build_record', say_where), \
+                mock.patch.object(stream_client._transport, '_build_record', say_where):
             requests = [stream_client.prepare(fixture.url, 'm', 'p')]
             stream_client.run_load(requests, stream_client.LoadSettings(runs=12, concurrency=4, processes=2),
                                    records.append, stream_client.Cancel())
