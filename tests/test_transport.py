@@ -436,6 +436,17 @@ class ProxyTests(unittest.TestCase):
                 self.assertNotIn(secret, text)
         self.assertNotIn('s3cret', repr(stream_client.prepare(self.url, 'm', 'p')))  # nor in a request's repr
 
+    def test_a_load_through_a_proxy_tunnels_once_per_kept_connection(self):
+        # on Linux the tunnel and the handshake are the engine's blocking steps; the responses its reads
+        with ConnectProxy() as proxy, self.environment(proxy):
+            records: list[dict] = []
+            stream_client.run_load([stream_client.prepare(self.url, 'm', 'p', ca_file=str(TLS / 'ca.pem'))],
+                                   stream_client.LoadSettings(runs=6, concurrency=3, keep_alive=True),
+                                   records.append, stream_client.Cancel())
+        self.assertEqual([record['ok'] for record in records], [True] * 6, [record['error'] for record in records])
+        self.assertEqual(sum(record['connection']['reused'] for record in records), 3)
+        self.assertEqual(len(proxy.seen), 3)  # one CONNECT per connection
+
     def test_no_proxy_and_the_flag_go_around_it(self):
         with ConnectProxy() as proxy, resolving_llm_test_to_loopback():
             for variables, options in (({'NO_PROXY': 'llm.test'}, {}), ({'no_proxy': '.test'}, {}),
