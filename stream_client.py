@@ -6254,7 +6254,10 @@ class _Engine:
                     if self._upcoming is None and not self._jobs:
                         break
                     if not self._live:  # no run in flight: wait on the clock for the next start or think's end
-                        _wait_until(self._next_on_clock(), self.cancel, self._clock)
+                        at = self._next_on_clock()
+                        if at == math.inf:  # jobs that wait for nothing: cut short by a KeyboardInterrupt
+                            break
+                        _wait_until(at, self.cancel, self._clock)
                         continue
                     self._wait()
                 except KeyboardInterrupt as exc:
