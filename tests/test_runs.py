@@ -80,6 +80,26 @@ class EngineTests(unittest.TestCase):
         self.assertLessEqual(max(count for _, count in seen), stream_client._runs._BLOCKING_THREADS)
         self.assertGreater(max(count for _, count in seen), 0)
 
+    def test_a_keyboard_interrupt_cancels_the_load_and_is_raised_once_the_runs_in_flight_have_ended(self):
+        # a caller without a SIGINT handler of its own: here on_record raises it, on the third record
+        records: list[dict] = []
+
+        def on_record(record: dict) -> None:
+            records.append(record)
+            if len(records) == 3:
+                raise KeyboardInterrupt
+        with Fixture('ok', profile='vllm', delay=0.05) as fixture:
+            request = stream_client.prepare(fixture.url, 'synthetic-fixture', 'READY')
+            with self.assertRaises(KeyboardInterrupt):
+                stream_client.run_load([request], stream_client.LoadSettings(runs=40, concurrency=4), on_record,
+                                       stream_client.Cancel())
+        kinds = [record['error_kind'] for record in records]
+        self.assertLess(len(records), 40)  # no run started after it
+        self.assertEqual(kinds[:3], [None] * 3)
+        self.assertIn('interrupted', kinds[3:])  # the runs in flight, each with its record (some had ended)
+        self.assertLessEqual(set(kinds[3:]), {None, 'interrupted'})
+        self.assertEqual(sorted(record['run'] for record in records), list(range(len(records))))
+
     def test_a_refused_connect_gets_a_single_runs_record(self):
         closed = socket.create_server(('127.0.0.1', 0))
         url = f'http://127.0.0.1:{closed.getsockname()[1]}/v1/chat/completions'
