@@ -314,7 +314,7 @@ def in_threads(work, items: list, threads: int = 8) -> list:
     return results
 
 
-# The verdict of every fixture mode: what the fixture tests, loads and the reactor expect.
+# The verdict of every fixture mode: what the fixture tests and loads (on the engine or on threads) expect.
 FIXTURE_EXPECTED = {
     'ok': row(True, True, True, None, None, ANSWER),
     'capacity': row(True, True, True, None, None, ANSWER),
@@ -726,6 +726,14 @@ def instant_run(text: str = 'done'):
         return {'ok': True, 'error_kind': None, 'error_layer': None, 'error': None, 'text': text, 'tool_calls': [],
                 'duration_ms': 1.0, 'first_text_ms': 1.0, 'request': {'prompt_sha256': None}}
     return run
+
+
+def instant_start(text: str = 'done'):
+    """A stand-in for the engine's _Machine.start (patch it on the class): the run ends at once with
+    instant_run()'s record, with no socket: for tests of a schedule, not of a stream."""
+    def start(machine) -> None:
+        machine.engine.ended(machine, instant_run(text)(machine.request))
+    return start
 
 
 def kind_of_events(validator: stream_client.StreamValidator, events: list) -> str | None:

@@ -27,7 +27,7 @@ import fixture_server
 import stream_client
 from stream_client import stream, StreamError
 from .support import (
-    ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, instant_run,
+    ANSWER_EVENTS, APIS, CLIENT, fake_exchange, fake_record, Fixture, FIXTURE_EXPECTED, FIXTURE_SCRIPT, instant_start,
     PageReader, resolving_llm_test_to_loopback, run_building_fails_for, run_cli, run_in_process, run_in_terminal,
     script_command, script_env, sse_response, TRACES, URL_PATHS, VirtualClock)
 from .tiers import sans_io
@@ -1078,16 +1078,18 @@ class GoodputTests(unittest.TestCase):
     def test_a_worker_process_that_dies_leaves_a_load_that_says_what_it_lost_and_exits_1(self):
         # A worker process that dies mid-load (a bug, the kernel's OOM killer) took runs with it: the load
         # ran to its end, so every planned run should have a record. One warning line and exit 1, never 0.
-        real_run = stream_client._transport._run
+        real_build = stream_client._record._build_record
 
-        def die_in_run_5(request, *args, **kwargs):
-            record = real_run(request, *args, **kwargs)
-            if b'"die"' in request.body:
+        def die_in_run_5(x):
+            record = real_build(x)
+            if b'"die"' in x.request.body:
                 os._exit(3)
             return record
         prompts = self.dir / 'prompts.txt'
         prompts.write_text(''.join(json.dumps(text) + '\n' for text in ('a', 'b', 'c', 'd', 'e', 'die') * 2))
-        with mock.patch.object(stream_client._load, '_run', die_in_run_5), contextlib.redirect_stdout(io.StringIO()):
+        with mock.patch.object(stream_client._machine, '_build_record', die_in_run_5), \
+                mock.patch.object(stream_client._transport, '_build_record', die_in_run_5), \
+                contextlib.redirect_stdout(io.StringIO()):  # the engine's, and worker threads' (no epoll)
             done = run_in_process('--fixture', 'ok', '--prompts', str(prompts), '--runs', '12', '--concurrency', '2',
                                   '--processes', '2', '--output', 'died.jsonl', cwd=self.tmp.name)
         self.assertEqual(done.returncode, 1, done.stderr)
@@ -1098,13 +1100,15 @@ class GoodputTests(unittest.TestCase):
         self.assertNotIn('Traceback', done.stderr)
 
     def test_the_runs_of_a_spread_load_run_in_other_processes(self):
-        # _run() is wrapped before the fork, so each worker's records say which process ran them.
-        real_run = stream_client._transport._run
+        # _build_record is wrapped before the fork (the engine's, and worker threads' where there is no epoll), so
+        # each worker's records say which process ran them
+        real_build = stream_client._record._build_record
 
-        def run_and_say_where(*args, **kwargs):
-            return {**real_run(*args, **kwargs), 'pid': os.getpid()}
+        def say_where(x):
+            return {**real_build(x), 'pid': os.getpid()}
         records: list[dict] = []
-        with Fixture('ok') as fixture, mock.patch.object(stream_client._load, "_run", run_and_say_where):
+        with Fixture('ok') as fixture, mock.patch.object(stream_client._machine, '_build_record', say_where), \
+                mock.patch.object(stream_client._transport, '_build_record', say_where):
             requests = [stream_client.prepare(fixture.url, 'm', 'p')]
             stream_client.run_load(requests, stream_client.LoadSettings(runs=12, concurrency=4, processes=2),
                                    records.append, stream_client.Cancel())
@@ -1268,7 +1272,7 @@ class VirtualScheduleTests(unittest.TestCase):
         clock, records = VirtualClock(), []
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
         settings = stream_client.LoadSettings(runs=40, rate=2.0, arrivals='constant', concurrency=4)
-        with mock.patch.object(stream_client._load, '_run', instant_run()):
+        with mock.patch.object(stream_client._machine._Machine, 'start', instant_start()):
             stream_client.run_load([request], settings, records.append, stream_client.Cancel(),
                                    clock=clock.clock())
         records.sort(key=lambda record: record['run'])
@@ -1282,7 +1286,7 @@ class VirtualScheduleTests(unittest.TestCase):
         clock, records = VirtualClock(), []
         request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
         settings = stream_client.LoadSettings(runs=2, rate=10.0, arrivals='constant', start_at=clock.wall() + 60)
-        with mock.patch.object(stream_client._load, '_run', instant_run()):
+        with mock.patch.object(stream_client._machine._Machine, 'start', instant_start()):
             stream_client.run_load([request], settings, records.append, stream_client.Cancel(),
                                    clock=clock.clock())
         self.assertEqual(sorted(record['scheduled_ms'] for record in records), [0.0, 100.0])

@@ -321,7 +321,7 @@ class HostileCaseTests(unittest.TestCase):
                                      record['error'])
 
     def test_each_hostile_stream_gets_its_verdict_in_a_load(self):
-        # a load's responses are read by the reactor (Linux), not by the run's own thread
+        # a load's responses are read by the engine (Linux), not by the run's own thread
         with Fixture(delay=0) as fixture:
             for case in self.single_runs():
                 fixture.instance.replay = (b'', [(HOSTILE / 'cases' / case['file']).read_bytes()])

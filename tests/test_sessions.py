@@ -17,7 +17,7 @@ from stream_client import UsageError
 from stream_client._workloads import _Conversation, _parse_sessions
 from .support import (arguments, chunk_json, Fixture, HERE, LoopbackServer, MESSAGE_START, message_end, message_event,
                       opening, run_cli, sse_response, TEXT_BLOCK, text_delta, URL_PATHS)
-from .support import CLIENT, instant_run, read_request, script_command, script_env, VirtualClock
+from .support import CLIENT, instant_run, instant_start, read_request, script_command, script_env, VirtualClock
 from .tiers import sans_io
 
 SESSION_APIS = ('chat', 'messages', 'responses')
@@ -533,24 +533,27 @@ class VirtualThinkTimeTests(unittest.TestCase):
     ended, not sooner and not later; minutes of think time checked without waiting (the real-time test of
     the same is SessionLoadTests' think-time test). One session at a time, so that one thread waits."""
 
-    def test_each_turn_waits_its_think_time_exactly(self):
+    def test_each_turn_waits_its_think_time_exactly_on_the_engine_and_on_worker_threads(self):
         text = ''.join(json.dumps({'id': f's{n}', 'turns': ['one', 'two', 'three'], 'think_time_s': 45}) + '\n'
                        for n in range(3))
         sessions = stream_client._workloads._parse_sessions('think.jsonl', text)
         requests = [stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', session.turns[0])
                     for session in sessions]
-        clock, records = VirtualClock(), []
-        settings = stream_client.LoadSettings(runs=3, concurrency=1)
-        with mock.patch.object(stream_client._sessions, '_run', instant_run()):
-            stream_client._sessions._run_sessions(sessions, requests, settings, records.append,
-                                                  stream_client.Cancel(), clock.clock())
-        self.assertEqual(len(records), 9)
-        for session in ('s0', 's1', 's2'):
-            runs = sorted((r for r in records if r['session'] == session), key=lambda r: r['turn'])
-            self.assertEqual([r['turn'] for r in runs], [1, 2, 3])
-            for before, after in zip(runs, runs[1:]):
-                self.assertEqual(round(after['offset_ms'] - before['offset_ms'], 3), 45_000)  # the runs take no time
-        self.assertEqual(round(clock.now() - clock.start, 6), 3 * 2 * 45)  # three sessions, two thinks each
+        for engine in (True, False):  # without epoll, each session on a worker thread that sleeps its thinks
+            with self.subTest(engine=engine), mock.patch.object(stream_client._load, '_EPOLL', engine), \
+                    mock.patch.object(stream_client._machine._Machine, 'start', instant_start()), \
+                    mock.patch.object(stream_client._load, '_run', instant_run()):
+                clock, records = VirtualClock(), []
+                settings = stream_client.LoadSettings(runs=3, concurrency=1)
+                stream_client._sessions._run_sessions(sessions, requests, settings, records.append,
+                                                      stream_client.Cancel(), clock.clock())
+                self.assertEqual(len(records), 9)
+                for session in ('s0', 's1', 's2'):
+                    runs = sorted((r for r in records if r['session'] == session), key=lambda r: r['turn'])
+                    self.assertEqual([r['turn'] for r in runs], [1, 2, 3])
+                    for before, after in zip(runs, runs[1:]):  # the runs take no time
+                        self.assertEqual(round(after['offset_ms'] - before['offset_ms'], 3), 45_000)
+                self.assertEqual(round(clock.now() - clock.start, 6), 3 * 2 * 45)  # three sessions, two thinks each
 
 
 class SessionEngineTests(unittest.TestCase):

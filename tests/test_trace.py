@@ -19,7 +19,7 @@ import stream_client
 from stream_client._trace import _trace_offsets, _trace_prompts, _Tokenizer
 from stream_client._workloads import _parse_trace, _prompt_words
 from .support import (
-    CLIENT, Fixture, instant_run, LoopbackServer, read_request, run_building_fails_for, run_cli, script_command,
+    CLIENT, Fixture, instant_start, LoopbackServer, read_request, run_building_fails_for, run_cli, script_command,
     script_env, VirtualClock)
 from .tiers import sans_io
 
@@ -297,7 +297,7 @@ class VirtualReplayTests(unittest.TestCase):
         for speed in (1.0, 4.0):
             with self.subTest(speed=speed):
                 clock, records = VirtualClock(), []
-                with mock.patch.object(stream_client._load, '_run', instant_run()):
+                with mock.patch.object(stream_client._machine._Machine, 'start', instant_start()):
                     stream_client._trace._run_trace(lines, requests, [{}] * len(lines), speed,
                                                     stream_client.LoadSettings(len(lines), 2), records.append,
                                                     stream_client.Cancel(), clock.clock())

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import base64
-import collections
 import contextlib
 import dataclasses
 import json
@@ -16,7 +15,6 @@ import sys
 import tempfile
 import threading
 import time
-import types
 import unittest
 from pathlib import Path
 from unittest import mock
@@ -27,7 +25,7 @@ from stream_client import stream
 from stream_client._limits import _ANSWER_LINE_CHARS
 from .support import (
     ANSWER_EVENTS, chunk_json, chunked, CLIENT, Fixture, in_threads, LoopbackServer, read_request, replay,
-    resolving_llm_test_to_loopback, run_cli, ScriptedSocket, split_capture, SSE_HEAD, sse_response, tcp_pair, TLS,
+    resolving_llm_test_to_loopback, run_cli, split_capture, SSE_HEAD, sse_response, TLS,
     TRACES, TwinServer)
 from .tiers import sans_io
 
@@ -438,6 +436,17 @@ class ProxyTests(unittest.TestCase):
                 self.assertNotIn(secret, text)
         self.assertNotIn('s3cret', repr(stream_client.prepare(self.url, 'm', 'p')))  # nor in a request's repr
 
+    def test_a_load_through_a_proxy_tunnels_once_per_kept_connection(self):
+        # on Linux the tunnel and the handshake are the engine's blocking steps; the responses its reads
+        with ConnectProxy() as proxy, self.environment(proxy):
+            records: list[dict] = []
+            stream_client.run_load([stream_client.prepare(self.url, 'm', 'p', ca_file=str(TLS / 'ca.pem'))],
+                                   stream_client.LoadSettings(runs=6, concurrency=3, keep_alive=True),
+                                   records.append, stream_client.Cancel())
+        self.assertEqual([record['ok'] for record in records], [True] * 6, [record['error'] for record in records])
+        self.assertEqual(sum(record['connection']['reused'] for record in records), 3)
+        self.assertEqual(len(proxy.seen), 3)  # one CONNECT per connection
+
     def test_no_proxy_and_the_flag_go_around_it(self):
         with ConnectProxy() as proxy, resolving_llm_test_to_loopback():
             for variables, options in (({'NO_PROXY': 'llm.test'}, {}), ({'no_proxy': '.test'}, {}),
@@ -578,7 +587,7 @@ class TlsClosureTests(unittest.TestCase):
     }
 
     def verdicts(self, framing: str, closure: str) -> list[tuple]:
-        """The verdict of one run, then of each run of a load of three (read by the reactor on Linux)."""
+        """The verdict of one run, then of each run of a load of three (on the engine on Linux)."""
         with ClosingTlsServer(self.FRAMINGS[framing], closure) as server:
             request = stream_client.prepare(server.url, 'm', 'p', idle=5, ca_file=str(TLS / 'ca.pem'))
             records = [stream_client.run(request)]
@@ -865,85 +874,3 @@ class ArrivalStampTests(unittest.TestCase):
         self.assertTrue(record['ok'], record['error'])
         self.assertEqual(record['read_stamps'], 'client')
         self.assertGreaterEqual(x.timeline.last_text_at, free)
-
-    @unittest.skipUnless(KERNEL_STAMPS and stream_client._reactor._EPOLL, 'the kernel stamps reads on Linux only')
-    def test_the_reactor_stamps_a_read_when_its_bytes_arrived(self):
-        ours, theirs = tcp_pair(self)
-        reactor, connection = stream_client._reactor._Reactor(), stream_client._exchange._Connection(ours)
-        self.addCleanup(reactor.close)
-        self.assertTrue(connection.kernel_stamps)
-        request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
-        x = stream_client._exchange._Exchange(request)
-        x.phase = stream_client._exchange._Phase.HEADERS
-        reading = stream_client._reactor._Reading(connection, x, time.perf_counter())
-        ours.setblocking(False)
-        reactor._readings[reading.fd] = reading
-        before = time.perf_counter()
-        theirs.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n')
-        sent = time.perf_counter()
-        time.sleep(0.05)  # the reader is late
-        reads = collections.deque()
-        reactor._read_ready([(reading.fd, select.EPOLLIN)], reads)
-        reactor._feed(*reads.popleft())
-        # 5 ms either way: the wall clock, which the kernel's stamps are on, may be slewed while it runs
-        self.assertLess(x.timeline.headers_at, sent + 0.005)  # the read returned 50 ms later
-        self.assertGreater(x.timeline.headers_at, before - 0.005)
-
-    @unittest.skipUnless(stream_client._reactor._EPOLL, 'a load is read by a reactor on Linux only')
-    def test_the_reactor_holds_the_gate_while_it_feeds_and_lets_it_go_while_it_waits(self):
-        gate = stream_client._exchange._Gate(threading.Lock())
-        reactor = stream_client._reactor._Reactor(gate)
-        self.addCleanup(reactor.close)
-        ours, theirs = tcp_pair(self)
-        entered, during = threading.Event(), []
-
-        def worker() -> None:
-            with gate:
-                entered.set()
-
-        def take_read(x, raw, now, kernel_ns, wall_offset_ns=None):
-            threading.Thread(target=worker, daemon=True).start()
-            during.append(entered.wait(0.1))
-            return []
-        request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
-        x = stream_client._exchange._Exchange(request, gate=gate)
-        with mock.patch.object(stream_client._reactor, '_take_read', take_read), \
-                mock.patch.object(stream_client._reactor, '_read_over', lambda x, raw: True):
-            theirs.sendall(b'HTTP/1.1 200 OK\r\n')
-            with gate:  # as a worker sends and then waits for its response
-                reactor.read(stream_client._exchange._Connection(ours), x)
-        self.assertEqual(during, [False])  # no worker got in while the reactor fed the read
-        self.assertTrue(entered.is_set())  # one did once the reactor waited again
-
-    def test_a_worker_lets_the_gate_go_to_send_a_request_that_may_not_fit_the_sockets_buffer(self):
-        response = sse_response(b'data: ' + chunk_json(delta={'content': 'hi'}).encode() + b'\n\n'
-                                b'data: ' + chunk_json(finish_reason='stop').encode() + b'\n\ndata: [DONE]\n\n')
-
-        class Sock(ScriptedSocket):
-            def sendall(self, data: bytes) -> None:
-                held.append(gate._lock.locked())
-        held, gate = [], stream_client._exchange._Gate(threading.Lock())
-        limit = stream_client._limits._SEND_HOLDING_GATE
-        for prompt in ('p', 'p' * limit):
-            x = stream_client._exchange._Exchange(
-                stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', prompt), gate=gate)
-            with gate:
-                stream_client._transport._exchange(types.SimpleNamespace(sock=Sock(response)), x,
-                                                   stream_client._transport._Show(), None)
-            self.assertEqual(x.reader.validator.content_events, 1)
-        self.assertEqual(held, [True, False])
-
-    @unittest.skipUnless(stream_client._reactor._EPOLL, 'a load is read by a reactor on Linux only')
-    def test_ringing_the_reactor_never_blocks_a_worker_that_holds_the_gate(self):
-        gate = stream_client._exchange._Gate(threading.Lock())
-        reactor, rang = stream_client._reactor._Reactor(gate), threading.Event()
-
-        def ring_often() -> None:
-            for _ in range(100_000):  # more bytes than a pipe holds
-                reactor._ring()
-            rang.set()
-        with gate:  # a worker inside: the loop, woken by the first ring, waits for the gate and drains nothing
-            threading.Thread(target=ring_often, daemon=True).start()
-            finished = rang.wait(10)
-        reactor.close()
-        self.assertTrue(finished)

@@ -45,16 +45,18 @@ _request       ``prepare()`` checks a request before any connection and returns
                the frozen ``PreparedRequest`` a run sends
 _exchange      what one run owns: ``_Exchange``, its ``_Timeline`` (kernel
                arrival stamps where Linux gives them), its connection,
-               ``Cancel``, ``KeptConnections`` and the load's ``_Gate``
+               ``Cancel`` and ``KeptConnections``
 _verdict       ``judge()`` decides why a run is not ok, in one place and without I/O
 _failures      the transport's failures, next to it: where socket, TLS and clock
                trouble (timeouts, the deadline, a stale connection, a signal) become failures
 _record        ``_build_record()``: the evidence record of one run
 _transport     ``run()`` and ``stream()``: one request, read under the idle
                timeout and the overall deadline; the cross-check's twin
-_reactor       ``_Reactor``: one thread per process reads every response of a load
+_machine       ``_Machine``: one run on the engine as a state machine (connect, send, read, record)
+_runs          ``_Engine``: the runs of a load, a trace or sessions as state machines on one
+               epoll set in the load's thread, no thread per run (Linux)
 _plan          a load's plan: its id, ``--shard I/N`` and ``--start-at``; which shard is missing
-_load          ``run_load()``: runs from worker threads or forked processes
+_load          ``run_load()``: runs on the engine (worker threads without epoll) or forked processes
 _gates         ``--fail-if`` gates on a summary, sans-IO: parsed before anything
                is sent, evaluated on the summary's figures
 _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of a load

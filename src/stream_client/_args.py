@@ -175,7 +175,8 @@ def _parser() -> _OneLineParser:
                       help='how --rate spaces the starts (default poisson, seeded by --seed)')
     load.add_argument('--seed', type=int, default=0, help='seed of the arrivals and of --fixture mixed (default 0)')
     load.add_argument('--keep-alive', action='store_true',
-                      help='each worker sends its next run on its kept connection while the responses allow it '
+                      help='each slot of --concurrency sends its next run on its kept connection while the '
+                           'responses allow it '
                            '(needs --runs of 2 or more); a kept connection closed while idle is a failure counted '
                            'as stale_connection_failures')
     load.add_argument('--prompts', metavar='FILE',

@@ -1,11 +1,9 @@
-"""What one run owns while it runs: its phase, its timeline, its connection, its cancel and its gate.
+"""What one run owns while it runs: its phase, its timeline, its connection and its cancel.
 
 ``_Exchange`` is what a run saw; ``_Timeline`` keeps its stamps, the kernel's
 times of arrival where Linux gives them; ``KeptConnections`` keeps
-connections between runs; ``Cancel`` stops runs on a signal; ``_Gate`` lets
-one thread of a load run Python at a time, the reactor first.
+connections between runs; ``Cancel`` stops runs on a signal.
 """
-import contextlib
 import enum
 import os
 import socket
@@ -221,7 +219,7 @@ def _stray_bytes(sock: socket.socket) -> bool:
     make a socket readable. The next use of the socket sets its timeout again."""
     if isinstance(sock, ssl.SSLSocket):
         return False
-    if sock.gettimeout() != 0.0:  # a load's reactor leaves it non-blocking: no system call to say so again
+    if sock.gettimeout() != 0.0:  # a load's engine leaves it non-blocking: no system call to say so again
         sock.setblocking(False)
     try:
         return bool(sock.recv(1, socket.MSG_PEEK))
@@ -258,64 +256,15 @@ class KeptConnections:
         self._by_origin.clear()
 
 
-class _Gate:
-    """Lets one thread of a load's process at a time run Python: the _Reactor, or one worker thread.
-    Workers line up for it one behind another, so that the reactor, which holds it while it has reads to
-    take or to feed (take(), leave()), waits for the worker inside, not behind hundreds whose runs end and
-    begin together: reading comes first. A worker lets the gate go while it waits on the network
-    (released()). A single run's gate, without a lock, lets everything through."""
-
-    def __init__(self, lock: 'threading.Lock | None' = None) -> None:
-        self._lock = lock
-        self._line = threading.Lock() if lock is not None else None  # the workers wait here, all but one
-
-    def __enter__(self) -> None:
-        if self._lock is not None:
-            self._line.acquire()
-            self._lock.acquire()
-
-    def __exit__(self, *exc_info) -> None:
-        if self._lock is not None:
-            self._lock.release()
-            self._line.release()
-
-    @contextlib.contextmanager
-    def released(self):
-        """Let other workers through while this one waits on the network."""
-        if self._lock is None:
-            yield
-            return
-        self._lock.release()
-        self._line.release()
-        try:
-            yield
-        finally:
-            self._line.acquire()
-            self._lock.acquire()
-
-    def take(self) -> None:
-        """The reactor's way in, past the workers' line."""
-        if self._lock is not None:
-            self._lock.acquire()
-
-    def leave(self) -> None:
-        if self._lock is not None:
-            self._lock.release()
-
-
-_OPEN_GATE = _Gate()
-
-
 class _Exchange:
     """What one run saw: the timeline, owned by the transport, and the response reader, which owns the
     head, the body framing, the events and the answer. ``failure`` is the first failure, whichever
     layer it came from."""
 
     def __init__(self, request: PreparedRequest, capture: Capture | None = None,
-                 cancel: Cancel | None = None, gate: _Gate = _OPEN_GATE) -> None:
+                 cancel: Cancel | None = None) -> None:
         self.request = request
         self.cancel = cancel
-        self.gate = gate               # held by a load's worker while it runs Python (see _Gate)
         self.timeline = _Timeline()
         self.phase = _Phase.CONNECT
         self.reader = ResponseReader(request.new_validator(), capture)

@@ -26,7 +26,6 @@ _MAX_TOKEN_IDS = 1_048_576     # generated token ids kept from one answer (--cro
 _MAX_ERROR_BODY = 65_536       # bytes of an HTTP error body that are read
 _MAX_SERVER_MESSAGE = 1_000    # characters of a server error message kept
 _READ_SIZE = 65_536            # each recv() asks for this much; it returns what is there
-_SEND_HOLDING_GATE = 65_536    # bytes: the largest request a load's worker sends holding its gate
 _STAMP_SLACK = 0.001           # s: how far outside its read's window a kernel stamp may fall and be taken
 _MAX_CAPTURE_BYTES = 16 * 1024 * 1024  # raw response bytes kept for --capture
 _DATA_PREFIX = 'data: '        # the usual start of an SSE data line (the space is optional)

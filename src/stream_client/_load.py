@@ -1,8 +1,9 @@
 """Many runs: a load of strict runs.
 
-``run_load()`` runs prepared requests from worker threads, or forked worker
-processes, closed-loop or at seeded arrival times, and hands each record on
-as it is written.
+``run_load()`` runs prepared requests on the engine (``_runs``; worker threads
+where there is no epoll), in this process or forked worker processes,
+closed-loop or at seeded arrival times, and hands each record on as it is
+written.
 """
 import dataclasses
 import itertools
@@ -18,10 +19,10 @@ import typing
 
 from ._json import _json_text
 from ._request import _positive_finite, PreparedRequest
-from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
+from ._exchange import Cancel, KeptConnections
 from ._record import _client_failure, _utc_iso
 from ._transport import _run, _Show
-from ._reactor import _EPOLL, _Reactor
+from ._runs import _Engine, _EPOLL, _wait_until
 from ._plan import _plan_id, _shard_runs
 
 
@@ -190,19 +191,10 @@ class _Clock:
 _REAL_CLOCK = _Clock()
 
 
-def _wait_until(at: float, cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> bool:
-    """Sleep until the clock's time ``at``, waking every 50 ms to see a cancel; False when one came."""
-    wait = at - clock.now()
-    while wait > 0 and cancel.reason is None:
-        clock.sleep(min(wait, 0.05))
-        wait = at - clock.now()
-    return cancel.reason is None
-
-
 def _run_on_schedule(schedule, slots: int, work, started: float, cancel: Cancel, clock: _Clock = _REAL_CLOCK) -> None:
-    """The one scheduling loop of every workload (a load's runs, sessions, a trace's lines): for each (index,
-    due) of schedule, in order, wait until started + due on the clock, then hand (index, due) to work on one
-    of at most slots worker threads. Once cancel is cancelled nothing more is submitted, and a job not yet
+    """The scheduling loop of every workload where there is no epoll (the engine's is _Engine.run): for each
+    (index, due) of schedule, in order, wait until started + due on the clock, then hand (index, due) to work
+    on one of at most slots worker threads. Once cancel is cancelled nothing more is submitted, and a job not yet
     taken does not run; this returns when every job that started has ended."""
     pool = _Pool(slots, work, lambda job: cancel.reason is None)
     try:
@@ -217,18 +209,18 @@ def _run_on_schedule(schedule, slots: int, work, started: float, cancel: Cancel,
 def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel,
              on_started=None, clock: _Clock = _REAL_CLOCK, on_run=None) -> None:
     """Run requests[i % len(requests)] for each run i, as settings say; call on_record(record) for each
-    run as it ends, one call at a time, from the worker threads.
+    run as it ends, one call at a time (in this thread on Linux, else from the worker threads).
 
     Each record gains ``run`` (its index), ``offset_ms`` (its start after the load's), ``queued_ms``
     and ``scheduled_ms`` (open loop: how late it started after it was due, and when it was due, after the
     load's start), ``warmup`` (a warm-up run) and ``load`` (the settings, and an ``id`` of the
-    load). With ``settings.keep_alive`` each worker thread keeps its connections between its runs (see
-    run()) and closes them when the load ends. Once ``cancel`` is cancelled, no run starts and the runs
-    in flight end as interrupted; this returns when every run that started has its record. With
-    ``settings.processes`` above 1 the runs are spread over that many forked processes (see
-    _spread_load), and on_record is still called here, in this process. On Linux one _Reactor thread
-    per process reads the responses, and the workers pass through a _Gate. on_started(), if given, is
-    called here once the worker processes are forked (at once without them), before any run starts.
+    load). With ``settings.keep_alive`` each slot (the engine's, or a worker thread) keeps its
+    connections between its runs (see run()) and closes them when the load ends. Once ``cancel`` is
+    cancelled, no run starts and the runs in flight end as interrupted; this returns when every run that
+    started has its record. With ``settings.processes`` above 1 the runs are spread over that many forked
+    processes (see _spread_load), and on_record is still called here, in this process. On Linux the runs
+    of each process are state machines on one _Engine, with no thread per run (see _runs). on_started(),
+    if given, is called here once the worker processes are forked (at once without them), before any run starts.
     ``clock`` is what the schedule waits by (the real one in forked processes). on_run(), if given, is called
     as each run starts (see _run_shares).
     """
@@ -288,53 +280,95 @@ def _share(settings: LoadSettings, process: int) -> tuple[int, int]:
 def _run_share(requests: list[PreparedRequest], settings: LoadSettings, on_record, cancel: Cancel, started: float,
                described: dict, share: tuple[int, int], clock: _Clock = _REAL_CLOCK, offsets=None,
                fields=None, on_run=None) -> None:
-    """The runs i with i % processes == number, on worker threads of this process (share is (number,
-    processes)), with that share of the slots, on the schedule from ``started``: the load's arrivals, or
-    offsets[i] (a trace's timestamps). fields(i, late_ms), when given, adds a workload's own fields to run
-    i's record (a trace's line). on_run(), when given, is called as each run starts."""
+    """The runs i with i % processes == number (share is (number, processes)), with that share of the slots,
+    on the schedule from ``started``: the load's arrivals, or offsets[i] (a trace's timestamps); on Linux as
+    state machines on one _Engine in this thread, elsewhere on worker threads. fields(i, late_ms), when
+    given, adds a workload's own fields to run i's record (a trace's line); on_run() is called as each run
+    starts."""
     number, processes = share
-    slots = _slots(settings, share)
+    timed = offsets is not None or settings.rate is not None  # a closed loop has no schedule to be late on
+
+    def emit(index: int, due: float, begun: float, record: dict) -> None:
+        late = round((begun - started - due) * 1000, 3)
+        on_record({'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
+                   'queued_ms': late if timed else None, 'scheduled_ms': round(due * 1000, 3) if timed else None,
+                   'warmup': settings.warms_up(index, begun - started), 'load': described,
+                   **(fields(index, late) if fields is not None else {})})
+    schedule = enumerate(arrival_offsets(settings) if offsets is None else offsets)
+    mine = ((index, due) for index, due in schedule if index % processes == number)
+    _run_scheduled(_single_runs(lambda index: requests[index % len(requests)], emit), settings.keep_alive, mine,
+                   _slots(settings, share), started, cancel, clock, on_run=on_run)
+
+
+def _single_runs(request_of, emit):
+    """The job of one run (see _run_scheduled): send request_of(index), then emit(index, due, begun, record)."""
+    def job(index: int, due: float, begun: float):
+        emit(index, due, begun, (yield request_of(index)))
+    return job
+
+
+def _announcing(start_job, on_run):
+    """start_job, its jobs calling on_run() as each of their runs starts: as they yield a PreparedRequest."""
+    def job(index: int, due: float, begun: float):
+        steps, value = start_job(index, due, begun), None
+        while True:
+            try:
+                step = steps.send(value)
+            except StopIteration:
+                return
+            if isinstance(step, PreparedRequest):
+                on_run()
+            value = yield step
+    return job
+
+
+def _run_scheduled(start_job, keep_alive: bool, schedule, slots: int, started: float, cancel: Cancel,
+                   clock: _Clock, kept_per_job: bool = False, on_run=None) -> None:
+    """For each (index, due) of schedule, at started + due on the clock, with at most slots at once, take the
+    steps of the job start_job(index, due, begun) (begun: when it started): a generator that yields each
+    PreparedRequest to send and is sent its record, or yields seconds to think and is sent whether the
+    load goes on (False once it is cancelled); its generator's code runs one job at a time. On Linux the
+    jobs' runs are state machines on one _Engine in this thread; elsewhere each job runs on a worker
+    thread that reads its own responses. With keep_alive each slot (or worker thread) keeps its
+    connections between its runs (with kept_per_job, between the runs of one job). on_run(), when given,
+    is called as each run starts."""
+    if on_run is not None:
+        start_job = _announcing(start_job, on_run)
+    if _EPOLL:
+        _Engine(slots, cancel, clock, keep_alive, kept_per_job).run(schedule, start_job, started)
+        return
     lock = threading.Lock()
     workers, kept_by_worker = threading.local(), []
-    gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
-    reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
 
     def kept() -> KeptConnections | None:
-        if not settings.keep_alive:
+        if not keep_alive:
             return None
-        if not hasattr(workers, 'kept'):
+        if kept_per_job or not hasattr(workers, 'kept'):
             workers.kept = KeptConnections()
             with lock:
                 kept_by_worker.append(workers.kept)
         return workers.kept
 
     def one(job: tuple[int, float]) -> None:
-        with gate:
-            run_one(*job)
-
-    def run_one(index: int, due: float) -> None:
-        begun, request = clock.now(), requests[index % len(requests)]
-        if on_run is not None:
-            on_run()
-        try:
-            record = _run(request, _Show(), None, cancel, kept(), reactor, gate)
-        except Exception as exc:  # a bug in this client: the run still has its record, and the count stays exact
-            record = _client_failure(request, exc, 'during the run')
-        late = round((begun - started - due) * 1000, 3)
-        record = {'run': index, **record, 'offset_ms': round((begun - started) * 1000, 3),
-                  'queued_ms': late if timed else None, 'scheduled_ms': round(due * 1000, 3) if timed else None,
-                  'warmup': settings.warms_up(index, begun - started), 'load': described,
-                  **(fields(index, late) if fields is not None else {})}
-        with lock:
-            on_record(record)
-    timed = offsets is not None or settings.rate is not None  # a closed loop has no schedule to be late on
-    schedule = enumerate(arrival_offsets(settings) if offsets is None else offsets)
-    mine = ((index, due) for index, due in schedule if index % processes == number)
+        steps, connections, value = start_job(*job, clock.now()), kept(), None
+        while True:
+            try:
+                with lock:
+                    step = steps.send(value)
+            except StopIteration:
+                break
+            if isinstance(step, PreparedRequest):
+                try:
+                    value = _run(step, _Show(), None, cancel, connections)
+                except Exception as exc:  # a bug in this client: the run still has its record
+                    value = _client_failure(step, exc, 'during the run')
+            else:
+                value = _wait_until(clock.now() + step, cancel, clock)
+        if kept_per_job and connections is not None:
+            connections.close()
     try:
-        _run_on_schedule(mine, slots, one, started, cancel, clock)  # a run cancelled before it was taken has no record
+        _run_on_schedule(schedule, slots, one, started, cancel, clock)  # one cancelled before it was taken: no job
     finally:
-        if reactor is not None:
-            reactor.close()
         for connections in kept_by_worker:
             connections.close()
 

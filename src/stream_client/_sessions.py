@@ -13,19 +13,16 @@ import dataclasses
 import hashlib
 import html
 import json
-import threading
 
 from ._limits import _count
 from ._json import _json_text
 from ._request import _render_request, PreparedRequest, _unstreamed_twin
-from ._exchange import Cancel, _Gate, KeptConnections, _OPEN_GATE
+from ._exchange import Cancel
 from ._record import _client_failure
-from ._transport import _run, _Show
-from ._reactor import _EPOLL, _Reactor
 from ._plan import _session_key, _shard_runs
 from ._load import (
-    _Clock, arrival_offsets, _load_description, LoadSettings, _REAL_CLOCK, _run_on_schedule, _run_shares, _slots,
-    _started, _wait_until)
+    _Clock, arrival_offsets, _load_description, LoadSettings, _REAL_CLOCK, _run_scheduled, _run_shares, _slots,
+    _started)
 from ._summary import _percentiles
 from ._workloads import _Conversation, _Session, _ToolResults
 
@@ -50,26 +47,24 @@ def _answer_calls(record: dict) -> list[tuple[str, str, str]]:
 
 
 class _SessionRun:
-    """One session's runs, in order, from one worker thread; emit(record) is called for each run, the
-    session's last one carrying ``session_end`` (held back until the session knows it is the last)."""
+    """One session's runs, in order, as a job of the engine (see _load._run_scheduled): steps() yields each
+    run's request and each think time; emit(record) is called for each run, the session's last one carrying
+    ``session_end`` (held back until the session knows it is the last)."""
 
-    def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, kept: KeptConnections | None,
-                 emit, started: float, queued_ms: float | None, reactor: _Reactor | None = None,
-                 gate: _Gate = _OPEN_GATE, clock: _Clock = _REAL_CLOCK, on_run=None) -> None:
-        self.session, self.request, self.cancel, self.kept, self.emit = session, request, cancel, kept, emit
-        self.on_run = on_run         # called as each run starts (the live metrics' runs in flight)
-        self.reactor, self.gate = reactor, gate  # the load's reader thread and its gate (see _run_share)
-        self.clock = clock           # what offsets are read from and think times wait by
+    def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, emit, started: float,
+                 queued_ms: float | None, clock: _Clock = _REAL_CLOCK) -> None:
+        self.session, self.request, self.cancel, self.emit = session, request, cancel, emit
+        self.clock = clock           # what offsets are read from
         self.started = started       # the load's start (on the clock), which offset_ms counts from
         self.queued_ms = queued_ms   # how late the session started (open loop), kept by its first record
         self.pending: dict | None = None
         self.tool_rounds = 0
 
-    def run(self) -> None:
-        """The session's runs, then its end. An exception of this client's own between two runs (taking an
-        answer into the history) ends the session there, not ok (client_error), its records kept."""
+    def steps(self):
+        """The session's runs and think times, then its end. An exception of this client's own between two runs
+        (taking an answer into the history) ends the session there, not ok (client_error), its records kept."""
         try:
-            ended = self._turns()
+            ended = yield from self._turns()
         except Exception as exc:  # a bug in this client: the session still ends, with every record it has
             if self.pending is None:  # raised by emit(), the load's writer: not the session's to record
                 raise
@@ -83,12 +78,12 @@ class _SessionRun:
         session = self.session
         conversation, results = _Conversation(self.request.api, session.system), _ToolResults(session)
         for turn, text in enumerate(session.turns, 1):
-            if turn > 1 and not self._think():
+            if turn > 1 and not (yield session.think_time_s):  # False: the load was cancelled meanwhile
                 return turn - 1, 'interrupted', f'{self.cancel.reason} before turn {turn}'
             conversation.user(text)
             round_ = 0
             while True:
-                record = self._one(lambda: _with_conversation(self.request, conversation), turn, round_)
+                record = yield from self._one(lambda: _with_conversation(self.request, conversation), turn, round_)
                 if not record['ok']:
                     return turn, record['error_kind'] or 'unclassified', f'turn {turn} round {round_} not ok: ' \
                                                                          f'{record["error"]}'
@@ -104,28 +99,22 @@ class _SessionRun:
                 round_ += 1
         return len(session.turns), None, None
 
-    def _think(self) -> bool:
-        """Wait the session's think time; False if the load was cancelled meanwhile."""
-        with self.gate.released():
-            return _wait_until(self.clock.now() + self.session.think_time_s, self.cancel, self.clock)
-
-    def _one(self, build, turn: int, round_: int) -> dict:
-        """One run: its request, build() (the history as it stands), then sent. Whatever raises in either is
-        a client_error record of the run: a run that started always has its record."""
+    def _one(self, build, turn: int, round_: int):
+        """One run: its request, build() (the history as it stands), then sent (yielded: the record comes
+        back). A build that raises is a client_error record of the run, as a run that fails inside the
+        client is: a run that started always has its record."""
         previous, self.pending = self.pending, None
         if previous is not None:
             self.emit(previous)
-        begun, request, doing = self.clock.now(), self.request, 'building the request'
-        if self.on_run is not None:
-            self.on_run()
+        begun = self.clock.now()
         try:
             request = build()
-            doing = 'during the run'
-            record = _run(request, _Show(), None, self.cancel, self.kept, self.reactor, self.gate)
-        except Exception as exc:  # a bug in this client: the run still has its record
-            if request is self.request:  # the request was not built: its prompt is not the first turn's
-                request = dataclasses.replace(request, settings={**request.settings, 'prompt_sha256': None})
-            record = _client_failure(request, exc, doing)
+        except Exception as exc:  # a bug in this client: the run still has its record (its prompt not the first turn's)
+            record = _client_failure(dataclasses.replace(self.request, settings={**self.request.settings,
+                                                                                 'prompt_sha256': None}),
+                                     exc, 'building the request')
+        else:
+            record = yield request
         self.pending = {**record, 'session': self.session.id, 'turn': turn, 'round': round_,
                         'offset_ms': round((begun - self.started) * 1000, 3),
                         'queued_ms': self.queued_ms if previous is None else None}
@@ -173,37 +162,20 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
 def _run_session_share(sessions: list[_Session], requests: list[PreparedRequest], settings: LoadSettings, out,
                        cancel: Cancel, started: float, described: dict, share: tuple[int, int],
                        clock: _Clock = _REAL_CLOCK, on_run=None) -> None:
-    """The sessions i with i % workers == number of share (number, workers), on worker threads of this
-    process, with that share of the slots; out(record) for each run, one call at a time, on_run() as each
-    starts."""
-    lock = threading.Lock()
-    gate = _Gate(threading.Lock()) if _EPOLL else _OPEN_GATE
-    reactor = _Reactor(gate) if _EPOLL else None  # elsewhere each worker reads its own responses
-
-    def one(job: tuple[int, float]) -> None:
-        index, due = job
-        begun = clock.now()
+    """The sessions i with i % workers == number of share (number, workers), with that share of the slots: on
+    Linux each a job of one _Engine in this thread (its runs state machines, its think times the engine's
+    timers), elsewhere on worker threads; out(record) for each run, one call at a time. With keep_alive,
+    each session keeps one connection. on_run() is called as each run starts."""
+    def session(index: int, due: float, begun: float):
+        """The job of session index (see _load._run_scheduled): its steps."""
         queued = None if settings.rate is None else round((begun - started - due) * 1000, 3)
         fields = {'session_index': index, 'warmup': settings.warms_up(index, begun - started), 'load': described}
-        kept = KeptConnections() if settings.keep_alive else None
-
-        def emit(record: dict) -> None:
-            with lock:
-                out({**record, **fields})
-        try:
-            with gate:
-                _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel, kept, emit,
-                            started, queued, reactor, gate, clock, on_run).run()
-        finally:
-            if kept is not None:
-                kept.close()
+        return _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel,
+                           lambda record: out({**record, **fields}), started, queued, clock).steps()
     number, workers = share
     mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % workers == number)
-    try:
-        _run_on_schedule(mine, _slots(settings, share), one, started, cancel, clock)
-    finally:
-        if reactor is not None:
-            reactor.close()
+    _run_scheduled(session, settings.keep_alive, mine, _slots(settings, share), started, cancel, clock,
+                   kept_per_job=True, on_run=on_run)
 
 
 class _SessionSummary:

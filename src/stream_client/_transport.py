@@ -4,7 +4,6 @@
 with ``--cross-check`` it then sends the unstreamed twin. ``stream()`` is the
 guide's one-call interface.
 """
-import contextlib
 import dataclasses
 import encodings.idna  # noqa: F401 -- the first connect() of a process needs it; imported here, not in the timed run
 import ipaddress
@@ -14,14 +13,14 @@ import sys
 import time
 import typing
 
-from ._limits import _count, _failure, Interrupted, _READ_SIZE, _SEND_HOLDING_GATE, StreamError
+from ._limits import _count, _failure, Interrupted, _READ_SIZE, StreamError
 from ._validator import Pieces
 from ._answer import _budget_proof_wanted, cross_check_record, _streamed_answer
 from ._http import _ResponseHeadParser
 from ._reader import Capture, UnstreamedReader
 from ._request import prepare, PreparedRequest, _twin_with_budget
 from ._exchange import (
-    Cancel, _Connection, _Exchange, _Gate, KeptConnections, _OPEN_GATE, _Phase, _recv_stamped, _recv_unstamped)
+    Cancel, _Connection, _Exchange, KeptConnections, _Phase, _recv_stamped, _recv_unstamped)
 from ._verdict import compare_twin
 from ._failures import _classify, _deadline_failure, _exchange_failure, _interrupted_before_sending, _interruption
 from ._record import _build_record, _source
@@ -71,11 +70,9 @@ def run(request: PreparedRequest, *, on_text=None, on_reasoning=None, on_call=No
 
 
 def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel: Cancel | None,
-         kept: KeptConnections | None,
-         reactor: '_Reactor | None' = None,  # noqa: F821 -- _reactor defines it, a layer above that imports this one
-         gate: _Gate = _OPEN_GATE) -> dict:
-    """run(); in a load, a _Reactor reads the response, and the worker holds its gate (see _Gate)."""
-    x = _Exchange(request, capture, cancel, gate)
+         kept: KeptConnections | None) -> dict:
+    """run(), blocking in the thread that calls it (a load's runs are the engine's: _runs)."""
+    x = _Exchange(request, capture, cancel)
     interrupted, connection = None, None
     try:
         x.timeline.start()
@@ -88,7 +85,7 @@ def _run(request: PreparedRequest, show: _Show, capture: Capture | None, cancel:
             _reuse(x, connection)
         x.connection = connection
         connection.requests += 1
-        _exchange(connection, x, show, reactor)
+        _exchange(connection, x, show)
     except StreamError as exc:
         x.fail(exc)
     except KeyboardInterrupt as exc:
@@ -130,8 +127,7 @@ def _cross_check(x: _Exchange, cancel: Cancel | None) -> dict:
     started = time.perf_counter()
     budget = _budget_proof_wanted(x.reader.validator)  # the whole budget used by a call: one token more
     request = _twin_with_budget(x.request.twin, budget) if budget is not None else x.request.twin
-    with x.gate.released():
-        twin = _fetch_unstreamed(_twin_exchange(x, request, cancel))
+    twin = _fetch_unstreamed(_twin_exchange(x, request, cancel))
     return {**compare_twin(x.reader, twin, x.request, budget), **_twin_stamps(x, started)}
 
 
@@ -190,25 +186,22 @@ def _connect(x: _Exchange) -> _Connection:
     stop = _interruption(x)
     if stop:
         raise stop
-    with x.gate.released():
-        sock = socket.create_connection((proxy.host, proxy.port) if proxy else (request.host, request.port),
-                                        timeout=_wait(x))
+    sock = socket.create_connection((proxy.host, proxy.port) if proxy else (request.host, request.port),
+                                    timeout=_wait(x))
     if x.cancel is not None:
         x.cancel.attach(sock)
     try:
         if proxy is not None:
             x.phase = _Phase.PROXY
-            with x.gate.released():
-                _open_tunnel(sock, x)
+            _open_tunnel(sock, x)
         if request.scheme == 'http':
             connection = _Connection(sock)
             _check_plain_peer(connection, request)
             return connection
         x.phase = _Phase.TLS
         sock.settimeout(_wait(x))
-        with x.gate.released():
-            tls = request.ssl_context.wrap_socket(sock, server_hostname=request.host,
-                                                  suppress_ragged_eofs=False)  # see _recv_unstamped
+        tls = request.ssl_context.wrap_socket(sock, server_hostname=request.host,
+                                              suppress_ragged_eofs=False)  # see _recv_unstamped
     except BaseException:
         if x.cancel is not None:
             x.cancel.detach(sock)
@@ -271,21 +264,13 @@ def _reusable(x: _Exchange) -> bool:
             and not body.overrun and head.version == '1.1' and 'close' not in head.field_list('Connection'))
 
 
-def _exchange(connection: _Connection, x: _Exchange, show: _Show,
-              reactor: '_Reactor | None') -> None:  # noqa: F821 -- in _reactor, a layer above (see _run)
+def _exchange(connection: _Connection, x: _Exchange, show: _Show) -> None:
     try:
         x.phase = _Phase.REQUEST
         connection.sock.settimeout(_wait(x))
-        wire = x.request.wire
-        # a request that fits the socket's buffer is sent at once, with the gate held (letting it go costs every
-        # run a wait for it); a bigger one may wait for the server to read, so the gate is let go
-        with x.gate.released() if len(wire) > _SEND_HOLDING_GATE else contextlib.nullcontext():
-            connection.sock.sendall(wire)
+        connection.sock.sendall(x.request.wire)
         x.phase = _Phase.HEADERS
-        if reactor is not None:
-            reactor.read(connection, x)
-        else:
-            _read_response(connection, x, show)
+        _read_response(connection, x, show)
     except (OSError, StreamError) as exc:
         raise _exchange_failure(exc, x) from None
 
