@@ -6678,26 +6678,33 @@ def _of(count: int, planned: int, noun: str) -> str:
     return f'{count} of {planned} planned {noun}s {"has" if count == 1 else "have"}'
 
 
-def _planned_steps(args, steps: list | None, now: float) -> list | None:
+def _planned_steps(args, steps: list | None, now: float, unit: str = 'run') -> list | None:
     """The load's steps with --shard and --start-at (read against now, the machine's clock in seconds since
     the epoch) applied (dataclasses.replace on each LoadSettings); UsageError for a combination they do not
-    go with."""
+    go with. --shard goes with --repeat (each pass is a plan of its own, sharded the same way); --start-at
+    starts one pass, and neither goes with a sweep or a search. unit: what the workload plans (run,
+    session, line), for the messages."""
     if args.shard is None and args.start_at is None:
         return steps
     flags = ' and '.join(flag for flag, value in (('--shard', args.shard), ('--start-at', args.start_at)) if value)
+    verb = 'do' if ' and ' in flags else 'does'
     if steps is None:
         raise UsageError(f'{flags} {"are" if " and " in flags else "is"} for a load: give --runs, or --rate '
                          'with --duration')
-    if not isinstance(steps, list) or len(steps) > 1 or args.rates is not None:
-        raise UsageError(f'{flags} do not go with --rates: shard a load of one rate (--rate with --runs or '
-                         '--duration)' if ' and ' in flags else f'{flags} does not go with --rates: shard a load '
-                         'of one rate (--rate with --runs or --duration)')
+    sweep = next((flag for flag, value in (('--rates', args.rates), ('--concurrencies', args.concurrencies),
+                                            ('--find-capacity', args.find_capacity)) if value is not None), None)
+    if sweep is not None or not isinstance(steps, list):
+        raise UsageError(f'{flags} {verb} not go with {sweep or "a search"}: shard a load of one rate (--rate with '
+                         '--runs or --duration)')
+    if args.start_at is not None and len(steps) > 1:
+        raise UsageError('--start-at starts one pass: with --repeat every pass after the first would be due at '
+                         'once; shard the repeats without it')
     shard = (0, 1) if args.shard is None else _parse_shard(args.shard)
     start_at = None if args.start_at is None else _parse_start_at(args.start_at, now)
     if _shard_runs(steps[0].runs, shard) == 0:
-        raise UsageError(f'--shard {args.shard}: the load plans {steps[0].runs} runs, so shard {shard[0]} would '
-                         'send none; use fewer shards')
-    return [dataclasses.replace(steps[0], shard=shard, start_at=start_at)]
+        raise UsageError(f'--shard {args.shard}: the load plans {steps[0].runs} {unit}{"s" * (steps[0].runs != 1)}, '
+                         f'so shard {shard[0]} would send none; use fewer shards')
+    return [dataclasses.replace(step, shard=shard, start_at=start_at) for step in steps]
 
 
 # ==== src/stream_client/_load.py ====
@@ -8672,6 +8679,13 @@ def _with_conversation(request: PreparedRequest, conversation: _Conversation) ->
     return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 
 
+def _sessions_digest(sessions: list[_Session]) -> str:
+    """A hash of everything the sessions send and answer (turns, system, tools, tool results, rounds, think
+    times), so that a plan's id tells two session files apart whose first turns are the same."""
+    fields = [{**dataclasses.asdict(session), 'where': None} for session in sessions]
+    return hashlib.sha256(_json_text(fields, sort_keys=True).encode()).hexdigest()
+
+
 def _answer_calls(record: dict) -> list[tuple[str, str, str]]:
     """The calls of an ok run, (id, name, arguments) as streamed."""
     return [(call['id'] or f'call_{call["index"]}', call['name'], call['arguments']) for call in record['tool_calls']]
@@ -8778,7 +8792,7 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
     the think times wait by; on_started() is called before the first session starts, on_run() as each run
     starts."""
     started = _started(settings, clock)
-    described = {**_load_description(requests, settings), 'runs': None,
+    described = {**_load_description(requests, settings, sessions_sha256=_sessions_digest(sessions)), 'runs': None,
                  'sessions': _shard_runs(settings.runs, settings.shard)}
     numbers = iter(range(2 ** 62))
 
@@ -8898,7 +8912,7 @@ class _SessionRows:
         self._open: dict[tuple, list] = {}  # (load id, session) -> its turns so far: [turn, ok, rounds, ms, kind]
 
     def add(self, record: dict) -> None:
-        if 'session' not in record:
+        if 'session' not in record or record.get('warmup'):  # a warm-up session is left out, as by the summary
             return
         key = ((record.get('load') or {}).get('id'), _session_key(record))
         turns = self._open.setdefault(key, [])
@@ -11703,7 +11717,13 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
         raise UsageError('--model is required (unless --fixture is used)')
     if args.runs is not None and args.runs < 1:
         raise UsageError(f'--runs must be at least 1, not {args.runs}')
-    sessions = _parse_sessions(args.sessions, _read_text(args.sessions, '--sessions'))[:args.runs]
+    parsed = _parse_sessions(args.sessions, _read_text(args.sessions, '--sessions'))
+    sessions = [session if session.system is not None or args.system is None else  # --system where it has none
+                dataclasses.replace(session, system=args.system) for session in parsed[:args.runs]]
+    scheduled = [name for name, _ in _parse_slos(args.slo or []) if name in _SCHEDULE_FIELDS]
+    if scheduled:
+        raise UsageError(f'--slo {scheduled[0]} counts from the schedule, and a session\'s later runs follow the '
+                         'run before them, not the schedule: bound first_text_ms or duration_ms')
     if args.tool_choice is not None and not any(session.tools for session in sessions):
         raise UsageError(f'--tool-choice needs tools, and no session of --sessions {args.sessions} brings "tools"')
     extra = _extra(args)
@@ -11715,7 +11735,8 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
     if requests[0].api not in _SESSION_APIS:
         raise UsageError(f'--sessions runs on {", ".join(_SESSION_APIS)}; {requests[0].api} has no tools and '
                          'no turns')
-    steps = _planned_steps(args, _repeated(args, _load_settings(args, len(sessions))), time.time())
+    units = len(parsed) if args.runs is None else args.runs  # --runs N: N sessions, the file's first N or cycled
+    steps = _planned_steps(args, _repeated(args, _load_settings(args, units)), time.time(), 'session')
 
     def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None, on_run=None) -> None:
         _run_sessions(sessions, requests, settings, on_record, cancel, on_started=on_started, on_run=on_run)
@@ -11729,7 +11750,7 @@ def _prepare_session(args, url: str, model: str, session: _Session, extra: dict 
     try:
         return prepare(url, model, session.turns[0], max_tokens=max_tokens, idle=args.idle,
                        deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get(key_env),
-                       system=session.system if session.system is not None else args.system,
+                       system=session.system,
                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
                        expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
                        tools=session.tools, tool_choice=args.tool_choice if session.tools else None,
@@ -11770,7 +11791,7 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
                         keep_alive=args.keep_alive, slos=_parse_slos(args.slo or []), slo_target=_slo_target(args),
                         processes=1 if args.processes is None else args.processes, warmup_runs=warmup_runs,
                         warmup_s=warmup_s)
-    steps = _planned_steps(args, _repeated(args, [base]), time.time())
+    steps = _planned_steps(args, _repeated(args, [base]), time.time(), 'line')
     prepared = _preparer(args, url, model, key_env)
     tokenizer = _Tokenizer(prepared('x', args.max_tokens))
     prompts = _trace_prompts(lines, tokenizer, block_size)

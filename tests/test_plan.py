@@ -163,6 +163,8 @@ class PlanFlagTests(unittest.TestCase):
                  ('--start-at', start_in(60)): '--start-at is for a load',
                  ('--runs', '3', '--shard', '3/4'): 'shard 3 would send none',
                  ('--rates', '1,2', '--duration', '1', '--shard', '0/2'): '--shard does not go with --rates',
+                 ('--runs', '4', '--concurrencies', '1,2', '--shard', '0/2'): 'not go with --concurrencies',
+                 ('--runs', '4', '--repeat', '2', '--start-at', start_in(60)): '--start-at starts one pass',
                  ('--runs', '2', '--shard', '2/2'): 'expected I/N'}
         with tempfile.TemporaryDirectory() as tmp:
             for flags, message in cases.items():
@@ -175,3 +177,24 @@ class PlanFlagTests(unittest.TestCase):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+class ShardRepeatTests(unittest.TestCase):
+
+    def test_two_shards_of_a_repeated_load_are_each_pass_sharded_and_merge_into_the_whole(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for index in range(2):
+                done = run_cli('--fixture', 'ok', '--runs', '3', '--repeat', '2', '--shard', f'{index}/2', '--quiet',
+                               '--output', f'shard-{index}.jsonl', cwd=tmp)
+                self.assertEqual(done.returncode, 0, done.stderr)
+            records = [json.loads(line) for index in range(2)
+                       for line in Path(tmp, f'shard-{index}.jsonl').read_text().splitlines()]
+            self.assertEqual(sorted((r['load']['repeat'], r['run'], r['load']['plan']['shard']) for r in records),
+                             [(repeat, run, run % 2) for repeat in range(2) for run in range(3)])
+            self.assertEqual(len({r['load']['plan']['id'] for r in records}), 2)  # a plan per pass
+            merged = run_cli('--summary', 'shard-0.jsonl', 'shard-1.jsonl', cwd=tmp)
+            self.assertEqual(merged.returncode, 0, merged.stderr)
+            self.assertEqual(json.loads(merged.stdout)['runs'], 6)
+            alone = run_cli('--summary', 'shard-0.jsonl', cwd=tmp)
+            self.assertEqual(alone.returncode, 2, alone.stderr)
+            self.assertIn('shard 1/2', alone.stderr)

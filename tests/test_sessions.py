@@ -642,3 +642,64 @@ class SessionEngineTests(unittest.TestCase):
                          [(repeat, f's{n}') for repeat in range(3) for n in range(2)])
         self.assertEqual(len({r['load']['id'] for r in records}), 3)  # a load per pass
         self.assertEqual(json.loads(done.stdout)['sessions']['sessions'], 6)
+
+    def write_lines(self, name: str, lines: list[dict]) -> str:
+        path = os.path.join(self.folder, name)
+        with open(path, 'w', encoding='utf-8') as file:
+            file.write(''.join(json.dumps(line) + '\n' for line in lines))
+        return path
+
+    def test_two_session_files_with_the_same_first_turns_are_two_plans(self):
+        first = self.write_lines('a.jsonl', [{'id': 's0', 'turns': ['hi', 'more']}, {'id': 's1', 'turns': ['hi']}])
+        second = self.write_lines('b.jsonl', [{'id': 's0', 'turns': ['hi', 'other']}, {'id': 's1', 'turns': ['hi']}])
+        for index, path in enumerate((first, second)):
+            done = run_cli('--fixture', 'ok', '--sessions', path, '--shard', f'{index}/2', '--quiet', '--output',
+                           f'shard-{index}.jsonl', cwd=self.folder)
+            self.assertEqual(done.returncode, 0, done.stderr)
+        plans = {r['load']['plan']['id'] for r in self.records('shard-0.jsonl', 'shard-1.jsonl')}
+        self.assertEqual(len(plans), 2)
+        mixed = run_cli('--summary', 'shard-0.jsonl', 'shard-1.jsonl', cwd=self.folder)
+        self.assertEqual(mixed.returncode, 2, mixed.stderr)  # each plan lacks a shard: never one whole load
+        self.assertIn('missing', mixed.stderr)
+
+    def test_system_is_sent_to_a_session_without_its_own_and_the_record_says_so(self):
+        for session, expected in (({'id': 'own', 'system': 'OWN', 'turns': ['a', 'b']}, 'OWN'),
+                                  ({'id': 'none', 'turns': ['a', 'b']}, 'FLAG')):
+            with self.subTest(session=session['id']):
+                path = self.write_lines(f'{session["id"]}.jsonl', [session])
+                with Fixture('ok') as fixture:
+                    done = run_cli('--url', fixture.url, '--model', 'm', '--sessions', path, '--system', 'FLAG',
+                                   '--quiet', '--output', f'{session["id"]}-out.jsonl', cwd=self.folder)
+                    _, body = fixture.last_request  # the second turn's: the history as it stands
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertEqual(body['messages'][0], {'role': 'system', 'content': expected})
+                self.assertEqual([m['role'] for m in body['messages']], ['system', 'user', 'assistant', 'user'])
+                self.assertEqual({r['request']['system'] for r in self.records(f'{session["id"]}-out.jsonl')}, {True})
+
+    def test_runs_beyond_the_file_cycle_through_it_as_new_sessions(self):
+        path = self.write_sessions(2, 1)
+        done = run_cli('--fixture', 'agent', '--sessions', path, '--runs', '5', '--quiet', '--output', 'o.jsonl',
+                       cwd=self.folder)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        ends = sorted((r['session_index'], r['session']) for r in self.records('o.jsonl') if r.get('session_end'))
+        self.assertEqual(ends, [(index, f's{index % 2}') for index in range(5)])
+        self.assertEqual(json.loads(done.stdout)['sessions']['sessions'], 5)
+
+    def test_a_bound_from_the_schedule_is_refused_for_sessions(self):
+        path = self.write_sessions(1, 2)
+        done = run_cli('--fixture', 'agent', '--sessions', path, '--rate', '5', '--slo',
+                       'first_text_from_schedule_ms=60000', '--output', 'o.jsonl', cwd=self.folder)
+        self.assertEqual((done.returncode, len(done.stderr.splitlines())), (2, 1), done.stderr)
+        self.assertIn('follow the run before them', done.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.folder, 'o.jsonl')))
+
+    @sans_io
+    def test_a_warm_up_session_is_left_out_of_the_reports_rows(self):
+        rows = stream_client._sessions._SessionRows()
+        load = {'id': 'L'}
+        for index, warmup in ((0, True), (1, False)):
+            rows.add({'session': f's{index}', 'session_index': index, 'turn': 1, 'round': 0, 'ok': not warmup,
+                      'duration_ms': 1.0, 'error_kind': 'eof_before_done' if warmup else None, 'warmup': warmup,
+                      'load': load, 'session_end': {'reason': None, 'not_started_turns': []}})
+        self.assertEqual([session for session, _ in rows.rows], ['s1'])
+        self.assertNotIn('eof_before_done', rows.html())

@@ -186,23 +186,30 @@ def _of(count: int, planned: int, noun: str) -> str:
     return f'{count} of {planned} planned {noun}s {"has" if count == 1 else "have"}'
 
 
-def _planned_steps(args, steps: list | None, now: float) -> list | None:
+def _planned_steps(args, steps: list | None, now: float, unit: str = 'run') -> list | None:
     """The load's steps with --shard and --start-at (read against now, the machine's clock in seconds since
     the epoch) applied (dataclasses.replace on each LoadSettings); UsageError for a combination they do not
-    go with."""
+    go with. --shard goes with --repeat (each pass is a plan of its own, sharded the same way); --start-at
+    starts one pass, and neither goes with a sweep or a search. unit: what the workload plans (run,
+    session, line), for the messages."""
     if args.shard is None and args.start_at is None:
         return steps
     flags = ' and '.join(flag for flag, value in (('--shard', args.shard), ('--start-at', args.start_at)) if value)
+    verb = 'do' if ' and ' in flags else 'does'
     if steps is None:
         raise UsageError(f'{flags} {"are" if " and " in flags else "is"} for a load: give --runs, or --rate '
                          'with --duration')
-    if not isinstance(steps, list) or len(steps) > 1 or args.rates is not None:
-        raise UsageError(f'{flags} do not go with --rates: shard a load of one rate (--rate with --runs or '
-                         '--duration)' if ' and ' in flags else f'{flags} does not go with --rates: shard a load '
-                         'of one rate (--rate with --runs or --duration)')
+    sweep = next((flag for flag, value in (('--rates', args.rates), ('--concurrencies', args.concurrencies),
+                                            ('--find-capacity', args.find_capacity)) if value is not None), None)
+    if sweep is not None or not isinstance(steps, list):
+        raise UsageError(f'{flags} {verb} not go with {sweep or "a search"}: shard a load of one rate (--rate with '
+                         '--runs or --duration)')
+    if args.start_at is not None and len(steps) > 1:
+        raise UsageError('--start-at starts one pass: with --repeat every pass after the first would be due at '
+                         'once; shard the repeats without it')
     shard = (0, 1) if args.shard is None else _parse_shard(args.shard)
     start_at = None if args.start_at is None else _parse_start_at(args.start_at, now)
     if _shard_runs(steps[0].runs, shard) == 0:
-        raise UsageError(f'--shard {args.shard}: the load plans {steps[0].runs} runs, so shard {shard[0]} would '
-                         'send none; use fewer shards')
-    return [dataclasses.replace(steps[0], shard=shard, start_at=start_at)]
+        raise UsageError(f'--shard {args.shard}: the load plans {steps[0].runs} {unit}{"s" * (steps[0].runs != 1)}, '
+                         f'so shard {shard[0]} would send none; use fewer shards')
+    return [dataclasses.replace(step, shard=shard, start_at=start_at) for step in steps]

@@ -41,6 +41,13 @@ def _with_conversation(request: PreparedRequest, conversation: _Conversation) ->
     return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 
 
+def _sessions_digest(sessions: list[_Session]) -> str:
+    """A hash of everything the sessions send and answer (turns, system, tools, tool results, rounds, think
+    times), so that a plan's id tells two session files apart whose first turns are the same."""
+    fields = [{**dataclasses.asdict(session), 'where': None} for session in sessions]
+    return hashlib.sha256(_json_text(fields, sort_keys=True).encode()).hexdigest()
+
+
 def _answer_calls(record: dict) -> list[tuple[str, str, str]]:
     """The calls of an ok run, (id, name, arguments) as streamed."""
     return [(call['id'] or f'call_{call["index"]}', call['name'], call['arguments']) for call in record['tool_calls']]
@@ -147,7 +154,7 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
     the think times wait by; on_started() is called before the first session starts, on_run() as each run
     starts."""
     started = _started(settings, clock)
-    described = {**_load_description(requests, settings), 'runs': None,
+    described = {**_load_description(requests, settings, sessions_sha256=_sessions_digest(sessions)), 'runs': None,
                  'sessions': _shard_runs(settings.runs, settings.shard)}
     numbers = iter(range(2 ** 62))
 
@@ -267,7 +274,7 @@ class _SessionRows:
         self._open: dict[tuple, list] = {}  # (load id, session) -> its turns so far: [turn, ok, rounds, ms, kind]
 
     def add(self, record: dict) -> None:
-        if 'session' not in record:
+        if 'session' not in record or record.get('warmup'):  # a warm-up session is left out, as by the summary
             return
         key = ((record.get('load') or {}).get('id'), _session_key(record))
         turns = self._open.setdefault(key, [])

@@ -14,6 +14,7 @@ from ._request import _positive_finite, prepare, PreparedRequest
 from ._exchange import Cancel
 from ._load import LoadSettings, _MAX_OPEN_LOOP_IN_FLIGHT
 from ._plan import _parse_shard, _planned_steps, _shard_runs
+from ._gates import _SCHEDULE_FIELDS
 from ._summary import _parse_slos
 from ._evidence import iter_records
 from ._workloads import (
@@ -51,7 +52,13 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
         raise UsageError('--model is required (unless --fixture is used)')
     if args.runs is not None and args.runs < 1:
         raise UsageError(f'--runs must be at least 1, not {args.runs}')
-    sessions = _parse_sessions(args.sessions, _read_text(args.sessions, '--sessions'))[:args.runs]
+    parsed = _parse_sessions(args.sessions, _read_text(args.sessions, '--sessions'))
+    sessions = [session if session.system is not None or args.system is None else  # --system where it has none
+                dataclasses.replace(session, system=args.system) for session in parsed[:args.runs]]
+    scheduled = [name for name, _ in _parse_slos(args.slo or []) if name in _SCHEDULE_FIELDS]
+    if scheduled:
+        raise UsageError(f'--slo {scheduled[0]} counts from the schedule, and a session\'s later runs follow the '
+                         'run before them, not the schedule: bound first_text_ms or duration_ms')
     if args.tool_choice is not None and not any(session.tools for session in sessions):
         raise UsageError(f'--tool-choice needs tools, and no session of --sessions {args.sessions} brings "tools"')
     extra = _extra(args)
@@ -63,7 +70,8 @@ def _plan_sessions(args, url: str, key_env: str) -> _Workload:
     if requests[0].api not in _SESSION_APIS:
         raise UsageError(f'--sessions runs on {", ".join(_SESSION_APIS)}; {requests[0].api} has no tools and '
                          'no turns')
-    steps = _planned_steps(args, _repeated(args, _load_settings(args, len(sessions))), time.time())
+    units = len(parsed) if args.runs is None else args.runs  # --runs N: N sessions, the file's first N or cycled
+    steps = _planned_steps(args, _repeated(args, _load_settings(args, units)), time.time(), 'session')
 
     def run(settings: LoadSettings, on_record, cancel: Cancel, on_started=None, on_run=None) -> None:
         _run_sessions(sessions, requests, settings, on_record, cancel, on_started=on_started, on_run=on_run)
@@ -77,7 +85,7 @@ def _prepare_session(args, url: str, model: str, session: _Session, extra: dict 
     try:
         return prepare(url, model, session.turns[0], max_tokens=max_tokens, idle=args.idle,
                        deadline=args.deadline, ca_file=args.ca_file, token=os.environ.get(key_env),
-                       system=session.system if session.system is not None else args.system,
+                       system=session.system,
                        temperature=args.temperature, stop=args.stop, extra=extra, api=args.api,
                        expect_finish=args.expect_finish, source='endpoint' if args.fixture is None else 'fixture',
                        tools=session.tools, tool_choice=args.tool_choice if session.tools else None,
@@ -118,7 +126,7 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
                         keep_alive=args.keep_alive, slos=_parse_slos(args.slo or []), slo_target=_slo_target(args),
                         processes=1 if args.processes is None else args.processes, warmup_runs=warmup_runs,
                         warmup_s=warmup_s)
-    steps = _planned_steps(args, _repeated(args, [base]), time.time())
+    steps = _planned_steps(args, _repeated(args, [base]), time.time(), 'line')
     prepared = _preparer(args, url, model, key_env)
     tokenizer = _Tokenizer(prepared('x', args.max_tokens))
     prompts = _trace_prompts(lines, tokenizer, block_size)
