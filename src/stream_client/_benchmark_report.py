@@ -161,8 +161,8 @@ def _scenario(facts: _ReportFacts) -> dict:
                     'stage': _one(load.get('step') for load in loads) or 0, 'input_seq_len': input_seq_len,
                     'rate_qps': _one(load.get('rate') for load in loads),
                     'concurrency': concurrency and concurrency * shards}
-    settings = [f'{name} {value:g}' for name in ('runs', 'concurrency', 'rate', 'duration')
-                if (value := _one(load.get(name) for load in loads)) is not None]
+    shared = {name: _one(load.get(name) for load in loads) for name in ('runs', 'concurrency', 'rate', 'duration')}
+    settings = [f'{name} {value:g}' for name, value in shared.items() if value is not None]
     description = f'{_TOOL} ' + (', '.join(settings) if len(loads) == 1 else f'{len(loads)} loads')
     return {'stack': None, 'load': {'metadata': {'schema_version': '0.0.1', 'cfg_id': None, 'description': description},
                                     'standardized': standardized, 'native': {}}}
