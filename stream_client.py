@@ -9179,7 +9179,8 @@ def _rate(count: float, wall: float) -> dict | None:
 def _stamp(epoch: float) -> str:
     """An instant as RFC 3339 in UTC, to the millisecond, as the records' started_at."""
     ms = round(epoch * 1000)
-    return time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(ms // 1000)) + f'.{ms % 1000:03d}Z'
+    instant = datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=ms)
+    return instant.strftime('%Y-%m-%dT%H:%M:%S') + f'.{ms % 1000:03d}Z'
 
 
 def _one(values) -> object:

@@ -7,9 +7,9 @@ by kind, goodput, the rule that the figures cover verified answers only) in ``re
 ``metadata``, the one object under ``results`` the schema leaves open (docs/formats.md).
 """
 import array
+import datetime
 import hashlib
 import statistics
-import time
 
 from ._summary import Summary
 
@@ -113,7 +113,8 @@ def _rate(count: float, wall: float) -> dict | None:
 def _stamp(epoch: float) -> str:
     """An instant as RFC 3339 in UTC, to the millisecond, as the records' started_at."""
     ms = round(epoch * 1000)
-    return time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(ms // 1000)) + f'.{ms % 1000:03d}Z'
+    instant = datetime.datetime(1970, 1, 1) + datetime.timedelta(milliseconds=ms)
+    return instant.strftime('%Y-%m-%dT%H:%M:%S') + f'.{ms % 1000:03d}Z'
 
 
 def _one(values) -> object:
