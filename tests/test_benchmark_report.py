@@ -118,6 +118,7 @@ class ReportOfKnownRecordsTests(unittest.TestCase):
         self.assertEqual((load['tool'], load['concurrency'], load['rate_qps'], load['parallelism']),
                          ('stream-client', 4, None, 1))
         self.assertEqual(load['input_seq_len'], {'distribution': 'other', 'value': 22.0, 'min': 20, 'max': 24})
+        self.assertIsNone(load['multi_turn'])
         self.assertEqual(self.metadata['loads'], [LOAD])
         self.assertEqual(self.report['run']['eid'], 'plan-a')
         self.assertIn('verified answers only', self.metadata['covers'])
@@ -128,6 +129,12 @@ class ReportOfKnownRecordsTests(unittest.TestCase):
         report, _ = report_of(records)
         self.assertEqual(report['scenario'], {'stack': None, 'load': None})
         self.assertIsNone(report['results']['request_performance']['aggregate']['throughput']['input_token_rate'])
+
+    def test_a_load_of_sessions_is_multi_turn(self):
+        sessions = [{**one, 'load': {**LOAD, 'runs': None, 'sessions': 3}} for one in known_load()]
+        report, _ = report_of(sessions)
+        self.assertEqual(report['scenario']['load']['standardized']['multi_turn'], {'enabled': True})
+        self.assertEqual(report['results']['request_performance']['aggregate']['requests']['total'], 10)
 
     def test_the_run_has_its_times_and_an_id_that_the_same_records_give_again(self):
         run = self.report['run']
@@ -150,7 +157,9 @@ class ReportOfKnownRecordsTests(unittest.TestCase):
 @unittest.skipUnless(SCHEMA_FILE.is_file(), SCHEMA_ABSENT)
 class PublishedSchemaTests(unittest.TestCase):
     def test_the_reports_of_known_loads_are_valid(self):
-        for records in (known_load(), [{**one, 'prompt_tokens': None} for one in known_load()], []):
+        without_prompts = [{**one, 'prompt_tokens': None} for one in known_load()]
+        sessions = [{**one, 'load': {**LOAD, 'runs': None, 'sessions': 3}} for one in known_load()]
+        for records in (known_load(), without_prompts, sessions, []):
             report, _ = report_of(records)
             self.assertIsNone(schema().problem(report))
 

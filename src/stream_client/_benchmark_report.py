@@ -160,16 +160,19 @@ def _scenario(facts: _ReportFacts) -> dict:
     standardized = {'tool': _TOOL, 'tool_version': ', '.join(sorted(facts.versions)) or 'unknown',
                     'parallelism': shards * processes, 'source': 'unknown',
                     'stage': _one(load.get('step') for load in loads) or 0, 'input_seq_len': input_seq_len,
+                    'multi_turn': {'enabled': True} if any('sessions' in load for load in loads) else None,
                     'rate_qps': _one(load.get('rate') for load in loads),
                     'concurrency': concurrency and concurrency * shards}
     shared = {name: _one(load.get(name) for load in loads) for name in ('runs', 'concurrency', 'rate', 'duration')}
     settings = [f'{name} {value:g}' for name, value in shared.items() if value is not None]
-    description = f'{_TOOL} ' + (', '.join(settings) if len(loads) == 1 else f'{len(loads)} loads')
+    parts = [_TOOL, ', '.join(settings), f'({len(loads)} loads)' if len(loads) > 1 else '']
+    description = ' '.join(part for part in parts if part)
     return {'stack': None, 'load': {'metadata': {'schema_version': '0.0.1', 'cfg_id': None, 'description': description},
                                     'standardized': standardized, 'native': {}}}
 
 
 def _requests(result: dict, facts: _ReportFacts) -> dict:
+    """Every run, those that failed and those the client stopped, and the token counts of verified runs."""
     incomplete = result['not_ok_by_layer'].get('interrupted', 0)
     return {'total': result['runs'], 'failures': result['not_ok'] - incomplete, 'incomplete': incomplete,
             'input_length': _statistics(facts.prompt_tokens, 'count'),
