@@ -71,6 +71,8 @@ _sessions      ``_run_sessions()``: multi-turn agent sessions, each request one 
 _trace         ``_run_trace()``: a timed trace replayed open-loop, each run's lateness kept; the
                prompts' lengths met with the server's /tokenize where it offers one
 _report        ``Report``: one self-contained HTML page per load
+_benchmark_report the llm-d Benchmark Report v0.2.1 of a load, sans-IO: ``_llm_d_report()``
+               (--summary FILE... --format benchmark-report; docs/formats.md)
 _evidence      evidence files, each created once and never overwritten, and
                read back (``iter_records()``, ``summarize()``)
 _server_metrics --server-metrics: the server's Prometheus metrics during a load, scraped on a thread

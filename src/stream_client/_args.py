@@ -275,9 +275,10 @@ def _parser() -> _OneLineParser:
                            'their verdicts, each latency figure\'s p50, p90 and p99 with a bootstrap 95%% interval '
                            'of the difference (seeded by --seed), goodput and attainment; --fail-if can gate on a '
                            'difference, as "delta.first_text_ms.p99 > 10%%"')
-    read.add_argument('--format', choices=('json', 'markdown', 'csv'), default='json',
+    read.add_argument('--format', choices=('json', 'markdown', 'csv', 'benchmark-report'), default='json',
                       help='what stdout gets instead of the JSON line (json, the default): markdown, a table of '
-                           '--compare of two loads for a pull-request comment; csv, the --summary as figure,value rows')
+                           '--compare of two loads for a pull-request comment; csv, the --summary as figure,value '
+                           'rows; benchmark-report, the --summary as an llm-d Benchmark Report v0.2.1 (JSON)')
     read.add_argument('--summary', nargs='+', metavar='FILE',
                       help='the summary of saved runs (JSON Lines or single records), as a load prints it')
     read.add_argument('--mixed-sources', action='store_true',

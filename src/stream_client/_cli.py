@@ -23,6 +23,7 @@ from ._load import LoadSettings, run_load
 from ._gates import _default_gates, _evaluate_gates, _gates_held, _parse_gates
 from ._summary import _parse_slos, Summary, _summary_table
 from ._comparison import _compare_loads, _comparison_markdown, _LoadHeader, _loads_differ, _settings_differ
+from ._benchmark_report import _llm_d_report, _ReportFacts
 from ._evidence import (
     _check_sources, _default_signals, _ignore_signals, iter_records, _load_records, _not_a_load,
     _reserve_output, _save_capture, _SIGNAL_EXIT, _summary_csv, summarize, _write_record, _write_report)
@@ -153,10 +154,11 @@ def _compare_two_loads(args, prog: str, gates: tuple) -> int:
 
 def _summary_command(args, prog: str, gates: tuple) -> int:
     report_fd = _reserve_output(args.report) if args.report else None
+    facts = _ReportFacts() if args.format == 'benchmark-report' else None
     try:
         summary, report = summarize(args.summary, args.mixed_sources, report=report_fd is not None,
                                     slos=_parse_slos(args.slo) if args.slo else None,
-                                    slo_target=_slo_target(args))
+                                    slo_target=_slo_target(args), each=facts and facts.add)
         metrics, drawing = _saved_metrics(args.summary) or (None, None)
     except UsageError:
         if report_fd is not None:  # nothing to draw: free the name again
@@ -180,6 +182,8 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
               file=sys.stderr)
     if args.format == 'csv':
         _emit(_summary_csv(result))
+    elif facts is not None:
+        _emit(_json_text(_llm_d_report(summary, facts), indent=2))
     else:
         _emit_summary(result, person, None)
     _say_written(args)
@@ -255,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError('--format markdown is for --compare of two loads')
             if args.format == 'csv' and not args.summary:
                 raise UsageError('--format csv is for --summary FILE...; a load writes its rows with --csv FILE')
+            if args.format == 'benchmark-report' and not args.summary:
+                raise UsageError('--format benchmark-report is for --summary FILE...: the report of a load is '
+                                 'written from its evidence file once it has ended')
             command = 'compare' if args.compare else 'summary' if args.summary else None
             if command is not None:
                 extra = _given_flags(parser, args, _READING_FLAGS[command])

@@ -35,26 +35,30 @@ class _GapHistogram:
     def __init__(self) -> None:
         self.buckets: collections.Counter = collections.Counter()
         self.count = 0
+        self.total = 0.0  # the gaps added up, for their mean (exact, unlike the percentiles)
         self.max = 0.0
 
     def add(self, gaps: list[float]) -> None:
         step, log, floor = self.STEP, math.log, math.floor
         self.buckets.update([None if gap <= 0 else floor(log(gap) / step) for gap in gaps])
         self.count += len(gaps)
+        self.total += sum(gaps)
         self.max = max([self.max, *gaps])
+
+    def percentile(self, p: float) -> float:
+        """The p-th percentile (nearest rank) as the upper bound of its bucket; needs a gap."""
+        needed, seen = max(1, math.ceil(p / 100 * self.count)), 0
+        for key in sorted(self.buckets, key=lambda key: -math.inf if key is None else key):
+            seen += self.buckets[key]
+            if seen >= needed:
+                return 0.0 if key is None else min(self.max, round(math.exp((key + 1) * self.STEP), 3))
+        return self.max
 
     def result(self) -> dict | None:
         if not self.count:
             return None
-        keys = sorted(self.buckets, key=lambda key: -math.inf if key is None else key)
-        def rank(p: float) -> float:
-            needed, seen = max(1, math.ceil(p / 100 * self.count)), 0
-            for key in keys:
-                seen += self.buckets[key]
-                if seen >= needed:
-                    return 0.0 if key is None else min(self.max, round(math.exp((key + 1) * self.STEP), 3))
-            return self.max
-        return {'p50': rank(50), 'p90': rank(90), 'p99': rank(99), 'max': self.max, 'count': self.count}
+        return {'p50': self.percentile(50), 'p90': self.percentile(90), 'p99': self.percentile(99), 'max': self.max,
+                'count': self.count}
 
 
 
