@@ -59,6 +59,8 @@ _plan          a load's plan: its id, ``--shard I/N`` and ``--start-at``; which 
 _load          ``run_load()``: runs on the engine (worker threads without epoll) or forked processes
 _gates         ``--fail-if`` gates on a summary, sans-IO: parsed before anything
                is sent, evaluated on the summary's figures
+_tails         the tail, sans-IO: percentiles with the failures inside (a run not ok or never
+               started infinitely late) and MLPerf's certified tail (early stopping)
 _summary       ``Summary``: the verdicts, latencies, goodput and sweep steps of a load
 _comparison    two loads side by side, sans-IO: the differences of their figures,
                with seeded bootstrap intervals for latency (``--compare BASE CANDIDATE``)

@@ -2,8 +2,9 @@
 
 ``_compare_loads()`` takes the two loads' summaries and gives their verdict
 counts and kinds, each latency figure's p50, p90 and p99 with a seeded
-bootstrap 95% interval of the difference, and the differences in goodput
-and attainment; ``_comparison_markdown()`` is its table for a pull request.
+bootstrap 95% interval of the difference, the differences in goodput
+and attainment, and in the tail (with the failures inside, and certified);
+``_comparison_markdown()`` is its table for a pull request.
 ``_LoadHeader`` gathers what each load was run as while its records are
 read, and ``_loads_differ()`` names what the two differ in (API, workload,
 model, request and load settings). No I/O: the caller reads the files and
@@ -14,7 +15,7 @@ import math
 import random
 
 from ._limits import _plain_number
-from ._gates import _LATENCY_FIELDS, _SCHEDULE_FIELDS
+from ._gates import _ALL, _CERTIFIED, _CERTIFIED_PERCENTILES, _LATENCY_FIELDS, _SCHEDULE_FIELDS, _TAIL_FIELDS
 from ._summary import Summary
 
 _RESAMPLES = 1000      # bootstrap resamples of each latency figure
@@ -141,12 +142,31 @@ def _compare_loads(base: Summary, candidate: Summary, seed: int) -> dict:
             entry['ci95'] = intervals[name]
             entry['significant'] = not intervals[name][0] <= 0 <= intervals[name][1]
             delta[f'{field}.{name}'] = entry
+    delta.update(_tail_deltas(results))
     for name in _PLAIN_DELTAS:
         delta[name] = _difference(*(result[name] for result in results))
     kinds = sorted(set(results[0]['not_ok_by_kind']) | set(results[1]['not_ok_by_kind']))
     for kind in kinds:
         delta[f'error_kind.{kind}'] = _difference(*(result['not_ok_by_kind'].get(kind, 0) for result in results))
     return {'base': results[0], 'candidate': results[1], 'delta': delta, 'seed': seed, 'resamples': _RESAMPLES}
+
+
+def _tail_deltas(results: tuple[dict, dict]) -> dict:
+    """The differences in the tail, by gate name: each TAIL_FIELD's p50, p90 and p99 with the failures inside
+    (one infinitely late is null, and the entry's ``late`` says which side's: its difference is then null,
+    and a gate reads it as +inf when only the candidate's is late, -inf when only the base's), and its
+    certified p90 and p99 (null with too few ok runs)."""
+    delta = {}
+    for field in _TAIL_FIELDS:
+        entries = [result['latency_all_ms'][field] or {'late': []} for result in results]
+        for name, _ in _COMPARED_PERCENTILES:
+            entry = _difference(*(one.get(name) for one in entries))
+            late = {side: name in one['late'] for side, one in zip(('base', 'candidate'), entries)}
+            delta[f'{field}{_ALL}.{name}'] = {**entry, 'late': late} if any(late.values()) else entry
+        for p in _CERTIFIED_PERCENTILES:
+            delta[f'{field}{_CERTIFIED}.p{p}'] = _difference(*(result['certified_tail'][field][f'p{p}']
+                                                                for result in results))
+    return delta
 
 
 def _comparison_markdown(comparison: dict, names: tuple[str, str]) -> str:
@@ -159,16 +179,18 @@ def _comparison_markdown(comparison: dict, names: tuple[str, str]) -> str:
     for name, entry in comparison['delta'].items():
         if name in ('not_ok',):
             continue
-        difference = entry['difference']
+        difference, late = entry['difference'], entry.get('late') or {}
         shown = '-' if difference is None else f'{difference:+g}' + (
             f' ({entry["relative_pct"]:+.1f}%)' if entry['relative_pct'] is not None else '')
+        if late.get('base') != late.get('candidate'):
+            shown = '+inf' if late['candidate'] else '-inf'
+        values = ['late' if late.get(side) else _plain_number(entry[side]) for side in ('base', 'candidate')]
         interval = ''
         if 'ci95' in entry:
             interval = f'[{entry["ci95"][0]:g}, {entry["ci95"][1]:g}]' + (' significant' if entry['significant']
                                                                          else '')
-        lines.append(f'| {name} | {_plain_number(entry["base"])} | {_plain_number(entry["candidate"])} | {shown} '
-                     f'| {interval} |')
+        lines.append(f'| {name} | {values[0]} | {values[1]} | {shown} | {interval} |')
     for gate in comparison.get('gates') or ():
-        lines.append(f'| gate `fail if {gate["expr"]}` | | {_plain_number(gate["value"])} | '
+        lines.append(f'| gate `fail if {gate["expr"]}` | | {gate.get("infinite") or _plain_number(gate["value"])} | '
                      f'{"held" if gate["held"] else "**FAILED**"} | |')
     return '\n'.join(lines)

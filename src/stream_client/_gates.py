@@ -19,6 +19,12 @@ _LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
 # The same figures counted from the time an open loop's schedule had the run due, not from its send.
 _SCHEDULE_FIELDS = ('first_text_from_schedule_ms', 'duration_from_schedule_ms')
 _PERCENTILES = ('p50', 'p90', 'p99', 'max')
+# The per-run figures whose tail a summary also reports over every planned run with its failures inside
+# (latency_all_ms, read by a gate as FIELD_all.P) and certified by early stopping over ok runs (certified_tail,
+# FIELD_certified.P, P one of CERTIFIED_PERCENTILES); max_event_gap_ms is each run's largest gap (docs/decisions.md).
+_TAIL_FIELDS = ('first_text_ms', 'duration_ms', 'max_event_gap_ms')
+_ALL, _CERTIFIED = '_all', '_certified'
+_CERTIFIED_PERCENTILES = (90, 99)
 # The summary's own figures a gate may read, by the name the summary's JSON gives them.
 _PLAIN_FIGURES = ('runs', 'ok', 'not_ok', 'ok_ratio', 'good', 'goodput_per_s', 'slo_attainment', 'first_chunk_good',
                   'runs_per_s', 'ok_runs_per_s', 'stale_connection_failures', 'sessions_ok_ratio')
@@ -68,9 +74,14 @@ def _figure_problem(figure: str) -> str | None:
         if part in FAILURE_KINDS or part == _UNCLASSIFIED:
             return None
         return f'error_kind.KIND needs a failure kind of docs/failures.md, not {part!r}'
+    for suffix, percentiles in ((_ALL, _PERCENTILES), (_CERTIFIED, tuple(f'p{p}' for p in _CERTIFIED_PERCENTILES))):
+        if name.endswith(suffix) and name.removesuffix(suffix) in _TAIL_FIELDS:
+            return None if part in percentiles else (f'{name} has the percentiles {", ".join(percentiles)}, '
+                                                      f'as in {name}.p99')
     return (f'no figure {figure!r}; a gate reads one of {", ".join(_PLAIN_FIGURES)}, a percentile of a latency '
-            f'figure ({", ".join(_LATENCY_FIELDS + _SCHEDULE_FIELDS)}, event_gaps_ms; e.g. first_text_ms.p99) '
-            'or error_kind.KIND')
+            f'figure ({", ".join(_LATENCY_FIELDS + _SCHEDULE_FIELDS)}, event_gaps_ms; e.g. first_text_ms.p99), '
+            f'one with the failures inside or certified ({", ".join(_TAIL_FIELDS)} with {_ALL} or {_CERTIFIED}; '
+            'e.g. first_text_ms_all.p99) or error_kind.KIND')
 
 
 def _parse_gate(text: str) -> _FailIf:
@@ -111,7 +122,7 @@ def _figure_value(result: dict, gate: _FailIf) -> float | None:
     in %), and any other figure reads the candidate's summary."""
     if gate.compares:
         entry = result.get('delta', {}).get(gate.figure.removeprefix(_DELTA))
-        return entry and entry['relative_pct' if gate.relative else 'difference']
+        return entry and (_late_difference(entry) or entry['relative_pct' if gate.relative else 'difference'])
     result = result.get('candidate', result)
     if gate.figure in _BLOCK_FIGURES:
         block, field = _BLOCK_FIGURES[gate.figure]
@@ -119,6 +130,10 @@ def _figure_value(result: dict, gate: _FailIf) -> float | None:
     name, _, part = gate.figure.partition('.')
     if name == 'error_kind':
         return result['not_ok_by_kind'].get(part, 0)
+    if name.endswith(_ALL):
+        return _late_value((result.get('latency_all_ms') or {}).get(name.removesuffix(_ALL)), part)
+    if name.endswith(_CERTIFIED):
+        return ((result.get('certified_tail') or {}).get(name.removesuffix(_CERTIFIED)) or {}).get(part)
     if name == 'event_gaps_ms':
         values = result.get('event_gaps_ms')
     elif part:
@@ -128,12 +143,36 @@ def _figure_value(result: dict, gate: _FailIf) -> float | None:
     return values and values[part]
 
 
+def _late_value(entry: dict | None, part: str) -> float | None:
+    """A percentile with the failures inside (an entry of latency_all_ms): inf where its rank fell among the
+    runs that failed or never started (null in the entry, and named in its late), None without an entry."""
+    if entry is None:
+        return None
+    return math.inf if part in entry['late'] else entry[part]
+
+
+def _late_difference(entry: dict) -> float | None:
+    """A compared percentile with the failures inside: +inf when only the candidate's is infinitely late,
+    -inf when only the base's; None otherwise (both late have no difference: the figure is missing)."""
+    late = entry.get('late') or {}
+    if late.get('base') != late.get('candidate'):
+        return math.inf if late['candidate'] else -math.inf
+    return None
+
+
 def _evaluate_gates(gates: tuple, result: dict) -> list[dict]:
     """Each gate as the summary's JSON (or a comparison's) gives it: its expression, the figure's value
-    and whether it held."""
-    values = [_figure_value(result, gate) for gate in gates]
-    return [{'expr': gate.text, 'value': value, 'held': not gate.failed_by(value)}
-            for gate, value in zip(gates, values)]
+    and whether it held. JSON has no infinity: an infinitely late value is null there, with "infinite"
+    saying "+inf" (or "-inf", a difference whose base was late), and it is held to the gate as infinite: over
+    any bound."""
+    evaluated = []
+    for gate in gates:
+        value = _figure_value(result, gate)
+        infinite = value is not None and math.isinf(value)
+        evaluated.append({'expr': gate.text, 'value': None if infinite else value,
+                          **({'infinite': '+inf' if value > 0 else '-inf'} if infinite else {}),
+                          'held': not gate.failed_by(value)})
+    return evaluated
 
 
 def _gates_held(result: dict) -> bool:
@@ -143,6 +182,15 @@ def _gates_held(result: dict) -> bool:
 
 def _gate_lines(gates: list[dict]) -> list[str]:
     """A line per gate for the summary's table."""
-    return [f'gate {"held  " if gate["held"] else "FAILED"} fail if {gate["expr"]}: '
-            + ('no such figure in this summary' if gate['value'] is None else f'{gate["value"]:g}')
+    return [f'gate {"held  " if gate["held"] else "FAILED"} fail if {gate["expr"]}: ' + _gate_value_text(gate)
             for gate in gates]
+
+
+def _gate_value_text(gate: dict) -> str:
+    """What a gate read, for a person."""
+    if 'infinite' in gate:
+        return {'+inf': 'infinitely late (+inf)', '-inf': '-inf (the base infinitely late)'}[gate['infinite']]
+    if gate['value'] is not None:
+        return f'{gate["value"]:g}'
+    figure = _EXPRESSION.match(gate['expr'])[1].partition('.')[0]
+    return 'none: too few ok runs to certify it' if figure.endswith(_CERTIFIED) else 'no such figure in this summary'

@@ -14,6 +14,7 @@ import textwrap
 from ._limits import _count, FAILURE_KINDS, _shorten, UsageError
 from ._request import _positive_finite
 from ._gates import _gate_lines, _LATENCY_FIELDS, _SCHEDULE_FIELDS, _UNCLASSIFIED
+from ._tails import _certified_tail, _late_percentiles, _tail_lines, _TERMINAL_COLUMNS
 
 
 def _percentiles(values) -> dict | None:
@@ -147,6 +148,7 @@ class Summary:
         self.by_kind: collections.Counter = collections.Counter()
         self.latency = {field: array.array('d') for field in _LATENCY_FIELDS + _SCHEDULE_FIELDS}
         self.gaps = _GapHistogram()
+        self.worst_gaps = array.array('d')  # each ok run's largest content-event gap (0 without one)
         self.completion_tokens = self.token_runs = self.content_events = 0
         self.first_start: float | None = None
         self.last_end: float | None = None
@@ -202,6 +204,7 @@ class Summary:
             if value is not None:
                 self.latency[field].append(value)
         self.gaps.add(record['event_gaps_ms'])
+        self.worst_gaps.append(max(record['event_gaps_ms'], default=0.0))
         self.content_events += record['content_events']
         if record['completion_tokens'] is not None:
             self.completion_tokens += record['completion_tokens']
@@ -259,7 +262,7 @@ class Summary:
         return {
             'runs': self.runs, 'ok': self.ok, 'not_ok': self.runs - self.ok,
             'ok_ratio': self.ok / self.runs if self.runs else None,  # not rounded: 1 only when every run is ok
-            'planned_runs': sum(self.planned.values()) + self.single_runs - self.warmup_runs,
+            'planned_runs': self.planned_runs(),
             'warmup_runs': self.warmup_runs, 'skipped_lines': len(self.skipped),
             'stale_connection_failures': self.stale,
             'not_ok_by_layer': dict(sorted(self.by_layer.items(), key=lambda item: (-item[1], item[0]))),
@@ -274,7 +277,24 @@ class Summary:
             'cross_check': {outcome: self.pairs[outcome] for outcome in _PAIR_OUTCOMES} if self.pairs else None,
             **{key: sorted(value, key=str) for key, value in self.seen.items()},
             **self._goodput(per_second),
+            **self._tails(),
         }
+
+    def planned_runs(self) -> int:
+        """The runs the loads planned, each load counted once by its id, less the warm-up runs; a run that was
+        not part of a load, or of a load that does not plan its runs ahead (--sessions), as it came."""
+        return sum(self.planned.values()) + self.single_runs - self.warmup_runs
+
+    def _tails(self) -> dict:
+        """The tail with the failures inside, over every planned run (one not ok or never started infinitely
+        late), and the certified tail over the ok runs (docs/decisions.md)."""
+        planned = max(self.planned_runs(), self.runs)
+        figures = {'first_text_ms': self.latency['first_text_ms'], 'duration_ms': self.latency['duration_ms'],
+                   'max_event_gap_ms': self.worst_gaps}
+        late = planned - self.ok
+        return {'latency_all_ms': {field: _late_percentiles(values, late) for field, values in figures.items()},
+                'latency_all_runs': planned, 'latency_all_late': late,
+                'latency_all_never_started': planned - self.runs, 'certified_tail': _certified_tail(figures)}
 
     def _goodput(self, per_second) -> dict:
         """Goodput, attainment and the first-chunk count; with sweep steps, a block per step and the
@@ -427,8 +447,6 @@ def _meaning(kind: str) -> str:
     return FAILURE_KINDS.get(kind, ('', 'a record written before failures had kinds'))[1]
 
 
-_TERMINAL_COLUMNS = 80  # the width the tables for a person fit in
-
 
 def _summary_table(result: dict) -> str:
     """The summary for a person, within TERMINAL_COLUMNS: counts, kinds of failure, the latency of ok runs."""
@@ -472,7 +490,7 @@ def _summary_table(result: dict) -> str:
     lines.append(f'wall {result["wall_s"]} s: ' + ', '.join(runs))
     if tokens:
         lines.append('  ' + ', '.join(tokens))
-    return '\n'.join(lines + _goodput_lines(result) + _gate_lines(result.get('gates') or []))
+    return '\n'.join(lines + _tail_lines(result) + _goodput_lines(result) + _gate_lines(result.get('gates') or []))
 
 def _repeat_lines(result: dict) -> list[str]:
     """The spread of a few figures across --repeat's loads."""
