@@ -88,6 +88,31 @@ class ComparisonTests(unittest.TestCase):
         self.assertIn('| not_ok | 0 | 1 | +1 | |', table)
         self.assertIn('| error_kind.eof_before_done | 0 | 1 | +1 |', table)
 
+    def test_the_tail_is_compared_with_the_failures_inside_and_certified(self):
+        base = load_records([float(value) for value in range(1, 101)], 'a')
+        candidate = load_records([float(value) for value in range(1, 101)], 'b')
+        for run in (98, 99):  # two of 100 cut: the candidate's p99 with the failures inside is late
+            candidate[run] = {**candidate[run], 'ok': False, 'error_layer': 'application',
+                              'error_kind': 'eof_before_done', 'error': 'application: cut'}
+        comparison = stream_client._comparison._compare_loads(summary_of(base), summary_of(candidate), seed=0)
+        delta = comparison['delta']
+        self.assertEqual(delta['first_text_ms_all.p99'], {'base': 99.0, 'candidate': None, 'difference': None,
+                                                          'relative_pct': None,
+                                                          'late': {'base': False, 'candidate': True}})
+        self.assertEqual(delta['first_text_ms_all.p90'], {'base': 90.0, 'candidate': 90.0, 'difference': 0.0,
+                                                          'relative_pct': 0.0})
+        self.assertEqual(delta['first_text_ms.p99']['candidate'], 98.0)  # over ok runs: it looks faster
+        # 100 and 98 ok runs certify p90 (64 needed), not p99 (662)
+        self.assertEqual(delta['first_text_ms_certified.p99']['difference'], None)
+        self.assertLess(delta['first_text_ms_certified.p90']['difference'], 0)
+        gates = stream_client._gates._parse_gates(['delta.first_text_ms_all.p99 > 50', 'delta.first_text_ms.p99 > 50'])
+        self.assertEqual([gate['held'] for gate in stream_client._gates._evaluate_gates(gates, comparison)],
+                         [False, True])
+        comparison['gates'] = stream_client._gates._evaluate_gates(gates, comparison)
+        table = stream_client._comparison._comparison_markdown(comparison, ('a.jsonl', 'b.jsonl'))
+        self.assertIn('| first_text_ms_all.p99 | 99 | late | +inf | |', table)
+        self.assertIn('| gate `fail if delta.first_text_ms_all.p99 > 50` | | +inf | **FAILED** | |', table)
+
 
 class CompareCommandTests(unittest.TestCase):
     """--compare BASE CANDIDATE of two fixture loads on the command line."""

@@ -50,6 +50,61 @@ class GateParserTests(unittest.TestCase):
             result = {**base, 'ok_ratio': ok / runs if runs else None}
             self.assertEqual([gate['held'] for gate in stream_client._gates._evaluate_gates(gates, result)], [held])
 
+    def test_a_percentile_with_the_failures_inside_that_is_late_is_over_any_bound(self):
+        late = {'p50': 12.5, 'p90': 40.0, 'p99': None, 'max': None, 'late': ['p99', 'max']}
+        result = {'not_ok_by_kind': {}, 'latency_all_ms': {'first_text_ms': late, 'duration_ms': None}}
+        evaluate = stream_client._gates._evaluate_gates
+        gates = stream_client._gates._parse_gates(['first_text_ms_all.p99 > 1e300', 'first_text_ms_all.max >= 0',
+                                                   'first_text_ms_all.p99 < 500', 'first_text_ms_all.p90 > 500',
+                                                   'duration_ms_all.p50 > 500', 'duration_ms_all.p50 < 500'])
+        self.assertEqual(evaluate(gates, result), [
+            {'expr': 'first_text_ms_all.p99 > 1e300', 'value': None, 'infinite': '+inf', 'held': False},
+            {'expr': 'first_text_ms_all.max >= 0', 'value': None, 'infinite': '+inf', 'held': False},
+            {'expr': 'first_text_ms_all.p99 < 500', 'value': None, 'infinite': '+inf', 'held': True},
+            {'expr': 'first_text_ms_all.p90 > 500', 'value': 40.0, 'held': True},
+            # no planned run at all: no figure, and a gate on it fails whatever its operator
+            {'expr': 'duration_ms_all.p50 > 500', 'value': None, 'held': False},
+            {'expr': 'duration_ms_all.p50 < 500', 'value': None, 'held': False}])
+        lines = stream_client._gates._gate_lines(evaluate(gates[:1], result))
+        self.assertEqual(lines, ['gate FAILED fail if first_text_ms_all.p99 > 1e300: infinitely late (+inf)'])
+
+    def test_a_certified_percentile_without_enough_runs_fails_its_gate(self):
+        tail = {'first_text_ms': {'runs': 100, 'p90': 31.5, 'p99': None}}
+        result = {'not_ok_by_kind': {}, 'certified_tail': tail}
+        gates = stream_client._gates._parse_gates([f'first_text_ms_certified.{text}'
+                                                   for text in ('p90 > 30', 'p99 > 30', 'p99 < 30')])
+        evaluated = stream_client._gates._evaluate_gates(gates, result)
+        self.assertEqual([(gate['value'], gate['held']) for gate in evaluated], [(31.5, False), (None, False),
+                                                                                 (None, False)])
+        self.assertEqual(stream_client._gates._gate_lines(evaluated[1:2]),
+                         ['gate FAILED fail if first_text_ms_certified.p99 > 30: none: too few ok runs to certify it'])
+
+    def test_the_tail_figures_are_named_as_the_summary_names_them(self):
+        for text in ('max_event_gap_ms_all.p50 > 1', 'duration_ms_certified.p99 > 1',
+                     'delta.first_text_ms_all.p99 > 5%'):
+            self.assertEqual(stream_client._gates._parse_gate(text).text, text)
+        for text, words in (('first_text_ms_certified.p50 > 1', 'has the percentiles p90, p99'),
+                            ('first_text_ms_all.p95 > 1', 'has the percentiles p50, p90, p99, max'),
+                            ('headers_ms_all.p99 > 1', "no figure 'headers_ms_all.p99'")):
+            with self.subTest(text=text), self.assertRaises(stream_client.UsageError) as caught:
+                stream_client._gates._parse_gate(text)
+            self.assertIn(words, str(caught.exception))
+
+    def test_a_difference_with_one_side_late_is_infinite_with_its_sign(self):
+        def delta(base_late: bool, candidate_late: bool) -> dict:
+            entry = {'base': None if base_late else 10.0, 'candidate': None if candidate_late else 12.0,
+                     'difference': None if base_late or candidate_late else 2.0, 'relative_pct': None}
+            return {'delta': {'first_text_ms_all.p99': {**entry, 'late': {'base': base_late,
+                                                                          'candidate': candidate_late}}}}
+        gates = stream_client._gates._parse_gates(['delta.first_text_ms_all.p99 > 5',
+                                                   'delta.first_text_ms_all.p99 < 0'])
+        held = {sides: [gate['held'] for gate in stream_client._gates._evaluate_gates(gates, delta(*sides))]
+                for sides in ((False, True), (True, False), (True, True), (False, False))}
+        self.assertEqual(held, {(False, True): [False, True],   # only the candidate late: +inf, over any bound
+                                (True, False): [True, False],   # only the base late: -inf
+                                (True, True): [False, False],   # both late: no difference, a missing figure
+                                (False, False): [True, True]})  # 2 ms
+
 
 class GateCommandTests(unittest.TestCase):
     """--fail-if on a load and on --summary of its file: the exit status and the summary's gates agree."""
@@ -108,6 +163,18 @@ class GateCommandTests(unittest.TestCase):
                     self.assert_family(f'{field}.p{p}', nearest_rank(values, p))
         self.assert_family('event_gaps_ms.max', max(gap for record in self.records if record['ok']
                                                     for gap in record['event_gaps_ms']))
+
+    def test_percentiles_with_the_failures_inside(self):
+        # 40 planned runs, about two in five not ok: each counts as infinitely late, so p50 is the nearest rank
+        # over 40 values of which the failures are +inf, and p99 is late
+        values = [record['first_text_ms'] if record['ok'] else math.inf for record in self.records]
+        self.assertLess(nearest_rank(values, 50), math.inf)
+        self.assert_family('first_text_ms_all.p50', nearest_rank(values, 50))
+        status, gates = self.gate('first_text_ms_all.p99 > 60000', 'first_text_ms.p99 > 60000')
+        self.assertEqual((status, gates), (1, [
+            {'expr': 'first_text_ms_all.p99 > 60000', 'value': None, 'infinite': '+inf', 'held': False},
+            {'expr': 'first_text_ms.p99 > 60000', 'value': self.summary['latency_ms']['first_text_ms']['p99'],
+             'held': True}]))
 
     def test_counts_of_a_failure_kind(self):
         kinds = [record['error_kind'] for record in self.records if not record['ok']]

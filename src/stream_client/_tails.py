@@ -172,8 +172,8 @@ def _tail_lines(result: dict) -> list[str]:
     if not result['latency_all_runs']:
         return []
     heads = ('p50', 'p90', 'p99', 'max')
-    lines = textwrap.wrap(f'with failures inside, over {_count(result["latency_all_runs"], "planned run")}: '
-                          f'{result["latency_all_late"]} infinitely late ({result["not_ok"]} not ok, '
+    lines = textwrap.wrap(f'with failures inside: {_count(result["latency_all_runs"], "planned run")}, '
+                          f'{result["latency_all_late"]} late ({result["not_ok"]} not ok, '
                           f'{result["latency_all_never_started"]} never started), ms:', _TERMINAL_COLUMNS,
                           subsequent_indent='  ')
     lines.append(' ' * _NAME_WIDTH + ''.join(f'{head:>9}' for head in heads))
