@@ -110,7 +110,7 @@ class ComparisonTests(unittest.TestCase):
                          [False, True])
         comparison['gates'] = stream_client._gates._evaluate_gates(gates, comparison)
         table = stream_client._comparison._comparison_markdown(comparison, ('a.jsonl', 'b.jsonl'))
-        self.assertIn('| first_text_ms_all.p99 | 99 | late | +inf | |', table)
+        self.assertIn('| first_text_ms_all.p99 | 99 | late | +inf |  |', table)
         self.assertIn('| gate `fail if delta.first_text_ms_all.p99 > 50` | | +inf | **FAILED** | |', table)
 
 
