@@ -7160,7 +7160,9 @@ def _worker_process(run_share, share: tuple[int, int], control: int, records: in
 # each gate's figure from a summary (the JSON object ``Summary.result()``
 # gives) and says whether it held. A gate fails when its expression is true,
 # and also when the summary lacks its figure (no ok run has no percentile):
-# a missing figure cannot show that the load was good.
+# a missing figure cannot show that the load was good. A percentile with the
+# failures inside that fell among them (null in JSON, and named in its entry's
+# ``late``) is not missing but infinitely late: +inf, over any bound.
 
 # The per-run latency figures whose percentiles a summary reports under latency_ms, by the record's names.
 _LATENCY_FIELDS = ('headers_ms', 'first_text_ms', 'duration_ms')
@@ -11164,7 +11166,8 @@ def _parser() -> _OneLineParser:
     gate = parser.add_argument_group('gating a decision on the summary (docs/decisions.md)')
     gate.add_argument('--fail-if', action='append', metavar='EXPR',
                       help='exit 1 when EXPR, FIGURE OP NUMBER, is true of the summary, repeatable, e.g. '
-                           '"first_text_ms.p99 > 500", "ok_ratio < 0.999", "error_kind.eof_before_done > 0"; '
+                           '"first_text_ms.p99 > 500", "ok_ratio < 0.999", "error_kind.eof_before_done > 0", '
+                           '"first_text_ms_all.p99 > 500" (a failed run infinitely late); '
                            'with a load or --summary FILE; without it, the gate is every run ok. With --compare '
                            'BASE CANDIDATE, "delta.FIGURE" reads a difference, in %% of the base with NUMBER%%')
     load.add_argument('--shard', metavar='I/N',

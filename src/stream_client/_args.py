@@ -213,7 +213,8 @@ def _parser() -> _OneLineParser:
     gate = parser.add_argument_group('gating a decision on the summary (docs/decisions.md)')
     gate.add_argument('--fail-if', action='append', metavar='EXPR',
                       help='exit 1 when EXPR, FIGURE OP NUMBER, is true of the summary, repeatable, e.g. '
-                           '"first_text_ms.p99 > 500", "ok_ratio < 0.999", "error_kind.eof_before_done > 0"; '
+                           '"first_text_ms.p99 > 500", "ok_ratio < 0.999", "error_kind.eof_before_done > 0", '
+                           '"first_text_ms_all.p99 > 500" (a failed run infinitely late); '
                            'with a load or --summary FILE; without it, the gate is every run ok. With --compare '
                            'BASE CANDIDATE, "delta.FIGURE" reads a difference, in %% of the base with NUMBER%%')
     load.add_argument('--shard', metavar='I/N',

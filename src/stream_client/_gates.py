@@ -5,7 +5,9 @@ names what is wrong), before anything is sent; ``_evaluate_gates()`` reads
 each gate's figure from a summary (the JSON object ``Summary.result()``
 gives) and says whether it held. A gate fails when its expression is true,
 and also when the summary lacks its figure (no ok run has no percentile):
-a missing figure cannot show that the load was good.
+a missing figure cannot show that the load was good. A percentile with the
+failures inside that fell among them (null in JSON, and named in its entry's
+``late``) is not missing but infinitely late: +inf, over any bound.
 """
 import dataclasses
 import math
