@@ -9395,6 +9395,29 @@ svg { display: block; margin: 0.5em 0; width: 100%; height: auto; } svg text { f
 """
 
 
+def _tail_tables(result: dict) -> str:
+    """The tail with the failures inside (a late percentile says late) and the certified tail, as tables."""
+    if not result['latency_all_runs']:
+        return ''
+    heads, tail = ('p50', 'p90', 'p99', 'max'), result['certified_tail']
+    out = [f'<table><tr><th>over {_count(result["latency_all_runs"], "planned run")}, '
+           f'{result["latency_all_late"]} infinitely late (not ok or never started)</th>'
+           + ''.join(f'<th>{head}</th>' for head in heads) + '</tr>']
+    for field in _TAIL_FIELDS:
+        values = result['latency_all_ms'][field]
+        out.append(f'<tr><td>{field}{_ALL}</td>' + ''.join(
+            '<td class="n">late</td>' if values[head] is None else f'<td class="n">{values[head]:.1f}</td>'
+            for head in heads) + '</tr>')
+    out.append(f'</table><table><tr><th>certified at {100 * tail["confidence"]:g}% confidence (early stopping), '
+               f'over ok runs</th><th>runs</th><th>p90</th><th>p99</th></tr>')
+    for field in _TAIL_FIELDS:
+        values = tail[field]
+        out.append(f'<tr><td>{field}{_CERTIFIED}</td><td class="n">{values["runs"]}</td>' + ''.join(
+            f'<td class="n">needs {tail["min_runs"][head]}</td>' if values[head] is None
+            else f'<td class="n">{values[head]:.1f}</td>' for head in ('p90', 'p99')) + '</tr>')
+    return '\n'.join(out) + '</table>'
+
+
 class _Row(typing.NamedTuple):
     """What the report keeps of one run."""
 
@@ -9468,7 +9491,8 @@ class Report:
             out.append(f'<tr><td>{field}</td>' + ''.join(
                 f'<td class="n">{values[key]:.1f}</td>' if values else '<td class="n">-</td>'
                 for key in ('p50', 'p90', 'p99', 'max')) + '</tr>')
-        out.append(f'</table><p>Wall time {result["wall_s"]} s: {result["runs_per_s"]} runs/s, '
+        out.append('</table>' + _tail_tables(result))
+        out.append(f'<p>Wall time {result["wall_s"]} s: {result["runs_per_s"]} runs/s, '
                    f'{result["ok_runs_per_s"]} ok runs/s.</p>')
         out.append('<h2>Settings</h2><table>')
         for name, values in self.settings.items():

@@ -33,6 +33,10 @@ class ReportTests(unittest.TestCase):
                          (str(summary['runs']), str(summary['ok']), str(summary['not_ok'])))
         for layer, count in summary['not_ok_by_layer'].items():
             self.assertEqual(page.cell(f'not ok: {layer}'), str(count))
+        # the tail: about two in five runs failed, so p99 with the failures inside is late, and 40 runs certify none
+        rows = {row[0]: row[1:] for row in page.cells}
+        self.assertEqual(rows['first_text_ms_all'][2:], ['late', 'late'])
+        self.assertEqual(rows['first_text_ms_certified'], [str(summary['ok']), 'needs 64', 'needs 662'])
         self.assertEqual(page.tags['script'], 0)
         self.assertFalse([value for name, value in page.attributes if value and re.search(r'https?:|//|url\(', value)])
         self.assertNotIn('url(', (self.dir / 'load.html').read_text())
