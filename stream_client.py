@@ -119,6 +119,7 @@ import encodings.idna  # noqa: F401 -- the first connect() of a process needs it
 import enum
 import errno
 import fractions
+import functools
 import hashlib
 import heapq
 import html
@@ -7406,13 +7407,17 @@ class _Tail:
             raise ValueError(f'a certified tail needs 0 < p < 100 and 0 < confidence < 1, not {self.p}, '
                              f'{self.confidence}')
 
-    @property
+    @functools.cached_property
     def q(self) -> fractions.Fraction:
         return 1 - fractions.Fraction(repr(self.p)) / 100
 
-    @property
+    @functools.cached_property
     def alpha(self) -> fractions.Fraction:
         return 1 - fractions.Fraction(repr(self.confidence))
+
+    @functools.cached_property
+    def log_alpha(self) -> float:
+        return math.log(self.alpha)
 
     def log_terms(self, n: int):
         """log P(X = k) for k = 0, 1, ..., n of X ~ Binomial(n, q), each from the one before by the ratio
@@ -7431,9 +7436,8 @@ class _Tail:
     def within(self, log_tail: float, n: int, over: int) -> bool:
         """Whether F(over; n, q), whose log is about log_tail, is at most 1 - c: by the float unless it is
         within _MARGIN of the bound, exactly then."""
-        bound = math.log(self.alpha)
-        if abs(log_tail - bound) > _MARGIN:
-            return log_tail < bound
+        if abs(log_tail - self.log_alpha) > _MARGIN:
+            return log_tail < self.log_alpha
         return _exact_tail_within(n, over, self.q, self.alpha)
 
 
