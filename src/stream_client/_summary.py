@@ -447,7 +447,6 @@ def _meaning(kind: str) -> str:
     return FAILURE_KINDS.get(kind, ('', 'a record written before failures had kinds'))[1]
 
 
-
 def _summary_table(result: dict) -> str:
     """The summary for a person, within TERMINAL_COLUMNS: counts, kinds of failure, the latency of ok runs."""
     skipped = [f'{_count(result["skipped_lines"], "line")} of broken JSON skipped'] if result['skipped_lines'] else []
