@@ -7869,6 +7869,7 @@ class _Step:
                 'goodput_per_s': round(whole['good'] / self.duration, 3), 'slo_attainment': whole['slo_attainment'],
                 'first_chunk_good': whole['first_chunk_good'],
                 'latency_ms': {field: whole['latency_ms'][field] for field in ('first_text_ms', 'duration_ms')},
+                'latency_all_ms': {field: whole['latency_all_ms'][field] for field in ('first_text_ms', 'duration_ms')},
                 'event_gaps_ms': whole['event_gaps_ms']}
 
 
@@ -7896,7 +7897,8 @@ def _level(number: int, concurrency: int, whole: dict) -> dict:
     return {'step': number, 'concurrency': concurrency, 'runs': whole['runs'], 'ok': whole['ok'], 'good': whole['good'],
             'wall_s': whole['wall_s'], 'runs_per_s': whole['runs_per_s'], 'goodput_per_s': whole['goodput_per_s'],
             'slo_attainment': whole['slo_attainment'],
-            'latency_ms': {field: whole['latency_ms'][field] for field in ('first_text_ms', 'duration_ms')}}
+            'latency_ms': {field: whole['latency_ms'][field] for field in ('first_text_ms', 'duration_ms')},
+            'latency_all_ms': {field: whole['latency_all_ms'][field] for field in ('first_text_ms', 'duration_ms')}}
 
 
 def _knee(levels: list[dict]) -> dict:

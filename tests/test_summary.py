@@ -124,6 +124,16 @@ class TailTests(unittest.TestCase):
         short = summarized(scripted_load(63, failed=set()))['certified_tail']
         self.assertEqual((short['first_text_ms']['p90'], short['min_runs']['p90']), (None, 64))
 
+    def test_each_step_of_a_sweep_has_its_tail(self):
+        records = []
+        for step, (rate, failed) in enumerate(((2.0, set()), (4.0, {5}))):
+            for record in scripted_load(40, failed):
+                records.append({**record, 'offset_ms': 10.0 * record['run'],
+                                'load': {'id': f'S{step}', 'runs': 40, 'step': step, 'rate': rate, 'duration': 20.0}})
+        steps = summarized(records)['steps']
+        self.assertEqual([step['latency_all_ms']['first_text_ms']['late'] for step in steps], [[], ['p99', 'max']])
+        self.assertEqual(steps[0]['latency_all_ms']['duration_ms']['p99'], steps[0]['latency_ms']['duration_ms']['p99'])
+
     def test_the_table_names_the_tail(self):
         result = summarized(scripted_load(200, failed={0, 1, 2, 3}))
         table = stream_client._summary._summary_table(result)
