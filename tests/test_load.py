@@ -449,6 +449,13 @@ class LoadTests(unittest.TestCase):
                 self.assertTrue(all(signum.name in record['error'] for record in interrupted))
                 self.assertEqual(json.loads(stdout)['runs'], len(records))
                 self.assertEqual(json.loads(stdout)['planned_runs'], 200)
+                # with the failures inside, the runs that never started and the ones cut are infinitely late
+                summary = json.loads(stdout)
+                self.assertEqual((summary['latency_all_runs'], summary['latency_all_never_started'],
+                                  summary['latency_all_late']), (200, 200 - len(records), 200 - summary['ok']))
+                ranks = (('p50', 100), ('p90', 180), ('p99', 198), ('max', 200))  # nearest ranks of 200
+                self.assertEqual(summary['latency_all_ms']['first_text_ms']['late'],
+                                 [name for name, rank in ranks if rank > summary['ok']])
                 self.assertEqual({record['load']['runs'] for record in records}, {200})
                 self.assertEqual(len({record['load']['id'] for record in records}), 1)
 
