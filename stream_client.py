@@ -7545,8 +7545,9 @@ def _tail_lines(result: dict) -> list[str]:
 # The summary of a load, built from its verdicts.
 #
 # ``Summary`` aggregates records: verdicts by layer and kind, latency
-# percentiles, goodput against SLOs, the cross-check's pairs and a rate sweep's
-# steps; ``_summary_table()`` is its terminal form.
+# percentiles (and the tail of _tails: with the failures inside, certified),
+# goodput against SLOs, the cross-check's pairs and a rate sweep's steps;
+# ``_summary_table()`` is its terminal form.
 
 def _percentiles(values) -> dict | None:
     """p50, p90, p99 (nearest rank) and max of values, or None when there are none."""

@@ -1,8 +1,9 @@
 """The summary of a load, built from its verdicts.
 
 ``Summary`` aggregates records: verdicts by layer and kind, latency
-percentiles, goodput against SLOs, the cross-check's pairs and a rate sweep's
-steps; ``_summary_table()`` is its terminal form.
+percentiles (and the tail of _tails: with the failures inside, certified),
+goodput against SLOs, the cross-check's pairs and a rate sweep's steps;
+``_summary_table()`` is its terminal form.
 """
 import array
 import calendar
