@@ -695,7 +695,7 @@ class SessionEngineTests(unittest.TestCase):
 
     @sans_io
     def test_a_warm_up_session_is_left_out_of_the_reports_rows(self):
-        rows = stream_client._sessions._SessionRows()
+        rows = stream_client._session_summary._SessionRows()
         load = {'id': 'L'}
         for index, warmup in ((0, True), (1, False)):
             rows.add({'session': f's{index}', 'session_index': index, 'turn': 1, 'round': 0, 'ok': not warmup,
