@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import difflib
 import email.utils
+import hashlib
 import html
 import itertools
 import json
@@ -1256,6 +1257,8 @@ class Handler(BaseHTTPRequestHandler):
         budget = next((request[key] for key in ('max_tokens', 'max_output_tokens') if type(request.get(key)) is int),
                       None)
         profile = BUILDERS[self.server.profile, api](model, self.server.tokens, self.server.reasoning_field, budget)
+        if self.server.prefix_cache is not None:
+            time.sleep(self.server.prefix_cache.admit(cache_text(api, request)))
         if mode == AGENT:
             plan, answer = agent_plan(profile, request, self.body, self.server.cut_turn, self.server.cut_session)
             if self.server.received is not None:
@@ -1367,6 +1370,44 @@ class Turns:
         time.sleep(max(0.0, turn - time.monotonic()))
 
 
+class PrefixCache:
+    """The --prefix-cache option: a server whose prefill is saved by a prefix cache, as vLLM's automatic
+    prefix caching saves it. The prompt's words (every string of its conversation, in order, the system part
+    first; a completion's prompt) are cut into blocks of BLOCK_WORDS, each named by a hash of every word up
+    to its end, so a block is found only behind the very same prefix; a request waits ``prefill`` seconds
+    times the share of its words not in the blocks found from its start, then its blocks are kept. Every
+    request's (cached words, words) is in ``served``, in arrival order, for tests."""
+
+    BLOCK_WORDS = 8
+
+    def __init__(self, prefill: float) -> None:
+        self.prefill = prefill
+        self.lock = threading.Lock()
+        self.blocks: set[str] = set()
+        self.served: list[tuple[int, int]] = []
+
+    def admit(self, text: str) -> float:
+        """The seconds of prefill the prompt text costs, its cached prefix counted; its blocks kept."""
+        words = text.split()
+        digest, names = hashlib.sha256(), []
+        for start in range(0, len(words) - self.BLOCK_WORDS + 1, self.BLOCK_WORDS):
+            digest.update(' '.join(words[start:start + self.BLOCK_WORDS]).encode() + b'\n')
+            names.append(digest.hexdigest())  # of every word up to the block's end
+        with self.lock:
+            found = next((index for index, name in enumerate(names) if name not in self.blocks), len(names))
+            self.blocks.update(names)
+            self.served.append((found * self.BLOCK_WORDS, len(words)))
+        return self.prefill * (len(words) - found * self.BLOCK_WORDS) / max(1, len(words))
+
+
+def cache_text(api: str, request: dict) -> str:
+    """What the prefix cache reads of a request: a completion's prompt, or every string of its conversation
+    in order (conversation(): the system part first), so that a marker at the start is at the start here."""
+    if api == 'completions':
+        return request.get('prompt') if isinstance(request.get('prompt'), str) else ''
+    return ' '.join(_strings(conversation(api, request)))
+
+
 KV_CACHE_SLOTS = 16  # streams that fill the fixture's pretend KV cache: its usage is running / KV_CACHE_SLOTS
 
 
@@ -1427,7 +1468,8 @@ class FixtureServer(ThreadingHTTPServer):
                  tls_cert: str | None = None, tls_key: str | None = None,
                  seed: int = 0, model_name: str | None = None, idle_close: float = KEEP_ALIVE_TIMEOUT,
                  close_notify: bool = True, cut_turn: int | None = None, cut_session: str | None = None,
-                 record: bool = False, tokenize: bool = True, capacity: float = CAPACITY) -> None:
+                 record: bool = False, tokenize: bool = True, capacity: float = CAPACITY,
+                 prefix_cache: float | None = None) -> None:
         if mode not in CHOICES:
             raise ValueError(f'unknown mode {mode!r}; choose from {", ".join(CHOICES)}')
         if profile not in PROFILE_NAMES:
@@ -1445,6 +1487,8 @@ class FixtureServer(ThreadingHTTPServer):
             raise ValueError('idle_close must be a positive number of seconds')
         if not 0 < capacity < float('inf'):
             raise ValueError('capacity must be a positive number of streams per second')
+        if prefix_cache is not None and not 0 < prefix_cache < float('inf'):
+            raise ValueError('prefix_cache must be a positive number of seconds of prefill')
         if not close_notify and not tls_cert:
             raise ValueError('close_notify is TLS\'s closure alert: it needs tls_cert')
         if (cut_turn is not None or cut_session is not None) and mode != AGENT:
@@ -1467,6 +1511,7 @@ class FixtureServer(ThreadingHTTPServer):
         self.replay_twin = mark_replay(*parse_capture(replay_twin)) if replay_twin is not None else None
         self.schedule = Schedule(seed)  # the mixed mode's modes, and what it served
         self.turns = Turns(capacity)    # the capacity mode's start times
+        self.prefix_cache = PrefixCache(prefix_cache) if prefix_cache is not None else None  # --prefix-cache
         self.last_request = None  # (headers, JSON body) of the last request answered, for tests
         self.metrics = ServerMetrics()  # what GET /metrics says
         self.scheme = 'https' if tls_cert else 'http'
@@ -1511,7 +1556,9 @@ def server(port: int = 18080, mode: str = 'ok', delay: float | None = None, **se
     first answer of turn N of every session, or with cut_session TEXT of the sessions whose first user
     turn contains TEXT; record True keeps each request and its answer in ``received`` (AgentAnswer).
     POST /tokenize is answered as vLLM does, with count_tokens(), unless tokenize is False. capacity,
-    the streams per second the capacity mode starts at most (default CAPACITY).
+    the streams per second the capacity mode starts at most (default CAPACITY). prefix_cache S, in every
+    mode: a prompt's prefill takes S seconds less the share its cached prefix saves (PrefixCache, whose
+    ``served`` the server keeps as ``prefix_cache``).
     """
     return FixtureServer(port, mode=mode, delay=delay, **settings)
 
@@ -1580,6 +1627,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--capacity', type=float, default=CAPACITY, metavar='R',
                         help=f'the capacity mode starts at most R answers per second, each in its turn (default '
                              f'{CAPACITY:g})')
+    parser.add_argument('--prefix-cache', type=float, metavar='S',
+                        help='any mode: a prefix cache; a prompt waits S seconds of prefill before its answer, less '
+                             'the share of its words whose prefix an earlier request sent (blocks of '
+                             f'{PrefixCache.BLOCK_WORDS} words)')
     parser.add_argument('--tls-no-close-notify', action='store_true',
                         help='with --tls-cert: end connections without TLS\'s closure alert, as a cut does (a '
                              '--replay without Content-Length or chunking then ends unfinished)')
@@ -1615,7 +1666,7 @@ def main(argv: list[str] | None = None) -> int:
                           tls_cert=args.tls_cert, tls_key=args.tls_key, seed=args.seed,
                           model_name=args.model_name, idle_close=args.idle_close,
                           close_notify=not args.tls_no_close_notify, cut_turn=args.cut_turn,
-                          cut_session=args.cut_session, capacity=args.capacity)
+                          cut_session=args.cut_session, capacity=args.capacity, prefix_cache=args.prefix_cache)
     except ValueError as exc:
         parser.error(str(exc))
     except OSError as exc:  # includes ssl.SSLError for an unusable certificate or key

@@ -105,6 +105,20 @@ class GateParserTests(unittest.TestCase):
                                 (True, True): [False, False],   # both late: no difference, a missing figure
                                 (False, False): [True, True]})  # 2 ms
 
+    def test_session_and_turn_goodput_are_read_from_the_sessions_block_and_are_no_default_gate(self):
+        block = {'ok_ratio': 1.0, 'good': 0, 'good_ratio': 0.0, 'goodput_per_s': 0.0, 'turns_good_ratio': 2 / 3,
+                 'turns_goodput_per_s': 12.5}
+        result = {'ok_ratio': 1.0, 'not_ok_by_kind': {}, 'latency_ms': {}, 'sessions': block}
+        expressions = ['sessions_good < 1', 'sessions_good_ratio < 1', 'sessions_goodput_per_s <= 0',
+                       'turns_good_ratio < 0.5', 'turns_goodput_per_s < 10']
+        gates = tuple(stream_client._gates._parse_gate(text) for text in expressions)
+        evaluated = stream_client._gates._evaluate_gates(gates, result)
+        self.assertEqual([(gate['value'], gate['held']) for gate in evaluated],
+                         [(0, False), (0.0, False), (0.0, False), (2 / 3, True), (12.5, True)])
+        without = {key: value for key, value in result.items() if key != 'sessions'}  # not a load of sessions
+        self.assertEqual([gate['held'] for gate in stream_client._gates._evaluate_gates(gates, without)], [False] * 5)
+        defaults = [gate.text for gate in stream_client._gates._default_gates(result)]
+        self.assertEqual(defaults, ['ok_ratio < 1', 'sessions_ok_ratio < 1'])
 
 class GateCommandTests(unittest.TestCase):
     """--fail-if on a load and on --summary of its file: the exit status and the summary's gates agree."""

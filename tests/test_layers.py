@@ -115,8 +115,8 @@ def _tests_of(suite):
 # The modules of the sans-IO core, which take bytes, events, records and files and return results: none of
 # them imports what waits or talks (docs/development.md).
 SANS_IO_MODULES = ('_limits', '_sse', '_json', '_ecma', '_schema', '_dialects', '_validator', '_chat', '_responses',
-                   '_messages', '_answer', '_http', '_reader', '_verdict', '_gates', '_tails', '_plan', '_summary',
-                   '_comparison', '_workloads', '_benchmark_report')
+                   '_messages', '_answer', '_http', '_reader', '_salt', '_verdict', '_gates', '_tails', '_plan',
+                   '_summary', '_comparison', '_workloads', '_session_summary', '_benchmark_report')
 WAITING_OR_TALKING = ('socket', 'ssl', 'threading', 'select', 'time', 'subprocess', 'asyncio')
 
 

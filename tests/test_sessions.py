@@ -267,10 +267,10 @@ class SessionLoadTests(unittest.TestCase):
         path = self.sessions_file(2, turns=2)
         real = stream_client._sessions._with_conversation
 
-        def failing(request, conversation):  # session s1's second turn cannot be encoded
+        def failing(request, conversation, *salt):  # session s1's second turn cannot be encoded
             if any(item.get('content') == 'session 1 turn 2: weather?' for item in conversation.items):
                 raise UnicodeEncodeError('utf-8', '\ud83d', 0, 1, 'surrogates not allowed')
-            return real(request, conversation)
+            return real(request, conversation, *salt)
         with mock.patch.object(stream_client._sessions, '_with_conversation', failing):
             done = run_cli('--fixture', 'agent', '--sessions', path, '--concurrency', '2', '--output', 'built.jsonl',
                            cwd=self.folder)
@@ -695,7 +695,7 @@ class SessionEngineTests(unittest.TestCase):
 
     @sans_io
     def test_a_warm_up_session_is_left_out_of_the_reports_rows(self):
-        rows = stream_client._sessions._SessionRows()
+        rows = stream_client._session_summary._SessionRows()
         load = {'id': 'L'}
         for index, warmup in ((0, True), (1, False)):
             rows.add({'session': f's{index}', 'session_index': index, 'turn': 1, 'round': 0, 'ok': not warmup,

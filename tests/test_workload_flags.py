@@ -44,6 +44,7 @@ SAMPLE = {
     '--slo': ['first_text_ms=60000'], '--slo-target': ['0.5'], '--fail-if': ['runs > 1000'],
     '--capture': ['c.http'], '--report': ['r.html'], '--csv': ['c.csv'], '--metrics-port': ['0'],
     '--metrics-host': ['127.0.0.1'], '--otlp-json': ['m.otlp.jsonl'], '--otlp-endpoint': ['http://127.0.0.1:9'],
+    '--cache-salt': ['pass'], '--session-slo': ['total_ms=60000'],
 }
 
 
@@ -61,6 +62,10 @@ class Ran(typing.NamedTuple):
         """A setting of every record's request, as a set (lists as tuples)."""
         return {tuple(value) if isinstance(value, list) else value
                 for value in (record['request'][key] for record in self.records)}
+
+    def markers(self) -> int:
+        """How many distinct --cache-salt markers the records were sent with."""
+        return len({record['request']['cache_salt']['marker'] for record in self.records})
 
     def load(self, key: str) -> set:
         return {record['load'][key] for record in self.records}
@@ -170,6 +175,8 @@ EFFECTS = {
     ('--concurrencies', LOAD): Effect(['--runs', '2', '--concurrencies', '1,2'],
                                       lambda ran: [step['concurrency'] for step in ran.summary['concurrency_steps']],
                                       [1, 2]),
+    ('--cache-salt', LOAD): Effect(['--runs', '2', '--repeat', '2', '--cache-salt', 'pass'],
+                                   lambda ran: (ran.load('cache_salt'), ran.markers()), ({'pass'}, 2)),
     ('--find-capacity', LOAD): Effect(['--find-capacity', '20:40', '--duration', '0.05'],
                                       SEARCHED, (True, {(20.0, 40.0)}), served=True),
 
@@ -183,6 +190,13 @@ EFFECTS = {
     ('--arrivals', SESSIONS): Effect(['--rate', '100', '--arrivals', 'constant'], lambda ran: ran.load('arrivals'),
                                      {'constant'}),
     ('--seed', SESSIONS): Effect(['--rate', '100', '--seed', '4'], lambda ran: ran.load('seed'), {4}),
+    ('--cache-salt', SESSIONS): Effect(['--cache-salt', 'session'], lambda ran: (ran.load('cache_salt'), ran.markers()),
+                                       ({'session'}, 2)),
+    ('--session-slo', SESSIONS): Effect(['--session-slo', 'total_ms=60000'],
+                                        lambda ran: (ran.summary['sessions']['session_slo'],
+                                                     {r['load']['session_slo']['total_ms'] for r in ran.records},
+                                                     ran.summary['sessions']['good']),
+                                        ({'total_ms': 60000.0}, {60000.0}, 2)),
     ('--keep-alive', SESSIONS): Effect(['--sessions', '{in}/two-turns.jsonl', '--keep-alive'],
                                        lambda ran: sorted(r['connection']['reused'] for r in ran.records),
                                        [False, True]),
@@ -247,6 +261,8 @@ EFFECTS = {
                                   lambda ran: {r['load']['plan']['start_at'] is not None for r in ran.records}, {True}),
     ('--concurrency', TRACE): Effect(['--concurrency', '1'], lambda ran: ran.load('concurrency'), {1}),
     ('--seed', TRACE): Effect(['--seed', '3'], lambda ran: (TWO_MIXED_OK, ran.summary['ok']), (True, 2), mode='mixed'),
+    ('--cache-salt', TRACE): Effect(['--cache-salt', 'pass'], lambda ran: (ran.load('cache_salt'), ran.markers()),
+                                    ({'pass'}, 1)),
     ('--trace-speed', TRACE): Effect(['--trace-speed', '2'], lambda ran: ran.summary['trace']['speed'], 2),
     ('--block-size', TRACE): Effect(['--trace', '{in}/mooncake.jsonl', '--block-size', '8'],
                                     lambda ran: {r['trace']['block_size'] for r in ran.records}, {8}),
@@ -399,7 +415,7 @@ class FlagTableTests(unittest.TestCase):
                 if chosen[column]:
                     self.assertIn(chosen[column], lines[0].replace(flag, '', 1))
                 else:
-                    self.assertIn('not a single run' if cell == 'load' else '--trace', lines[0])
+                    self.assertIn('not a single run' if cell == 'load' else f'--{cell[4:]}', lines[0])
                 self.assertEqual(os.listdir(folder), [])
         self.assertEqual(server.connections, 0)
 

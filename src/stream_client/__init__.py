@@ -43,6 +43,8 @@ _reader        the whole response, sans-IO: ``ResponseReader`` composes HTTP,
 _headers       the headers a user adds (--header), checked; only their names are ever kept
 _request       ``prepare()`` checks a request before any connection and returns
                the frozen ``PreparedRequest`` a run sends
+_salt          --cache-salt, sans-IO: a pass's (or a session's) marker before the first text of
+               every request, so that a prefix cache cannot serve a replayed pass
 _exchange      what one run owns: ``_Exchange``, its ``_Timeline`` (kernel
                arrival stamps where Linux gives them), its connection,
                ``Cancel`` and ``KeptConnections``
@@ -69,7 +71,9 @@ _otel          a load's figures as OpenTelemetry's GenAI client metrics, sans-IO
 _workloads     workload files, sans-IO: ``_parse_sessions()`` reads a --sessions file, and
                ``_Conversation`` is the history a session sends, in its API's shape
 _sessions      ``_run_sessions()``: multi-turn agent sessions, each request one run, a run not ok
-               ending its session; ``_SessionSummary`` counts sessions, turns and tool rounds
+               ending its session
+_session_summary ``_SessionSummary``, sans-IO: sessions, turns and tool rounds counted from the records,
+               and session goodput beside turn goodput; ``_SessionRows``, a report's turns
 _trace         ``_run_trace()``: a timed trace replayed open-loop, each run's lateness kept; the
                prompts' lengths met with the server's /tokenize where it offers one
 _report        ``Report``: one self-contained HTML page per load

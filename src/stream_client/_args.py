@@ -23,6 +23,7 @@ from ._request import (
     _API_PATHS, _DEFAULT_PROMPT, _DEFAULT_URL, _FINISHES, _models_request, _positive_finite, prepare, PreparedRequest)
 from ._exchange import _Exchange
 from ._transport import _fetch_unstreamed
+from ._salt import _SALT_CHOICES, _SALT_FIELD
 from ._load import _ARRIVALS, _MAX_OPEN_LOOP_IN_FLIGHT
 from ._summary import _DEFAULT_SLO_TARGET, _SLO_FIGURES
 
@@ -171,6 +172,15 @@ def _parser() -> _OneLineParser:
     sweep.add_argument('--slo-target', type=float, metavar='F',
                       help=f'the attainment (good runs over all) a sweep step needs to count as under capacity '
                            f'(default {_DEFAULT_SLO_TARGET})')
+    sweep.add_argument('--session-slo', action='append', metavar='NAME=MS',
+                       help='with --sessions: a bound a good session meets, repeatable: total_ms (from its first '
+                            'run\'s start to its last run\'s end); a good session also ended ok with every run '
+                            'within --slo (docs/goodput.md#session-goodput)')
+    load.add_argument('--cache-salt', choices=_SALT_CHOICES, default='off',
+                      help='a marker before every prompt so that a prefix cache cannot serve a pass from an earlier '
+                           'one: pass (one per load, --repeat, sweep step or command), session (one per session of '
+                           '--sessions), off (default); ",vllm" also sends it as vLLM\'s cache_salt field '
+                           '(docs/goodput.md#no-cache-that-flatters-a-replay)')
     load.add_argument('--arrivals', choices=_ARRIVALS, default='poisson',
                       help='how --rate spaces the starts (default poisson, seeded by --seed)')
     load.add_argument('--seed', type=int, default=0, help='seed of the arrivals and of --fixture mixed (default 0)')
@@ -478,6 +488,16 @@ def _extra(args) -> dict | None:
         raise UsageError(f'--extra is not valid JSON: {exc}') from None
 
 
+def _cache_salt(args, sessions: bool = False) -> str:
+    """--cache-salt, checked against the workload (session is for --sessions) and --extra; UsageError."""
+    choice = args.cache_salt
+    if choice.startswith('session') and not sessions:
+        raise UsageError(f'--cache-salt {choice} gives each session its own marker: it is for --sessions; use pass')
+    if choice.endswith(',vllm') and _SALT_FIELD in (_extra(args) or {}):
+        raise UsageError(f'--cache-salt {choice} sends {_SALT_FIELD} itself: leave it out of --extra')
+    return choice
+
+
 def _terminate(signum, frame):
     raise Interrupted('SIGTERM')
 
@@ -521,7 +541,8 @@ class _Fixture:
 
 # What --compare and --summary take besides their files; every other flag is for a run.
 _READING_FLAGS = {'compare': ('compare', 'quiet', 'mixed_sources', 'fail_if', 'format', 'seed', 'slo', 'slo_target'),
-                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target', 'fail_if', 'format')}
+                 'summary': ('summary', 'report', 'quiet', 'mixed_sources', 'slo', 'slo_target', 'fail_if', 'format',
+                             'session_slo')}
 # prepare()'s and LoadSettings' parameters, by the flag a user typed.
 _FLAG_OF_PARAMETER = {'max_tokens': '--max-tokens', 'idle': '--idle', 'deadline': '--deadline',
                      'temperature': '--temperature', 'stop': '--stop', 'extra': '--extra', 'model': '--model',

@@ -34,6 +34,7 @@ from ._workload_flags import _check_workload_flags
 from ._steps import _first_step, _load_settings, _repeated, _slo_target
 from ._views import _compare_table, _emit, _emit_summary, _LiveView, _say_written
 from ._engine import _drive, _Workload
+from ._session_summary import _parse_session_slos
 from ._workloads_cli import _plan_workload, _synthetic_requests, _workload_blocks
 from ._server_metrics import _metrics_lines, _metrics_settings, _saved_metrics, _Scraper
 from ._exporter_cli import _exporter_command
@@ -165,7 +166,9 @@ def _summary_command(args, prog: str, gates: tuple) -> int:
             os.close(report_fd)
             os.unlink(args.report)
         raise
-    result = {**summary.result(), **_workload_blocks(args.summary)}
+    result = {**summary.result(), **_workload_blocks(args.summary, _parse_slos(args.slo) if args.slo else None,
+                                                     _parse_session_slos(args.session_slo) if args.session_slo
+                                                     else None)}
     if metrics is not None:
         result['server_metrics'] = metrics
         if report is not None:

@@ -17,7 +17,7 @@ from ._plan import _LoadCheck, _shard_runs
 from ._gates import _default_gates, _evaluate_gates, _gates_held
 from ._summary import Summary
 from ._report import Report
-from ._sessions import _SessionRows
+from ._session_summary import _SessionRows
 from ._evidence import _EvidenceFiles, _ignore_signals, _SIGNAL_EXIT, _write_report
 from ._server_metrics import _metrics_lines, _Scraper
 from ._args import _unset_key_note

@@ -29,10 +29,16 @@ _ALL, _CERTIFIED = '_all', '_certified'
 _CERTIFIED_PERCENTILES = (90, 99)
 # The summary's own figures a gate may read, by the name the summary's JSON gives them.
 _PLAIN_FIGURES = ('runs', 'ok', 'not_ok', 'ok_ratio', 'good', 'goodput_per_s', 'slo_attainment', 'first_chunk_good',
-                  'runs_per_s', 'ok_runs_per_s', 'stale_connection_failures', 'sessions_ok_ratio')
+                  'runs_per_s', 'ok_runs_per_s', 'stale_connection_failures', 'sessions_ok_ratio', 'sessions_good',
+                  'sessions_good_ratio', 'sessions_goodput_per_s', 'turns_good_ratio', 'turns_goodput_per_s')
 # The figures a gate reads from a workload's block of the summary, by (block, field): a session can end not
-# ok with every run of it ok (ended by max_tool_rounds), which ok_ratio, over runs, cannot show.
-_BLOCK_FIGURES = {'sessions_ok_ratio': ('sessions', 'ok_ratio')}
+# ok with every run of it ok (ended by max_tool_rounds), which ok_ratio, over runs, cannot show; and session
+# goodput, which turn goodput beside it cannot show either (docs/goodput.md#session-goodput).
+_BLOCK_FIGURES = {'sessions_ok_ratio': ('sessions', 'ok_ratio'), 'sessions_good': ('sessions', 'good'),
+                  'sessions_good_ratio': ('sessions', 'good_ratio'),
+                  'sessions_goodput_per_s': ('sessions', 'goodput_per_s'),
+                  'turns_good_ratio': ('sessions', 'turns_good_ratio'),
+                  'turns_goodput_per_s': ('sessions', 'turns_goodput_per_s')}
 _UNCLASSIFIED = 'unclassified'  # the kind of a failure in a record older than error_kind
 _OPERATORS = {'<=': operator.le, '>=': operator.ge, '==': operator.eq, '!=': operator.ne, '<': operator.lt,
               '>': operator.gt}

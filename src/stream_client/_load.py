@@ -19,6 +19,7 @@ import typing
 
 from ._json import _json_text
 from ._request import _positive_finite, PreparedRequest
+from ._salt import _pass_salt, _SALT_CHOICES, _salted
 from ._exchange import Cancel, KeptConnections
 from ._record import _client_failure, _utc_iso
 from ._transport import _run, _Show
@@ -53,6 +54,8 @@ class LoadSettings:
     repeat: int | None = None      # which of --repeat K loads this is, from 0
     shard: tuple = (0, 1)          # (I, N): this process sends the runs i with i % N == I (see _plan)
     start_at: float | None = None  # the epoch time the schedule starts at (None: now)
+    cache_salt: str = 'off'        # --cache-salt: a marker per pass (or per session) before every prompt (_salt)
+    session_slos: tuple = ()       # --session-slo (name, ms) pairs a good session meets (sessions only)
 
     def __post_init__(self) -> None:
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
@@ -82,6 +85,8 @@ class LoadSettings:
                              f'got {self.warmup_runs!r}')
         if self.warmup_s is not None and not _positive_finite(self.warmup_s):
             raise ValueError(f'warmup_s must be a positive number of seconds, got {self.warmup_s!r}')
+        if self.cache_salt not in _SALT_CHOICES:
+            raise ValueError(f'cache_salt must be one of {", ".join(_SALT_CHOICES)}, got {self.cache_salt!r}')
 
     @property
     def in_flight(self) -> int:
@@ -95,7 +100,8 @@ class LoadSettings:
                 'keep_alive': self.keep_alive, 'duration': self.duration, 'step': self.step,
                 'slo': dict(self.slos) or None, 'slo_target': self.slo_target, 'processes': self.processes,
                 'warmup_runs': self.warmup_runs, 'warmup_s': self.warmup_s,
-                'search': list(self.search) if self.search else None, 'repeat': self.repeat}
+                'search': list(self.search) if self.search else None, 'repeat': self.repeat,
+                'cache_salt': self.cache_salt}
 
     def warms_up(self, index: int, offset_s: float) -> bool:
         """Whether run index, started offset_s after the load's start, is a warm-up run."""
@@ -226,6 +232,8 @@ def run_load(requests: list[PreparedRequest], settings: LoadSettings, on_record,
     """
     started = _started(settings, clock)
     described = _load_description(requests, settings)
+    salt = _pass_salt(settings.cache_salt, described)
+    requests = [_salted(request, salt) for request in requests]
 
     def run_share(share: tuple[int, int], out, cancel: Cancel, on_run=None) -> None:
         _run_share(requests, settings, out, cancel, started, described, share, clock, on_run=on_run)

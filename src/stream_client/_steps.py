@@ -14,7 +14,15 @@ from ._request import _positive_finite
 from ._load import LoadSettings, _scheduled_runs
 from ._gates import _SCHEDULE_FIELDS
 from ._summary import _parse_slos, _saturation_step, Summary
-from ._args import _warmup
+from ._session_summary import _parse_session_slos
+from ._args import _cache_salt, _warmup
+
+
+def _pass_fields(args) -> dict:
+    """What every step of a workload carries beside its schedule: --cache-salt (checked against the workload)
+    and --session-slo (sessions only: the flag table refuses it elsewhere)."""
+    return {'cache_salt': _cache_salt(args, sessions=args.sessions is not None),
+            'session_slos': _parse_session_slos(args.session_slo or [])}
 
 
 def _load_settings(args, units: int | None = None):
@@ -54,7 +62,7 @@ def _load_settings(args, units: int | None = None):
                              'are the first of --runs')
         return [LoadSettings(runs, args.concurrency, args.rate, args.arrivals, args.seed, args.keep_alive,
                              slos=slos, slo_target=target, processes=processes, warmup_runs=warmup_runs,
-                             warmup_s=warmup_s)]
+                             warmup_s=warmup_s, **_pass_fields(args))]
     if not _positive_finite(args.duration):
         raise UsageError(f'--duration must be a positive number of seconds, not {args.duration}')
     if not _positive_finite(rates[0] if rates else args.rate):
@@ -66,7 +74,8 @@ def _load_settings(args, units: int | None = None):
     if warmup_runs and warmup_runs >= min(step.runs for step in steps):
         raise UsageError(f'--warmup {args.warmup} leaves no run to summarise: a step of --duration '
                          f'{args.duration:g} s schedules {min(step.runs for step in steps)} runs')
-    return [dataclasses.replace(step, warmup_runs=warmup_runs, warmup_s=warmup_s) for step in steps]
+    return [dataclasses.replace(step, warmup_runs=warmup_runs, warmup_s=warmup_s, **_pass_fields(args))
+            for step in steps]
 
 
 class _CapacitySearch:
@@ -96,6 +105,7 @@ class _CapacitySearch:
         self.args, self.processes = args, 1 if args.processes is None else args.processes
         self.slos, self.slo_target = _parse_slos(args.slo or []), _slo_target(args)
         self.warmup = _warmup(args.warmup)
+        self.fields = _pass_fields(args)
         fewest = _scheduled_runs(self.low, args.arrivals, args.seed, args.duration)  # more runs at a higher rate
         if self.warmup[0] and self.warmup[0] >= fewest:
             raise UsageError(f'--warmup {args.warmup} leaves no run to summarise: a probe at {self.low:g} runs/s '
@@ -105,7 +115,8 @@ class _CapacitySearch:
         args = self.args
         return LoadSettings(_scheduled_runs(rate, args.arrivals, args.seed, args.duration), args.concurrency, rate,
                             args.arrivals, args.seed, args.keep_alive, args.duration, number, self.slos,
-                            self.slo_target, self.processes, *self.warmup, search=(self.low, self.high))
+                            self.slo_target, self.processes, *self.warmup, search=(self.low, self.high),
+                            **self.fields)
 
     def probes(self, summary: Summary):
         """The probes in turn, each chosen (by _next_probe) from the summary of the ones before."""
@@ -167,7 +178,8 @@ def _concurrency_steps(args, units: int | None = None) -> list[LoadSettings]:
     if warmup_runs >= runs:
         raise UsageError(f'--warmup {args.warmup} leaves no run of the {runs} of a step to summarise')
     return [LoadSettings(runs, level, None, args.arrivals, args.seed, args.keep_alive, None, number, slos, target,
-                         1 if args.processes is None else args.processes, warmup_runs, warmup_s)
+                         1 if args.processes is None else args.processes, warmup_runs, warmup_s,
+                         **_pass_fields(args))
             for number, level in enumerate(sorted(levels))]
 
 

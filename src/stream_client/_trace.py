@@ -10,6 +10,7 @@ import http.client
 import json
 
 from ._request import PreparedRequest
+from ._salt import _pass_salt, _salted
 from ._load import _Clock, _load_description, LoadSettings, _REAL_CLOCK, _run_share, _run_shares, _started
 from ._summary import _percentiles
 from ._workloads import _prompt_words, _TraceLine
@@ -93,9 +94,12 @@ def _run_trace(lines: list[_TraceLine], requests: list[PreparedRequest], facts: 
     settings.processes processes, on the load's engine (_run_share: --keep-alive too); call on_record for
     each run as it ends, one call at a time. Each record gains run, offset_ms, queued_ms and scheduled_ms
     (how late it started, and when it was due), load (with the plan every shard shares), and trace: the
-    line, its timestamp, scheduled_ms, late_ms and the facts of its prompt. ``clock`` is what the schedule
-    waits by; on_started() is called before the first line starts, on_run() as each line's run starts."""
+    line, its timestamp, scheduled_ms, late_ms and the facts of its prompt. With settings.cache_salt, every
+    prompt starts with the pass's marker (_salt). ``clock`` is what the schedule waits by; on_started() is
+    called before the first line starts, on_run() as each line's run starts."""
     described = _load_description(requests, settings, arrivals='trace', trace_speed=speed)
+    salt = _pass_salt(settings.cache_salt, described)
+    requests = [_salted(request, salt) for request in requests]
     offsets = _trace_offsets(lines, speed)
     started = _started(settings, clock)
 

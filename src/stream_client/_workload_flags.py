@@ -21,6 +21,7 @@ _WHY = {
     'turns': 'each session brings its own turns',
     'tools': 'each session brings its own tools',
     'for-trace': 'it is for --trace',
+    'for-sessions': 'it is for --sessions',
     'prompts': 'the trace gives the prompts and their lengths',
     'schedule': 'the trace\'s timestamps are its schedule (--trace-speed scales them)',
     'draws': 'a trace draws nothing: each pass replays the same lines at the same times',
@@ -71,6 +72,8 @@ _FLAG_TABLE = {
     '--capture': ('yes', 'one', 'one', 'one'),
     '--report': ('load', 'yes', 'yes', 'yes'),
     '--csv': ('load', 'yes', 'yes', 'yes'),
+    '--cache-salt': ('load', 'yes', 'yes', 'yes'),
+    '--session-slo': ('for-sessions', 'for-sessions', 'yes', 'for-sessions'),
 }
 # The flags that make the command a load rather than one run (--runs of 2 or more); each is "load" in
 # the one run's column, and honoured by a load. The other "load" cells of that column are refused: the
@@ -125,8 +128,8 @@ def _check_workload_flags(parser, args, argv: list[str]) -> None:
         if cell == 'load':
             raise UsageError(f'{flag} is for a load, not a single run: give --runs 2 or more, or --rate with '
                              f'--duration {_SEE}')
-        if cell == 'for-trace':
-            raise UsageError(f'{flag} is for --trace{", not " + chosen_by if chosen_by else ""} {_SEE}')
+        if cell.startswith('for-'):
+            raise UsageError(f'{flag} is for --{cell[4:]}{", not " + chosen_by if chosen_by else ""} {_SEE}')
         raise UsageError(f'{flag} does not go with {chosen_by}: {_WHY[cell]} {_SEE}')
     open_loop = args.rate is not None or args.rates is not None or args.find_capacity is not None
     if given['--arrivals'] and not open_loop:

@@ -19,11 +19,12 @@ from ._summary import _parse_slos
 from ._evidence import iter_records
 from ._workloads import (
     _mean_spread, _MAX_TRACE_TOKENS, _parse_sessions, _parse_trace, _Session, _Synthetic, _synthetic_words)
-from ._sessions import _run_sessions, _SessionSummary
+from ._sessions import _run_sessions
+from ._session_summary import _SessionSummary
 from ._trace import _fitted, _run_trace, _Tokenizer, _trace_prompts, _TraceSummary
 from ._headers import _parse_header
 from ._args import _answer_files, _extra, _prompt, _warmup
-from ._steps import _load_settings, _repeated, _slo_target
+from ._steps import _load_settings, _pass_fields, _repeated, _slo_target
 from ._engine import _Workload
 
 _SESSION_APIS = ('chat', 'messages', 'responses')
@@ -125,7 +126,7 @@ def _plan_trace(args, url: str, key_env: str) -> _Workload:
     base = LoadSettings(len(lines), min(len(lines), args.concurrency or _MAX_OPEN_LOOP_IN_FLIGHT),
                         keep_alive=args.keep_alive, slos=_parse_slos(args.slo or []), slo_target=_slo_target(args),
                         processes=1 if args.processes is None else args.processes, warmup_runs=warmup_runs,
-                        warmup_s=warmup_s)
+                        warmup_s=warmup_s, **_pass_fields(args))
     steps = _planned_steps(args, _repeated(args, [base]), time.time(), 'line')
     prepared = _preparer(args, url, model, key_env)
     tokenizer = _Tokenizer(prepared('x', args.max_tokens))
@@ -205,10 +206,11 @@ def _synthetic_requests(args, url: str, count: int, key_env: str = 'MODEL_API_KE
     return requests
 
 
-def _workload_blocks(paths: list[str]) -> dict:
+def _workload_blocks(paths: list[str], slos: tuple | None = None, session_slos: tuple | None = None) -> dict:
     """The sessions and trace blocks of saved evidence, for --summary: each recomputed from the records,
-    as the load printed it; none for files without such runs."""
-    sessions, trace = _SessionSummary(), None
+    as the load printed it (the sessions judged by slos and session_slos when given, else by their
+    loads'); none for files without such runs."""
+    sessions, trace = _SessionSummary(slos, session_slos), None
     for path in paths:
         for record in iter_records(path, []):  # a line that is not JSON: left out here as in the summary
             sessions.add(record)
