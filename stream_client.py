@@ -7794,6 +7794,7 @@ class Summary:
         self.levels: dict[int, Summary] | None = {} if by_step else None  # a --concurrencies sweep's, by concurrency
         self.runs = self.ok = 0
         self.warmup_runs = 0               # warm-up runs: their records are kept, their figures left out
+        self.warmup_planned = 0            # ... those of loads that planned their runs (not a session's)
         self.by_layer: collections.Counter = collections.Counter()
         self.by_kind: collections.Counter = collections.Counter()
         self.latency = {field: array.array('d') for field in _LATENCY_FIELDS + _SCHEDULE_FIELDS}
@@ -7822,6 +7823,7 @@ class Summary:
     def add(self, record: dict) -> None:
         if record.get('warmup'):
             self.warmup_runs += 1
+            self.warmup_planned += (record.get('load') or {}).get('runs') is not None
             return
         self.runs += 1
         start = self.epoch(record['started_at'])
@@ -7933,7 +7935,7 @@ class Summary:
     def planned_runs(self) -> int:
         """The runs the loads planned, each load counted once by its id, less the warm-up runs; a run that was
         not part of a load, or of a load that does not plan its runs ahead (--sessions), as it came."""
-        return sum(self.planned.values()) + self.single_runs - self.warmup_runs
+        return sum(self.planned.values()) + self.single_runs - self.warmup_planned
 
     def _tails(self) -> dict:
         """The tail with the failures inside, over every planned run (one not ok or never started infinitely

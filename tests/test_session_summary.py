@@ -100,9 +100,13 @@ class SessionGoodputTests(unittest.TestCase):
         done = run_cli('--fixture', 'agent', '--sessions', str(HERE / 'testdata' / 'examples' / 'sessions.jsonl'),
                        '--warmup', '2', '--output', 'warm.jsonl', cwd=self.folder)
         self.assertEqual(done.returncode, 0, done.stderr)
-        block = json.loads(done.stdout)['sessions']
+        summary = json.loads(done.stdout)
+        block = summary['sessions']
         self.assertEqual((block['sessions'], block['planned'], block['ok_ratio'], block['good'], block['good_ratio']),
                          (6, 6, 1.0, 6, 1.0))
+        # a session's runs are not planned ahead: its warm-up runs are not taken off the runs it has
+        self.assertEqual((summary['planned_runs'], summary['latency_all_never_started']), (summary['runs'], 0))
+        self.assertGreater(summary['warmup_runs'], 0)
 
     def test_a_run_over_slo_or_a_session_over_its_total_bound_is_not_good_and_summary_judges_again(self):
         sessions = str(HERE / 'testdata' / 'examples' / 'sessions.jsonl')
