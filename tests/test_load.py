@@ -1009,7 +1009,7 @@ class GoodputTests(unittest.TestCase):
         read, write = os.pipe()
         os.close(read)  # every worker has ended: EPIPE
         try:
-            stream_client._load._tell_workers(write, 'SIGINT', 2)
+            stream_client._processes._tell_workers(write, 'SIGINT', 2)
         finally:
             os.close(write)
 

@@ -31,10 +31,10 @@ COMMAND = 'python3 tools/amalgamate.py'
 # check and __all__) opens the file and __main__ closes it.
 MODULES = ('_limits', '_sse', '_json', '_ecma', '_schema', '_dialects', '_validator', '_chat', '_responses',
            '_messages', '_answer', '_http', '_reader', '_headers', '_request', '_salt', '_exchange', '_verdict',
-           '_failures', '_record', '_transport', '_machine', '_runs', '_plan', '_load', '_gates', '_tails', '_summary',
-           '_comparison', '_otel', '_workloads', '_sessions', '_session_summary', '_trace', '_report',
-           '_benchmark_report', '_evidence', '_server_metrics', '_live_metrics', '_args', '_workload_flags', '_steps',
-           '_views', '_engine', '_workloads_cli', '_exporter', '_exporter_cli', '_cli')
+           '_failures', '_record', '_transport', '_machine', '_runs', '_processes', '_plan', '_load', '_gates',
+           '_tails', '_summary', '_comparison', '_otel', '_workloads', '_sessions', '_session_summary', '_trace',
+           '_report', '_benchmark_report', '_evidence', '_server_metrics', '_live_metrics', '_args', '_workload_flags',
+           '_steps', '_views', '_engine', '_workloads_cli', '_exporter', '_exporter_cli', '_cli')
 _ALWAYS_BOUND = set(dir(builtins)) | {'__file__', '__name__', '__doc__', '__spec__', '__builtins__'}
 
 

@@ -57,6 +57,7 @@ _transport     ``run()`` and ``stream()``: one request, read under the idle
 _machine       ``_Machine``: one run on the engine as a state machine (connect, send, read, record)
 _runs          ``_Engine``: the runs of a load, a trace or sessions as state machines on one
                epoll set in the load's thread, no thread per run (Linux)
+_processes     ``_spread_load()``: a workload's shares over forked worker processes (--processes)
 _plan          a load's plan: its id, ``--shard I/N`` and ``--start-at``; which shard is missing
 _load          ``run_load()``: runs on the engine (worker threads without epoll) or forked processes
 _gates         ``--fail-if`` gates on a summary, sans-IO: parsed before anything

@@ -7,17 +7,13 @@ written.
 """
 import dataclasses
 import itertools
-import json
 import os
 import queue
 import random
-import signal
 import threading
 import time
-import traceback
 import typing
 
-from ._json import _json_text
 from ._request import _positive_finite, PreparedRequest
 from ._salt import _pass_salt, _SALT_CHOICES, _salted
 from ._exchange import Cancel, KeptConnections
@@ -25,6 +21,7 @@ from ._record import _client_failure, _utc_iso
 from ._transport import _run, _Show
 from ._runs import _Engine, _EPOLL, _wait_until
 from ._plan import _plan_id, _shard_runs
+from ._processes import _spread_load
 
 
 _ARRIVALS = ('poisson', 'constant')
@@ -248,7 +245,8 @@ def _run_shares(settings: LoadSettings, run_share, on_record, cancel: Cancel, on
     time; on_run only here (a forked worker's runs say nothing of their starts: its copy of a lock that
     another thread held at the fork would never be released)."""
     if settings.processes > 1:
-        _spread_load(settings, run_share, on_record, cancel, on_started)
+        _spread_load([_share(settings, number) for number in range(settings.processes)], run_share, on_record, cancel,
+                     on_started)
         return
     if on_started is not None:
         on_started()
@@ -379,89 +377,3 @@ def _run_scheduled(start_job, keep_alive: bool, schedule, slots: int, started: f
     finally:
         for connections in kept_by_worker:
             connections.close()
-
-
-_CANCEL_MESSAGE = 16  # bytes a cancelled load writes per worker process: the reason, padded
-
-
-def _spread_load(settings: LoadSettings, run_share, on_record, cancel: Cancel, on_started=None) -> None:
-    """Fork settings.processes worker processes, each running its share of the units (run_share) and
-    writing each record as one JSON line to its own pipe; call on_record for every line here, one at a
-    time, so that this process stays the one owner of the evidence. The clock (perf_counter) is the
-    system's monotonic one, shared by the processes, so offsets stay on one schedule. A cancel here
-    is written to one control pipe that every worker watches; a worker whose parent is gone cancels
-    itself too. Workers ignore SIGINT and SIGTERM: the parent alone decides."""
-    control_read, control_write = os.pipe()
-    lock, pids, parent_fds = threading.Lock(), [], [control_write]
-
-    def tell(reason: str) -> None:  # at once, so that no worker starts a run after the cancel
-        _tell_workers(control_write, reason, settings.processes)
-
-    def relay(fd: int) -> None:
-        with os.fdopen(fd, 'r', encoding='utf-8', errors='replace') as lines:
-            for line in lines:
-                try:
-                    record = json.loads(line)
-                except ValueError:  # cut by the worker's death: that run has no record, and the load says so
-                    continue
-                with lock:
-                    on_record(record)
-    cancel.on_cancel(tell)  # before the forks: a worker forked after a cancel finds it waiting in the pipe
-    try:
-        for number in range(settings.processes):  # every fork before any thread of this load starts
-            record_read, record_write = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # the worker
-                for fd in parent_fds + [record_read]:
-                    os.close(fd)
-                _worker_process(run_share, _share(settings, number), control_read, record_write)
-            os.close(record_write)
-            parent_fds.append(record_read)
-            pids.append(pid)
-        os.close(control_read)
-        if on_started is not None:
-            on_started()
-        readers = [threading.Thread(target=relay, args=(fd,), daemon=True) for fd in parent_fds[1:]]
-        for reader in readers:
-            reader.start()
-        for reader in readers:
-            while reader.is_alive():
-                reader.join(0.1)  # in short waits, so that signals are handled
-    finally:
-        cancel.forget(tell)  # before the pipe closes: its descriptor's number may be reused
-        os.close(control_write)
-    for pid in pids:
-        os.waitpid(pid, 0)
-
-
-def _tell_workers(control: int, reason: str, processes: int) -> None:
-    """Write a cancel's reason to the control pipe once for each worker process; a pipe that every worker
-    has left already (EPIPE: the load was ending) has nobody to tell."""
-    try:
-        os.write(control, reason.encode()[:_CANCEL_MESSAGE].ljust(_CANCEL_MESSAGE) * processes)
-    except OSError:
-        pass
-
-
-def _worker_process(run_share, share: tuple[int, int], control: int, records: int) -> None:
-    """The body of a forked worker: run the share, write its records, exit (never returns)."""
-    status = 1
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        cancel = Cancel()
-
-        def watch() -> None:
-            reason = os.read(control, _CANCEL_MESSAGE).decode(errors='replace').strip()
-            cancel.cancel(reason or 'the end of the process that started the load')
-        threading.Thread(target=watch, daemon=True).start()
-        with os.fdopen(records, 'w', encoding='utf-8') as out:
-            def write(record: dict) -> None:
-                out.write(_json_text(record) + '\n')
-                out.flush()
-            run_share(share, write, cancel)
-        status = 0
-    except BaseException:  # a bug in this client: say so, and let the parent see the status
-        traceback.print_exc()
-    finally:
-        os._exit(status)
