@@ -6622,13 +6622,19 @@ class _Engine:
 _CANCEL_MESSAGE = 16  # bytes a cancelled load writes per worker process: the reason, padded
 
 
-def _spread_load(shares: list[tuple[int, int]], run_share, on_record, cancel: Cancel, on_started=None) -> None:
-    """Fork a worker process per share, each running its share of the units (run_share(share, out, cancel)) and
+_STARTED_LINE = '0\n'  # the line a worker writes as one of its runs starts (a record is a JSON object)
+
+
+def _spread_load(shares: list[tuple[int, int]], run_share, on_record, cancel: Cancel, on_started=None,
+                 on_run=None) -> None:
+    """Fork a worker process per share, each running its share of the units (run_share(share, out, cancel,
+    started)) and
     writing each record as one JSON line to its own pipe; call on_record for every line here, one at a
     time, so that this process stays the one owner of the evidence. The clock (perf_counter) is the
     system's monotonic one, shared by the processes, so offsets stay on one schedule. A cancel here
     is written to one control pipe that every worker watches; a worker whose parent is gone cancels
-    itself too. Workers ignore SIGINT and SIGTERM: the parent alone decides."""
+    itself too. Workers ignore SIGINT and SIGTERM: the parent alone decides. A worker writes _STARTED_LINE as
+    each of its runs starts, and on_run() is called here for it."""
     control_read, control_write = os.pipe()
     lock, pids, parent_fds = threading.Lock(), [], [control_write]
 
@@ -6638,6 +6644,11 @@ def _spread_load(shares: list[tuple[int, int]], run_share, on_record, cancel: Ca
     def relay(fd: int) -> None:
         with os.fdopen(fd, 'r', encoding='utf-8', errors='replace') as lines:
             for line in lines:
+                if line == _STARTED_LINE:
+                    if on_run is not None:
+                        with lock:
+                            on_run()
+                    continue
                 try:
                     record = json.loads(line)
                 except ValueError:  # cut by the worker's death: that run has no record, and the load says so
@@ -6694,10 +6705,18 @@ def _worker_process(run_share, share: tuple[int, int], control: int, records: in
             cancel.cancel(reason or 'the end of the process that started the load')
         threading.Thread(target=watch, daemon=True).start()
         with os.fdopen(records, 'w', encoding='utf-8') as out:
+            lock = threading.Lock()  # this process's own: the runs' starts and ends may come from threads
+
             def write(record: dict) -> None:
-                out.write(_json_text(record) + '\n')
-                out.flush()
-            run_share(share, write, cancel)
+                with lock:
+                    out.write(_json_text(record) + '\n')
+                    out.flush()
+
+            def started() -> None:
+                with lock:
+                    out.write(_STARTED_LINE)
+                    out.flush()
+            run_share(share, write, cancel, started)
         status = 0
     except BaseException:  # a bug in this client: say so, and let the parent see the status
         traceback.print_exc()
@@ -7138,12 +7157,12 @@ def _run_shares(settings: LoadSettings, run_share, on_record, cancel: Cancel, on
     """Run every share of a workload's units (runs, sessions, lines) of this shard: run_share(share, out,
     cancel, on_run) runs the units i with i % workers == number (share is (number, workers): see _share),
     handing each record to out and calling on_run() as each run starts. In this process, or spread over
-    settings.processes forked ones (_spread_load), and on_record is called here either way, one call at a
-    time; on_run only here (a forked worker's runs say nothing of their starts: its copy of a lock that
-    another thread held at the fork would never be released)."""
+    settings.processes forked ones (_spread_load), and on_record and on_run are called here either way, one
+    call at a time (a forked worker says each start on its pipe: the parent's on_run, and the locks it
+    takes, never run in the worker, whose copy of a lock another thread held at the fork is never released)."""
     if settings.processes > 1:
         _spread_load([_share(settings, number) for number in range(settings.processes)], run_share, on_record, cancel,
-                     on_started)
+                     on_started, on_run)
         return
     if on_started is not None:
         on_started()

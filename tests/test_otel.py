@@ -392,13 +392,16 @@ class EndpointDuringALoadTests(unittest.TestCase):
         files = {'sessions.jsonl': ''.join(json.dumps({'id': f's{n}', 'turns': ['one', 'two']}) + '\n'
                                            for n in range(2)),
                  'trace.jsonl': '{"timestamp": 0, "prompt": "a"}\n{"timestamp": 5, "prompt": "b"}\n'}
-        for flag, name, runs in (('--sessions', 'sessions.jsonl', 4), ('--trace', 'trace.jsonl', 2)):
-            with self.subTest(flag=flag):
+        for flag, name, runs, more in (('--sessions', 'sessions.jsonl', 4, []), ('--trace', 'trace.jsonl', 2, []),
+                                       ('--sessions', 'sessions.jsonl', 4, ['--processes', '2']),  # said on the pipe
+                                       ('--runs', None, 6, ['--processes', '2'])):
+            with self.subTest(flag=flag, more=more):
                 folder = tempfile.mkdtemp()
-                with open(os.path.join(folder, name), 'w', encoding='utf-8') as file:
-                    file.write(files[name])
-                done = run_in_process('--fixture', 'ok', flag, name, '--otlp-json', 'm.otlp.jsonl', '--output',
-                                      'l.jsonl', cwd=folder)
+                if name is not None:
+                    with open(os.path.join(folder, name), 'w', encoding='utf-8') as file:
+                        file.write(files[name])
+                done = run_in_process('--fixture', 'ok', flag, name or str(runs), *more, '--otlp-json',
+                                      'm.otlp.jsonl', '--output', 'l.jsonl', cwd=folder)
                 self.assertEqual(done.returncode, 0, done.stderr)
                 with open(os.path.join(folder, 'm.otlp.jsonl'), encoding='utf-8') as file:
                     last = json.loads(file.read().splitlines()[-1])

@@ -241,12 +241,12 @@ def _run_shares(settings: LoadSettings, run_share, on_record, cancel: Cancel, on
     """Run every share of a workload's units (runs, sessions, lines) of this shard: run_share(share, out,
     cancel, on_run) runs the units i with i % workers == number (share is (number, workers): see _share),
     handing each record to out and calling on_run() as each run starts. In this process, or spread over
-    settings.processes forked ones (_spread_load), and on_record is called here either way, one call at a
-    time; on_run only here (a forked worker's runs say nothing of their starts: its copy of a lock that
-    another thread held at the fork would never be released)."""
+    settings.processes forked ones (_spread_load), and on_record and on_run are called here either way, one
+    call at a time (a forked worker says each start on its pipe: the parent's on_run, and the locks it
+    takes, never run in the worker, whose copy of a lock another thread held at the fork is never released)."""
     if settings.processes > 1:
         _spread_load([_share(settings, number) for number in range(settings.processes)], run_share, on_record, cancel,
-                     on_started)
+                     on_started, on_run)
         return
     if on_started is not None:
         on_started()

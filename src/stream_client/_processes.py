@@ -18,13 +18,19 @@ from ._exchange import Cancel
 _CANCEL_MESSAGE = 16  # bytes a cancelled load writes per worker process: the reason, padded
 
 
-def _spread_load(shares: list[tuple[int, int]], run_share, on_record, cancel: Cancel, on_started=None) -> None:
-    """Fork a worker process per share, each running its share of the units (run_share(share, out, cancel)) and
+_STARTED_LINE = '0\n'  # the line a worker writes as one of its runs starts (a record is a JSON object)
+
+
+def _spread_load(shares: list[tuple[int, int]], run_share, on_record, cancel: Cancel, on_started=None,
+                 on_run=None) -> None:
+    """Fork a worker process per share, each running its share of the units (run_share(share, out, cancel,
+    started)) and
     writing each record as one JSON line to its own pipe; call on_record for every line here, one at a
     time, so that this process stays the one owner of the evidence. The clock (perf_counter) is the
     system's monotonic one, shared by the processes, so offsets stay on one schedule. A cancel here
     is written to one control pipe that every worker watches; a worker whose parent is gone cancels
-    itself too. Workers ignore SIGINT and SIGTERM: the parent alone decides."""
+    itself too. Workers ignore SIGINT and SIGTERM: the parent alone decides. A worker writes _STARTED_LINE as
+    each of its runs starts, and on_run() is called here for it."""
     control_read, control_write = os.pipe()
     lock, pids, parent_fds = threading.Lock(), [], [control_write]
 
@@ -34,6 +40,11 @@ def _spread_load(shares: list[tuple[int, int]], run_share, on_record, cancel: Ca
     def relay(fd: int) -> None:
         with os.fdopen(fd, 'r', encoding='utf-8', errors='replace') as lines:
             for line in lines:
+                if line == _STARTED_LINE:
+                    if on_run is not None:
+                        with lock:
+                            on_run()
+                    continue
                 try:
                     record = json.loads(line)
                 except ValueError:  # cut by the worker's death: that run has no record, and the load says so
@@ -90,10 +101,18 @@ def _worker_process(run_share, share: tuple[int, int], control: int, records: in
             cancel.cancel(reason or 'the end of the process that started the load')
         threading.Thread(target=watch, daemon=True).start()
         with os.fdopen(records, 'w', encoding='utf-8') as out:
+            lock = threading.Lock()  # this process's own: the runs' starts and ends may come from threads
+
             def write(record: dict) -> None:
-                out.write(_json_text(record) + '\n')
-                out.flush()
-            run_share(share, write, cancel)
+                with lock:
+                    out.write(_json_text(record) + '\n')
+                    out.flush()
+
+            def started() -> None:
+                with lock:
+                    out.write(_STARTED_LINE)
+                    out.flush()
+            run_share(share, write, cancel, started)
         status = 0
     except BaseException:  # a bug in this client: say so, and let the parent see the status
         traceback.print_exc()
