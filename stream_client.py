@@ -6444,21 +6444,22 @@ class _Engine:
         """Wait for sockets until the earliest timer, the next start when a slot is free or the end of a think
         time, and take what became ready. epoll waits in whole milliseconds, rounded up: for a start or a
         think's end it waits the whole milliseconds before it, and the rest by the clock, after a look at
-        the sockets that does not wait."""
+        the sockets that does not wait. A timer that ran out since the last pass (the thread was slow to get
+        here) is a wait of none: epoll takes a negative timeout as no timeout at all."""
         if len(self._timers) > 2 * len(self._live) + 64:  # mostly entries of runs that moved on
             self._timers = [entry for entry in self._timers if entry[2].timer == entry[1]]
             heapq.heapify(self._timers)
-        wait = self._timers[0][0] - time.perf_counter() if self._timers else -1
+        wait = max(0.0, self._timers[0][0] - time.perf_counter()) if self._timers else math.inf
         at = self._next_on_clock()
         if at < math.inf:
             until = at - self._clock.now()
-            if until < _EPOLL_RESOLUTION and (wait < 0 or until <= wait):
+            if until < _EPOLL_RESOLUTION and until <= wait:
                 self._pass(0)
                 self._clock.sleep(max(0.0, at - self._clock.now()))
                 return
             until = math.floor(until / _EPOLL_RESOLUTION) * _EPOLL_RESOLUTION  # woken before it, not after
-            wait = until if wait < 0 else min(wait, until)
-        self._pass(wait if wait < 0 else max(0.0, wait))
+            wait = min(wait, until)
+        self._pass(-1 if wait == math.inf else wait)
 
     def _pass(self, timeout: float) -> None:
         """Wait for sockets, then read every ready response, stamping each read as it returns (with the wall

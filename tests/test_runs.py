@@ -30,10 +30,12 @@ def new_engine(test: unittest.TestCase) -> stream_client._runs._Engine:
     return engine
 
 
-def reading_machine(engine: stream_client._machine._Machine, ours: socket.socket) -> stream_client._machine._Machine:
-    """A run on the engine whose request has gone out on ours: it waits for the response's reads."""
+def reading_machine(engine: stream_client._machine._Machine, ours: socket.socket,
+                    steps=iter(())) -> stream_client._machine._Machine:
+    """A run on the engine whose request has gone out on ours: it waits for the response's reads (its job's
+    steps are sent its record)."""
     request = stream_client.prepare('http://127.0.0.1:9/v1/chat/completions', 'm', 'p')
-    machine = stream_client._machine._Machine(engine, stream_client._machine._Job(iter(()), None), request)
+    machine = stream_client._machine._Machine(engine, stream_client._machine._Job(steps, None), request)
     machine.x = stream_client._exchange._Exchange(request)
     machine.deadline_at = machine.x.timeline.started + request.deadline
     machine.sock, machine.connection = ours, stream_client._exchange._Connection(ours)
@@ -185,6 +187,37 @@ class LoadOnTheEngineTests(unittest.TestCase):
         # 5 ms either way: the wall clock, which the kernel's stamps are on, may be slewed while it runs
         self.assertLess(x.timeline.headers_at, sent + 0.005)  # the read returned 50 ms later
         self.assertGreater(x.timeline.headers_at, before - 0.005)
+
+    def test_a_timer_that_ran_out_before_the_engine_waits_is_a_wait_of_none_not_a_wait_for_ever(self):
+        # A slow thread (a busy machine, another thread's turn) reaches the wait after the earliest timer is
+        # due: epoll takes a negative timeout as none at all, and a silent connection's run waited until the
+        # server closed it, judged an EOF (body_truncated) instead of its idle timeout.
+        ours, theirs = tcp_pair(self)
+        engine, records, timeouts = new_engine(self), [], []
+
+        def job():
+            records.append((yield))
+        steps = job()
+        next(steps)
+        machine = reading_machine(engine, ours, steps)
+        theirs.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 100\r\n\r\ndata: {')
+        while machine.x.timeline.headers_at is None:  # the head, and part of the body, then silence
+            engine._pass(10)
+        machine.last -= machine.request.idle + 1  # silent for longer than its idle timeout
+        engine._timers = [(machine.due_at(), machine.timer, machine)]
+        poll = engine._poll
+
+        class Recorded:
+            def poll(self, timeout):
+                timeouts.append(timeout)
+                return poll.poll(max(timeout, 0))  # the test itself waits for nothing
+
+            def __getattr__(self, name):
+                return getattr(poll, name)
+        with mock.patch.object(engine, '_poll', Recorded()):
+            engine._wait()
+        self.assertEqual(timeouts, [0])
+        self.assertEqual([record['error_kind'] for record in records], ['idle_timeout'])
 
     def test_ringing_the_engine_never_blocks(self):
         engine = new_engine(self)
