@@ -1001,6 +1001,208 @@ case("P15-ses-processes-concurrencies", "processes",
                            "len(R('o.jsonl')) == 16"]},
      files={"s.jsonl": S4}, server=SERVER)
 
+# ---- a second round: shards with warm-up, dead workers, determinism across processes -------------
+case("D19-trc-shards-warmup-equal-whole", "shards",
+     GP + "'The summary of the N files then counts the runs, verdicts and planned runs that one process's load would'; "
+     "cli.md: '--warmup N marks the first N ... lines, --shard I/N sends the ... lines i with i % N == I' -- two shards of "
+     "a trace with --warmup 2 merge to the unsharded replay's runs and warmup_runs (2 warm-up lines, not 2 per shard)",
+     ["--summary", "a.jsonl", "b.jsonl"],
+     {"rc": 0, "asserts": ["(out['runs'], out['warmup_runs'], out['planned_runs']) == "
+                           "(P[0]['out']['runs'], P[0]['out']['warmup_runs'], P[0]['out']['planned_runs'])",
+                           "out['warmup_runs'] == 2"]},
+     files={"t.jsonl": trace(6, step_ms=100)}, server=SERVER,
+     pre=[{"args": TRC + ["--warmup", "2", "--output", "whole.jsonl"], "rc": 0},
+          {"args": TRC + ["--warmup", "2", "--shard", "0/2", "--output", "a.jsonl"], "rc": 0},
+          {"args": TRC + ["--warmup", "2", "--shard", "1/2", "--output", "b.jsonl"], "rc": 0}],
+     post=[{"args": ["--summary", "whole.jsonl"]}])
+case("D20-ses-shards-warmup-equal-whole", "shards",
+     GP + "'The summary of the N files then counts the runs, verdicts and planned runs that one process's load would'; "
+     "cli.md: '--warmup N marks the first N sessions' -- two shards of 6 sessions with --warmup 2 merge to the unsharded "
+     "load's counts (runs, warmup_runs, sessions block) and its exit status",
+     ["--summary", "a.jsonl", "b.jsonl"],
+     {"asserts": ["rc == P[0]['rc']", "all(out[k] == P[0]['out'][k] for k in %r)" % SKEYS,
+                  "all(out['sessions'][k] == P[0]['out']['sessions'][k] for k in %r)" % SSKEYS,
+                  "out['warmup_runs'] == 4"]},
+     files={"s.jsonl": S6}, server=SERVER,
+     pre=[{"args": SES + ["--warmup", "2", "--output", "whole.jsonl"], "rc": [0, 1]},
+          {"args": SES + ["--warmup", "2", "--shard", "0/2", "--output", "a.jsonl"], "rc": [0, 1]},
+          {"args": SES + ["--warmup", "2", "--shard", "1/2", "--output", "b.jsonl"], "rc": [0, 1]}],
+     post=[{"args": ["--summary", "whole.jsonl"]}])
+DEAD = ("docs/cli.md 'Evidence is never lost': 'A load that runs to its end and still lacks a planned run's record (a "
+        "--processes worker that died, a bug) says so in one line and exits 1, whatever its gates say'")
+case("P16-ses-worker-killed", "processes",
+     DEAD + " -- a sessions load over --processes 2 whose first worker is SIGKILLed mid-load: exit 1 (never 0), a "
+     "warning line, every line of the file valid",
+     SES + ["--processes", "2", "--concurrency", "2", "--output", "o.jsonl"],
+     {"rc": 1, "stderr_contains": ["not every planned"], "asserts": ["valid('o.jsonl')", "'Traceback' not in stderr"]},
+     files={"s.jsonl": sessions(8, turns=3)}, server=SLOW,
+     signal={"when_lines": ["o.jsonl", 2], "sig": "KILL", "child": True}, timeout=60)
+case("P17-trc-worker-killed", "processes",
+     DEAD + " -- a trace over --processes 2 whose first worker is SIGKILLed: exit 1, a warning line",
+     TRC + ["--processes", "2", "--concurrency", "2", "--output", "o.jsonl"],
+     {"rc": 1, "stderr_contains": ["not every planned"], "asserts": ["valid('o.jsonl')"]},
+     files={"t.jsonl": trace(20, step_ms=50)}, server=SLOW,
+     signal={"when_lines": ["o.jsonl", 2], "sig": "KILL", "child": True}, timeout=60)
+case("P18-ses-processes-budgets-same", "processes",
+     "docs/workloads.md: '--output-tokens ... drawn ... by a generator seeded with --seed: the same seed gives the same "
+     "load, byte for byte'; cli.md: '--processes P spreads them' (the same load) -- the budgets of each (session, turn) "
+     "are the same with --processes 2 as in one process",
+     SES + ["--output-tokens", "20:10", "--seed", "3", "--processes", "2", "--concurrency", "2", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": [BUD % "o.jsonl" + " == " + BUD % "p.jsonl"]},
+     files={"s.jsonl": S6}, server=SERVER,
+     pre=[{"args": SES + ["--output-tokens", "20:10", "--seed", "3", "--output", "p.jsonl"], "rc": 0}])
+case("P19-ses-processes-cross-check", "crosscheck",
+     CLI_T + "'--cross-check sends each run's unstreamed twin' with '--processes P' -- 4 sessions of 2 turns over 2 "
+     "processes: 8 twins, each record with its cross_check",
+     SES + ["--cross-check", "--processes", "2", "--concurrency", "2", "--output", "o.jsonl"],
+     {"asserts": ["len(%s) == len(R('o.jsonl')) == 8" % XC,
+                  "all(r.get('cross_check') is not None for r in R('o.jsonl'))"]},
+     files={"s.jsonl": S4}, server=SERVER)
+case("P20-ses-sigint-ended-by-interrupted", "signals",
+     WL + "session_end 'ended_by (null, the error_kind of the run that ended it, max_tool_rounds, interrupted, ...)'; "
+     "'SIGINT ... the runs in flight end as interrupted' -- Ctrl+C with sessions in flight (--processes 2): the "
+     "sessions it cut end with ended_by interrupted and their later turns not started",
+     SES + ["--processes", "2", "--concurrency", "4", "--output", "o.jsonl"],
+     {"rc": 130, "asserts": ["any(r['session_end']['ended_by'] == 'interrupted' for r in R('o.jsonl') "
+                             "if r.get('session_end'))",
+                             "all(r['session_end']['ok'] is False for r in R('o.jsonl') if r.get('session_end') and "
+                             "r['session_end']['ended_by'] == 'interrupted')"]},
+     files={"s.jsonl": sessions(8, turns=3)}, server=SLOW,
+     signal={"when_lines": ["o.jsonl", 2], "group": True, "then_wait": 0.1})
+case("S08-ses-duration-runs-started-whole", "sweeps",
+     CLI_T + "'--rate, --rates, --duration ... start sessions at a rate'; workloads.md: a session ends on its session_end "
+     "'ok (every run ok and every turn run)' -- 3-turn sessions started at 4/s for 1 s (answers 0.2 s each): every "
+     "session started runs whole, none cut by the duration, exit 0",
+     SES + ["--rate", "4", "--arrivals", "constant", "--duration", "1", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["all(r['session_end']['ok'] for r in R('o.jsonl') if r.get('session_end'))",
+                           "out['sessions']['turns_not_started'] == 0", ONE_END_PER_SESSION]},
+     files={"s.jsonl": sessions(2, turns=3)}, server=dict(SERVER, delay_s=0.2), timeout=40)
+case("C08-trc-warmup-report", "report",
+     DEC + "'the summary, its gates and the report leave them out' -- a trace whose warm-up line failed: its page does not "
+     "show that failure",
+     TRC + ["--warmup", "1", "--report", "r.html", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["'eof_before_done' not in open(os.path.join(D, 'r.html')).read()"]},
+     files={"t.jsonl": trace(3, brk=0)}, server=SERVER)
+
+# ---- a third round: whole sessions lost, plans that differ, flags that must have their effect ----
+case("L11-ses-summary-lost-middle-session", "lost",
+     WL + "'--summary FILE ... checks that the file is whole: each of the load's load.sessions sessions has records' -- "
+     "every record of session s1 removed: exit 1, one warning",
+     ["--summary", "o.jsonl"], {"rc": 1, "stderr_contains": ["warning"]},
+     files={"s.jsonl": S4}, server=SERVER,
+     pre=[{"args": SES + ["--output", "o.jsonl"], "rc": 0,
+           "then": [{"file": "o.jsonl", "drop_where": ["session", "s1"]}]}])
+case("L12-ses-summary-lost-last-session", "lost",
+     WL + "'each of the load's load.sessions sessions has records' -- every record of the last session removed (the last "
+     "run numbers, so no gap shows in the numbering): exit 1, one warning",
+     ["--summary", "o.jsonl"], {"rc": 1, "stderr_contains": ["warning"]},
+     files={"s.jsonl": S4}, server=SERVER,
+     pre=[{"args": SES + ["--output", "o.jsonl"], "rc": 0,
+           "then": [{"file": "o.jsonl", "drop_where": ["session", "s3"]}]}])
+case("L13-ses-rate-summary-lost-last-session", "lost",
+     WL + "load.sessions: 'how many sessions the load ... planned'; '--summary FILE ... checks that the file is whole' -- "
+     "a --rate load's last session removed: exit 1, one warning",
+     ["--summary", "o.jsonl"], {"rc": 1, "stderr_contains": ["warning"]},
+     files={"s.jsonl": sessions(2, turns=1)}, server=SERVER,
+     pre=[{"args": SES + ["--rate", "5", "--arrivals", "constant", "--duration", "1", "--output", "o.jsonl"], "rc": 0,
+           "then": [{"file": "o.jsonl", "drop_lines": [-1]}]}], timeout=40)
+case("D21-summary-shards-other-N", "shards",
+     GP + "'--summary of the files checks, for each sharded plan, that every shard is there' (the plan id hashes 'the "
+     "number of shards') -- shard 0/2 and shard 1/3 of the same sessions are not a whole: exit 2",
+     ["--summary", "a.jsonl", "b.jsonl"], {"rc": 2, "one_line_error": True},
+     files={"s.jsonl": S6}, server=SERVER,
+     pre=[{"args": SES + ["--shard", "0/2", "--output", "a.jsonl"], "rc": 0},
+          {"args": SES + ["--shard", "1/3", "--output", "b.jsonl"], "rc": 0}])
+case("D22-summary-shards-other-start", "shards",
+     GP + "'the plan's id (a hash of the load's settings, ..., the number of shards and the start ...)' -- shard 0/2 with "
+     "--start-at and shard 1/2 without are two plans: exit 2",
+     ["--summary", "a.jsonl", "b.jsonl"], {"rc": 2, "one_line_error": True},
+     files={"s.jsonl": S4}, server=SERVER,
+     pre=[{"args": SES + ["--shard", "0/2", "--start-at", "{UTC_PLUS_4S}", "--output", "a.jsonl"], "rc": 0},
+          {"args": SES + ["--shard", "1/2", "--output", "b.jsonl"], "rc": 0}], timeout=40)
+OVERLAP = ("max(sum(1 for b in R('o.jsonl') if b['offset_ms'] <= a['offset_ms'] < b['offset_ms'] + b['duration_ms']) "
+           "for a in R('o.jsonl'))")
+case("K11-trc-concurrency-bounds", "flags",
+     WL + "'Line i starts at its timestamp ... (at most --concurrency runs in flight ...; a run that waits for a slot is "
+     "late)' -- 4 lines due at once with --concurrency 1 (answers 0.3 s): never two in flight, later lines late",
+     TRC + ["--concurrency", "1", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": [OVERLAP + " == 1", "max(r['trace']['late_ms'] for r in R('o.jsonl')) > 500"]},
+     files={"t.jsonl": trace(4, step_ms=0)}, server=dict(SERVER, delay_s=0.3))
+case("K12-ses-concurrency-bounds", "flags",
+     WL + "'--concurrency sessions in flight (default 1)' -- 4 sessions of 2 turns at --concurrency 2 (answers 0.2 s): "
+     "at most 2 sessions' runs in flight at once",
+     SES + ["--concurrency", "2", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": [OVERLAP + " <= 2", OVERLAP + " == 2"]},
+     files={"s.jsonl": S4}, server=dict(SERVER, delay_s=0.2))
+case("K13-ses-header-every-request", "flags",
+     "docs/cli.md: '--header ... is sent on every request of a run or a load'; table: --header 'yes' for --sessions -- "
+     "every turn's request carries it, and the record keeps the name only",
+     SES + ["--header", "X-Tenant: blue-tenant-7", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["all(q['headers'].get('x-tenant') == 'blue-tenant-7' for q in %s)" % GEN,
+                           "len(%s) == 8" % GEN, "'blue-tenant-7' not in open(os.path.join(D, 'o.jsonl')).read()"]},
+     files={"s.jsonl": S4}, server=SERVER)
+case("K14-ses-system-own-first", "flags",
+     CLI_T + "'Every workload honours ... --system (a session's own system first)'; workloads.md 'system ... without it, "
+     "--system if given' -- a session with its own system sends it; one without sends --system",
+     SES + ["--system", "FLAG-SYSTEM", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["sorted(set((q['body']['messages'][0]['role'], q['body']['messages'][0]['content']) "
+                           "for q in %s)) == [('system', 'FLAG-SYSTEM'), ('system', 'OWN-SYSTEM')]" % GEN]},
+     files={"s.jsonl": jl({"id": "a", "turns": ["x"], "system": "OWN-SYSTEM"}, {"id": "b", "turns": ["y"]})},
+     server=SERVER)
+case("K15-ses-tool-choice", "flags",
+     WL + "'--tool-choice for the sessions that bring tools' -- --tool-choice required: the tools session's request asks "
+     "it, the session without tools sends no tool_choice",
+     SES + ["--tool-choice", "required", "--output", "o.jsonl"],
+     {"asserts": ["sorted(str(q['body'].get('tool_choice')) for q in %s) == ['None', 'required']" % GEN]},
+     files={"s.jsonl": jl({"id": "a", "turns": ["x"], "tools": [TOOL], "tool_results": {"get_weather": "sunny"}},
+                          {"id": "b", "turns": ["y"]})},
+     server=SERVER)
+case("K16-trc-speed", "flags",
+     WL + "'Line i starts at its timestamp less the first line's, divided by --trace-speed' -- --trace-speed 2 halves "
+     "trace.scheduled_ms",
+     TRC + ["--trace-speed", "2", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["sorted(round(r['trace']['scheduled_ms']) for r in R('o.jsonl')) == [0, 50, 100, 150]"]},
+     files={"t.jsonl": trace(4, step_ms=100)}, server=SERVER)
+case("K17-trc-block-size", "flags",
+     WL + "'hash_ids ... the blocks of the prompt's prefix, each --block-size tokens'; the record's trace has block_size -- "
+     "--block-size 16: block_size 16, and two lines sharing block 0 send the same first 16 words",
+     TRC + ["--block-size", "16", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["all(r['trace']['block_size'] == 16 for r in R('o.jsonl'))",
+                           "len(set(' '.join(q['body']['messages'][-1]['content'].split()[:16]) for q in %s)) == 1" % GEN,
+                           "len(set(' '.join(q['body']['messages'][-1]['content'].split()[:17]) for q in %s)) == 2" % GEN]},
+     files={"t.jsonl": jl({"timestamp": 0, "input_length": 20, "hash_ids": [0]},
+                          {"timestamp": 10, "input_length": 40, "hash_ids": [0, 1]})},
+     server=SERVER)
+case("K18-trc-runs-first-n", "flags",
+     WL + "'--runs N replays the first N lines' -- --runs 2 of 6 lines sends L0 and L1",
+     TRC + ["--runs", "2", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["sorted(q['body']['messages'][-1]['content'] for q in %s) == ['L0', 'L1']" % GEN,
+                           "out['planned_runs'] == 2"]},
+     files={"t.jsonl": T6}, server=SERVER)
+case("C09-ses-metrics-interval", "metrics",
+     CLI_T + "table: --metrics-interval 'yes' for --sessions; loads.md: each scrape line has interval_s -- "
+     "--metrics-interval 0.2 on a sessions load of about 1 s: scrapes at 0.2 s, several of phase every",
+     ["--fixture", "ok", "--quiet", "--sessions", "s.jsonl", "--server-metrics", "--metrics-interval", "0.2",
+      "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["all(json.loads(l)['interval_s'] == 0.2 for l in lines('o.server-metrics.jsonl'))",
+                           "sum(1 for l in lines('o.server-metrics.jsonl') if json.loads(l)['phase'] == 'every') >= 2"]},
+     files={"s.jsonl": sessions(1, turns=3)})
+
+case("K19-trc-system", "flags",
+     CLI_T + "'Every workload honours the flags of the request ...: ... --system ...' -- a trace replay with --system "
+     "sends it as the first message of each request",
+     TRC + ["--system", "FLAG-SYSTEM", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["all(q['body']['messages'][0] == {'role': 'system', 'content': 'FLAG-SYSTEM'} for q in %s)" % GEN,
+                           "len(%s) == 2" % GEN]},
+     files={"t.jsonl": trace(2)}, server=SERVER)
+case("K20-ses-system-record-truthful", "records",
+     "docs/record.md: request 'system (whether one was sent)'; workloads.md 'system ... without it, --system if "
+     "given' -- for a session without its own system, the record's request.system is true only if a system message was "
+     "really sent",
+     SES + ["--system", "FLAG-SYSTEM", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["R('o.jsonl')[0]['request']['system'] == (reqs[0]['body']['messages'][0]['role'] == 'system')"]},
+     files={"s.jsonl": jl({"id": "b", "turns": ["y"]})}, server=SERVER)
+
 # =================================================================================================
 ids = [c["id"] for c in CASES]
 assert len(ids) == len(set(ids)), "duplicate ids"

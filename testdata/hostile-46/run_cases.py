@@ -212,10 +212,27 @@ def send_signal_when(p, cwd, spec):
     time.sleep(spec.get("then_wait", 0))
     if p.poll() is None:
         sig = getattr(signal, "SIG" + spec.get("sig", "INT"))
+        if spec.get("child"):  # a forked worker of the client, not the client itself
+            kids = children(p.pid)
+            if kids:
+                os.kill(kids[0], sig)
+            return
         if spec.get("group"):  # as a terminal's Ctrl+C: the whole process group
             os.killpg(p.pid, sig)
         else:
             p.send_signal(sig)
+
+
+def children(pid):
+    """The child processes of pid, from /proc (Linux), lowest pid first."""
+    kids = set()
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                kids.update(int(k) for k in f.read().split())
+    except OSError:
+        pass
+    return sorted(kids)
 
 
 def run_steps(steps, d, env):
@@ -410,7 +427,7 @@ def apply_edit(d, edit):
 
 def main():
     argv = sys.argv[1:]
-    jobs = 3
+    jobs = 4
     if "-j" in argv:
         i = argv.index("-j")
         jobs = int(argv[i + 1])
