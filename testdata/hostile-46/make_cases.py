@@ -1203,6 +1203,100 @@ case("K20-ses-system-record-truthful", "records",
      {"rc": 0, "asserts": ["R('o.jsonl')[0]['request']['system'] == (reqs[0]['body']['messages'][0]['role'] == 'system')"]},
      files={"s.jsonl": jl({"id": "b", "turns": ["y"]})}, server=SERVER)
 
+# ---- a fourth round: think time under Ctrl+C, --runs beyond the file, sweeps with warm-up ---------
+case("P21-ses-sigint-during-think-time", "signals",
+     SIGDOC + "; workloads.md: 'The session's last record ... carries session_end' -- Ctrl+C while the sessions think "
+     "between turns (think_time_s 3, --processes 2): exit 130, each started session's last record carries session_end "
+     "(interrupted), none is left without it",
+     SES + ["--processes", "2", "--concurrency", "2", "--output", "o.jsonl"],
+     {"rc": 130, "asserts": ["valid('o.jsonl')", "len(R('o.jsonl')) >= 1", ONE_END_PER_SESSION, END_IS_LAST,
+                             "all(r['session_end']['ended_by'] == 'interrupted' for r in R('o.jsonl') if r.get('session_end'))",
+                             "P[0]['rc'] == 1 and 'Traceback' not in P[0]['stderr']"]},
+     files={"s.jsonl": sessions(3, turns=3, think_time_s=3)}, server=SERVER,
+     signal={"when_lines": [None, 0], "then_wait": 2.5, "group": True},
+     post=[{"args": ["--summary", "o.jsonl"]}])
+case("K21-ses-runs-beyond-file", "flags",
+     "docs/cli.md: '--sessions FILE ...: --concurrency, --rate and --runs then count sessions'; flags and workloads: 'a "
+     "file's session run twice is two sessions' -- --runs 5 of a 2-session file: 5 sessions (the file cycled), or a "
+     "refusal (exit 2); not 2 sessions and exit 0 as if --runs were 2",
+     SES + ["--runs", "5", "--output", "o.jsonl"],
+     {"rc": [0, 2], "asserts": ["rc == 2 or out['sessions']['sessions'] == 5"]},
+     files={"s.jsonl": sessions(2, turns=1)}, server=SERVER)
+case("K22-trc-runs-beyond-file", "flags",
+     WL + "'--runs N replays the first N lines'; cli.md '--runs N: how many runs' -- --runs 10 of a 6-line trace cannot "
+     "replay 10 lines: a refusal (exit 2), or 6 runs with planned_runs 6; never 10 planned and 6 run silently",
+     TRC + ["--runs", "10", "--output", "o.jsonl"],
+     {"rc": [0, 2], "asserts": ["rc == 2 or (out['runs'] == 6 and out['planned_runs'] == 6)"]},
+     files={"t.jsonl": T6}, server=SERVER)
+case("W12-ses-rates-warmup-per-step", "warmup",
+     DEC + "'Under --rates each step has its own warm-up'; cli.md: '--warmup N marks the first N sessions' -- sessions "
+     "--rates 3,6 --warmup 1: in each step, session 0 (and only it) is warm-up",
+     SES + ["--rates", "3,6", "--arrivals", "constant", "--duration", "1", "--warmup", "1", "--output", "o.jsonl"],
+     {"asserts": ["sorted(set((r['load']['step'], r['session_index']) for r in R('o.jsonl') if r['warmup'])) == "
+                  "[(0, 0), (1, 0)]"]},
+     files={"s.jsonl": sessions(2, turns=1)}, server=SERVER, timeout=40)
+case("P22-ses-sigint-repeat", "signals",
+     SIGDOC + "; loads.md 'Each repeat is a load of its own' -- Ctrl+C during the first of --repeat 3: exit 130, the later "
+     "repeats never start, the file valid, --summary of it exit 1 (not whole), not 2",
+     SES + ["--repeat", "3", "--concurrency", "2", "--output", "o.jsonl"],
+     {"rc": 130, "asserts": ["valid('o.jsonl')", "set(r['load']['repeat'] for r in R('o.jsonl')) == {0}",
+                             "P[0]['rc'] == 1"]},
+     files={"s.jsonl": sessions(6, turns=2)}, server=SLOW,
+     signal={"when_lines": ["o.jsonl", 2], "then_wait": 0.1, "group": True},
+     post=[{"args": ["--summary", "o.jsonl"]}])
+case("L14-compare-sessions-vs-trace", "lost",
+     DEC + "'When the two loads differ in what decides what the server was asked, one line says in what ...: the workload "
+     "(a load of requests, synthetic lengths, a trace or sessions ...)' -- --compare of a sessions load and a trace: "
+     "the warning names the workload",
+     ["--compare", "a.jsonl", "b.jsonl"], {"rc": 0, "stderr_contains": ["workload"]},
+     files={"s.jsonl": S4, "t.jsonl": T6}, server=SERVER,
+     pre=[{"args": SES + ["--output", "a.jsonl"], "rc": 0}, {"args": TRC + ["--output", "b.jsonl"], "rc": 0}])
+case("L15-summary-csv-sessions", "csv",
+     LD + "'--summary FILE... --format csv prints the summary as figure,value rows ...: nested objects are flattened to "
+     "dotted names' -- a sessions file's CSV summary has sessions.sessions",
+     ["--summary", "o.jsonl", "--format", "csv"],
+     {"rc": 0, "asserts": ["'sessions.sessions,4' in stdout.splitlines()"]},
+     files={"s.jsonl": S4}, server=SERVER, pre=[{"args": SES + ["--output", "o.jsonl"], "rc": 0}])
+
+# ---- a fifth round: the schedule of sessions, and the request flags on every turn ----------------
+DUE = "sorted(round((r['offset_ms'] - r['queued_ms']) / 10) for r in R('%s') if r['turn'] == 1)"
+case("S09-ses-constant-arrivals", "sweeps",
+     "docs/loads.md: '--rate R is an open loop: R runs start per second (--arrivals poisson ... or constant)'; workloads.md: "
+     "'--rate sessions started per second (an open loop, --arrivals and --seed as for runs)' -- --rate 5 constant for "
+     "1 s: sessions due at 0, 200, 400, 600, 800 ms (offset_ms less queued_ms, to 10 ms)",
+     SES + ["--rate", "5", "--arrivals", "constant", "--duration", "1", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": [DUE % "o.jsonl" + " == [0, 20, 40, 60, 80]"]},
+     files={"s.jsonl": sessions(2, turns=1)}, server=SERVER, timeout=40)
+case("D23-ses-shards-keep-poisson-plan", "shards",
+     GP + "'What the flags and the seed fix before anything is sent is the plan: the runs, each one's arrival ... Shard I "
+     "sends the runs i with i % N == I, each at its planned time' -- sessions at --rate 6 (Poisson, seed 2) for 1 s: the "
+     "two shards' sessions are due when the unsharded load had them due",
+     ["--summary", "a.jsonl", "b.jsonl"],
+     {"rc": 0, "asserts": ["sorted(set((r['session_index'], round((r['offset_ms'] - r['queued_ms']) / 10)) for f in "
+                           "('a.jsonl', 'b.jsonl') for r in R(f) if r['turn'] == 1)) == sorted(set((r['session_index'], "
+                           "round((r['offset_ms'] - r['queued_ms']) / 10)) for r in R('whole.jsonl') if r['turn'] == 1))"]},
+     files={"s.jsonl": sessions(3, turns=1)}, server=SERVER,
+     pre=[{"args": SES + ["--rate", "6", "--seed", "2", "--duration", "1", "--output", "whole.jsonl"], "rc": 0},
+          {"parallel": [SES + ["--rate", "6", "--seed", "2", "--duration", "1", "--start-at", "{UTC_PLUS_4S}",
+                               "--shard", "%d/2" % i, "--output", "ab"[i] + ".jsonl"] for i in range(2)], "rc": 0}],
+     timeout=40)
+case("K23-ses-request-flags-every-turn", "flags",
+     CLI_T + "'Every workload honours the flags of the request ...: ... --temperature, --stop, --extra ...' -- each turn's "
+     "request of a session carries them",
+     SES + ["--temperature", "0.5", "--stop", "END", "--extra", '{"top_k": 7}', "--dialect", "strict",
+            "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["all(q['body'].get('temperature') == 0.5 and q['body'].get('top_k') == 7 and "
+                           "q['body'].get('stop') in (['END'], 'END') for q in %s)" % GEN, "len(%s) == 8" % GEN,
+                           "all(r['request']['dialect'] == 'strict' for r in R('o.jsonl'))"]},
+     files={"s.jsonl": S4}, server=SERVER)
+case("K24-ses-expect-finish-length", "flags",
+     CLI_T + "'Every workload honours ... --expect-finish'; loads.md: 'a run is ok only with finish_reason length' -- "
+     "sessions answered with finish stop under --expect-finish length: every session ends on its first run, exit 1",
+     SES + ["--expect-finish", "length", "--output", "o.jsonl"],
+     {"rc": 1, "asserts": ["out['sessions']['not_ok'] == 4", "out['sessions']['turns_not_started'] == 4",
+                           "len(R('o.jsonl')) == 4"]},
+     files={"s.jsonl": S4}, server=SERVER)
+
 # =================================================================================================
 ids = [c["id"] for c in CASES]
 assert len(ids) == len(set(ids)), "duplicate ids"
