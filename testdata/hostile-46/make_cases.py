@@ -1297,6 +1297,50 @@ case("K24-ses-expect-finish-length", "flags",
                            "len(R('o.jsonl')) == 4"]},
      files={"s.jsonl": S4}, server=SERVER)
 
+# ---- a sixth round: a start in the past, warm-up seconds at speed, cross-check of tool sessions --------
+case("D24-ses-start-at-behind", "shards",
+     GP + "'--start-at ... at most a day ahead and an hour behind ... a process that starts late sends the runs already "
+     "due at once, and their queued_ms says how late' -- sessions at --rate 4 for 1 s from a start 10 s ago: every "
+     "session starts at once, each first run's queued_ms over 8 s",
+     SES + ["--rate", "4", "--arrivals", "constant", "--duration", "1", "--start-at", "{UTC_MINUS_10S}",
+            "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["all(r['queued_ms'] > 8000 for r in R('o.jsonl') if r['turn'] == 1)",
+                           "len(R('o.jsonl')) >= 3"]},
+     files={"s.jsonl": sessions(2, turns=1)}, server=SERVER)
+case("D25-trc-start-at-behind", "shards",
+     GP + "'a process that starts late sends the runs already due at once, and their queued_ms says how late'; "
+     "workloads.md trace.late_ms -- a trace from a start 10 s ago: every line over 8 s late",
+     TRC + ["--start-at", "{UTC_MINUS_10S}", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["all(r['trace']['late_ms'] > 8000 and r['queued_ms'] > 8000 for r in R('o.jsonl'))"]},
+     files={"t.jsonl": trace(3)}, server=SERVER)
+case("W13-trc-warmup-seconds-at-speed", "warmup",
+     DEC + "'its first N lines (or those due in its first S seconds)'; workloads.md: 'Line i starts at its timestamp less "
+     "the first line's, divided by --trace-speed' -- lines at 0, 100, 200, 300 ms replayed at --trace-speed 2 are due at "
+     "0, 50, 100, 150 ms: --warmup 0.12s marks the three due before 120 ms",
+     TRC + ["--trace-speed", "2", "--warmup", "0.12s", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["sum(1 for r in R('o.jsonl') if r['warmup']) == 3", "out['runs'] == 1"]},
+     files={"t.jsonl": trace(4, step_ms=100)}, server=SERVER)
+case("K25-ses-cross-check-agent", "crosscheck",
+     "docs/fixture.md: 'An unstreamed request ... in any other mode it is a 400 ..., so --cross-check against it keeps the "
+     "streamed verdict and says why in cross_check.unstreamed_problem'; cli.md: --cross-check 'yes' for --sessions -- "
+     "the example tool sessions on --fixture agent with --cross-check: every session still runs whole and ok",
+     ["--fixture", "agent", "--quiet", "--sessions", "sessions.jsonl", "--runs", "2", "--concurrency", "2",
+      "--cross-check", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["out['sessions']['ok'] == 2", "out['sessions']['tool_rounds'] == 6",
+                           "all(r['cross_check'] is not None for r in R('o.jsonl'))"]},
+     files={"sessions.jsonl": open(os.path.join(HERE, "..", "examples", "sessions.jsonl")).read()})
+
+for api in ("messages", "responses"):
+    case("P23-ses-processes-agent-" + api, "processes",
+         PROC + "; workloads.md: the history 'in the API's own shape' (%s); fixture.md agent mode answers chat, responses "
+         "and messages -- the example tool sessions over --processes 2 on the %s API: 3 sessions whole and ok, every "
+         "tool round sent" % (api, api),
+         ["--fixture", "agent", "--api", api, "--quiet", "--sessions", "sessions.jsonl", "--runs", "3", "--processes", "2",
+          "--concurrency", "2", "--output", "o.jsonl"],
+         {"rc": 0, "asserts": ["out['sessions']['ok'] == 3", "out['sessions']['tool_rounds'] == 9",
+                               "out['runs'] == 18", RUNS_CONTIGUOUS]},
+         files={"sessions.jsonl": open(os.path.join(HERE, "..", "examples", "sessions.jsonl")).read()})
+
 # =================================================================================================
 ids = [c["id"] for c in CASES]
 assert len(ids) == len(set(ids)), "duplicate ids"
