@@ -1341,6 +1341,29 @@ for api in ("messages", "responses"):
                                "out['runs'] == 18", RUNS_CONTIGUOUS]},
          files={"sessions.jsonl": open(os.path.join(HERE, "..", "examples", "sessions.jsonl")).read()})
 
+case("P24-ses-sigint-before-start-files", "signals",
+     GP + "'Each process waits for it (Ctrl+C still cancels)'; loads.md: '--csv ... a header, then one row per run'; "
+     "'Every scrape is one line of OUTPUT.server-metrics.jsonl' -- Ctrl+C during the --start-at wait of a sessions load "
+     "with --processes 2, --csv and --server-metrics: exit 130, and every file it created is valid (the CSV at least its "
+     "header line, the JSON Lines files only whole lines)",
+     ["--fixture", "ok", "--quiet", "--sessions", "s.jsonl", "--processes", "2", "--csv", "c.csv", "--server-metrics",
+      "--start-at", "{UTC_PLUS_30S}", "--output", "o.jsonl"],
+     {"rc": 130, "asserts": ["not os.path.exists(os.path.join(D, 'o.jsonl')) or valid('o.jsonl')",
+                             "not os.path.exists(os.path.join(D, 'o.server-metrics.jsonl')) or "
+                             "valid('o.server-metrics.jsonl')",
+                             "not os.path.exists(os.path.join(D, 'c.csv')) or (lines('c.csv') or [''])[0].startswith('run,')"]},
+     files={"s.jsonl": S4}, signal={"when_lines": [None, 0], "then_wait": 2.5, "group": True}, timeout=20)
+case("S10-ses-rates-processes", "sweeps",
+     "docs/goodput.md 'Rate sweeps' with cli.md '--processes P spreads them over P forked processes the same way' -- "
+     "sessions --rates 3,6 over --processes 2: every step's sessions whole and once (session_index unique in a step), "
+     "--summary again exit 0",
+     SES + ["--rates", "3,6", "--arrivals", "constant", "--duration", "1", "--processes", "2", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["all(len([r for r in R('o.jsonl') if r['load']['step'] == k and r.get('session_end')]) == "
+                           "len(set(r['session_index'] for r in R('o.jsonl') if r['load']['step'] == k)) for k in (0, 1))",
+                           "len(set((r['load']['step'], r['session_index'], r['turn']) for r in R('o.jsonl'))) == "
+                           "len(R('o.jsonl'))", "P[0]['rc'] == 0"]},
+     files={"s.jsonl": sessions(2, turns=2)}, server=SERVER, post=[{"args": ["--summary", "o.jsonl"]}], timeout=40)
+
 # =================================================================================================
 ids = [c["id"] for c in CASES]
 assert len(ids) == len(set(ids)), "duplicate ids"
