@@ -1364,6 +1364,21 @@ case("S10-ses-rates-processes", "sweeps",
                            "len(R('o.jsonl'))", "P[0]['rc'] == 0"]},
      files={"s.jsonl": sessions(2, turns=2)}, server=SERVER, post=[{"args": ["--summary", "o.jsonl"]}], timeout=40)
 
+case("C10-summary-shards-both-scraped", "metrics",
+     LD + "'The scrapes of several loads (say, of shards that each scraped the server) are not merged: --summary of several "
+     "files of which more than one has scrapes is exit 2, naming them' -- two session shards, each with --server-metrics",
+     ["--summary", "a.jsonl", "b.jsonl"], {"rc": 2, "one_line_error": True,
+      "asserts": ["all(n + '.jsonl' in stderr or n + '.server-metrics.jsonl' in stderr for n in ('a', 'b'))"]},
+     files={"s.jsonl": sessions(2, turns=1)},
+     pre=[{"args": ["--fixture", "ok", "--quiet", "--sessions", "s.jsonl", "--server-metrics", "--shard", "%d/2" % i,
+                    "--output", "ab"[i] + ".jsonl"], "rc": 0} for i in range(2)])
+case("C11-ses-summary-finds-scrapes", "metrics",
+     LD + "'--summary load.jsonl finds load.server-metrics.jsonl beside it and gives the same server_metrics the load "
+     "printed' -- a sessions load",
+     ["--fixture", "ok", "--quiet", "--sessions", "s.jsonl", "--server-metrics", "--output", "o.jsonl"],
+     {"rc": 0, "asserts": ["P[0]['rc'] == 0 and P[0]['out']['server_metrics'] == out['server_metrics']"]},
+     files={"s.jsonl": sessions(2, turns=2)}, post=[{"args": ["--summary", "o.jsonl"]}])
+
 # =================================================================================================
 ids = [c["id"] for c in CASES]
 assert len(ids) == len(set(ids)), "duplicate ids"
