@@ -268,15 +268,14 @@ case("D08-trc-shard-1-of-2-prompts", "shards",
                            "len(R('o.jsonl')) == 3"]},
      files={"t.jsonl": T6}, server=SERVER)
 case("D09-ses-more-shards-than-sessions", "shards",
-     GP + "'the N shards together send exactly the load one process would ... The summary of the N files then counts the "
-     "runs, verdicts and planned runs that one process's load would' -- 2 sessions in 3 shards: shard 2 has no "
-     "session, and the three files must still summarize as the whole (2 sessions, 4 runs, exit 0)",
-     ["--summary", "a.jsonl", "b.jsonl", "c.jsonl"],
-     {"rc": 0, "asserts": ["out['runs'] == 4", "out['sessions']['sessions'] == 2"]},
+     GP + "'A shard that the plan leaves nothing to send (--shard 2/3 of 2 sessions, runs or lines) is refused, exit 2 "
+     "and one line, before anything is sent' (the docs said nothing of it when this case was first written: triage.json) "
+     "-- and the other two shards' files are then not the whole plan: --summary says shard 2/3 is missing, exit 2",
+     ["--summary", "a.jsonl", "b.jsonl"], {"rc": 2, "stderr_contains": ["shard 2/3"]},
      files={"s.jsonl": sessions(2)}, server=SERVER,
      pre=[{"args": SES + ["--shard", "0/3", "--output", "a.jsonl"], "rc": 0},
           {"args": SES + ["--shard", "1/3", "--output", "b.jsonl"], "rc": 0},
-          {"args": SES + ["--shard", "2/3", "--output", "c.jsonl"], "rc": [0, 1]}])
+          {"args": SES + ["--shard", "2/3", "--output", "c.jsonl"], "rc": 2}])
 case("D10-summary-shards-of-two-plans", "shards",
      GP + "'--summary of the files checks, for each sharded plan, that every shard is there' -- shard 0/2 of one plan and "
      "shard 1/2 of another sessions file (the same ids and first turns, but one turn per session instead of two) are "
