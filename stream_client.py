@@ -7756,22 +7756,23 @@ _KNEE_SHARE = 0.5            # a closed-loop step pays when its goodput grew by 
                              # would give if goodput grew in proportion to it
 
 
-def _parse_slos(texts: list[str]) -> tuple:
-    """--slo NAME=MS values as sorted (name, ms) pairs; UsageError naming what is wrong."""
+def _parse_slos(texts: list[str], flag: str = '--slo', figures=_SLO_FIGURES, example: int = 500) -> tuple:
+    """--slo NAME=MS values (or another flag's, over its figures) as sorted (name, ms) pairs; UsageError naming
+    what is wrong."""
     slos = {}
     for text in texts:
         name, equals, value = text.partition('=')
-        if name not in _SLO_FIGURES:
-            raise UsageError(f'--slo {text!r}: the figure must be one of {", ".join(_SLO_FIGURES)}, as NAME=MS')
+        if name not in figures:
+            raise UsageError(f'{flag} {text!r}: the figure must be one of {", ".join(figures)}, as NAME=MS')
         try:
             bound = float(value) if equals else math.nan
         except ValueError:
             bound = math.nan
         if not _positive_finite(bound):
-            raise UsageError(f'--slo {text!r}: the bound must be a positive number of milliseconds, '
-                             f'e.g. {name}=500')
+            raise UsageError(f'{flag} {text!r}: the bound must be a positive number of milliseconds, '
+                             f'e.g. {name}={example}')
         if name in slos:
-            raise UsageError(f'--slo bounds {name} twice')
+            raise UsageError(f'{flag} bounds {name} twice')
         slos[name] = bound
     return tuple(sorted(slos.items()))
 
@@ -9300,23 +9301,7 @@ _SESSION_SLO_FIGURES = {'total_ms': 'from the start of the session\'s first run 
 
 def _parse_session_slos(texts: list[str]) -> tuple:
     """--session-slo NAME=MS values as sorted (name, ms) pairs; UsageError naming what is wrong."""
-    bounds = {}
-    for text in texts:
-        name, equals, value = text.partition('=')
-        if name not in _SESSION_SLO_FIGURES:
-            raise UsageError(f'--session-slo {text!r}: the figure must be one of {", ".join(_SESSION_SLO_FIGURES)}, '
-                             'as NAME=MS')
-        try:
-            bound = float(value) if equals else math.nan
-        except ValueError:
-            bound = math.nan
-        if not _positive_finite(bound):
-            raise UsageError(f'--session-slo {text!r}: the bound must be a positive number of milliseconds, '
-                             f'e.g. {name}=60000')
-        if name in bounds:
-            raise UsageError(f'--session-slo bounds {name} twice')
-        bounds[name] = bound
-    return tuple(sorted(bounds.items()))
+    return _parse_slos(texts, '--session-slo', _SESSION_SLO_FIGURES, 60000)
 
 
 @dataclasses.dataclass

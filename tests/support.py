@@ -440,8 +440,8 @@ def chunked(payload: bytes, size_line: bytes | None = None, end: bytes = b'0\r\n
     return (size_line or b'%x\r\n' % len(payload)) + payload + b'\r\n' + end
 
 
-def read_request(sock) -> bytes:
-    """The body of one HTTP request read from sock."""
+def read_message(sock) -> tuple[bytes, bytes]:
+    """The head and the body of one HTTP request read from sock (its body by Content-Length)."""
     data = b''
     while b'\r\n\r\n' not in data:
         data += sock.recv(65536)
@@ -449,7 +449,12 @@ def read_request(sock) -> bytes:
     length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
     while len(body) < length:
         body += sock.recv(65536)
-    return body
+    return head, body
+
+
+def read_request(sock) -> bytes:
+    """The body of one HTTP request read from sock."""
+    return read_message(sock)[1]
 
 
 class LoopbackServer(threading.Thread):

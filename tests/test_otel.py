@@ -7,7 +7,6 @@ import collections
 import http.client
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -28,7 +27,8 @@ from stream_client._live_metrics import (
     _export_interval_s, _LiveMetrics, _MetricsServer, _OtlpExport, _otlp_target)
 from stream_client._server_metrics import _parse_exposition
 from stream_client._summary import Summary
-from .support import CLIENT, fake_record, Fixture, LoopbackServer, run_in_process, script_command, script_env
+from .support import (CLIENT, fake_record, Fixture, LoopbackServer, read_message, run_in_process, script_command,
+                      script_env)
 from .tiers import sans_io
 
 
@@ -245,13 +245,7 @@ class _Collector(LoopbackServer):
 
     def serve(self, sock: socket.socket) -> None:
         with sock:
-            data = b''
-            while b'\r\n\r\n' not in data:
-                data += sock.recv(65536)
-            head, _, body = data.partition(b'\r\n\r\n')
-            length = int(re.search(rb'(?im)^content-length:\s*(\d+)', head)[1])
-            while len(body) < length:
-                body += sock.recv(65536)
+            head, body = read_message(sock)
             self.requests.append(head + b'\r\n\r\n' + body)
             sock.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}')
 

@@ -10,12 +10,10 @@ import calendar
 import collections
 import dataclasses
 import html
-import math
 
 from ._limits import _count, UsageError
-from ._request import _positive_finite
 from ._plan import _session_key
-from ._summary import _meets_slos, _percentiles, _STAMP_FIELDS
+from ._summary import _meets_slos, _parse_slos, _percentiles, _STAMP_FIELDS
 
 
 # Why a session is not good, the first that applies, as the summary's not_good_by names it.
@@ -27,23 +25,7 @@ _SESSION_SLO_FIGURES = {'total_ms': 'from the start of the session\'s first run 
 
 def _parse_session_slos(texts: list[str]) -> tuple:
     """--session-slo NAME=MS values as sorted (name, ms) pairs; UsageError naming what is wrong."""
-    bounds = {}
-    for text in texts:
-        name, equals, value = text.partition('=')
-        if name not in _SESSION_SLO_FIGURES:
-            raise UsageError(f'--session-slo {text!r}: the figure must be one of {", ".join(_SESSION_SLO_FIGURES)}, '
-                             'as NAME=MS')
-        try:
-            bound = float(value) if equals else math.nan
-        except ValueError:
-            bound = math.nan
-        if not _positive_finite(bound):
-            raise UsageError(f'--session-slo {text!r}: the bound must be a positive number of milliseconds, '
-                             f'e.g. {name}=60000')
-        if name in bounds:
-            raise UsageError(f'--session-slo bounds {name} twice')
-        bounds[name] = bound
-    return tuple(sorted(bounds.items()))
+    return _parse_slos(texts, '--session-slo', _SESSION_SLO_FIGURES, 60000)
 
 
 @dataclasses.dataclass

@@ -77,22 +77,23 @@ _KNEE_SHARE = 0.5            # a closed-loop step pays when its goodput grew by 
                              # would give if goodput grew in proportion to it
 
 
-def _parse_slos(texts: list[str]) -> tuple:
-    """--slo NAME=MS values as sorted (name, ms) pairs; UsageError naming what is wrong."""
+def _parse_slos(texts: list[str], flag: str = '--slo', figures=_SLO_FIGURES, example: int = 500) -> tuple:
+    """--slo NAME=MS values (or another flag's, over its figures) as sorted (name, ms) pairs; UsageError naming
+    what is wrong."""
     slos = {}
     for text in texts:
         name, equals, value = text.partition('=')
-        if name not in _SLO_FIGURES:
-            raise UsageError(f'--slo {text!r}: the figure must be one of {", ".join(_SLO_FIGURES)}, as NAME=MS')
+        if name not in figures:
+            raise UsageError(f'{flag} {text!r}: the figure must be one of {", ".join(figures)}, as NAME=MS')
         try:
             bound = float(value) if equals else math.nan
         except ValueError:
             bound = math.nan
         if not _positive_finite(bound):
-            raise UsageError(f'--slo {text!r}: the bound must be a positive number of milliseconds, '
-                             f'e.g. {name}=500')
+            raise UsageError(f'{flag} {text!r}: the bound must be a positive number of milliseconds, '
+                             f'e.g. {name}={example}')
         if name in slos:
-            raise UsageError(f'--slo bounds {name} twice')
+            raise UsageError(f'{flag} bounds {name} twice')
         slos[name] = bound
     return tuple(sorted(slos.items()))
 
