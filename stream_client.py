@@ -4885,6 +4885,20 @@ class _Recorder:
         self.sent += data
 
 
+_CONTENT_LENGTH = re.compile(rb'\r\nContent-Length: \d+\r\n')
+
+
+def _wire_with_body(wire: bytes, body: bytes) -> bytes:
+    """The bytes of a rendered POST (_render_request) with another body: its head with the new body's
+    Content-Length (the one header of it: the client owns it), byte for byte what _render_request gives for
+    that body, without formatting the head again (a session's turns send a new body each)."""
+    head, separator, _ = wire.partition(b'\r\n\r\n')
+    head, found = _CONTENT_LENGTH.subn(b'\r\nContent-Length: %d\r\n' % len(body), head + b'\r\n', count=1)
+    if not separator or found != 1:
+        raise ValueError('the rendered request has no Content-Length to replace')
+    return head + b'\r\n' + body
+
+
 def _render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes | None,
                     method: str = 'POST') -> bytes:
     """The bytes of a request (a POST unless ``method`` says), formatted (and its header names and values
@@ -9124,9 +9138,7 @@ def _with_conversation(request: PreparedRequest, conversation: _Conversation,
         request = dataclasses.replace(request, settings={**request.settings, 'cache_salt': salt.described()})
     data = _json_text(body).encode()  # a surrogate pair streamed in halves goes back as the escapes it came as
     history = _json_text(fields, sort_keys=True).encode()
-    turn = dataclasses.replace(request, body=data,
-                               wire=_render_request(request.scheme, request.host, request.port, request.path,
-                                                    request.headers, data),
+    turn = dataclasses.replace(request, body=data, wire=_wire_with_body(request.wire, data),
                                settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
     return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 

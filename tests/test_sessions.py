@@ -703,3 +703,29 @@ class SessionEngineTests(unittest.TestCase):
                       'load': load, 'session_end': {'reason': None, 'not_started_turns': []}})
         self.assertEqual([session for session, _ in rows.rows], ['s1'])
         self.assertNotIn('eof_before_done', rows.html())
+
+
+class TurnWireTests(unittest.TestCase):
+    """A session's turn sends the prepared request's head with its new body: byte for byte what rendering
+    the request again would give."""
+
+    @sans_io
+    def test_a_turns_wire_is_what_rendering_the_request_again_gives(self):
+        urls = ('http://127.0.0.1:8000/v1/chat/completions', 'https://example.test:8443/proxy/v1/messages',
+                'http://[::1]:9000/v1/responses')
+        for url in urls:
+            for headers in ([], [('X-Tenant', 'a b'), ('X-Trace', '1')]):
+                request = stream_client.prepare(url, 'm', 'first', max_tokens=9, token='sk-test',
+                                                headers=headers, system='be brief')
+                conversation = _Conversation(request.api, 'be brief')
+                for text in ('hi', 'ünïcode ✓ and "quotes"', 'x' * 70_000):
+                    conversation.user(text)
+                    turn = stream_client._sessions._with_conversation(request, conversation)
+                    rendered = stream_client._request._render_request(request.scheme, request.host, request.port,
+                                                                      request.path, request.headers, turn.body)
+                    with self.subTest(url=url, headers=headers, text=text[:12]):
+                        self.assertEqual(turn.wire, rendered)
+                        self.assertEqual(turn.wire.count(b'Content-Length:'), 1)
+                    conversation.answer('ok', [])
+        with self.assertRaisesRegex(ValueError, 'no Content-Length'):
+            stream_client._request._wire_with_body(b'GET / HTTP/1.1\r\nHost: h\r\n\r\n', b'{}')

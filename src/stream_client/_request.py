@@ -12,6 +12,7 @@ import ipaddress
 import json
 import math
 import os
+import re
 import socket
 import ssl
 import typing
@@ -515,6 +516,20 @@ class _Recorder:
 
     def sendall(self, data: bytes) -> None:
         self.sent += data
+
+
+_CONTENT_LENGTH = re.compile(rb'\r\nContent-Length: \d+\r\n')
+
+
+def _wire_with_body(wire: bytes, body: bytes) -> bytes:
+    """The bytes of a rendered POST (_render_request) with another body: its head with the new body's
+    Content-Length (the one header of it: the client owns it), byte for byte what _render_request gives for
+    that body, without formatting the head again (a session's turns send a new body each)."""
+    head, separator, _ = wire.partition(b'\r\n\r\n')
+    head, found = _CONTENT_LENGTH.subn(b'\r\nContent-Length: %d\r\n' % len(body), head + b'\r\n', count=1)
+    if not separator or found != 1:
+        raise ValueError('the rendered request has no Content-Length to replace')
+    return head + b'\r\n' + body
 
 
 def _render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes | None,

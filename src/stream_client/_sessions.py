@@ -12,7 +12,7 @@ import hashlib
 import json
 
 from ._json import _json_text
-from ._request import _render_request, PreparedRequest, _unstreamed_twin
+from ._request import PreparedRequest, _wire_with_body, _unstreamed_twin
 from ._salt import _pass_salt, _Salt
 from ._exchange import Cancel
 from ._record import _client_failure
@@ -37,9 +37,7 @@ def _with_conversation(request: PreparedRequest, conversation: _Conversation,
         request = dataclasses.replace(request, settings={**request.settings, 'cache_salt': salt.described()})
     data = _json_text(body).encode()  # a surrogate pair streamed in halves goes back as the escapes it came as
     history = _json_text(fields, sort_keys=True).encode()
-    turn = dataclasses.replace(request, body=data,
-                               wire=_render_request(request.scheme, request.host, request.port, request.path,
-                                                    request.headers, data),
+    turn = dataclasses.replace(request, body=data, wire=_wire_with_body(request.wire, data),
                                settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
     return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 
