@@ -432,7 +432,12 @@ def main():
         i = argv.index("-j")
         jobs = int(argv[i + 1])
         del argv[i:i + 2]
-    with open(os.path.join(HERE, "cases.json"), encoding="utf-8") as f:
+    cases_file = os.path.join(HERE, "cases.json")
+    if "--cases" in argv:  # another folder's cases (hostile-44's), run by this runner
+        i = argv.index("--cases")
+        cases_file = argv[i + 1]
+        del argv[i:i + 2]
+    with open(cases_file, encoding="utf-8") as f:
         cases = json.load(f)
     if argv:
         cases = [c for c in cases if any(c["id"].startswith(a) for a in argv)]
