@@ -719,13 +719,58 @@ def _json_text(value: object, **options) -> str:
     """``json.dumps`` for a file or a terminal: non-ASCII characters as themselves, unless a string holds a
     lone surrogate, which no UTF-8 text can (a server's JSON escape ``\\ud800`` decodes to one): then every
     non-ASCII character is escaped, and nothing is lost."""
-    text = json.dumps(value, ensure_ascii=False, **options)
+    return _utf8_or_escaped(json.dumps(value, ensure_ascii=False, **options), value, options)
+
+
+def _utf8_or_escaped(text: str, value: object, options: dict) -> str:
+    """text (value's JSON with non-ASCII characters as themselves) when UTF-8 can hold it, else value's JSON
+    with every non-ASCII character escaped."""
     if not text.isascii():
         try:
             text.encode('utf-8')
         except UnicodeEncodeError:
             return json.dumps(value, **options)
     return text
+
+
+class _GrowingJson:
+    """``_json_text(value, sort_keys=...)`` of a dict written again and again (a session's request body, each
+    turn), whose list under one key grows (the history): each pair, and each item of that list, is encoded
+    once, and again only when the dict holds another object in its place (a salted first message). What
+    it is given is not changed once given."""
+
+    def __init__(self, key: str, sort_keys: bool = False) -> None:
+        self.key, self.options = key, {'sort_keys': sort_keys}
+        self.pairs: dict[str, tuple[object, str]] = {}  # name: (its value, the pair's text)
+        self.items: list = []
+        self.texts: list[str] = []
+
+    def text(self, value: dict) -> str:
+        """The dict's JSON, byte for byte what _json_text writes (json.dumps joins pairs with ', ' and ': ')."""
+        names = sorted(value) if self.options['sort_keys'] else value
+        text = '{' + ', '.join(self._pair(name, value[name]) for name in names) + '}'
+        return _utf8_or_escaped(text, value, self.options)
+
+    def _pair(self, name: str, value: object) -> str:
+        if name == self.key and isinstance(value, list):
+            return f'{json.dumps(name, ensure_ascii=False)}: {self._list(value)}'
+        kept = self.pairs.get(name)
+        if kept is None or kept[0] is not value:
+            kept = self.pairs[name] = value, \
+                f'{json.dumps(name, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False, **self.options)}'
+        return kept[1]
+
+    def _list(self, items: list) -> str:
+        for index, item in enumerate(items):
+            if index < len(self.items) and self.items[index] is item:
+                continue
+            text = json.dumps(item, ensure_ascii=False, **self.options)
+            if index < len(self.items):
+                self.items[index], self.texts[index] = item, text
+            else:
+                self.items.append(item)
+                self.texts.append(text)
+        return '[' + ', '.join(self.texts[:len(items)]) + ']'
 
 
 def _json_type(value: object) -> str:
@@ -8959,7 +9004,12 @@ class _Conversation:
 
     def body_fields(self) -> dict:
         """The request body's conversation key, as it stands."""
-        return {'input' if self.api == 'responses' else 'messages': list(self.items)}
+        return {_history_key(self.api): list(self.items)}
+
+
+def _history_key(api: str) -> str:
+    """The request body's key that holds a session's history on an API."""
+    return 'input' if api == 'responses' else 'messages'
 
 
 # Prompts of a given length. Each word is a common English word that the usual BPE tokenizers (GPT-2's,
@@ -9124,23 +9174,33 @@ def _synthetic_words(count: int, run: int, seed: int, prefix_tokens: int = 0, gr
 # says which turns were not started, and why. Their figures, from the records
 # alone, are _session_summary's.
 
-def _with_conversation(request: PreparedRequest, conversation: _Conversation,
-                       salt: _Salt | None = None) -> PreparedRequest:
-    """The session's prepared request with the conversation as it stands as its body's history (the
-    record's prompt_sha256 is then that of the history's JSON, without the salt), and its unstreamed twin
-    (--cross-check) the same; with a salt, its marker before the first text (the system message, else the
-    first user turn) of every request of the session, which the history keeps shared from one run to the
-    next."""
-    fields = conversation.body_fields()
-    body = {**json.loads(request.body), **fields}
-    if salt is not None:
-        body = salt.body(request.api, body)
-        request = dataclasses.replace(request, settings={**request.settings, 'cache_salt': salt.described()})
-    data = _json_text(body).encode()  # a surrogate pair streamed in halves goes back as the escapes it came as
-    history = _json_text(fields, sort_keys=True).encode()
-    turn = dataclasses.replace(request, body=data, wire=_wire_with_body(request.wire, data),
-                               settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
-    return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
+class _Turns:
+    """A session's requests, one a run: the prepared request with the conversation as it stands as its
+    body's history (the record's prompt_sha256 is then that of the history's JSON, without the salt), and
+    its unstreamed twin (--cross-check) the same; with a salt, its marker before the first text (the system
+    message, else the first user turn) of every request of the session, which the history keeps shared
+    from one run to the next. Each item of the history is encoded once (_GrowingJson), not each turn."""
+
+    def __init__(self, request: PreparedRequest, salt: _Salt | None = None) -> None:
+        if salt is not None:
+            request = dataclasses.replace(request, settings={**request.settings, 'cache_salt': salt.described()})
+        self.request, self.salt = request, salt
+        self.base = json.loads(request.body)
+        key = _history_key(request.api)
+        self.body_json, self.history_json = _GrowingJson(key), _GrowingJson(key, sort_keys=True)
+
+    def build(self, conversation: _Conversation) -> PreparedRequest:
+        """The request of the next run, the history as conversation holds it."""
+        request, fields = self.request, conversation.body_fields()
+        body = {**self.base, **fields}
+        if self.salt is not None:
+            body = self.salt.body(request.api, body)
+        # a surrogate pair streamed in halves goes back as the escapes it came as (_json_text)
+        data = self.body_json.text(body).encode()
+        history = self.history_json.text(fields).encode()
+        turn = dataclasses.replace(request, body=data, wire=_wire_with_body(request.wire, data),
+                                   settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
+        return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 
 
 def _sessions_digest(sessions: list[_Session]) -> str:
@@ -9163,7 +9223,7 @@ class _SessionRun:
     def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, emit, started: float,
                  queued_ms: float | None, clock: _Clock = _REAL_CLOCK, salt: _Salt | None = None) -> None:
         self.session, self.request, self.cancel, self.emit = session, request, cancel, emit
-        self.salt = salt             # the session's --cache-salt marker, or None
+        self.turns = _Turns(request, salt)  # each run's request, with the session's --cache-salt marker if any
         self.clock = clock           # what offsets are read from
         self.started = started       # the load's start (on the clock), which offset_ms counts from
         self.queued_ms = queued_ms   # how late the session started (open loop), kept by its first record
@@ -9193,8 +9253,7 @@ class _SessionRun:
             conversation.user(text)
             round_ = 0
             while True:
-                record = yield from self._one(lambda: _with_conversation(self.request, conversation, self.salt), turn,
-                                              round_)
+                record = yield from self._one(lambda: self.turns.build(conversation), turn, round_)
                 if not record['ok']:
                     return turn, record['error_kind'] or 'unclassified', f'turn {turn} round {round_} not ok: ' \
                                                                          f'{record["error"]}'

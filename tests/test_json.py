@@ -42,6 +42,28 @@ class JsonTests(unittest.TestCase):
                 # read back as JSON reads the server's escapes: a pair is its character, a lone half stays
                 self.assertEqual(json.loads(text), {'text': stream_client._json._paired(value)})
 
+    def test_a_dict_written_from_its_parts_texts_is_what_json_text_writes(self):
+        """_GrowingJson gives _json_text's bytes for a dict whose list grows, whose first item and other values
+        are replaced in place, and which holds non-ASCII text and lone surrogates (which make the whole text
+        escaped, not the item alone)."""
+        json_text = stream_client._json._json_text
+        additions = [{'role': 'user', 'content': 'h\u00e9', 'z': 1, 'a': [None, 1.5]}, {'b': {'y': 1, 'x': 2}},
+                     {'content': 'X\ud83d'}, {'content': '\ud83d'}, {}, {'content': '\u2028 "q" \\'}]
+        for sort_keys in (False, True):
+            growing, items = stream_client._json._GrowingJson('messages', sort_keys=sort_keys), []
+            value = {'model': 'm', 'messages': [], 'stream': True, 'tools': [{'\u00fc': 'k'}]}
+            with self.subTest(sort_keys=sort_keys, items=0):
+                self.assertEqual(growing.text(value), json_text(value, sort_keys=sort_keys))
+            for count, item in enumerate(additions, 1):
+                items.append(json.loads(json.dumps(item)))  # the escapes decoded: lone halves as JSON gives them
+                for replaced in (False, True):
+                    listed = [{**items[0], 'content': f'[salt {count}] x'}, *items[1:]] if replaced else list(items)
+                    value = {'model': 'm', 'messages': listed, 'stream': True,
+                             'tools': [{'\u00fc': 'k'}] if replaced else value['tools'], 'system': f's{count}'}
+                    with self.subTest(sort_keys=sort_keys, items=count, replaced=replaced):
+                        self.assertEqual(growing.text(value), json_text(value, sort_keys=sort_keys))
+            self.assertTrue(growing.text(value).isascii())  # a lone half: all of it escaped
+
     def test_a_pair_split_between_strings_is_its_character_and_a_lone_half_stays(self):
         paired, same = stream_client._json._paired, stream_client._json._same_text
         self.assertEqual(paired('X\ud83d' + '\ude00Y'), 'X\U0001f600Y')

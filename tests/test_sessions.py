@@ -1,6 +1,7 @@
 """--sessions: multi-turn agent sessions against the fixture's agent mode, and the sessions file's checks."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -265,13 +266,13 @@ class SessionLoadTests(unittest.TestCase):
 
     def test_a_run_whose_request_cannot_be_built_is_a_client_error_record_and_the_other_sessions_go_on(self):
         path = self.sessions_file(2, turns=2)
-        real = stream_client._sessions._with_conversation
+        real = stream_client._sessions._Turns.build
 
-        def failing(request, conversation, *salt):  # session s1's second turn cannot be encoded
+        def failing(turns, conversation):  # session s1's second turn cannot be encoded
             if any(item.get('content') == 'session 1 turn 2: weather?' for item in conversation.items):
                 raise UnicodeEncodeError('utf-8', '\ud83d', 0, 1, 'surrogates not allowed')
-            return real(request, conversation, *salt)
-        with mock.patch.object(stream_client._sessions, '_with_conversation', failing):
+            return real(turns, conversation)
+        with mock.patch.object(stream_client._sessions._Turns, 'build', failing):
             done = run_cli('--fixture', 'agent', '--sessions', path, '--concurrency', '2', '--output', 'built.jsonl',
                            cwd=self.folder)
         self.assertEqual(done.returncode, 1, done.stderr)  # a session not ok
@@ -710,6 +711,38 @@ class TurnWireTests(unittest.TestCase):
     the request again would give."""
 
     @sans_io
+    def test_a_turns_body_and_prompt_digest_are_what_encoding_the_whole_history_gives(self):
+        """Each item of the history is encoded once (_GrowingJson); every turn's body, twin and prompt_sha256 are
+        still those of the whole history encoded again, on every API, salted or not, with tool calls, non-ASCII
+        text and a surrogate pair's halves (which make the whole body escaped)."""
+        json_text, salt = stream_client._json._json_text, stream_client._salt._Salt('session', '0badcafe', True)
+        calls = [('call_1', 'get_weather', '{"city": "Z\u00fcrich"}')]
+        answers = [('', calls), ('caf\u00e9 \u2713', []), ('X\ud83d', []), ('\ude00 done', calls), ('ok', [])]
+        for api in SESSION_APIS:
+            url = 'http://127.0.0.1:8000' + URL_PATHS[api]
+            for system, salted in ((None, None), ('be brief', None), (None, salt), ('be brief', salt)):
+                request = stream_client.prepare(url, 'm', 'first', tools=fixture_server.TOOLS, system=system,
+                                                cross_check=True)
+                turns = stream_client._sessions._Turns(request, salted)
+                conversation = _Conversation(request.api, system)
+                for number, (text, called) in enumerate(answers):
+                    conversation.user(f'turn {number}')
+                    turn = turns.build(conversation)
+                    fields = conversation.body_fields()
+                    body = {**json.loads(request.body), **fields}
+                    body = body if salted is None else salted.body(request.api, body)
+                    digest = hashlib.sha256(json_text(fields, sort_keys=True).encode()).hexdigest()
+                    with self.subTest(api=request.api, system=system, salted=bool(salted), turn=number):
+                        self.assertEqual(turn.body, json_text(body).encode())
+                        self.assertEqual(turn.settings['prompt_sha256'], digest)
+                        self.assertEqual(turn.twin.body, stream_client._request._unstreamed_twin(turn, body).body)
+                        self.assertEqual(turn.settings.get('cache_salt'), salted and salted.described())
+                    conversation.answer(text, called)
+                    if called:
+                        conversation.results([('call_1', 'sunny \u2600')])
+                self.assertTrue(turn.body.isascii())  # a lone half in the history: all of it escaped
+
+    @sans_io
     def test_a_turns_wire_is_what_rendering_the_request_again_gives(self):
         urls = ('http://127.0.0.1:8000/v1/chat/completions', 'https://example.test:8443/proxy/v1/messages',
                 'http://[::1]:9000/v1/responses')
@@ -717,10 +750,10 @@ class TurnWireTests(unittest.TestCase):
             for headers in ([], [('X-Tenant', 'a b'), ('X-Trace', '1')]):
                 request = stream_client.prepare(url, 'm', 'first', max_tokens=9, token='sk-test',
                                                 headers=headers, system='be brief')
-                conversation = _Conversation(request.api, 'be brief')
+                conversation, turns = _Conversation(request.api, 'be brief'), stream_client._sessions._Turns(request)
                 for text in ('hi', 'ünïcode ✓ and "quotes"', 'x' * 70_000):
                     conversation.user(text)
-                    turn = stream_client._sessions._with_conversation(request, conversation)
+                    turn = turns.build(conversation)
                     rendered = stream_client._request._render_request(request.scheme, request.host, request.port,
                                                                       request.path, request.headers, turn.body)
                     with self.subTest(url=url, headers=headers, text=text[:12]):

@@ -94,13 +94,58 @@ def _json_text(value: object, **options) -> str:
     """``json.dumps`` for a file or a terminal: non-ASCII characters as themselves, unless a string holds a
     lone surrogate, which no UTF-8 text can (a server's JSON escape ``\\ud800`` decodes to one): then every
     non-ASCII character is escaped, and nothing is lost."""
-    text = json.dumps(value, ensure_ascii=False, **options)
+    return _utf8_or_escaped(json.dumps(value, ensure_ascii=False, **options), value, options)
+
+
+def _utf8_or_escaped(text: str, value: object, options: dict) -> str:
+    """text (value's JSON with non-ASCII characters as themselves) when UTF-8 can hold it, else value's JSON
+    with every non-ASCII character escaped."""
     if not text.isascii():
         try:
             text.encode('utf-8')
         except UnicodeEncodeError:
             return json.dumps(value, **options)
     return text
+
+
+class _GrowingJson:
+    """``_json_text(value, sort_keys=...)`` of a dict written again and again (a session's request body, each
+    turn), whose list under one key grows (the history): each pair, and each item of that list, is encoded
+    once, and again only when the dict holds another object in its place (a salted first message). What
+    it is given is not changed once given."""
+
+    def __init__(self, key: str, sort_keys: bool = False) -> None:
+        self.key, self.options = key, {'sort_keys': sort_keys}
+        self.pairs: dict[str, tuple[object, str]] = {}  # name: (its value, the pair's text)
+        self.items: list = []
+        self.texts: list[str] = []
+
+    def text(self, value: dict) -> str:
+        """The dict's JSON, byte for byte what _json_text writes (json.dumps joins pairs with ', ' and ': ')."""
+        names = sorted(value) if self.options['sort_keys'] else value
+        text = '{' + ', '.join(self._pair(name, value[name]) for name in names) + '}'
+        return _utf8_or_escaped(text, value, self.options)
+
+    def _pair(self, name: str, value: object) -> str:
+        if name == self.key and isinstance(value, list):
+            return f'{json.dumps(name, ensure_ascii=False)}: {self._list(value)}'
+        kept = self.pairs.get(name)
+        if kept is None or kept[0] is not value:
+            kept = self.pairs[name] = value, \
+                f'{json.dumps(name, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False, **self.options)}'
+        return kept[1]
+
+    def _list(self, items: list) -> str:
+        for index, item in enumerate(items):
+            if index < len(self.items) and self.items[index] is item:
+                continue
+            text = json.dumps(item, ensure_ascii=False, **self.options)
+            if index < len(self.items):
+                self.items[index], self.texts[index] = item, text
+            else:
+                self.items.append(item)
+                self.texts.append(text)
+        return '[' + ', '.join(self.texts[:len(items)]) + ']'
 
 
 def _json_type(value: object) -> str:

@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import json
 
-from ._json import _json_text
+from ._json import _json_text, _GrowingJson
 from ._request import PreparedRequest, _wire_with_body, _unstreamed_twin
 from ._salt import _pass_salt, _Salt
 from ._exchange import Cancel
@@ -20,26 +20,36 @@ from ._plan import _shard_runs
 from ._load import (
     _Clock, arrival_offsets, _load_description, LoadSettings, _REAL_CLOCK, _run_scheduled, _run_shares, _slots,
     _started)
-from ._workloads import _Conversation, _Session, _ToolResults
+from ._workloads import _Conversation, _history_key, _Session, _ToolResults
 
 
-def _with_conversation(request: PreparedRequest, conversation: _Conversation,
-                       salt: _Salt | None = None) -> PreparedRequest:
-    """The session's prepared request with the conversation as it stands as its body's history (the
-    record's prompt_sha256 is then that of the history's JSON, without the salt), and its unstreamed twin
-    (--cross-check) the same; with a salt, its marker before the first text (the system message, else the
-    first user turn) of every request of the session, which the history keeps shared from one run to the
-    next."""
-    fields = conversation.body_fields()
-    body = {**json.loads(request.body), **fields}
-    if salt is not None:
-        body = salt.body(request.api, body)
-        request = dataclasses.replace(request, settings={**request.settings, 'cache_salt': salt.described()})
-    data = _json_text(body).encode()  # a surrogate pair streamed in halves goes back as the escapes it came as
-    history = _json_text(fields, sort_keys=True).encode()
-    turn = dataclasses.replace(request, body=data, wire=_wire_with_body(request.wire, data),
-                               settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
-    return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
+class _Turns:
+    """A session's requests, one a run: the prepared request with the conversation as it stands as its
+    body's history (the record's prompt_sha256 is then that of the history's JSON, without the salt), and
+    its unstreamed twin (--cross-check) the same; with a salt, its marker before the first text (the system
+    message, else the first user turn) of every request of the session, which the history keeps shared
+    from one run to the next. Each item of the history is encoded once (_GrowingJson), not each turn."""
+
+    def __init__(self, request: PreparedRequest, salt: _Salt | None = None) -> None:
+        if salt is not None:
+            request = dataclasses.replace(request, settings={**request.settings, 'cache_salt': salt.described()})
+        self.request, self.salt = request, salt
+        self.base = json.loads(request.body)
+        key = _history_key(request.api)
+        self.body_json, self.history_json = _GrowingJson(key), _GrowingJson(key, sort_keys=True)
+
+    def build(self, conversation: _Conversation) -> PreparedRequest:
+        """The request of the next run, the history as conversation holds it."""
+        request, fields = self.request, conversation.body_fields()
+        body = {**self.base, **fields}
+        if self.salt is not None:
+            body = self.salt.body(request.api, body)
+        # a surrogate pair streamed in halves goes back as the escapes it came as (_json_text)
+        data = self.body_json.text(body).encode()
+        history = self.history_json.text(fields).encode()
+        turn = dataclasses.replace(request, body=data, wire=_wire_with_body(request.wire, data),
+                                   settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
+        return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 
 
 def _sessions_digest(sessions: list[_Session]) -> str:
@@ -62,7 +72,7 @@ class _SessionRun:
     def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, emit, started: float,
                  queued_ms: float | None, clock: _Clock = _REAL_CLOCK, salt: _Salt | None = None) -> None:
         self.session, self.request, self.cancel, self.emit = session, request, cancel, emit
-        self.salt = salt             # the session's --cache-salt marker, or None
+        self.turns = _Turns(request, salt)  # each run's request, with the session's --cache-salt marker if any
         self.clock = clock           # what offsets are read from
         self.started = started       # the load's start (on the clock), which offset_ms counts from
         self.queued_ms = queued_ms   # how late the session started (open loop), kept by its first record
@@ -92,8 +102,7 @@ class _SessionRun:
             conversation.user(text)
             round_ = 0
             while True:
-                record = yield from self._one(lambda: _with_conversation(self.request, conversation, self.salt), turn,
-                                              round_)
+                record = yield from self._one(lambda: self.turns.build(conversation), turn, round_)
                 if not record['ok']:
                     return turn, record['error_kind'] or 'unclassified', f'turn {turn} round {round_} not ok: ' \
                                                                          f'{record["error"]}'

@@ -235,7 +235,12 @@ class _Conversation:
 
     def body_fields(self) -> dict:
         """The request body's conversation key, as it stands."""
-        return {'input' if self.api == 'responses' else 'messages': list(self.items)}
+        return {_history_key(self.api): list(self.items)}
+
+
+def _history_key(api: str) -> str:
+    """The request body's key that holds a session's history on an API."""
+    return 'input' if api == 'responses' else 'messages'
 
 
 # Prompts of a given length. Each word is a common English word that the usual BPE tokenizers (GPT-2's,
