@@ -740,37 +740,33 @@ class _GrowingJson:
     it is given is not changed once given."""
 
     def __init__(self, key: str, sort_keys: bool = False) -> None:
-        self.key, self.options = key, {'sort_keys': sort_keys}
+        self.key, self.sort_keys = key, sort_keys
+        self.encode = json.JSONEncoder(ensure_ascii=False, sort_keys=sort_keys).encode  # what json.dumps calls
         self.pairs: dict[str, tuple[object, str]] = {}  # name: (its value, the pair's text)
         self.items: list = []
         self.texts: list[str] = []
 
     def text(self, value: dict) -> str:
         """The dict's JSON, byte for byte what _json_text writes (json.dumps joins pairs with ', ' and ': ')."""
-        names = sorted(value) if self.options['sort_keys'] else value
-        text = '{' + ', '.join(self._pair(name, value[name]) for name in names) + '}'
-        return _utf8_or_escaped(text, value, self.options)
+        names = sorted(value) if self.sort_keys else value
+        text = '{' + ', '.join([self._pair(name, value[name]) for name in names]) + '}'
+        return _utf8_or_escaped(text, value, {'sort_keys': self.sort_keys})
 
     def _pair(self, name: str, value: object) -> str:
-        if name == self.key and isinstance(value, list):
-            return f'{json.dumps(name, ensure_ascii=False)}: {self._list(value)}'
         kept = self.pairs.get(name)
         if kept is None or kept[0] is not value:
-            kept = self.pairs[name] = value, \
-                f'{json.dumps(name, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False, **self.options)}'
+            written = self._list(value) if name == self.key and isinstance(value, list) else self.encode(value)
+            kept = self.pairs[name] = value, f'{self.encode(name)}: {written}'
         return kept[1]
 
     def _list(self, items: list) -> str:
-        for index, item in enumerate(items):
-            if index < len(self.items) and self.items[index] is item:
-                continue
-            text = json.dumps(item, ensure_ascii=False, **self.options)
-            if index < len(self.items):
-                self.items[index], self.texts[index] = item, text
-            else:
-                self.items.append(item)
-                self.texts.append(text)
-        return '[' + ', '.join(self.texts[:len(items)]) + ']'
+        known, texts = self.items, self.texts
+        for index in itertools.compress(range(len(known)), map(operator.is_not, items, known)):
+            known[index], texts[index] = items[index], self.encode(items[index])
+        for item in items[len(known):]:
+            known.append(item)
+            texts.append(self.encode(item))
+        return '[' + ', '.join(texts if len(items) == len(texts) else texts[:len(items)]) + ']'
 
 
 def _json_type(value: object) -> str:
@@ -4933,15 +4929,21 @@ class _Recorder:
 _CONTENT_LENGTH = re.compile(rb'\r\nContent-Length: \d+\r\n')
 
 
-def _wire_with_body(wire: bytes, body: bytes) -> bytes:
-    """The bytes of a rendered POST (_render_request) with another body: its head with the new body's
-    Content-Length (the one header of it: the client owns it), byte for byte what _render_request gives for
-    that body, without formatting the head again (a session's turns send a new body each)."""
+def _wire_head(wire: bytes) -> tuple[bytes, bytes]:
+    """The head of a rendered POST (_render_request) split around its Content-Length's value (the one
+    header of it: the client owns it), for _wire_with_body."""
     head, separator, _ = wire.partition(b'\r\n\r\n')
-    head, found = _CONTENT_LENGTH.subn(b'\r\nContent-Length: %d\r\n' % len(body), head + b'\r\n', count=1)
-    if not separator or found != 1:
+    parts = _CONTENT_LENGTH.split(head + b'\r\n')
+    if not separator or len(parts) != 2:
         raise ValueError('the rendered request has no Content-Length to replace')
-    return head + b'\r\n' + body
+    return parts[0] + b'\r\nContent-Length: ', b'\r\n' + parts[1] + b'\r\n'
+
+
+def _wire_with_body(head: tuple[bytes, bytes], body: bytes) -> bytes:
+    """The bytes of the rendered POST whose head _wire_head split, with another body: byte for byte what
+    _render_request gives for that body, without formatting the head again (a session's turns send a new
+    body each)."""
+    return b'%s%d%s%s' % (head[0], len(body), head[1], body)
 
 
 def _render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes | None,
@@ -9185,7 +9187,7 @@ class _Turns:
         if salt is not None:
             request = dataclasses.replace(request, settings={**request.settings, 'cache_salt': salt.described()})
         self.request, self.salt = request, salt
-        self.base = json.loads(request.body)
+        self.base, self.head = json.loads(request.body), _wire_head(request.wire)
         key = _history_key(request.api)
         self.body_json, self.history_json = _GrowingJson(key), _GrowingJson(key, sort_keys=True)
 
@@ -9198,7 +9200,7 @@ class _Turns:
         # a surrogate pair streamed in halves goes back as the escapes it came as (_json_text)
         data = self.body_json.text(body).encode()
         history = self.history_json.text(fields).encode()
-        turn = dataclasses.replace(request, body=data, wire=_wire_with_body(request.wire, data),
+        turn = dataclasses.replace(request, body=data, wire=_wire_with_body(self.head, data),
                                    settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
         return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 

@@ -761,4 +761,4 @@ class TurnWireTests(unittest.TestCase):
                         self.assertEqual(turn.wire.count(b'Content-Length:'), 1)
                     conversation.answer('ok', [])
         with self.assertRaisesRegex(ValueError, 'no Content-Length'):
-            stream_client._request._wire_with_body(b'GET / HTTP/1.1\r\nHost: h\r\n\r\n', b'{}')
+            stream_client._request._wire_head(b'GET / HTTP/1.1\r\nHost: h\r\n\r\n')

@@ -6,8 +6,10 @@ the float range, for tool-call arguments and JSON answers. ``_json_value()`` is
 writes what any UTF-8 file can hold.
 """
 import fractions
+import itertools
 import json
 import math
+import operator
 import re
 
 from ._limits import _shorten
@@ -115,37 +117,33 @@ class _GrowingJson:
     it is given is not changed once given."""
 
     def __init__(self, key: str, sort_keys: bool = False) -> None:
-        self.key, self.options = key, {'sort_keys': sort_keys}
+        self.key, self.sort_keys = key, sort_keys
+        self.encode = json.JSONEncoder(ensure_ascii=False, sort_keys=sort_keys).encode  # what json.dumps calls
         self.pairs: dict[str, tuple[object, str]] = {}  # name: (its value, the pair's text)
         self.items: list = []
         self.texts: list[str] = []
 
     def text(self, value: dict) -> str:
         """The dict's JSON, byte for byte what _json_text writes (json.dumps joins pairs with ', ' and ': ')."""
-        names = sorted(value) if self.options['sort_keys'] else value
-        text = '{' + ', '.join(self._pair(name, value[name]) for name in names) + '}'
-        return _utf8_or_escaped(text, value, self.options)
+        names = sorted(value) if self.sort_keys else value
+        text = '{' + ', '.join([self._pair(name, value[name]) for name in names]) + '}'
+        return _utf8_or_escaped(text, value, {'sort_keys': self.sort_keys})
 
     def _pair(self, name: str, value: object) -> str:
-        if name == self.key and isinstance(value, list):
-            return f'{json.dumps(name, ensure_ascii=False)}: {self._list(value)}'
         kept = self.pairs.get(name)
         if kept is None or kept[0] is not value:
-            kept = self.pairs[name] = value, \
-                f'{json.dumps(name, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False, **self.options)}'
+            written = self._list(value) if name == self.key and isinstance(value, list) else self.encode(value)
+            kept = self.pairs[name] = value, f'{self.encode(name)}: {written}'
         return kept[1]
 
     def _list(self, items: list) -> str:
-        for index, item in enumerate(items):
-            if index < len(self.items) and self.items[index] is item:
-                continue
-            text = json.dumps(item, ensure_ascii=False, **self.options)
-            if index < len(self.items):
-                self.items[index], self.texts[index] = item, text
-            else:
-                self.items.append(item)
-                self.texts.append(text)
-        return '[' + ', '.join(self.texts[:len(items)]) + ']'
+        known, texts = self.items, self.texts
+        for index in itertools.compress(range(len(known)), map(operator.is_not, items, known)):
+            known[index], texts[index] = items[index], self.encode(items[index])
+        for item in items[len(known):]:
+            known.append(item)
+            texts.append(self.encode(item))
+        return '[' + ', '.join(texts if len(items) == len(texts) else texts[:len(items)]) + ']'
 
 
 def _json_type(value: object) -> str:

@@ -521,15 +521,21 @@ class _Recorder:
 _CONTENT_LENGTH = re.compile(rb'\r\nContent-Length: \d+\r\n')
 
 
-def _wire_with_body(wire: bytes, body: bytes) -> bytes:
-    """The bytes of a rendered POST (_render_request) with another body: its head with the new body's
-    Content-Length (the one header of it: the client owns it), byte for byte what _render_request gives for
-    that body, without formatting the head again (a session's turns send a new body each)."""
+def _wire_head(wire: bytes) -> tuple[bytes, bytes]:
+    """The head of a rendered POST (_render_request) split around its Content-Length's value (the one
+    header of it: the client owns it), for _wire_with_body."""
     head, separator, _ = wire.partition(b'\r\n\r\n')
-    head, found = _CONTENT_LENGTH.subn(b'\r\nContent-Length: %d\r\n' % len(body), head + b'\r\n', count=1)
-    if not separator or found != 1:
+    parts = _CONTENT_LENGTH.split(head + b'\r\n')
+    if not separator or len(parts) != 2:
         raise ValueError('the rendered request has no Content-Length to replace')
-    return head + b'\r\n' + body
+    return parts[0] + b'\r\nContent-Length: ', b'\r\n' + parts[1] + b'\r\n'
+
+
+def _wire_with_body(head: tuple[bytes, bytes], body: bytes) -> bytes:
+    """The bytes of the rendered POST whose head _wire_head split, with another body: byte for byte what
+    _render_request gives for that body, without formatting the head again (a session's turns send a new
+    body each)."""
+    return b'%s%d%s%s' % (head[0], len(body), head[1], body)
 
 
 def _render_request(scheme: str, host: str, port: int, path: str, headers: dict, body: bytes | None,

@@ -12,7 +12,7 @@ import hashlib
 import json
 
 from ._json import _json_text, _GrowingJson
-from ._request import PreparedRequest, _wire_with_body, _unstreamed_twin
+from ._request import PreparedRequest, _wire_head, _wire_with_body, _unstreamed_twin
 from ._salt import _pass_salt, _Salt
 from ._exchange import Cancel
 from ._record import _client_failure
@@ -34,7 +34,7 @@ class _Turns:
         if salt is not None:
             request = dataclasses.replace(request, settings={**request.settings, 'cache_salt': salt.described()})
         self.request, self.salt = request, salt
-        self.base = json.loads(request.body)
+        self.base, self.head = json.loads(request.body), _wire_head(request.wire)
         key = _history_key(request.api)
         self.body_json, self.history_json = _GrowingJson(key), _GrowingJson(key, sort_keys=True)
 
@@ -47,7 +47,7 @@ class _Turns:
         # a surrogate pair streamed in halves goes back as the escapes it came as (_json_text)
         data = self.body_json.text(body).encode()
         history = self.history_json.text(fields).encode()
-        turn = dataclasses.replace(request, body=data, wire=_wire_with_body(request.wire, data),
+        turn = dataclasses.replace(request, body=data, wire=_wire_with_body(self.head, data),
                                    settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
         return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 
