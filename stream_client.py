@@ -748,16 +748,15 @@ class _GrowingJson:
 
     def text(self, value: dict) -> str:
         """The dict's JSON, byte for byte what _json_text writes (json.dumps joins pairs with ', ' and ': ')."""
-        names = sorted(value) if self.sort_keys else value
-        text = '{' + ', '.join([self._pair(name, value[name]) for name in names]) + '}'
-        return _utf8_or_escaped(text, value, {'sort_keys': self.sort_keys})
-
-    def _pair(self, name: str, value: object) -> str:
-        kept = self.pairs.get(name)
-        if kept is None or kept[0] is not value:
-            written = self._list(value) if name == self.key and isinstance(value, list) else self.encode(value)
-            kept = self.pairs[name] = value, f'{self.encode(name)}: {written}'
-        return kept[1]
+        parts, pairs = [], self.pairs
+        for name in (sorted(value) if self.sort_keys else value):
+            item = value[name]
+            kept = pairs.get(name)
+            if kept is None or kept[0] is not item:
+                written = self._list(item) if name == self.key and isinstance(item, list) else self.encode(item)
+                kept = pairs[name] = item, f'{self.encode(name)}: {written}'
+            parts.append(kept[1])
+        return _utf8_or_escaped('{' + ', '.join(parts) + '}', value, {'sort_keys': self.sort_keys})
 
     def _list(self, items: list) -> str:
         known, texts = self.items, self.texts
@@ -4927,6 +4926,15 @@ class _Recorder:
 
 
 _CONTENT_LENGTH = re.compile(rb'\r\nContent-Length: \d+\r\n')
+
+
+def _with_body(request: PreparedRequest, body: bytes, wire: bytes, settings: dict) -> PreparedRequest:
+    """The checked request with another body, its bytes and its record's settings (a session's turn):
+    what dataclasses.replace gives, without checking the fields that did not change again (it calls
+    __init__ and __post_init__ with every field, which a session pays on every run)."""
+    turn = object.__new__(PreparedRequest)
+    turn.__dict__.update(request.__dict__, body=body, wire=wire, settings=settings)
+    return turn
 
 
 def _wire_head(wire: bytes) -> tuple[bytes, bytes]:
@@ -9200,8 +9208,8 @@ class _Turns:
         # a surrogate pair streamed in halves goes back as the escapes it came as (_json_text)
         data = self.body_json.text(body).encode()
         history = self.history_json.text(fields).encode()
-        turn = dataclasses.replace(request, body=data, wire=_wire_with_body(self.head, data),
-                                   settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
+        turn = _with_body(request, data, _wire_with_body(self.head, data),
+                          {**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
         return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 
 

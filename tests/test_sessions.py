@@ -1,6 +1,7 @@
 """--sessions: multi-turn agent sessions against the fixture's agent mode, and the sessions file's checks."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -737,6 +738,8 @@ class TurnWireTests(unittest.TestCase):
                         self.assertEqual(turn.settings['prompt_sha256'], digest)
                         self.assertEqual(turn.twin.body, stream_client._request._unstreamed_twin(turn, body).body)
                         self.assertEqual(turn.settings.get('cache_salt'), salted and salted.described())
+                        self.assertEqual(turn, dataclasses.replace(turns.request, body=turn.body, wire=turn.wire,
+                                                                   settings=turn.settings, twin=turn.twin))
                     conversation.answer(text, called)
                     if called:
                         conversation.results([('call_1', 'sunny \u2600')])

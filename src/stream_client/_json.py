@@ -125,16 +125,15 @@ class _GrowingJson:
 
     def text(self, value: dict) -> str:
         """The dict's JSON, byte for byte what _json_text writes (json.dumps joins pairs with ', ' and ': ')."""
-        names = sorted(value) if self.sort_keys else value
-        text = '{' + ', '.join([self._pair(name, value[name]) for name in names]) + '}'
-        return _utf8_or_escaped(text, value, {'sort_keys': self.sort_keys})
-
-    def _pair(self, name: str, value: object) -> str:
-        kept = self.pairs.get(name)
-        if kept is None or kept[0] is not value:
-            written = self._list(value) if name == self.key and isinstance(value, list) else self.encode(value)
-            kept = self.pairs[name] = value, f'{self.encode(name)}: {written}'
-        return kept[1]
+        parts, pairs = [], self.pairs
+        for name in (sorted(value) if self.sort_keys else value):
+            item = value[name]
+            kept = pairs.get(name)
+            if kept is None or kept[0] is not item:
+                written = self._list(item) if name == self.key and isinstance(item, list) else self.encode(item)
+                kept = pairs[name] = item, f'{self.encode(name)}: {written}'
+            parts.append(kept[1])
+        return _utf8_or_escaped('{' + ', '.join(parts) + '}', value, {'sort_keys': self.sort_keys})
 
     def _list(self, items: list) -> str:
         known, texts = self.items, self.texts

@@ -521,6 +521,15 @@ class _Recorder:
 _CONTENT_LENGTH = re.compile(rb'\r\nContent-Length: \d+\r\n')
 
 
+def _with_body(request: PreparedRequest, body: bytes, wire: bytes, settings: dict) -> PreparedRequest:
+    """The checked request with another body, its bytes and its record's settings (a session's turn):
+    what dataclasses.replace gives, without checking the fields that did not change again (it calls
+    __init__ and __post_init__ with every field, which a session pays on every run)."""
+    turn = object.__new__(PreparedRequest)
+    turn.__dict__.update(request.__dict__, body=body, wire=wire, settings=settings)
+    return turn
+
+
 def _wire_head(wire: bytes) -> tuple[bytes, bytes]:
     """The head of a rendered POST (_render_request) split around its Content-Length's value (the one
     header of it: the client owns it), for _wire_with_body."""

@@ -12,7 +12,7 @@ import hashlib
 import json
 
 from ._json import _json_text, _GrowingJson
-from ._request import PreparedRequest, _wire_head, _wire_with_body, _unstreamed_twin
+from ._request import PreparedRequest, _wire_head, _wire_with_body, _with_body, _unstreamed_twin
 from ._salt import _pass_salt, _Salt
 from ._exchange import Cancel
 from ._record import _client_failure
@@ -47,8 +47,8 @@ class _Turns:
         # a surrogate pair streamed in halves goes back as the escapes it came as (_json_text)
         data = self.body_json.text(body).encode()
         history = self.history_json.text(fields).encode()
-        turn = dataclasses.replace(request, body=data, wire=_wire_with_body(self.head, data),
-                                   settings={**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
+        turn = _with_body(request, data, _wire_with_body(self.head, data),
+                          {**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
         return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 
 
