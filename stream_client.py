@@ -688,12 +688,17 @@ def _unique_keys(pairs: list) -> dict:
     return value
 
 
+_STRICT_HOOKS = {'parse_constant': _reject_constant, 'parse_float': _finite_float, 'object_pairs_hook': _unique_keys}
+_STRICT_DECODE = json.JSONDecoder(**_STRICT_HOOKS).decode  # what json.loads(text, **_STRICT_HOOKS) builds at each call
+
+
 def strict_json(text: str) -> object:
     """One JSON value and nothing else (RFC 8259): ValueError for NaN, Infinity, a number out of the
     float range, a repeated key, trailing text or anything json.loads refuses."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
-                          object_pairs_hook=_unique_keys)
+        if isinstance(text, str) and not text.startswith('\ufeff'):  # json.loads refuses a byte order mark first
+            return _STRICT_DECODE(text)
+        return json.loads(text, **_STRICT_HOOKS)
     except RecursionError:
         raise ValueError('nested too deeply') from None
 
@@ -733,11 +738,22 @@ def _utf8_or_escaped(text: str, value: object, options: dict) -> str:
     return text
 
 
+def _utf8_json(around: tuple[str, str], middle: str, value_of, **options) -> bytes:
+    """around[0] + middle + around[1] (a value's JSON with non-ASCII characters as themselves) in UTF-8; when
+    it holds a lone surrogate, which UTF-8 cannot, value_of()'s JSON with every non-ASCII character escaped,
+    as _json_text writes it."""
+    try:
+        return (around[0] + middle + around[1]).encode()
+    except UnicodeEncodeError:
+        return json.dumps(value_of(), **options).encode()
+
+
 class _GrowingJson:
     """``_json_text(value, sort_keys=...)`` of a dict written again and again (a session's request body, each
     turn), whose list under one key grows (the history): each pair, and each item of that list, is encoded
     once, and again only when the dict holds another object in its place (a salted first message). What
-    it is given is not changed once given."""
+    it is given is not changed once given. A dict whose other pairs stay the same is written faster as its
+    text around() the list and the list's list_text() (see _utf8_json)."""
 
     def __init__(self, key: str, sort_keys: bool = False) -> None:
         self.key, self.sort_keys = key, sort_keys
@@ -753,12 +769,21 @@ class _GrowingJson:
             item = value[name]
             kept = pairs.get(name)
             if kept is None or kept[0] is not item:
-                written = self._list(item) if name == self.key and isinstance(item, list) else self.encode(item)
+                written = self.list_text(item) if name == self.key and isinstance(item, list) else self.encode(item)
                 kept = pairs[name] = item, f'{self.encode(name)}: {written}'
             parts.append(kept[1])
         return _utf8_or_escaped('{' + ', '.join(parts) + '}', value, {'sort_keys': self.sort_keys})
 
-    def _list(self, items: list) -> str:
+    def around(self, value: dict) -> tuple[str, str]:
+        """The dict's JSON before and after the value of the key (which it holds), as text() writes it."""
+        names = sorted(value) if self.sort_keys else list(value)
+        at = names.index(self.key)
+        pairs = [f'{self.encode(name)}: {self.encode(value[name])}' for name in names]
+        return ('{' + ''.join(pair + ', ' for pair in pairs[:at]) + f'{self.encode(self.key)}: ',
+                ''.join(', ' + pair for pair in pairs[at + 1:]) + '}')
+
+    def list_text(self, items: list) -> str:
+        """The list's JSON (its items given before encoded once)."""
         known, texts = self.items, self.texts
         for index in itertools.compress(range(len(known)), map(operator.is_not, items, known)):
             known[index], texts[index] = items[index], self.encode(items[index])
@@ -768,6 +793,9 @@ class _GrowingJson:
         return '[' + ', '.join(texts if len(items) == len(texts) else texts[:len(items)]) + ']'
 
 
+_TYPE_NAMES = {float: 'number', str: 'string', list: 'array', dict: 'object'}
+
+
 def _json_type(value: object) -> str:
     if value is None:
         return 'null'
@@ -775,7 +803,7 @@ def _json_type(value: object) -> str:
         return 'boolean'
     if isinstance(value, int):
         return 'integer'
-    return {float: 'number', str: 'string', list: 'array', dict: 'object'}[type(value)]
+    return _TYPE_NAMES[type(value)]
 
 
 def _is_type(value: object, name: str) -> bool:
@@ -3282,6 +3310,9 @@ _MAX_UNSTREAMED_BODY = 16 * 1024 * 1024    # bytes of an unstreamed answer that 
 _TOOL_MARKUP = ('<tool_call>', '</tool_call>', '<|python_tag|>', '[TOOL_CALLS]', '<function=', '<|channel|>',
                '<|call|>', '<|tool_calls_section_begin|>', '<|tool_call_begin|>', '<｜tool▁calls▁begin｜>',
                '<｜tool▁call▁begin｜>')
+# the first marker in a text, the least in code point order where two start at the same place (a regex tries
+# its alternatives in order at each place)
+_TOOL_MARKUP_FOUND = re.compile('|'.join(map(re.escape, sorted(_TOOL_MARKUP)))).search
 # How each API's finish words end an answer: stop, length (the output budget), tool_calls.
 _ENDED_AS = {'stop': 'stop', 'end_turn': 'stop', 'stop_sequence': 'stop', 'completed': 'stop',
             'length': 'length', 'max_tokens': 'length', 'incomplete (max_output_tokens)': 'length',
@@ -3352,11 +3383,10 @@ def _tool_markup_in_text(answer: Answer, spec: AnswerSpec) -> str | None:
     server's parser failed to extract a call (vLLM #47903, #50512)."""
     if not spec.tools:
         return None
-    found = sorted((position, marker) for marker in _TOOL_MARKUP for position in [answer.text.find(marker)]
-                   if position >= 0)
-    if not found:
+    found = _TOOL_MARKUP_FOUND(answer.text)
+    if found is None:
         return None
-    position, marker = found[0]
+    position, marker = found.start(), found.group()
     return (f'tool-call markup {marker} in the visible text at character {position} '
             f'({_preview(answer.text[max(0, position - 20):position + 40])}): the server\'s tool-call parser '
             'did not extract a call')
@@ -7305,7 +7335,7 @@ def _announcing(start_job, on_run):
         steps, value = start_job(index, due, begun), None
         while True:
             try:
-                step = steps.send(value)
+                step, value = steps.send(value), None  # a record not held while the next run is in flight
             except StopIteration:
                 return
             if isinstance(step, PreparedRequest):
@@ -7346,7 +7376,7 @@ def _run_scheduled(start_job, keep_alive: bool, schedule, slots: int, started: f
         while True:
             try:
                 with lock:
-                    step = steps.send(value)
+                    step, value = steps.send(value), None  # a record not held while the next run is in flight
             except StopIteration:
                 break
             if isinstance(step, PreparedRequest):
@@ -9197,27 +9227,44 @@ class _Turns:
         self.request, self.salt = request, salt
         self.base, self.head = json.loads(request.body), _wire_head(request.wire)
         key = _history_key(request.api)
-        self.body_json, self.history_json = _GrowingJson(key), _GrowingJson(key, sort_keys=True)
+        self.key, self.body_json, self.history_json = key, _GrowingJson(key), _GrowingJson(key, sort_keys=True)
+        self.body_around = self.body_json.around({**self.base, key: None})  # where {**base, **fields} has it
+        self.history_around = self.history_json.around({key: None})
 
     def build(self, conversation: _Conversation) -> PreparedRequest:
         """The request of the next run, the history as conversation holds it."""
-        request, fields = self.request, conversation.body_fields()
-        body = {**self.base, **fields}
-        if self.salt is not None:
-            body = self.salt.body(request.api, body)
+        request, items, key = self.request, conversation.items, self.key
         # a surrogate pair streamed in halves goes back as the escapes it came as (_json_text)
-        data = self.body_json.text(body).encode()
-        history = self.history_json.text(fields).encode()
+        if self.salt is None:
+            body = None
+            data = _utf8_json(self.body_around, self.body_json.list_text(items), lambda: {**self.base, key: items})
+        else:
+            body = self.salt.body(request.api, {**self.base, **conversation.body_fields()})
+            data = self.body_json.text(body).encode()
+        history = _utf8_json(self.history_around, self.history_json.list_text(items), lambda: {key: items},
+                             sort_keys=True)
         turn = _with_body(request, data, _wire_with_body(self.head, data),
                           {**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
-        return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
+        if request.twin is None:
+            return turn
+        return dataclasses.replace(turn, twin=_unstreamed_twin(turn, body or {**self.base,
+                                                                              **conversation.body_fields()}))
 
 
 def _sessions_digest(sessions: list[_Session]) -> str:
     """A hash of everything the sessions send and answer (turns, system, tools, tool results, rounds, think
     times), so that a plan's id tells two session files apart whose first turns are the same."""
-    fields = [{**dataclasses.asdict(session), 'where': None} for session in sessions]
+    fields = [{**vars(session), 'where': None} for session in sessions]  # its JSON is asdict()'s, without copies
     return hashlib.sha256(_json_text(fields, sort_keys=True).encode()).hexdigest()
+
+
+def _outcome(record: dict) -> tuple[tuple[str, str] | None, str, list[tuple[str, str, str]]]:
+    """What a session takes from a run's record: why it is not ok (its error kind and message) or None, its
+    text and its calls. The session keeps these, not the record, while its next run is in flight: a record
+    held that long outlives the collector's youngest generation, which then walks it again and again."""
+    if not record['ok']:
+        return (record['error_kind'] or 'unclassified', record['error']), '', []
+    return None, record['text'] or '', _answer_calls(record)
 
 
 def _answer_calls(record: dict) -> list[tuple[str, str, str]]:
@@ -9227,12 +9274,15 @@ def _answer_calls(record: dict) -> list[tuple[str, str, str]]:
 
 class _SessionRun:
     """One session's runs, in order, as a job of the engine (see _load._run_scheduled): steps() yields each
-    run's request and each think time; emit(record) is called for each run, the session's last one carrying
-    ``session_end`` (held back until the session knows it is the last)."""
+    run's request and each think time; emit(record) is called for each run, its ``run`` None (the load numbers
+    it) and fields at the end, the session's last one carrying ``session_end`` (held back until the session
+    knows it is the last)."""
 
     def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, emit, started: float,
-                 queued_ms: float | None, clock: _Clock = _REAL_CLOCK, salt: _Salt | None = None) -> None:
+                 queued_ms: float | None, clock: _Clock = _REAL_CLOCK, salt: _Salt | None = None,
+                 fields: dict | None = None) -> None:
         self.session, self.request, self.cancel, self.emit = session, request, cancel, emit
+        self.fields = fields or {}  # the load's fields of each record (session_index, warmup, load)
         self.turns = _Turns(request, salt)  # each run's request, with the session's --cache-salt marker if any
         self.clock = clock           # what offsets are read from
         self.started = started       # the load's start (on the clock), which offset_ms counts from
@@ -9263,12 +9313,10 @@ class _SessionRun:
             conversation.user(text)
             round_ = 0
             while True:
-                record = yield from self._one(lambda: self.turns.build(conversation), turn, round_)
-                if not record['ok']:
-                    return turn, record['error_kind'] or 'unclassified', f'turn {turn} round {round_} not ok: ' \
-                                                                         f'{record["error"]}'
-                calls = _answer_calls(record)
-                conversation.answer(record['text'] or '', calls)
+                failure, answer, calls = yield from self._one(lambda: self.turns.build(conversation), turn, round_)
+                if failure is not None:
+                    return turn, failure[0], f'turn {turn} round {round_} not ok: {failure[1]}'
+                conversation.answer(answer, calls)
                 if not calls:
                     break
                 if round_ == session.max_tool_rounds:
@@ -9281,11 +9329,10 @@ class _SessionRun:
 
     def _one(self, build, turn: int, round_: int):
         """One run: its request, build() (the history as it stands), then sent (yielded: the record comes
-        back). A build that raises is a client_error record of the run, as a run that fails inside the
-        client is: a run that started always has its record."""
-        previous, self.pending = self.pending, None
-        if previous is not None:
-            self.emit(previous)
+        back); returns what the session takes from its record (_outcome). A build that raises is a
+        client_error record of the run, as a run that fails inside the client is: a run that started always
+        has its record."""
+        first = not self._emit_held()
         begun = self.clock.now()
         try:
             request = build()
@@ -9295,10 +9342,19 @@ class _SessionRun:
                                      exc, 'building the request')
         else:
             record = yield request
-        self.pending = {**record, 'session': self.session.id, 'turn': turn, 'round': round_,
+        self.pending = {'run': None, **record, 'session': self.session.id, 'turn': turn, 'round': round_,
                         'offset_ms': round((begun - self.started) * 1000, 3),
-                        'queued_ms': self.queued_ms if previous is None else None}
-        return record
+                        'queued_ms': self.queued_ms if first else None, **self.fields}
+        return _outcome(record)
+
+    def _emit_held(self) -> bool:
+        """Emit the record held back, if any (the run before this one was not the session's last); whether
+        there was one. Not held in _one's frame while the next run is in flight."""
+        previous, self.pending = self.pending, None
+        if previous is None:
+            return False
+        self.emit(previous)
+        return True
 
     def _end(self, turns_run: int, ended_by: str | None, reason: str | None) -> None:
         """Emit the last record with the session's outcome; a session cancelled before its first run
@@ -9335,7 +9391,8 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
     numbers = iter(range(2 ** 62))
 
     def numbered(record: dict) -> None:  # one call at a time: the runs of every share, in the order they end
-        on_record({'run': next(numbers), **record})
+        record['run'] = next(numbers)  # its first key (_SessionRun), given here
+        on_record(record)
 
     def run_share(share: tuple[int, int], out, cancel: Cancel, on_run=None) -> None:
         _run_session_share(sessions, requests, settings, out, cancel, started, described, share, clock, on_run,
@@ -9355,9 +9412,8 @@ def _run_session_share(sessions: list[_Session], requests: list[PreparedRequest]
         """The job of session index (see _load._run_scheduled): its steps."""
         queued = None if settings.rate is None else round((begun - started - due) * 1000, 3)
         fields = {'session_index': index, 'warmup': settings.warms_up(index, begun - started), 'load': described}
-        return _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel,
-                           lambda record: out({**record, **fields}), started, queued, clock,
-                           salt and salt.for_session(str(index))).steps()
+        return _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel, out, started,
+                           queued, clock, salt and salt.for_session(str(index)), fields).steps()
     number, workers = share
     mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % workers == number)
     _run_scheduled(session, settings.keep_alive, mine, _slots(settings, share), started, cancel, clock,

@@ -422,7 +422,10 @@ class CrossCheckTests(unittest.TestCase):
                                                                             'character 6'),
                              ('<|python_tag|>{"name": "x"}', '<|python_tag|> in the visible text at character 0'),
                              ('ok [TOOL_CALLS] [{}]', '[TOOL_CALLS] in the visible text at character 3'),
-                             ('<function=get_weather>{}</function>', '<function= in the visible text')):
+                             ('<function=get_weather>{}</function>', '<function= in the visible text'),
+                             ('a </tool_call> then <|python_tag|>', '</tool_call> in the visible text at character 2'),
+                             ('<｜tool▁calls▁begin｜> and [TOOL_CALLS]',
+                              '<｜tool▁calls▁begin｜> in the visible text at character 0')):
             with self.subTest(text=text):
                 self.assertIn(marker, markup(answer(text), spec))
         self.assertIsNone(markup(answer('<tool_call>'), stream_client.AnswerSpec()))  # no tools offered

@@ -17,6 +17,23 @@ class JsonTests(unittest.TestCase):
                 stream_client.strict_json(text)
         self.assertEqual(stream_client.strict_json(' {"a": [1, 2.5, null, true]} '), {'a': [1, 2.5, None, True]})
 
+    def test_strict_json_reads_as_json_loads_with_its_hooks_does(self):
+        """strict_json keeps one decoder for every call: each text still gets what json.loads(text, **hooks) gives,
+        or its exception and message (a byte order mark first, an empty text, trailing text, nesting)."""
+        hooks = stream_client._json._STRICT_HOOKS
+        for text in ('{"b": 1, "a": {"b": 2.5}}', '\ufeff{}', '', '  ', '[1, 2] x', '"\\ud800"', '{"a": NaN}',
+                     '[' * 5000 + ']' * 5000, '{"k": "v", "k": "v"}', '{"a": 1}', ' 7 '):
+            with self.subTest(text=text[:20]):
+                try:
+                    expected = json.loads(text, **hooks)
+                except (ValueError, RecursionError) as exc:
+                    with self.assertRaises(ValueError) as raised:
+                        stream_client.strict_json(text)
+                    if not isinstance(exc, RecursionError):
+                        self.assertEqual(str(raised.exception), str(exc))
+                else:
+                    self.assertEqual(stream_client.strict_json(text), expected)
+
     def test_an_events_json_is_what_json_loads_says(self):
         """_json_value() calls json.loads's scanner directly: every text gets json.loads's value, or its
         exception with its message, including those the scanner alone would read differently."""

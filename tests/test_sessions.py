@@ -8,9 +8,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
+import weakref
 from unittest import mock
 
 import fixture_server
@@ -705,6 +707,45 @@ class SessionEngineTests(unittest.TestCase):
                       'load': load, 'session_end': {'reason': None, 'not_started_turns': []}})
         self.assertEqual([session for session, _ in rows.rows], ['s1'])
         self.assertNotIn('eof_before_done', rows.html())
+
+
+class _Record(dict):
+    """A run's record that a weak reference can point at."""
+
+
+class HeldRecordTests(unittest.TestCase):
+    """A session's job keeps what its next run needs from a record (text, calls, failure), not the record: a
+    record held while the next run is in flight outlives the collector's youngest generation."""
+
+    @sans_io
+    def test_a_sessions_job_holds_no_record_while_its_next_run_is_in_flight(self):
+        """Neither the record the engine gave (a weak reference says when it is gone) nor the copy held back
+        for session_end once emitted (its reference count: the test's list and the call's argument), with
+        and without the wrapper that announces each run, across a tool round (no think time between)."""
+        session = stream_client._workloads._Session('s0', ('one',), tool_results={'get_weather': ('sunny',)})
+        request = stream_client.prepare('http://127.0.0.1:8000/v1/chat/completions', 'm', 'one', max_tokens=8)
+        call = {'index': 0, 'id': 'call_1', 'name': 'get_weather', 'arguments': '{"city": "Paris"}'}
+        for announced in (False, True):
+            emitted = []
+            run = stream_client._sessions._SessionRun(session, request, stream_client.Cancel(), emitted.append, 0.0,
+                                                      None, fields={'session_index': 0})
+            steps = run.steps() if not announced else \
+                stream_client._load._announcing(lambda *_: run.steps(), lambda: None)(0, 0.0, 0.0)
+            self.assertIsInstance(next(steps), stream_client.PreparedRequest)
+            record = _Record(ok=True, text='', tool_calls=[call], error_kind=None, error=None)
+            held = weakref.ref(record)
+            second = steps.send(record)  # the tool round's run, at once
+            del record
+            with self.subTest(announced=announced):
+                self.assertIsInstance(second, stream_client.PreparedRequest)
+                self.assertIn(b'"tool_call_id": "call_1"', second.body)  # the call went into the history
+                self.assertIsNone(held())  # and the record itself is gone
+                self.assertEqual(len(emitted), 1)  # the first run's, emitted as the second began...
+                self.assertEqual(sys.getrefcount(emitted[0]), 2)  # ...and held by nothing else
+                with self.assertRaises(StopIteration):  # the session is over
+                    steps.send(_Record(ok=True, text='sunny in Paris', tool_calls=[], error_kind=None, error=None))
+                self.assertEqual([(r['run'], r['round'], r['session_index'], 'session_end' in r) for r in emitted],
+                                 [(None, 0, 0, False), (None, 1, 0, True)])
 
 
 class TurnWireTests(unittest.TestCase):

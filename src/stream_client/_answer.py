@@ -8,6 +8,7 @@ answer, and ``compare_answers()`` is the ``--cross-check`` of the two.
 import dataclasses
 import json
 import os
+import re
 import typing
 
 from ._limits import _count, _failure, _preview, _shorten, StreamError
@@ -29,6 +30,9 @@ _MAX_UNSTREAMED_BODY = 16 * 1024 * 1024    # bytes of an unstreamed answer that 
 _TOOL_MARKUP = ('<tool_call>', '</tool_call>', '<|python_tag|>', '[TOOL_CALLS]', '<function=', '<|channel|>',
                '<|call|>', '<|tool_calls_section_begin|>', '<|tool_call_begin|>', '<｜tool▁calls▁begin｜>',
                '<｜tool▁call▁begin｜>')
+# the first marker in a text, the least in code point order where two start at the same place (a regex tries
+# its alternatives in order at each place)
+_TOOL_MARKUP_FOUND = re.compile('|'.join(map(re.escape, sorted(_TOOL_MARKUP)))).search
 # How each API's finish words end an answer: stop, length (the output budget), tool_calls.
 _ENDED_AS = {'stop': 'stop', 'end_turn': 'stop', 'stop_sequence': 'stop', 'completed': 'stop',
             'length': 'length', 'max_tokens': 'length', 'incomplete (max_output_tokens)': 'length',
@@ -99,11 +103,10 @@ def _tool_markup_in_text(answer: Answer, spec: AnswerSpec) -> str | None:
     server's parser failed to extract a call (vLLM #47903, #50512)."""
     if not spec.tools:
         return None
-    found = sorted((position, marker) for marker in _TOOL_MARKUP for position in [answer.text.find(marker)]
-                   if position >= 0)
-    if not found:
+    found = _TOOL_MARKUP_FOUND(answer.text)
+    if found is None:
         return None
-    position, marker = found[0]
+    position, marker = found.start(), found.group()
     return (f'tool-call markup {marker} in the visible text at character {position} '
             f'({_preview(answer.text[max(0, position - 20):position + 40])}): the server\'s tool-call parser '
             'did not extract a call')

@@ -65,12 +65,17 @@ def _unique_keys(pairs: list) -> dict:
     return value
 
 
+_STRICT_HOOKS = {'parse_constant': _reject_constant, 'parse_float': _finite_float, 'object_pairs_hook': _unique_keys}
+_STRICT_DECODE = json.JSONDecoder(**_STRICT_HOOKS).decode  # what json.loads(text, **_STRICT_HOOKS) builds at each call
+
+
 def strict_json(text: str) -> object:
     """One JSON value and nothing else (RFC 8259): ValueError for NaN, Infinity, a number out of the
     float range, a repeated key, trailing text or anything json.loads refuses."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
-                          object_pairs_hook=_unique_keys)
+        if isinstance(text, str) and not text.startswith('\ufeff'):  # json.loads refuses a byte order mark first
+            return _STRICT_DECODE(text)
+        return json.loads(text, **_STRICT_HOOKS)
     except RecursionError:
         raise ValueError('nested too deeply') from None
 
@@ -110,11 +115,22 @@ def _utf8_or_escaped(text: str, value: object, options: dict) -> str:
     return text
 
 
+def _utf8_json(around: tuple[str, str], middle: str, value_of, **options) -> bytes:
+    """around[0] + middle + around[1] (a value's JSON with non-ASCII characters as themselves) in UTF-8; when
+    it holds a lone surrogate, which UTF-8 cannot, value_of()'s JSON with every non-ASCII character escaped,
+    as _json_text writes it."""
+    try:
+        return (around[0] + middle + around[1]).encode()
+    except UnicodeEncodeError:
+        return json.dumps(value_of(), **options).encode()
+
+
 class _GrowingJson:
     """``_json_text(value, sort_keys=...)`` of a dict written again and again (a session's request body, each
     turn), whose list under one key grows (the history): each pair, and each item of that list, is encoded
     once, and again only when the dict holds another object in its place (a salted first message). What
-    it is given is not changed once given."""
+    it is given is not changed once given. A dict whose other pairs stay the same is written faster as its
+    text around() the list and the list's list_text() (see _utf8_json)."""
 
     def __init__(self, key: str, sort_keys: bool = False) -> None:
         self.key, self.sort_keys = key, sort_keys
@@ -130,12 +146,21 @@ class _GrowingJson:
             item = value[name]
             kept = pairs.get(name)
             if kept is None or kept[0] is not item:
-                written = self._list(item) if name == self.key and isinstance(item, list) else self.encode(item)
+                written = self.list_text(item) if name == self.key and isinstance(item, list) else self.encode(item)
                 kept = pairs[name] = item, f'{self.encode(name)}: {written}'
             parts.append(kept[1])
         return _utf8_or_escaped('{' + ', '.join(parts) + '}', value, {'sort_keys': self.sort_keys})
 
-    def _list(self, items: list) -> str:
+    def around(self, value: dict) -> tuple[str, str]:
+        """The dict's JSON before and after the value of the key (which it holds), as text() writes it."""
+        names = sorted(value) if self.sort_keys else list(value)
+        at = names.index(self.key)
+        pairs = [f'{self.encode(name)}: {self.encode(value[name])}' for name in names]
+        return ('{' + ''.join(pair + ', ' for pair in pairs[:at]) + f'{self.encode(self.key)}: ',
+                ''.join(', ' + pair for pair in pairs[at + 1:]) + '}')
+
+    def list_text(self, items: list) -> str:
+        """The list's JSON (its items given before encoded once)."""
         known, texts = self.items, self.texts
         for index in itertools.compress(range(len(known)), map(operator.is_not, items, known)):
             known[index], texts[index] = items[index], self.encode(items[index])
@@ -145,6 +170,9 @@ class _GrowingJson:
         return '[' + ', '.join(texts if len(items) == len(texts) else texts[:len(items)]) + ']'
 
 
+_TYPE_NAMES = {float: 'number', str: 'string', list: 'array', dict: 'object'}
+
+
 def _json_type(value: object) -> str:
     if value is None:
         return 'null'
@@ -152,7 +180,7 @@ def _json_type(value: object) -> str:
         return 'boolean'
     if isinstance(value, int):
         return 'integer'
-    return {float: 'number', str: 'string', list: 'array', dict: 'object'}[type(value)]
+    return _TYPE_NAMES[type(value)]
 
 
 def _is_type(value: object, name: str) -> bool:

@@ -319,7 +319,7 @@ def _announcing(start_job, on_run):
         steps, value = start_job(index, due, begun), None
         while True:
             try:
-                step = steps.send(value)
+                step, value = steps.send(value), None  # a record not held while the next run is in flight
             except StopIteration:
                 return
             if isinstance(step, PreparedRequest):
@@ -360,7 +360,7 @@ def _run_scheduled(start_job, keep_alive: bool, schedule, slots: int, started: f
         while True:
             try:
                 with lock:
-                    step = steps.send(value)
+                    step, value = steps.send(value), None  # a record not held while the next run is in flight
             except StopIteration:
                 break
             if isinstance(step, PreparedRequest):

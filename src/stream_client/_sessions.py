@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import json
 
-from ._json import _json_text, _GrowingJson
+from ._json import _json_text, _GrowingJson, _utf8_json
 from ._request import PreparedRequest, _wire_head, _wire_with_body, _with_body, _unstreamed_twin
 from ._salt import _pass_salt, _Salt
 from ._exchange import Cancel
@@ -36,27 +36,44 @@ class _Turns:
         self.request, self.salt = request, salt
         self.base, self.head = json.loads(request.body), _wire_head(request.wire)
         key = _history_key(request.api)
-        self.body_json, self.history_json = _GrowingJson(key), _GrowingJson(key, sort_keys=True)
+        self.key, self.body_json, self.history_json = key, _GrowingJson(key), _GrowingJson(key, sort_keys=True)
+        self.body_around = self.body_json.around({**self.base, key: None})  # where {**base, **fields} has it
+        self.history_around = self.history_json.around({key: None})
 
     def build(self, conversation: _Conversation) -> PreparedRequest:
         """The request of the next run, the history as conversation holds it."""
-        request, fields = self.request, conversation.body_fields()
-        body = {**self.base, **fields}
-        if self.salt is not None:
-            body = self.salt.body(request.api, body)
+        request, items, key = self.request, conversation.items, self.key
         # a surrogate pair streamed in halves goes back as the escapes it came as (_json_text)
-        data = self.body_json.text(body).encode()
-        history = self.history_json.text(fields).encode()
+        if self.salt is None:
+            body = None
+            data = _utf8_json(self.body_around, self.body_json.list_text(items), lambda: {**self.base, key: items})
+        else:
+            body = self.salt.body(request.api, {**self.base, **conversation.body_fields()})
+            data = self.body_json.text(body).encode()
+        history = _utf8_json(self.history_around, self.history_json.list_text(items), lambda: {key: items},
+                             sort_keys=True)
         turn = _with_body(request, data, _wire_with_body(self.head, data),
                           {**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
-        return turn if request.twin is None else dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
+        if request.twin is None:
+            return turn
+        return dataclasses.replace(turn, twin=_unstreamed_twin(turn, body or {**self.base,
+                                                                              **conversation.body_fields()}))
 
 
 def _sessions_digest(sessions: list[_Session]) -> str:
     """A hash of everything the sessions send and answer (turns, system, tools, tool results, rounds, think
     times), so that a plan's id tells two session files apart whose first turns are the same."""
-    fields = [{**dataclasses.asdict(session), 'where': None} for session in sessions]
+    fields = [{**vars(session), 'where': None} for session in sessions]  # its JSON is asdict()'s, without copies
     return hashlib.sha256(_json_text(fields, sort_keys=True).encode()).hexdigest()
+
+
+def _outcome(record: dict) -> tuple[tuple[str, str] | None, str, list[tuple[str, str, str]]]:
+    """What a session takes from a run's record: why it is not ok (its error kind and message) or None, its
+    text and its calls. The session keeps these, not the record, while its next run is in flight: a record
+    held that long outlives the collector's youngest generation, which then walks it again and again."""
+    if not record['ok']:
+        return (record['error_kind'] or 'unclassified', record['error']), '', []
+    return None, record['text'] or '', _answer_calls(record)
 
 
 def _answer_calls(record: dict) -> list[tuple[str, str, str]]:
@@ -66,12 +83,15 @@ def _answer_calls(record: dict) -> list[tuple[str, str, str]]:
 
 class _SessionRun:
     """One session's runs, in order, as a job of the engine (see _load._run_scheduled): steps() yields each
-    run's request and each think time; emit(record) is called for each run, the session's last one carrying
-    ``session_end`` (held back until the session knows it is the last)."""
+    run's request and each think time; emit(record) is called for each run, its ``run`` None (the load numbers
+    it) and fields at the end, the session's last one carrying ``session_end`` (held back until the session
+    knows it is the last)."""
 
     def __init__(self, session: _Session, request: PreparedRequest, cancel: Cancel, emit, started: float,
-                 queued_ms: float | None, clock: _Clock = _REAL_CLOCK, salt: _Salt | None = None) -> None:
+                 queued_ms: float | None, clock: _Clock = _REAL_CLOCK, salt: _Salt | None = None,
+                 fields: dict | None = None) -> None:
         self.session, self.request, self.cancel, self.emit = session, request, cancel, emit
+        self.fields = fields or {}  # the load's fields of each record (session_index, warmup, load)
         self.turns = _Turns(request, salt)  # each run's request, with the session's --cache-salt marker if any
         self.clock = clock           # what offsets are read from
         self.started = started       # the load's start (on the clock), which offset_ms counts from
@@ -102,12 +122,10 @@ class _SessionRun:
             conversation.user(text)
             round_ = 0
             while True:
-                record = yield from self._one(lambda: self.turns.build(conversation), turn, round_)
-                if not record['ok']:
-                    return turn, record['error_kind'] or 'unclassified', f'turn {turn} round {round_} not ok: ' \
-                                                                         f'{record["error"]}'
-                calls = _answer_calls(record)
-                conversation.answer(record['text'] or '', calls)
+                failure, answer, calls = yield from self._one(lambda: self.turns.build(conversation), turn, round_)
+                if failure is not None:
+                    return turn, failure[0], f'turn {turn} round {round_} not ok: {failure[1]}'
+                conversation.answer(answer, calls)
                 if not calls:
                     break
                 if round_ == session.max_tool_rounds:
@@ -120,11 +138,10 @@ class _SessionRun:
 
     def _one(self, build, turn: int, round_: int):
         """One run: its request, build() (the history as it stands), then sent (yielded: the record comes
-        back). A build that raises is a client_error record of the run, as a run that fails inside the
-        client is: a run that started always has its record."""
-        previous, self.pending = self.pending, None
-        if previous is not None:
-            self.emit(previous)
+        back); returns what the session takes from its record (_outcome). A build that raises is a
+        client_error record of the run, as a run that fails inside the client is: a run that started always
+        has its record."""
+        first = not self._emit_held()
         begun = self.clock.now()
         try:
             request = build()
@@ -134,10 +151,19 @@ class _SessionRun:
                                      exc, 'building the request')
         else:
             record = yield request
-        self.pending = {**record, 'session': self.session.id, 'turn': turn, 'round': round_,
+        self.pending = {'run': None, **record, 'session': self.session.id, 'turn': turn, 'round': round_,
                         'offset_ms': round((begun - self.started) * 1000, 3),
-                        'queued_ms': self.queued_ms if previous is None else None}
-        return record
+                        'queued_ms': self.queued_ms if first else None, **self.fields}
+        return _outcome(record)
+
+    def _emit_held(self) -> bool:
+        """Emit the record held back, if any (the run before this one was not the session's last); whether
+        there was one. Not held in _one's frame while the next run is in flight."""
+        previous, self.pending = self.pending, None
+        if previous is None:
+            return False
+        self.emit(previous)
+        return True
 
     def _end(self, turns_run: int, ended_by: str | None, reason: str | None) -> None:
         """Emit the last record with the session's outcome; a session cancelled before its first run
@@ -174,7 +200,8 @@ def _run_sessions(sessions: list[_Session], requests: list[PreparedRequest], set
     numbers = iter(range(2 ** 62))
 
     def numbered(record: dict) -> None:  # one call at a time: the runs of every share, in the order they end
-        on_record({'run': next(numbers), **record})
+        record['run'] = next(numbers)  # its first key (_SessionRun), given here
+        on_record(record)
 
     def run_share(share: tuple[int, int], out, cancel: Cancel, on_run=None) -> None:
         _run_session_share(sessions, requests, settings, out, cancel, started, described, share, clock, on_run,
@@ -194,9 +221,8 @@ def _run_session_share(sessions: list[_Session], requests: list[PreparedRequest]
         """The job of session index (see _load._run_scheduled): its steps."""
         queued = None if settings.rate is None else round((begun - started - due) * 1000, 3)
         fields = {'session_index': index, 'warmup': settings.warms_up(index, begun - started), 'load': described}
-        return _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel,
-                           lambda record: out({**record, **fields}), started, queued, clock,
-                           salt and salt.for_session(str(index))).steps()
+        return _SessionRun(sessions[index % len(sessions)], requests[index % len(requests)], cancel, out, started,
+                           queued, clock, salt and salt.for_session(str(index)), fields).steps()
     number, workers = share
     mine = ((index, due) for index, due in enumerate(arrival_offsets(settings)) if index % workers == number)
     _run_scheduled(session, settings.keep_alive, mine, _slots(settings, share), started, cancel, clock,
