@@ -9479,6 +9479,7 @@ class _SessionSummary:
         self._open: dict[tuple, _OpenSession] = {}  # (load id, session) -> what its records showed so far
         self._second = ('', 0)  # the last whole second read from a started_at, and its epoch
         self.warmups: set = set()  # (load id, session) of each warm-up session
+        self._last: tuple = (None, None)  # the last load block read, and its bounds (_bounds)
 
     def add(self, record: dict) -> None:
         if 'session' not in record:
@@ -9513,11 +9514,15 @@ class _SessionSummary:
             self._end(record, end, state, session_slos)
 
     def _bounds(self, load: dict) -> tuple[tuple, tuple]:
-        """The --slo and --session-slo a record is judged by: the ones given, or its load's."""
+        """The --slo and --session-slo a record is judged by: the ones given, or its load's (the last load's
+        again when the record shares its load's block, as the records of a load run here do)."""
+        if load is self._last[0]:
+            return self._last[1]
         slos = self.slos if self.slos is not None else tuple(sorted((load.get('slo') or {}).items()))
         session_slos = self.session_slos if self.session_slos is not None else \
             tuple(sorted((load.get('session_slo') or {}).items()))
         self.bounds_seen.add((slos, session_slos))
+        self._last = load, (slos, session_slos)  # held: no other block can take its id
         return slos, session_slos
 
     def _add_span(self, record: dict) -> None:
