@@ -56,8 +56,9 @@ class _Turns:
                           {**request.settings, 'prompt_sha256': hashlib.sha256(history).hexdigest()})
         if request.twin is None:
             return turn
-        return dataclasses.replace(turn, twin=_unstreamed_twin(turn, body or {**self.base,
-                                                                              **conversation.body_fields()}))
+        if body is None:
+            body = {**self.base, **conversation.body_fields()}
+        return dataclasses.replace(turn, twin=_unstreamed_twin(turn, body))
 
 
 def _sessions_digest(sessions: list[_Session]) -> str:
